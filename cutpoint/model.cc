@@ -1,0 +1,74 @@
+#include "cutpoint/model.h"
+
+#include <set>
+
+#include <torch/utils.h>
+
+namespace mitra::cutpoint {
+
+void ModelSpec::AddSegment(std::string name, SegmentFactory factory) {
+  segments.push_back({std::move(name), std::move(factory)});
+}
+
+void ModelSpec::TieWeights(std::string name, std::vector<std::string> members) {
+  tied_weights.push_back({std::move(name), std::move(members)});
+}
+
+std::pair<std::string, std::string> SplitQualifiedName(const std::string& qualified) {
+  auto dot = qualified.find('.');
+  if (dot == std::string::npos) return {qualified, ""};
+  return {qualified.substr(0, dot), qualified.substr(dot + 1)};
+}
+
+Status ModelSpec::Validate() const {
+  if (segments.empty()) return Status::InvalidArgument("the model has no segments: add at least one");
+  if (!loss) return Status::InvalidArgument("the model has no loss function: set ModelSpec::loss");
+  std::set<std::string> names;
+  for (const auto& s : segments) {
+    if (s.name.empty() || s.name.find('.') != std::string::npos) {
+      return Status::InvalidArgument("segment name '" + s.name +
+                                     "' must be non-empty and contain no '.'");
+    }
+    if (!names.insert(s.name).second) {
+      return Status::InvalidArgument("segment name '" + s.name + "' is used twice");
+    }
+    if (!s.factory) return Status::InvalidArgument("segment '" + s.name + "' has no factory");
+  }
+  std::set<std::string> tied;
+  for (const auto& t : tied_weights) {
+    if (t.members.size() < 2) {
+      return Status::InvalidArgument("tied weight '" + t.name + "' needs at least two members");
+    }
+    for (const auto& m : t.members) {
+      if (!names.count(SplitQualifiedName(m).first)) {
+        return Status::InvalidArgument("tied weight '" + t.name + "': '" + m +
+                                       "' does not start with a segment name");
+      }
+      if (!tied.insert(m).second) {
+        return Status::InvalidArgument("parameter '" + m + "' is tied twice");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+std::shared_ptr<Segment> BuildSegment(const ModelSpec& spec, int index, uint64_t seed) {
+  // A fixed mix of (seed, index): neighbouring seeds must not share segment streams.
+  torch::manual_seed(seed * 1000003ULL + static_cast<uint64_t>(index) * 7919ULL + 17ULL);
+  auto segment = spec.segments.at(index).factory();
+  TORCH_CHECK(segment, "the factory of segment '", spec.segments[index].name,
+              "' returned no segment");
+  return segment;
+}
+
+std::vector<int64_t> CountSegmentParameters(const ModelSpec& spec) {
+  std::vector<int64_t> counts;
+  for (int i = 0; i < spec.num_segments(); ++i) {
+    int64_t n = 0;
+    for (const auto& p : BuildSegment(spec, i, 0)->parameters()) n += p.numel();
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+}  // namespace mitra::cutpoint

@@ -1,0 +1,84 @@
+// The CutPoint model API: a model is a chain of segments separated by CutPoints.
+//
+//   mitra::cutpoint::ModelSpec spec;
+//   spec.AddSegment("embed", [=] { return std::make_shared<Embedding>(cfg); });
+//   for (int i = 0; i < cfg.layers; ++i)            // a CutPoint sits between consecutive
+//     spec.AddSegment("block" + std::to_string(i),  // segments: each is a potential stage
+//                     [=] { return std::make_shared<Block>(cfg); });   // boundary
+//   spec.AddSegment("head", [=] { return std::make_shared<Head>(cfg); });
+//   spec.loss = [](const Activations& out, const Activations& batch) { ... };
+//   spec.TieWeights("embedding", {"embed.wte.weight", "head.weight"});
+//
+// Segments are built by factories, so a stage constructs only its own segments: no stage ever
+// allocates another stage's layers. Factories are called with the global RNG seeded from
+// (seed, segment index), so a segment's initial weights do not depend on which stage builds it.
+// Parameters are named "<segment>.<parameter>" everywhere (checkpoints, tied weights, dumps).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/nn/module.h>
+
+#include "common/status.h"
+#include "cutpoint/activations.h"
+
+namespace mitra::cutpoint {
+
+// One segment of the chain. Implementations register their parameters like any torch module.
+class Segment : public torch::nn::Module {
+ public:
+  // Maps the previous segment's outputs (or, for the first segment, the batch) to this
+  // segment's outputs. Must be deterministic given its inputs and parameters: the runtime may
+  // run it twice (activation recomputation).
+  virtual Activations Forward(const Activations& inputs) = 0;
+};
+
+using SegmentFactory = std::function<std::shared_ptr<Segment>()>;
+
+// Loss of a micro-batch: the SUM over its samples of each sample's loss. The runtime divides by
+// the global batch size, so any pipeline x data-parallel shape computes the same update.
+using LossFn = std::function<torch::Tensor(const Activations& outputs, const Activations& batch)>;
+
+// Copies of one weight held by several segments (tied input/output embeddings). Members are
+// qualified parameter names; the first member's initial value is copied to the others, and the
+// gradients of all members are summed, so the copies stay identical.
+struct TiedWeight {
+  std::string name;
+  std::vector<std::string> members;
+};
+
+struct SegmentDef {
+  std::string name;
+  SegmentFactory factory;
+};
+
+struct ModelSpec {
+  std::vector<SegmentDef> segments;
+  LossFn loss;
+  std::vector<TiedWeight> tied_weights;
+  int64_t tokens_per_sample = 1;  // for throughput reporting only
+
+  void AddSegment(std::string name, SegmentFactory factory);
+  void TieWeights(std::string name, std::vector<std::string> members);
+  int num_segments() const { return static_cast<int>(segments.size()); }
+
+  // Checks names (unique, non-empty, no '.'), factories and loss, and that tied members name
+  // "<segment>.<parameter>" of existing segments. Parameter existence is checked at build time.
+  Status Validate() const;
+};
+
+// Builds segment `index` with the global RNG seeded from (seed, index).
+std::shared_ptr<Segment> BuildSegment(const ModelSpec& spec, int index, uint64_t seed);
+
+// Splits "segment.param.path" into the segment name and the parameter path inside it.
+std::pair<std::string, std::string> SplitQualifiedName(const std::string& qualified);
+
+// Parameter count of every segment. Builds each segment once, one at a time, and frees it:
+// only the `params` partition method needs this, and only at start-up.
+std::vector<int64_t> CountSegmentParameters(const ModelSpec& spec);
+
+}  // namespace mitra::cutpoint

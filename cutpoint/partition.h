@@ -1,0 +1,34 @@
+// Partitions: which consecutive segments each pipeline stage holds.
+//
+// A partition is a list of segment counts, one per stage, summing to the number of segments,
+// every count at least 1 (e.g. {1, 4, 4, 3}: stage 0 holds segment 0, stage 1 segments 1-4...).
+// Methods:
+//   uniform   counts differ by at most one; earlier stages take the extra segments
+//   params    contiguous split minimising the largest per-stage parameter count
+//   1,4,4,3   explicit counts (non-uniform allowed)
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mitra::cutpoint {
+
+struct Partition {
+  std::vector<int> counts;  // segments per stage
+
+  int num_stages() const { return static_cast<int>(counts.size()); }
+  int FirstSegment(int stage) const;  // index of the stage's first segment
+  int EndSegment(int stage) const;    // one past its last segment
+  int StageOf(int segment) const;     // the stage holding a segment
+  std::string ToString() const;       // "1,4,4,3"
+};
+
+// Builds the partition of `num_segments` segments into `num_stages` stages by `method`
+// ("uniform", "params" or an explicit list). `segment_params` is needed for "params" only.
+Result<Partition> MakePartition(const std::string& method, int num_segments, int num_stages,
+                                const std::vector<int64_t>& segment_params = {});
+
+}  // namespace mitra::cutpoint

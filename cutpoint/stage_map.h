@@ -1,0 +1,43 @@
+// The stage-to-rank map, in Varuna's format, parsed and produced in one place.
+//
+// "0,2;1,3;" means: stage 0 is held by ranks 0 and 2, stage 1 by ranks 1 and 3 (stage-major,
+// ';' after each stage). Position within a stage's list is the replica index, so rank 2 is
+// (stage 0, replica 1). The default layout for P stages and D replicas puts stage s on ranks
+// s, s+P, s+2P, ...: the ranks of one pipeline are consecutive.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mitra::cutpoint {
+
+struct GridPosition {
+  int stage = 0;
+  int replica = 0;
+};
+
+class StageMap {
+ public:
+  // The default layout of P stages x D replicas.
+  static StageMap Default(int num_stages, int num_replicas);
+  // Parses Varuna's format; every rank 0..world-1 must appear exactly once and every stage must
+  // hold the same number of ranks.
+  static Result<StageMap> Parse(const std::string& text);
+
+  std::string ToString() const;
+  int num_stages() const { return static_cast<int>(ranks_.size()); }
+  int num_replicas() const { return ranks_.empty() ? 0 : static_cast<int>(ranks_[0].size()); }
+  int world_size() const { return num_stages() * num_replicas(); }
+
+  int RankOf(int stage, int replica) const { return ranks_.at(stage).at(replica); }
+  GridPosition PositionOf(int rank) const;             // rank must be in the map
+  const std::vector<int>& RanksOfStage(int stage) const { return ranks_.at(stage); }
+
+ private:
+  explicit StageMap(std::vector<std::vector<int>> ranks) : ranks_(std::move(ranks)) {}
+  std::vector<std::vector<int>> ranks_;  // ranks_[stage][replica]
+};
+
+}  // namespace mitra::cutpoint

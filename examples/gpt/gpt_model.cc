@@ -1,0 +1,131 @@
+#include "examples/gpt/gpt_model.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+namespace mitra::examples {
+namespace {
+
+using cutpoint::Activations;
+
+void InitLinear(torch::nn::Linear& linear) {
+  torch::NoGradGuard no_grad;
+  linear->weight.normal_(0.0, 0.02);
+  if (linear->bias.defined()) linear->bias.zero_();
+}
+
+class Embed : public cutpoint::Segment {
+ public:
+  explicit Embed(const GptConfig& c)
+      : wte_(register_module("wte", torch::nn::Embedding(c.vocab, c.width))),
+        wpe_(register_module("wpe", torch::nn::Embedding(c.context, c.width))) {
+    torch::NoGradGuard no_grad;
+    wte_->weight.normal_(0.0, 0.02);
+    wpe_->weight.normal_(0.0, 0.02);
+  }
+  Activations Forward(const Activations& in) override {
+    const torch::Tensor& tokens = in.at("tokens");
+    auto positions = torch::arange(tokens.size(1), torch::kInt64);
+    return {{"hidden", wte_(tokens) + wpe_(positions)}};
+  }
+
+ private:
+  torch::nn::Embedding wte_, wpe_;
+};
+
+class Block : public cutpoint::Segment {
+ public:
+  explicit Block(const GptConfig& c)
+      : heads_(c.heads),
+        ln1_(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
+        qkv_(register_module("qkv", torch::nn::Linear(c.width, 3 * c.width))),
+        proj_(register_module("proj", torch::nn::Linear(c.width, c.width))),
+        ln2_(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
+        fc_(register_module("fc", torch::nn::Linear(c.width, c.mlp_width))),
+        out_(register_module("out", torch::nn::Linear(c.mlp_width, c.width))) {
+    for (auto* l : {&qkv_, &proj_, &fc_, &out_}) InitLinear(*l);
+  }
+
+  Activations Forward(const Activations& in) override {
+    torch::Tensor x = in.at("hidden");
+    x = x + Attention(ln1_(x));
+    x = x + out_(torch::gelu(fc_(ln2_(x))));
+    return {{"hidden", x}};
+  }
+
+ private:
+  torch::Tensor Attention(const torch::Tensor& x) {
+    const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hd = c / heads_;
+    auto qkv = qkv_(x).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});  // 3,b,h,t,hd
+    auto q = qkv[0], k = qkv[1], v = qkv[2];
+    auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
+    auto mask = torch::ones({t, t}, torch::kBool).triu(1);
+    scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
+    auto y = torch::matmul(torch::softmax(scores, -1), v);  // b,h,t,hd
+    return proj_(y.transpose(1, 2).reshape({b, t, c}));
+  }
+
+  int64_t heads_;
+  torch::nn::LayerNorm ln1_;
+  torch::nn::Linear qkv_, proj_;
+  torch::nn::LayerNorm ln2_;
+  torch::nn::Linear fc_, out_;
+};
+
+class Head : public cutpoint::Segment {
+ public:
+  explicit Head(const GptConfig& c)
+      : ln_f_(register_module("ln_f",
+                              torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
+        weight_(register_parameter("weight", torch::empty({c.vocab, c.width}))) {
+    torch::NoGradGuard no_grad;
+    weight_.normal_(0.0, 0.02);  // replaced by embed.wte.weight: the two are tied
+  }
+  Activations Forward(const Activations& in) override {
+    return {{"logits", torch::matmul(ln_f_(in.at("hidden")), weight_.t())}};
+  }
+
+ private:
+  torch::nn::LayerNorm ln_f_;
+  torch::Tensor weight_;
+};
+
+}  // namespace
+
+Result<GptConfig> GptConfig::Named(const std::string& name) {
+  GptConfig c;
+  if (name == "bench") return c;
+  if (name == "tiny") {
+    c.context = 32;
+    c.width = 32;
+    c.heads = 2;
+    c.layers = 2;
+    c.mlp_width = 128;
+    return c;
+  }
+  return Status::InvalidArgument("unknown model '" + name + "' (expected tiny or bench)");
+}
+
+cutpoint::ModelSpec MakeGptSpec(const GptConfig& config) {
+  cutpoint::ModelSpec spec;
+  spec.AddSegment("embed", [config] { return std::make_shared<Embed>(config); });
+  for (int64_t i = 0; i < config.layers; ++i) {
+    spec.AddSegment("block" + std::to_string(i), [config] { return std::make_shared<Block>(config); });
+  }
+  spec.AddSegment("head", [config] { return std::make_shared<Head>(config); });
+  spec.TieWeights("token_embedding", {"embed.wte.weight", "head.weight"});
+  const int64_t vocab = config.vocab;
+  spec.loss = [vocab](const Activations& out, const Activations& batch) {
+    const torch::Tensor& logits = out.at("logits");
+    const torch::Tensor& targets = batch.at("targets");
+    auto per_token = torch::nn::functional::cross_entropy(
+        logits.reshape({-1, vocab}), targets.reshape({-1}),
+        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));
+    return per_token.view({targets.size(0), targets.size(1)}).mean(1).sum();
+  };
+  spec.tokens_per_sample = config.context;
+  return spec;
+}
+
+}  // namespace mitra::examples

@@ -1,0 +1,29 @@
+// A byte-level GPT as a CutPoint model: embedding, N transformer blocks and the output head,
+// each its own segment (CutPoints between the blocks), the token embedding tied with the
+// output projection.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "cutpoint/model.h"
+
+namespace mitra::examples {
+
+struct GptConfig {
+  int64_t vocab = 256;
+  int64_t context = 128;
+  int64_t width = 128;
+  int64_t heads = 4;
+  int64_t layers = 8;
+  int64_t mlp_width = 512;
+
+  // "bench": fixed so others can reproduce it (see the README). "tiny": for tests.
+  static Result<GptConfig> Named(const std::string& name);
+};
+
+// Segments "embed", "block0" .. "block<N-1>", "head". Batches hold int64 "tokens" and
+// "targets" of shape [batch, context]. The loss is the per-sample mean cross-entropy, summed.
+cutpoint::ModelSpec MakeGptSpec(const GptConfig& config);
+
+}  // namespace mitra::examples

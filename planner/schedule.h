@@ -1,0 +1,56 @@
+// Pipeline schedules as per-stage instruction lists.
+//
+// One generator produces every schedule; the worker runtime executes the lists and a simulator
+// can replay the very same lists. Instructions of one stage run in order. Receives block; sends
+// are asynchronous (they complete by the end of the step), which is what makes every schedule
+// below deadlock-free.
+//
+//   GPipe   all forwards, then all backwards.
+//   1F1B    P-s-1 warm-up forwards on stage s, then one forward / one backward alternately,
+//           then the remaining backwards: at most P-s micro-batches in flight per stage.
+//   Varuna  1F1B order with activation recomputation on every stage but the last, and the
+//           recompute of micro-batch i issued *before* waiting for its gradient ("just in
+//           time"), so it overlaps with the downstream stage's backward. Only stage inputs are
+//           stashed between the forward and the backward.
+//
+// With `recompute`, GPipe and 1F1B also discard activations in the forward and recompute them,
+// but after the gradient arrives.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mitra::planner {
+
+enum class ScheduleKind { kGPipe, k1F1B, kVaruna };
+
+enum class Op {
+  kRecvActivations,  // from the previous stage
+  kForward,          // keep the autograd graph for the backward
+  kForwardDiscard,   // no graph; stash only the stage's inputs
+  kSendActivations,  // to the next stage
+  kRecvGradients,    // from the next stage
+  kRecompute,        // forward again from the stashed inputs, keeping the graph
+  kBackward,
+  kSendGradients,    // to the previous stage
+};
+
+struct Instruction {
+  Op op;
+  int micro_batch;
+  bool operator==(const Instruction& o) const { return op == o.op && micro_batch == o.micro_batch; }
+};
+
+Result<ScheduleKind> ParseScheduleKind(const std::string& name);  // gpipe | 1f1b | varuna
+const char* ScheduleName(ScheduleKind kind);
+const char* OpName(Op op);
+
+std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int stage,
+                                       int num_micro_batches, bool recompute);
+
+// "F0 S0 F1 ..." for logs and tests.
+std::string ToString(const std::vector<Instruction>& schedule);
+
+}  // namespace mitra::planner

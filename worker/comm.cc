@@ -1,0 +1,157 @@
+#include "worker/comm.h"
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace mitra::worker {
+namespace {
+
+// Header of an activation message: a fixed-size int64 tensor, so the receiver can post its
+// receive before knowing anything. Layout: count, then per tensor: name length, name bytes,
+// dtype, ndim, dims.
+constexpr int64_t kHeaderWords = 512;
+constexpr int kTagsPerMessage = 64;  // header + up to 63 tensors
+
+torch::Tensor EncodeHeader(const cutpoint::Activations& acts) {
+  std::vector<int64_t> words{static_cast<int64_t>(acts.size())};
+  for (const auto& [name, t] : acts) {
+    words.push_back(static_cast<int64_t>(name.size()));
+    for (unsigned char c : name) words.push_back(c);
+    words.push_back(static_cast<int64_t>(t.scalar_type()));
+    words.push_back(t.dim());
+    for (int64_t d : t.sizes()) words.push_back(d);
+  }
+  TORCH_CHECK(static_cast<int64_t>(words.size()) <= kHeaderWords && acts.size() < kTagsPerMessage,
+              "activations too large to describe in one header (", acts.size(),
+              " tensors): use fewer or shorter-named activations");
+  auto header = torch::zeros({kHeaderWords}, torch::kInt64);
+  std::copy(words.begin(), words.end(), header.data_ptr<int64_t>());
+  return header;
+}
+
+cutpoint::Activations DecodeHeader(const torch::Tensor& header) {
+  const int64_t* w = header.data_ptr<int64_t>();
+  int64_t pos = 0;
+  auto next = [&] {
+    TORCH_CHECK(pos < kHeaderWords, "malformed activation header");
+    return w[pos++];
+  };
+  cutpoint::Activations acts;
+  for (int64_t n = next(), i = 0; i < n; ++i) {
+    std::string name;
+    for (int64_t len = next(), k = 0; k < len; ++k) name += static_cast<char>(next());
+    auto dtype = static_cast<torch::ScalarType>(next());
+    std::vector<int64_t> dims(next());
+    for (auto& d : dims) d = next();
+    acts.emplace(name, torch::empty(dims, torch::TensorOptions().dtype(dtype)));
+  }
+  return acts;
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend) {
+  std::unique_ptr<Comm> comm(new Comm(placement));
+  comm->timeout_ = std::chrono::milliseconds(static_cast<int64_t>(placement.timeout_s * 1000));
+  const int world = placement.world_size();
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(placement.rdzv_port);
+  opts.isServer = placement.rank == 0;
+  opts.numWorkers = world;
+  opts.waitWorkers = true;
+  opts.timeout = comm->timeout_;
+  try {
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(placement.rdzv_host, opts);
+    comm->store_ = c10::make_intrusive<c10d::PrefixStore>(
+        "gen-" + std::to_string(placement.generation), tcp);
+    GroupOptions group{backend, placement.host, comm->timeout_};
+    comm->global_ = CreateProcessGroup(
+        c10::make_intrusive<c10d::PrefixStore>("global", comm->store_), placement.rank, world,
+        group);
+    if (placement.num_replicas() > 1) {
+      const int stage = placement.stage();
+      comm->dp_ = CreateProcessGroup(
+          c10::make_intrusive<c10d::PrefixStore>("dp-" + std::to_string(stage), comm->store_),
+          placement.replica(), placement.num_replicas(), group);
+    }
+  } catch (const std::exception& e) {
+    throw PeerError("rendezvous at " + placement.rdzv_host + ":" +
+                    std::to_string(placement.rdzv_port) + " (generation " +
+                    std::to_string(placement.generation) + ", " + std::to_string(world) +
+                    " ranks) did not complete within " + std::to_string(placement.timeout_s) +
+                    " s: " + e.what());
+  }
+  return comm;
+}
+
+Comm::~Comm() {
+  // Outstanding sends must not outlive the buffers; a failed peer makes them throw, which a
+  // destructor must swallow.
+  for (auto& p : pending_) {
+    try {
+      p.work->wait(timeout_);
+    } catch (...) {
+    }
+  }
+}
+
+std::string Comm::Describe(int rank) const {
+  auto pos = placement_.stage_map.PositionOf(rank);
+  return "rank " + std::to_string(rank) + " (stage " + std::to_string(pos.stage) + ", replica " +
+         std::to_string(pos.replica) + ")";
+}
+
+void Comm::Wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+  try {
+    if (!work->wait(timeout_)) throw std::runtime_error("timed out");
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    cause = cause.substr(0, cause.find('\n'));  // c10::Error appends a backtrace
+    throw PeerError(what + " failed after at most " + std::to_string(placement_.timeout_s) +
+                    " s: " + cause);
+  }
+}
+
+void Comm::SendActivations(const cutpoint::Activations& acts, int dst, int tag) {
+  std::vector<torch::Tensor> tensors{EncodeHeader(acts)};
+  for (const auto& [name, t] : acts) tensors.push_back(t.detach().contiguous());
+  SendTensors(tensors, dst, tag);
+}
+
+cutpoint::Activations Comm::RecvActivations(int src, int tag) {
+  std::vector<torch::Tensor> header{torch::empty({kHeaderWords}, torch::kInt64)};
+  Wait(global_->recv(header, src, tag * kTagsPerMessage),
+       "receiving activations from " + Describe(src));
+  auto acts = DecodeHeader(header[0]);
+  int index = 1;
+  for (auto& [name, t] : acts) {
+    std::vector<torch::Tensor> one{t};
+    Wait(global_->recv(one, src, tag * kTagsPerMessage + index++),
+         "receiving activation '" + name + "' from " + Describe(src));
+  }
+  return acts;
+}
+
+void Comm::SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int tag) {
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::vector<torch::Tensor> one{tensors[i].contiguous()};
+    auto work = global_->send(one, dst, tag * kTagsPerMessage + static_cast<int>(i));
+    pending_.push_back({work, std::move(one), dst});
+  }
+}
+
+void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag) {
+  for (size_t i = 0; i < into.size(); ++i) {
+    std::vector<torch::Tensor> one{into[i]};
+    Wait(global_->recv(one, src, tag * kTagsPerMessage + static_cast<int>(i)),
+         "receiving from " + Describe(src));
+  }
+}
+
+void Comm::WaitSends() {
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& p : pending) Wait(p.work, "sending to " + Describe(p.dst));
+}
+
+}  // namespace mitra::worker

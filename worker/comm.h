@@ -1,0 +1,77 @@
+// Comm: the process groups of one worker and the messages between pipeline stages.
+//
+// Connect() rendezvouses through a c10d TCPStore (rank 0 hosts it) under a prefix of the
+// generation, so a relaunched job never meets the keys of an earlier one. It creates the global
+// group (all ranks) and the data-parallel group of this rank's stage (its replicas).
+//
+// Every wait has the placement's timeout. A peer that dies or stops answering turns into a
+// PeerError that names the operation and the peer, instead of a hang or a bare Gloo message.
+// Not thread-safe: one Comm is used by the worker's training thread only.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "cutpoint/activations.h"
+#include "worker/backend.h"
+#include "worker/placement.h"
+
+namespace mitra::worker {
+
+// A collective or message failed because a peer is gone or timed out.
+class PeerError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Comm {
+ public:
+  // Blocks until every rank of the job has joined (or the placement's timeout passes: throws
+  // PeerError saying which ranks are missing is not knowable, so it says how many joined).
+  static std::unique_ptr<Comm> Connect(const Placement& placement, Backend backend);
+
+  ~Comm();
+
+  c10d::ProcessGroup& global() { return *global_; }
+  // The replicas of this rank's stage; null when there is one replica.
+  c10d::ProcessGroup* data_parallel() { return dp_.get(); }
+
+  // Sends named tensors to `dst` (asynchronous: the tensors are kept alive until WaitSends).
+  // The receiver learns names, dtypes and shapes from a small header message.
+  void SendActivations(const cutpoint::Activations& acts, int dst, int tag);
+  cutpoint::Activations RecvActivations(int src, int tag);
+
+  // Tensors whose shapes both sides already know (gradients of sent activations).
+  void SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int tag);
+  void RecvTensors(std::vector<torch::Tensor>& into, int src, int tag);
+
+  // Waits for every outstanding send.
+  void WaitSends();
+
+  // Waits for `work`; on failure or timeout throws PeerError("<what>: <cause>").
+  void Wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
+
+  // "rank 3 (stage 1, replica 1)"
+  std::string Describe(int rank) const;
+
+ private:
+  Comm(const Placement& placement) : placement_(placement) {}
+
+  Placement placement_;
+  std::chrono::milliseconds timeout_{30000};
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> global_;
+  c10::intrusive_ptr<c10d::ProcessGroup> dp_;
+  struct PendingSend {
+    c10::intrusive_ptr<c10d::Work> work;
+    std::vector<torch::Tensor> keep_alive;
+    int dst;
+  };
+  std::vector<PendingSend> pending_;
+};
+
+}  // namespace mitra::worker

@@ -1,0 +1,98 @@
+#include "worker/grad_reducer.h"
+
+#include <torch/torch.h>
+
+namespace mitra::worker {
+
+GradReducer::GradReducer(const std::vector<NamedParameter>& parameters, c10d::ProcessGroup* group,
+                         Comm* comm, int64_t bucket_elements)
+    : group_(group), comm_(comm) {
+  for (const auto& p : parameters) params_.push_back(p.tensor);
+  slot_.resize(params_.size());
+  filled_.assign(params_.size(), false);
+  Bucket current;
+  int64_t size = 0;
+  auto close = [&] {
+    if (current.members.empty()) return;
+    current.flat = torch::zeros({size}, params_[current.members[0]].options());
+    buckets_.push_back(std::move(current));
+    current = Bucket();
+    size = 0;
+  };
+  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
+    if (!current.members.empty() &&
+        params_[i].scalar_type() != params_[current.members[0]].scalar_type()) {
+      close();
+    }
+    slot_[i] = {static_cast<int>(buckets_.size()), static_cast<int>(current.members.size())};
+    current.members.push_back(i);
+    current.offsets.push_back(size);
+    size += params_[i].numel();
+    if (size >= bucket_elements) close();
+  }
+  close();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].register_hook([this, i](const torch::Tensor& grad) {
+      if (armed_) OnGradient(static_cast<int>(i), grad);
+    });
+  }
+}
+
+void GradReducer::OnGradient(int param, const torch::Tensor& grad) {
+  auto [b, m] = slot_[param];
+  Bucket& bucket = buckets_[b];
+  auto slice = bucket.flat.narrow(0, bucket.offsets[m], params_[param].numel());
+  const torch::Tensor& accumulated = params_[param].grad();
+  if (accumulated.defined()) {
+    torch::add_out(slice, accumulated.reshape({-1}), grad.reshape({-1}));
+  } else {
+    slice.copy_(grad.reshape({-1}));
+  }
+  if (!filled_[param]) {
+    filled_[param] = true;
+    ++bucket.ready;
+  }
+  LaunchReadyBuckets();
+}
+
+void GradReducer::LaunchReadyBuckets() {
+  while (next_launch_ < num_buckets() &&
+         buckets_[next_launch_].ready == static_cast<int>(buckets_[next_launch_].members.size())) {
+    std::vector<torch::Tensor> tensors{buckets_[next_launch_].flat};
+    buckets_[next_launch_].work = group_->allreduce(tensors);
+    ++next_launch_;
+  }
+}
+
+void GradReducer::Finish() {
+  armed_ = false;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (filled_[i]) continue;
+    auto [b, m] = slot_[i];
+    auto slice = buckets_[b].flat.narrow(0, buckets_[b].offsets[m], params_[i].numel());
+    const torch::Tensor& g = params_[i].grad();
+    if (g.defined()) slice.copy_(g.reshape({-1})); else slice.zero_();
+    filled_[i] = true;
+    ++buckets_[b].ready;
+  }
+  LaunchReadyBuckets();
+  for (int b = 0; b < num_buckets(); ++b) {
+    Bucket& bucket = buckets_[b];
+    comm_->Wait(bucket.work, "data-parallel gradient all-reduce (bucket " + std::to_string(b) + ")");
+    bucket.work.reset();
+    for (size_t m = 0; m < bucket.members.size(); ++m) {
+      torch::Tensor& p = params_[bucket.members[m]];
+      auto reduced = bucket.flat.narrow(0, bucket.offsets[m], p.numel()).view_as(p);
+      if (p.grad().defined()) {
+        p.mutable_grad().copy_(reduced);
+      } else {
+        p.mutable_grad() = reduced.clone();
+      }
+    }
+    bucket.ready = 0;
+  }
+  filled_.assign(params_.size(), false);
+  next_launch_ = 0;
+}
+
+}  // namespace mitra::worker

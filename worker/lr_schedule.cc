@@ -1,0 +1,17 @@
+#include "worker/lr_schedule.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace mitra::worker {
+
+double LrSchedule::At(int64_t step) const {
+  if (step < warmup_steps) return base * static_cast<double>(step + 1) / warmup_steps;
+  if (total_steps <= warmup_steps) return base;
+  const double progress = std::min(
+      1.0, static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps));
+  const double min_lr = base * min_ratio;
+  return min_lr + 0.5 * (base - min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+}  // namespace mitra::worker

@@ -1,0 +1,113 @@
+#include "worker/placement.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace mitra::worker {
+namespace {
+
+const char* Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+Status ReadInt(const char* name, int64_t min, int64_t* out) {
+  const char* v = Env(name);
+  if (!v) return Status::Ok();
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v, &end, 10);
+  if (errno || *end || x < min) {
+    return Status::InvalidArgument(std::string(name) + "='" + v + "' is not an integer >= " +
+                                   std::to_string(min));
+  }
+  *out = x;
+  return Status::Ok();
+}
+
+// A free TCP port on loopback for a standalone run's store.
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  if (fd >= 0) ::close(fd);
+  return port;
+}
+
+}  // namespace
+
+bool DescribeRequested() {
+  const char* v = Env("MITRA_DESCRIBE");
+  return v && std::strcmp(v, "0") != 0;
+}
+
+Result<Placement> Placement::FromEnvironment() {
+  Placement p;
+  int64_t v = 0;
+  auto read = [&](const char* name, int64_t min, auto* field) -> Status {
+    v = static_cast<int64_t>(*field);
+    Status s = ReadInt(name, min, &v);
+    *field = static_cast<std::remove_pointer_t<decltype(field)>>(v);
+    return s;
+  };
+  for (Status s : {read("MITRA_RANK", 0, &p.rank), read("MITRA_LOCAL_RANK", 0, &p.local_rank),
+                   read("MITRA_CHUNK_SIZE", 0, &p.chunk_size),
+                   read("MITRA_GLOBAL_BATCH", 0, &p.global_batch),
+                   read("MITRA_MAX_STEPS", 0, &p.max_steps),
+                   read("MITRA_RESUME_STEP", 0, &p.resume_step),
+                   read("MITRA_RDZV_PORT", 0, &p.rdzv_port),
+                   read("MITRA_GENERATION", 0, &p.generation),
+                   read("MITRA_THREADS", 1, &p.threads)}) {
+    if (!s.ok()) return s;
+  }
+  if (const char* t = Env("MITRA_TIMEOUT_S")) {
+    char* end = nullptr;
+    p.timeout_s = std::strtod(t, &end);
+    if (*end || p.timeout_s <= 0) {
+      return Status::InvalidArgument(std::string("MITRA_TIMEOUT_S='") + t +
+                                     "' is not a positive number of seconds");
+    }
+  }
+  p.standalone = Env("MITRA_RANK") == nullptr;
+  if (const char* map = Env("MITRA_STAGE_TO_RANK_MAP")) {
+    auto parsed = cutpoint::StageMap::Parse(map);
+    if (!parsed.ok()) return parsed.status();
+    p.stage_map = *parsed;
+  } else if (!p.standalone) {
+    return Status::InvalidArgument("MITRA_RANK is set but MITRA_STAGE_TO_RANK_MAP is not: start "
+                                   "workers with `mitra run`, or unset MITRA_RANK to run alone");
+  }
+  if (p.rank >= p.stage_map.world_size()) {
+    return Status::InvalidArgument("MITRA_RANK=" + std::to_string(p.rank) +
+                                   " is outside the stage-to-rank map " + p.stage_map.ToString());
+  }
+  if (const char* h = Env("MITRA_RDZV_HOST")) p.rdzv_host = h;
+  if (const char* h = Env("MITRA_HOST")) p.host = h;
+  if (const char* d = Env("MITRA_RUN_DIR")) p.run_dir = d;
+  if (p.rdzv_port == 0) {
+    if (!p.standalone) {
+      return Status::InvalidArgument("MITRA_RDZV_PORT is not set: the manager passes it");
+    }
+    p.rdzv_port = FreePort();
+  }
+  return p;
+}
+
+ReplicaShare ShareOf(int64_t global_batch, int num_replicas, int replica) {
+  const int64_t base = global_batch / num_replicas;
+  const int64_t extra = global_batch % num_replicas;
+  return {replica * base + std::min<int64_t>(replica, extra), base + (replica < extra ? 1 : 0)};
+}
+
+}  // namespace mitra::worker

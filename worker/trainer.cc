@@ -1,0 +1,134 @@
+#include "worker/trainer.h"
+
+#include <csignal>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+#include <torch/serialize.h>
+#include <torch/torch.h>
+
+#include "worker/report.h"
+
+namespace mitra::worker {
+namespace {
+
+volatile std::sig_atomic_t g_stop_requested = 0;
+
+extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
+
+void InstallStopHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+}  // namespace
+
+Trainer::Trainer(cutpoint::ModelSpec spec, std::shared_ptr<const Dataset> dataset,
+                 TrainerOptions options)
+    : spec_(std::move(spec)), dataset_(std::move(dataset)), options_(std::move(options)) {}
+
+int Trainer::Run() {
+  if (DescribeRequested()) {
+    Record("describe")
+        .Add("segments", spec_.num_segments())
+        .Add("tokens_per_sample", spec_.tokens_per_sample)
+        .Emit();
+    return 0;
+  }
+  auto placement = Placement::FromEnvironment();
+  if (!placement.ok()) {
+    spdlog::error("{}", placement.status().message());
+    return 2;
+  }
+  torch::set_num_threads(placement->threads);
+  InstallStopHandlers();
+  try {
+    return Train(*placement);
+  } catch (const PeerError& e) {
+    spdlog::error("rank {}: {}; stopping", placement->rank, e.what());
+    return 1;
+  }
+}
+
+int Trainer::Train(const Placement& placement) {
+  auto created = Runtime::Create(spec_, dataset_, placement, options_.runtime);
+  if (!created.ok()) {
+    spdlog::error("rank {}: {}", placement.rank, created.status().message());
+    return created.status().code() == Status::Code::kInvalidArgument ? 2 : 1;
+  }
+  Runtime& rt = **created;
+  const RuntimeOptions& opts = rt.options();
+  const int64_t max_steps = placement.max_steps > 0 ? placement.max_steps : options_.max_steps;
+  spdlog::info("rank {} = stage {} replica {} of {}x{}: segments [{}, {}) of {} ({} parameters), "
+               "partition {}, schedule {}{}, {} micro-batches of <= {}",
+               placement.rank, placement.stage(), placement.replica(), placement.num_stages(),
+               placement.num_replicas(), rt.stage().first_segment(), rt.stage().end_segment(),
+               spec_.num_segments(), rt.stage().ParameterCount(), rt.partition().ToString(),
+               opts.schedule, opts.recompute ? "+recompute" : "", rt.num_micro_batches(),
+               opts.chunk_size);
+  Record("ready")
+      .Add("rank", placement.rank)
+      .Add("stages", placement.num_stages())
+      .Add("replicas", placement.num_replicas())
+      .Add("generation", placement.generation)
+      .Emit();
+
+  const int64_t tokens_per_step = opts.global_batch * spec_.tokens_per_sample;
+  int64_t step = placement.resume_step;
+  std::string reason = "max_steps";
+  while (step < max_steps) {
+    const auto start = std::chrono::steady_clock::now();
+    StepResult r = rt.Step(step, g_stop_requested != 0);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ++step;
+    if (placement.rank == 0) {
+      Record("step")
+          .Add("step", step)
+          .Add("loss", r.loss)
+          .Add("samples", opts.global_batch)
+          .Add("tokens", tokens_per_step)
+          .Add("tokens_per_s", tokens_per_step / seconds)
+          .Add("step_time_s", seconds)
+          .Add("stages", placement.num_stages())
+          .Add("replicas", placement.num_replicas())
+          .Add("generation", placement.generation)
+          .Add("lr", r.lr)
+          .Add("grad_norm", r.grad_norm)
+          .Emit();
+    }
+    if (options_.log_every > 0 && step % options_.log_every == 0) {
+      spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s", step, r.loss,
+                   r.grad_norm, r.lr, seconds);
+    }
+    if (r.stop) {
+      reason = "signal";
+      break;
+    }
+  }
+  rt.comm().WaitSends();
+  if (!options_.dump_params.empty() && placement.replica() == 0) {
+    std::filesystem::create_directories(options_.dump_params);
+    SaveParameters(rt.stage(), options_.dump_params + "/stage-" +
+                                   std::to_string(placement.stage()) + ".pt");
+  }
+  Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
+  return 0;
+}
+
+void SaveParameters(const Stage& stage, const std::string& path) {
+  c10::Dict<std::string, torch::Tensor> dict;
+  for (const auto& p : stage.parameters()) dict.insert(p.name, p.tensor.detach().clone());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  TORCH_CHECK(out.good(), "could not write ", path);
+}
+
+}  // namespace mitra::worker

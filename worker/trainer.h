@@ -1,0 +1,52 @@
+// Trainer: the high-level training loop of a worker program.
+//
+//   int main(int argc, char** argv) {
+//     ModelSpec spec = ...;  auto dataset = ...;  TrainerOptions options = ...;
+//     return mitra::worker::Trainer(spec, dataset, options).Run();
+//   }
+//
+// Run() reads the placement (Placement::FromEnvironment), answers the manager's describe
+// request, trains steps [resume_step, max_steps) and reports each one on stdout as an
+// `@mitra {"event":"step",...}` record (rank 0) plus a human log line. SIGUSR1 (and SIGINT)
+// ask for a stop: the wish is combined across ranks at the next step boundary, so every rank
+// stops after the same step. A lost peer ends the worker with exit code 1 and a message naming
+// it; bad configuration with exit code 2.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "cutpoint/model.h"
+#include "worker/data.h"
+#include "worker/runtime.h"
+
+namespace mitra::worker {
+
+struct TrainerOptions {
+  RuntimeOptions runtime;
+  int64_t max_steps = 100;    // overridden by the placement when the manager sets it
+  int64_t log_every = 1;      // human log line every N steps (records are always written)
+  std::string dump_params;    // after training, replica 0 of each stage writes its parameters
+                              // to <dump_params>/stage-<s>.pt (torch.load-able dict)
+};
+
+class Trainer {
+ public:
+  Trainer(cutpoint::ModelSpec spec, std::shared_ptr<const Dataset> dataset,
+          TrainerOptions options);
+
+  // Returns the process exit code: 0 done or stopped, 1 failure, 2 bad configuration.
+  int Run();
+
+ private:
+  int Train(const Placement& placement);
+
+  cutpoint::ModelSpec spec_;
+  std::shared_ptr<const Dataset> dataset_;
+  TrainerOptions options_;
+};
+
+// Writes a stage's parameters as a dict {qualified name: tensor} in LibTorch's pickle format.
+void SaveParameters(const Stage& stage, const std::string& path);
+
+}  // namespace mitra::worker
