@@ -1,0 +1,107 @@
+#include "planner/schedule.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace mitra::planner {
+namespace {
+
+// Replays the lists of all stages the way the runtime executes them (receives block, sends do
+// not) and reports whether every stage reaches its end.
+bool RunsToCompletion(ScheduleKind kind, int stages, int mbs, bool recompute) {
+  std::vector<std::vector<Instruction>> lists;
+  for (int s = 0; s < stages; ++s) lists.push_back(BuildSchedule(kind, stages, s, mbs, recompute));
+  std::vector<size_t> pc(stages, 0);
+  std::set<std::pair<int, int>> sent_act, sent_grad;  // (from stage, micro-batch)
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < stages; ++s) {
+      while (pc[s] < lists[s].size()) {
+        const Instruction& ins = lists[s][pc[s]];
+        if (ins.op == Op::kRecvActivations && !sent_act.count({s - 1, ins.micro_batch})) break;
+        if (ins.op == Op::kRecvGradients && !sent_grad.count({s + 1, ins.micro_batch})) break;
+        if (ins.op == Op::kSendActivations) sent_act.insert({s, ins.micro_batch});
+        if (ins.op == Op::kSendGradients) sent_grad.insert({s, ins.micro_batch});
+        ++pc[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < stages; ++s) {
+    if (pc[s] != lists[s].size()) return false;
+  }
+  return true;
+}
+
+TEST(Schedule, EveryScheduleRunsToCompletionWithoutDeadlock) {
+  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kVaruna}) {
+    for (int p = 1; p <= 6; ++p) {
+      for (int m = 1; m <= 9; ++m) {
+        for (bool rc : {false, true}) {
+          EXPECT_TRUE(RunsToCompletion(kind, p, m, rc))
+              << ScheduleName(kind) << " P=" << p << " M=" << m << " recompute=" << rc;
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedule, EachMicroBatchIsForwardedOnceAndBackwardedOnceAfterItsForward) {
+  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kVaruna}) {
+    for (int s = 0; s < 4; ++s) {
+      auto list = BuildSchedule(kind, 4, s, 6, false);
+      std::vector<int> forwards(6, 0), backwards(6, 0);
+      for (const auto& ins : list) {
+        if (ins.op == Op::kForward || ins.op == Op::kForwardDiscard) ++forwards[ins.micro_batch];
+        if (ins.op == Op::kBackward) {
+          EXPECT_EQ(forwards[ins.micro_batch], 1) << "backward before forward";
+          ++backwards[ins.micro_batch];
+        }
+      }
+      EXPECT_EQ(forwards, std::vector<int>(6, 1));
+      EXPECT_EQ(backwards, std::vector<int>(6, 1));
+    }
+  }
+}
+
+TEST(Schedule, GPipeRunsAllForwardsBeforeAnyBackward) {
+  EXPECT_EQ(ToString(BuildSchedule(ScheduleKind::kGPipe, 2, 0, 2, false)),
+            "F0 Sa0 F1 Sa1 Rg0 B0 Rg1 B1");
+  EXPECT_EQ(ToString(BuildSchedule(ScheduleKind::kGPipe, 2, 1, 2, false)),
+            "Ra0 F0 Ra1 F1 B0 Sg0 B1 Sg1");
+}
+
+TEST(Schedule, OneFOneBKeepsAtMostPMinusSMicroBatchesInFlight) {
+  const int p = 4, m = 8;
+  for (int s = 0; s < p; ++s) {
+    int in_flight = 0, peak = 0;
+    for (const auto& ins : BuildSchedule(ScheduleKind::k1F1B, p, s, m, false)) {
+      if (ins.op == Op::kForward) peak = std::max(peak, ++in_flight);
+      if (ins.op == Op::kBackward) --in_flight;
+    }
+    EXPECT_EQ(peak, p - s) << "stage " << s;
+  }
+}
+
+TEST(Schedule, VarunaRecomputesJustInTimeBeforeWaitingForTheGradient) {
+  EXPECT_EQ(ToString(BuildSchedule(ScheduleKind::kVaruna, 2, 0, 2, false)),
+            "f0 Sa0 f1 Sa1 R0 Rg0 B0 R1 Rg1 B1");
+  // The last stage keeps its graph: its backward follows its forward directly.
+  EXPECT_EQ(ToString(BuildSchedule(ScheduleKind::kVaruna, 2, 1, 2, false)),
+            "Ra0 F0 B0 Sg0 Ra1 F1 B1 Sg1");
+}
+
+TEST(Schedule, RecomputeWithOneFOneBWaitsForTheGradientFirst) {
+  EXPECT_EQ(ToString(BuildSchedule(ScheduleKind::k1F1B, 2, 0, 1, true)), "f0 Sa0 Rg0 R0 B0");
+}
+
+TEST(Schedule, UnknownScheduleNamesTheChoices) {
+  auto kind = ParseScheduleKind("pipedream");
+  ASSERT_FALSE(kind.ok());
+  EXPECT_NE(kind.status().message().find("gpipe, 1f1b or varuna"), std::string::npos);
+  EXPECT_EQ(*ParseScheduleKind("varuna"), ScheduleKind::kVaruna);
+}
+
+}  // namespace
+}  // namespace mitra::planner
