@@ -1,9 +1,10 @@
 // The collective backend seam: the one place that knows which c10d ProcessGroup implements
 // mitra's collectives and point-to-point messages.
 //
-// Gloo is the backend of the CPU build. NCCL (GPUs) plugs in here: a build with CUDA-enabled
-// LibTorch defines MITRA_WITH_NCCL and returns c10d::ProcessGroupNCCL for Backend::kNccl; the
-// rest of the runtime only sees c10d::ProcessGroup.
+// Gloo is the backend of the CPU build and the only one built today. NCCL (GPUs) plugs in
+// here, returning c10d::ProcessGroupNCCL for Backend::kNccl; the rest of the runtime only sees
+// c10d::ProcessGroup. (It also needs the stage and its batches on the GPU, which the runtime
+// does not do yet: ParseBackend refuses "nccl" with that explanation.)
 #pragma once
 
 #include <chrono>

@@ -1,5 +1,7 @@
 #include "worker/comm.h"
 
+#include <cstdio>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -48,6 +50,12 @@ cutpoint::Activations DecodeHeader(const torch::Tensor& header) {
   return acts;
 }
 
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g s", s);
+  return buf;
+}
+
 }  // namespace
 
 std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend) {
@@ -78,8 +86,8 @@ std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend)
     throw PeerError("rendezvous at " + placement.rdzv_host + ":" +
                     std::to_string(placement.rdzv_port) + " (generation " +
                     std::to_string(placement.generation) + ", " + std::to_string(world) +
-                    " ranks) did not complete within " + std::to_string(placement.timeout_s) +
-                    " s: " + e.what());
+                    " ranks) did not complete within " + Seconds(placement.timeout_s) + ": " +
+                    e.what());
   }
   return comm;
 }
@@ -107,8 +115,7 @@ void Comm::Wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& w
   } catch (const std::exception& e) {
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));  // c10::Error appends a backtrace
-    throw PeerError(what + " failed after at most " + std::to_string(placement_.timeout_s) +
-                    " s: " + cause);
+    throw PeerError(what + " failed (timeout " + Seconds(placement_.timeout_s) + "): " + cause);
   }
 }
 
@@ -140,11 +147,12 @@ void Comm::SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int t
   }
 }
 
-void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag) {
+void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag,
+                       const std::string& what) {
   for (size_t i = 0; i < into.size(); ++i) {
     std::vector<torch::Tensor> one{into[i]};
     Wait(global_->recv(one, src, tag * kTagsPerMessage + static_cast<int>(i)),
-         "receiving from " + Describe(src));
+         "receiving " + what + " from " + Describe(src));
   }
 }
 

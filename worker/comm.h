@@ -47,7 +47,8 @@ class Comm {
 
   // Tensors whose shapes both sides already know (gradients of sent activations).
   void SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int tag);
-  void RecvTensors(std::vector<torch::Tensor>& into, int src, int tag);
+  // `what` names the tensors in error messages ("gradients of micro-batch 3").
+  void RecvTensors(std::vector<torch::Tensor>& into, int src, int tag, const std::string& what);
 
   // Waits for every outstanding send.
   void WaitSends();

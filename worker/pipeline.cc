@@ -29,7 +29,8 @@ class Executor {
     MicroBatchState& mb = mbs_[ins.micro_batch];
     switch (ins.op) {
       case Op::kRecvActivations:
-        mb.inputs = ctx_.comm->RecvActivations(ctx_.prev_rank, TagOf(ins.micro_batch, kActivationTag));
+        mb.inputs = ctx_.comm->RecvActivations(ctx_.prev_rank,
+                                               TagOf(ins.micro_batch, kActivationTag));
         for (auto& [name, t] : mb.inputs) {
           if (t.is_floating_point()) t.requires_grad_(true);
         }
@@ -55,7 +56,8 @@ class Executor {
         for (const auto& [name, t] : mb.outputs) {
           if (t.is_floating_point()) mb.output_grads.push_back(torch::empty(t.sizes(), t.options()));
         }
-        ctx_.comm->RecvTensors(mb.output_grads, ctx_.next_rank, TagOf(ins.micro_batch, kGradientTag));
+        ctx_.comm->RecvTensors(mb.output_grads, ctx_.next_rank, TagOf(ins.micro_batch, kGradientTag),
+                               "gradients of micro-batch " + std::to_string(ins.micro_batch));
         break;
       }
       case Op::kBackward:

@@ -67,7 +67,7 @@ void TiedWeights::SyncInitialValues(Comm& comm) {
       value = torch::empty_like(g.local[0]);
       std::vector<torch::Tensor> into{value};
       comm.RecvTensors(into, placement_->stage_map.RankOf(g.source_stage, placement_->replica()),
-                       TagOf(i, 0));
+                       TagOf(i, 0), "the initial value of a tied weight");
     }
     for (auto& t : g.local) t.copy_(value);
   }
@@ -99,7 +99,7 @@ void TiedWeights::SumGradients(Comm& comm) {
       if (g.stages[k] == stage_) continue;
       std::vector<torch::Tensor> into{partials[k]};
       comm.RecvTensors(into, placement_->stage_map.RankOf(g.stages[k], placement_->replica()),
-                       TagOf(i, 1));
+                       TagOf(i, 1), "tied-weight gradients");
     }
     torch::Tensor total = partials[0].clone();
     for (size_t k = 1; k < partials.size(); ++k) total += partials[k];
