@@ -2,15 +2,15 @@
 # find_package(mitra) and link mitra::worker.
 include(CMakePackageConfigHelpers)
 
-set(MITRA_INSTALL_TARGETS mitra_common mitra_planner)
+set(MITRA_INSTALL_TARGETS mitra_common mitra_planner mitra_checkpoint_store)
 if(MITRA_WITH_TORCH)
-  list(APPEND MITRA_INSTALL_TARGETS mitra_cutpoint mitra_worker)
+  list(APPEND MITRA_INSTALL_TARGETS mitra_checkpoint mitra_cutpoint mitra_worker)
 endif()
 install(TARGETS ${MITRA_INSTALL_TARGETS} EXPORT mitraTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mitra)
-foreach(dir common planner cutpoint worker)
+foreach(dir common planner checkpoint cutpoint worker)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mitra/${dir}
           FILES_MATCHING PATTERN "*.h")
 endforeach()

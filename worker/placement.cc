@@ -68,7 +68,9 @@ Result<Placement> Placement::FromEnvironment() {
                    read("MITRA_RESUME_STEP", 0, &p.resume_step),
                    read("MITRA_RDZV_PORT", 0, &p.rdzv_port),
                    read("MITRA_GENERATION", 0, &p.generation),
-                   read("MITRA_THREADS", 1, &p.threads)}) {
+                   read("MITRA_THREADS", 1, &p.threads),
+                   read("MITRA_CHECKPOINT_EVERY", 0, &p.checkpoint_every),
+                   read("MITRA_KEEP_CHECKPOINTS", 0, &p.keep_checkpoints)}) {
     if (!s.ok()) return s;
   }
   if (const char* t = Env("MITRA_TIMEOUT_S")) {
@@ -95,6 +97,7 @@ Result<Placement> Placement::FromEnvironment() {
   if (const char* h = Env("MITRA_RDZV_HOST")) p.rdzv_host = h;
   if (const char* h = Env("MITRA_HOST")) p.host = h;
   if (const char* d = Env("MITRA_RUN_DIR")) p.run_dir = d;
+  if (const char* d = Env("MITRA_CHECKPOINT_DIR")) p.checkpoint_dir = d;
   if (p.rdzv_port == 0) {
     if (!p.standalone) {
       return Status::InvalidArgument("MITRA_RDZV_PORT is not set: the manager passes it");

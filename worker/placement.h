@@ -28,6 +28,9 @@ struct Placement {
   int threads = 1;                 // LibTorch intra-op threads
   double timeout_s = 30;           // every blocking wait
   std::string run_dir;
+  std::string checkpoint_dir;      // empty: the program's own setting
+  int64_t checkpoint_every = -1;   // -1: the program's own setting
+  int64_t keep_checkpoints = -1;   // -1: the program's own setting
   bool standalone = true;          // not started by the manager
 
   int stage() const { return stage_map.PositionOf(rank).stage; }

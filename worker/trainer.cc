@@ -10,6 +10,7 @@
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
+#include "checkpoint/store.h"
 #include "worker/report.h"
 
 namespace mitra::worker {
@@ -79,8 +80,23 @@ int Trainer::Train(const Placement& placement) {
       .Add("generation", placement.generation)
       .Emit();
 
+  CheckpointOptions ck = options_.checkpoint;
+  if (!placement.checkpoint_dir.empty()) ck.dir = placement.checkpoint_dir;
+  if (placement.checkpoint_every >= 0) ck.every = placement.checkpoint_every;
+  if (placement.keep_checkpoints >= 0) ck.keep = static_cast<int>(placement.keep_checkpoints);
+  std::unique_ptr<Checkpointer> checkpointer;
+  if (!ck.dir.empty()) {
+    if (Status s = checkpoint::CheckWritable(ck.dir); !s.ok()) {
+      spdlog::error("rank {}: {}", placement.rank, s.message());
+      return 2;
+    }
+    checkpointer = std::make_unique<Checkpointer>(rt, spec_, ck);
+  }
+  int64_t step = Resume(placement, checkpointer.get());
+  if (step < 0) return 2;
+  int64_t saved_step = step;
+
   const int64_t tokens_per_step = opts.global_batch * spec_.tokens_per_sample;
-  int64_t step = placement.resume_step;
   std::string reason = "max_steps";
   while (step < max_steps) {
     const auto start = std::chrono::steady_clock::now();
@@ -107,12 +123,23 @@ int Trainer::Train(const Placement& placement) {
       spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s", step, r.loss,
                    r.grad_norm, r.lr, seconds);
     }
+    if (checkpointer && ck.every > 0 && step % ck.every == 0 && step < max_steps && !r.stop) {
+      checkpointer->Save(step);
+      saved_step = step;
+    }
     if (r.stop) {
       reason = "signal";
       break;
     }
   }
   rt.comm().WaitSends();
+  if (checkpointer) {
+    if (saved_step != step) checkpointer->Save(step);  // the final save is synchronous:
+    if (Status s = checkpointer->Wait(); !s.ok()) {    // Wait() returns when it is on disk
+      spdlog::error("rank {}: {}", placement.rank, s.message());
+      return 1;
+    }
+  }
   if (!options_.dump_params.empty() && placement.replica() == 0) {
     std::filesystem::create_directories(options_.dump_params);
     SaveParameters(rt.stage(), options_.dump_params + "/stage-" +
@@ -120,6 +147,33 @@ int Trainer::Train(const Placement& placement) {
   }
   Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
   return 0;
+}
+
+int64_t Trainer::Resume(const Placement& placement, Checkpointer* checkpointer) {
+  int64_t step = placement.resume_step;
+  if (!checkpointer) {
+    if (step > 0) {
+      spdlog::error("rank {}: told to resume from step {} but no checkpoint directory is set "
+                    "(MITRA_CHECKPOINT_DIR or the program's --checkpoint-dir)", placement.rank, step);
+      return -1;
+    }
+    return 0;
+  }
+  if (step == 0 && placement.standalone) {
+    std::vector<std::string> skipped;
+    auto found = checkpoint::FindNewestValid(checkpointer->options().dir, &skipped);
+    for (const auto& why : skipped) spdlog::warn("{}", why);
+    if (!found.ok()) return 0;
+    step = found->step;
+  }
+  if (step == 0) return 0;
+  if (Status s = checkpointer->Restore(step); !s.ok()) {
+    spdlog::error("rank {}: cannot resume from step {}: {}", placement.rank, step, s.message());
+    return -1;
+  }
+  spdlog::info("rank {}: resumed from {}", placement.rank,
+               checkpoint::StepDirectory(checkpointer->options().dir, step));
+  return step;
 }
 
 void SaveParameters(const Stage& stage, const std::string& path) {

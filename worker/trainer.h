@@ -6,7 +6,8 @@
 //   }
 //
 // Run() reads the placement (Placement::FromEnvironment), answers the manager's describe
-// request, trains steps [resume_step, max_steps) and reports each one on stdout as an
+// request, restores the checkpoint it is told to resume from, trains steps
+// [resume_step, max_steps), checkpoints every N steps and at the end, and reports each one on stdout as an
 // `@mitra {"event":"step",...}` record (rank 0) plus a human log line. SIGUSR1 (and SIGINT)
 // ask for a stop: the wish is combined across ranks at the next step boundary, so every rank
 // stops after the same step. A lost peer ends the worker with exit code 1 and a message naming
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "cutpoint/model.h"
+#include "worker/checkpointer.h"
 #include "worker/data.h"
 #include "worker/runtime.h"
 
@@ -28,6 +30,7 @@ struct TrainerOptions {
   int64_t log_every = 1;      // human log line every N steps (records are always written)
   std::string dump_params;    // after training, replica 0 of each stage writes its parameters
                               // to <dump_params>/stage-<s>.pt (torch.load-able dict)
+  CheckpointOptions checkpoint;  // the placement's MITRA_CHECKPOINT_* settings override these
 };
 
 class Trainer {
@@ -40,6 +43,9 @@ class Trainer {
 
  private:
   int Train(const Placement& placement);
+  // Which step to start from: the placement's resume step, or for a program run alone, the
+  // newest valid checkpoint in its checkpoint directory. Restores it; -1 on failure (logged).
+  int64_t Resume(const Placement& placement, Checkpointer* checkpointer);
 
   cutpoint::ModelSpec spec_;
   std::shared_ptr<const Dataset> dataset_;

@@ -1,0 +1,62 @@
+// Manifest: the last file written into a checkpoint, and the proof that it is complete.
+//
+// A small text file (docs/checkpoint-format.md):
+//
+//   mitra-checkpoint 1
+//   step 120
+//   stages 2
+//   replicas 2
+//   partition 5,5
+//   schedule 1f1b
+//   global_batch 32
+//   seed 1234
+//   segments embed block0 block1 head
+//   file seg-embed.pt 1048893 9a3c01f2
+//   ...
+//   end 5d1e77a0
+//
+// Every file of the checkpoint is listed with its size and CRC-32C. The `end` line carries the
+// CRC-32C of everything before it, so a truncated or damaged manifest is detected. The shape
+// (stages, replicas, partition, schedule) is recorded for the reader's information only:
+// loading never needs it, because files are keyed by segment and parameter name.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mitra::checkpoint {
+
+struct FileEntry {
+  std::string name;  // relative to the checkpoint directory
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+
+struct Manifest {
+  int64_t step = 0;  // steps completed when it was written; training resumes at this step
+  int stages = 1;
+  int replicas = 1;
+  std::string partition;
+  std::string schedule;
+  int64_t global_batch = 0;
+  uint64_t seed = 0;
+  std::vector<std::string> segments;
+  std::vector<FileEntry> files;
+
+  std::string Serialize() const;
+  // `where` names the file in error messages.
+  static Result<Manifest> Parse(std::string_view text, const std::string& where);
+
+  const FileEntry* FindFile(const std::string& name) const;
+};
+
+inline constexpr const char* kManifestName = "MANIFEST";
+
+// "seg-<segment>.pt": the file holding a segment's parameters and optimizer state.
+std::string SegmentFileName(const std::string& segment);
+
+}  // namespace mitra::checkpoint

@@ -1,0 +1,278 @@
+#include "worker/checkpointer.h"
+
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/torch.h>
+
+#include "checkpoint/crc32c.h"
+#include "checkpoint/store.h"
+#include "worker/report.h"
+
+namespace mitra::worker {
+namespace fs = std::filesystem;
+using checkpoint::TensorMap;
+
+namespace {
+
+constexpr const char* kTrainerFile = "trainer.pt";
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string ParamKey(const torch::Tensor& p) {
+  return c10::guts::to_string(p.unsafeGetTensorImpl());
+}
+
+}  // namespace
+
+struct Checkpointer::Snapshot {
+  int64_t step = 0;
+  double started = 0;
+  double blocked_s = 0;
+  std::vector<std::pair<std::string, TensorMap>> files;
+};
+
+Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
+                           CheckpointOptions options)
+    : runtime_(runtime), spec_(spec), options_(std::move(options)) {
+  const Placement& p = runtime_.placement();
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<uint16_t>(p.rdzv_port);
+  opts.isServer = false;
+  opts.waitWorkers = false;
+  opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000));
+  store_ = c10::make_intrusive<c10d::PrefixStore>(
+      "gen-" + std::to_string(p.generation) + "/checkpoint",
+      c10::make_intrusive<c10d::TCPStore>(p.rdzv_host, opts));
+}
+
+Checkpointer::~Checkpointer() { Wait(); }
+
+std::string Checkpointer::Key(int64_t step, const std::string& what) const {
+  return std::to_string(step) + "/" + what;
+}
+
+std::vector<int> Checkpointer::SegmentsThisRankWrites() const {
+  const Placement& p = runtime_.placement();
+  std::vector<int> out;
+  for (int i = runtime_.stage().first_segment(); i < runtime_.stage().end_segment(); ++i) {
+    if ((i - runtime_.stage().first_segment()) % p.num_replicas() == p.replica()) out.push_back(i);
+  }
+  return out;
+}
+
+std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps_done) {
+  auto snap = std::make_unique<Snapshot>();
+  snap->step = steps_done;
+  snap->started = Now();
+  auto& state = runtime_.optimizer().state();
+  for (int i : SegmentsThisRankWrites()) {
+    const std::string prefix = spec_.segments[i].name + ".";
+    TensorMap tensors;
+    for (const auto& p : runtime_.stage().parameters()) {
+      if (p.name.rfind(prefix, 0) != 0) continue;
+      const std::string local = p.name.substr(prefix.size());
+      tensors["param/" + local] = p.tensor.detach().clone();
+      auto it = state.find(ParamKey(p.tensor));
+      if (it == state.end()) continue;
+      auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      tensors["exp_avg/" + local] = adam.exp_avg().clone();
+      tensors["exp_avg_sq/" + local] = adam.exp_avg_sq().clone();
+      tensors["step/" + local] = torch::scalar_tensor(adam.step(), torch::kInt64);
+    }
+    snap->files.emplace_back(checkpoint::SegmentFileName(spec_.segments[i].name), std::move(tensors));
+  }
+  if (runtime_.placement().rank == 0) {
+    const RuntimeOptions& o = runtime_.options();
+    auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
+    snap->files.emplace_back(
+        kTrainerFile,
+        TensorMap{{"step", torch::scalar_tensor(steps_done, torch::kInt64)},
+                  {"rng_state", at::Tensor(gen->get_state())},
+                  {"global_batch", torch::scalar_tensor(o.global_batch, torch::kInt64)},
+                  {"seed", torch::scalar_tensor(static_cast<int64_t>(o.seed), torch::kInt64)},
+                  {"lr_base", torch::scalar_tensor(o.lr.base, torch::kFloat64)},
+                  {"lr_warmup_steps", torch::scalar_tensor(o.lr.warmup_steps, torch::kInt64)},
+                  {"lr_total_steps", torch::scalar_tensor(o.lr.total_steps, torch::kInt64)},
+                  {"lr_min_ratio", torch::scalar_tensor(o.lr.min_ratio, torch::kFloat64)}});
+  }
+  snap->blocked_s = Now() - snap->started;
+  return snap;
+}
+
+void Checkpointer::Save(int64_t steps_done) {
+  if (options_.dir.empty()) return;
+  if (Status s = Wait(); !s.ok()) spdlog::error("checkpoint: {}", s.message());
+  std::shared_ptr<Snapshot> snap = TakeSnapshot(steps_done);
+  if (options_.async) {
+    writer_ = std::thread([this, snap] { last_status_ = Write(*snap); });
+  } else {
+    last_status_ = Write(*snap);
+  }
+}
+
+Status Checkpointer::Wait() {
+  if (writer_.joinable()) writer_.join();
+  Status s = last_status_;
+  last_status_ = Status::Ok();
+  return s;
+}
+
+Status Checkpointer::Write(const Snapshot& snap) {
+  const std::string partial = checkpoint::PartialDirectory(options_.dir, snap.step);
+  std::error_code ec;
+  fs::create_directories(partial, ec);
+  Status status = ec ? Status::IoError("cannot create " + partial + ": " + ec.message())
+                     : Status::Ok();
+  std::ostringstream entries;
+  for (const auto& [name, tensors] : snap.files) {
+    if (!status.ok()) break;
+    const std::string bytes = checkpoint::EncodeTensors(tensors);
+    status = checkpoint::WriteFileDurably((fs::path(partial) / name).string(), bytes);
+    char crc[16];
+    std::snprintf(crc, sizeof(crc), "%08" PRIx32, checkpoint::Crc32c(bytes));
+    entries << name << " " << bytes.size() << " " << crc << "\n";
+  }
+  const int rank = runtime_.placement().rank;
+  try {
+    const std::string listing = entries.str();
+    store_->set(Key(snap.step, "files/" + std::to_string(rank)),
+                std::vector<uint8_t>(listing.begin(), listing.end()));
+    store_->add(Key(snap.step, status.ok() ? "done" : "failed"), 1);
+    if (rank == 0) {
+      Status committed = CommitAsRankZero(snap.step, snap.started);
+      if (status.ok()) status = committed;
+      if (status.ok()) {
+        Record("checkpoint")
+            .Add("step", snap.step)
+            .Add("path", checkpoint::StepDirectory(options_.dir, snap.step))
+            .Add("blocked_s", snap.blocked_s)
+            .Add("total_s", Now() - snap.started)
+            .Emit();
+      }
+    }
+  } catch (const std::exception& e) {
+    status = Status::Unavailable(std::string("checkpoint coordination failed: ") + e.what());
+  }
+  if (!status.ok()) {
+    status = Status::IoError("checkpoint of step " + std::to_string(snap.step) +
+                             " was not written: " + status.message() +
+                             "; earlier checkpoints are intact");
+  }
+  return status;
+}
+
+Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
+  const Placement& p = runtime_.placement();
+  const int world = p.world_size();
+  // Writing may take long for a large model; the wait is bounded all the same.
+  const double deadline = started + std::max(600.0, 20 * p.timeout_s);
+  int64_t done = 0, failed = 0;
+  while (done + failed < world) {
+    if (Now() > deadline) {
+      return Status::Timeout(std::to_string(world - done - failed) +
+                             " ranks did not report their checkpoint files in time");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    done = store_->add(Key(step, "done"), 0);
+    failed = store_->add(Key(step, "failed"), 0);
+  }
+  if (failed > 0) {
+    return Status::IoError(std::to_string(failed) + " of " + std::to_string(world) +
+                           " ranks could not write their files (see their logs)");
+  }
+  checkpoint::Manifest m;
+  const RuntimeOptions& o = runtime_.options();
+  m.step = step;
+  m.stages = p.num_stages();
+  m.replicas = p.num_replicas();
+  m.partition = runtime_.partition().ToString();
+  m.schedule = o.schedule;
+  m.global_batch = o.global_batch;
+  m.seed = o.seed;
+  for (const auto& s : spec_.segments) m.segments.push_back(s.name);
+  for (int r = 0; r < world; ++r) {
+    const std::vector<uint8_t> raw = store_->get(Key(step, "files/" + std::to_string(r)));
+    std::istringstream lines(std::string(raw.begin(), raw.end()));
+    checkpoint::FileEntry f;
+    std::string crc;
+    while (lines >> f.name >> f.bytes >> crc) {
+      f.crc32c = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
+      m.files.push_back(f);
+    }
+  }
+  if (Status s = checkpoint::Commit(options_.dir, m); !s.ok()) return s;
+  return checkpoint::Prune(options_.dir, options_.keep);
+}
+
+Status Checkpointer::Restore(int64_t step) {
+  const std::string path = checkpoint::StepDirectory(options_.dir, step);
+  const Stage& stage = runtime_.stage();
+  std::vector<std::string> needed{kTrainerFile};
+  for (int i = stage.first_segment(); i < stage.end_segment(); ++i) {
+    needed.push_back(checkpoint::SegmentFileName(spec_.segments[i].name));
+  }
+  auto manifest = checkpoint::VerifyFiles(path, needed);
+  if (!manifest.ok()) return manifest.status();
+  std::vector<std::string> names;
+  for (const auto& s : spec_.segments) names.push_back(s.name);
+  if (manifest->segments != names) {
+    return Status::InvalidArgument("checkpoint " + path + " was written by another model (its "
+                                   "segments differ from this program's): use another "
+                                   "--checkpoint-dir");
+  }
+  auto& state = runtime_.optimizer().state();
+  torch::NoGradGuard no_grad;
+  for (int i = stage.first_segment(); i < stage.end_segment(); ++i) {
+    const std::string file = (fs::path(path) / checkpoint::SegmentFileName(spec_.segments[i].name)).string();
+    auto bytes = checkpoint::ReadWholeFile(file);
+    if (!bytes.ok()) return bytes.status();
+    auto tensors = checkpoint::DecodeTensors(*bytes, file);
+    if (!tensors.ok()) return tensors.status();
+    const std::string prefix = spec_.segments[i].name + ".";
+    size_t used = 0;
+    for (const auto& p : stage.parameters()) {
+      if (p.name.rfind(prefix, 0) != 0) continue;
+      const std::string local = p.name.substr(prefix.size());
+      auto it = tensors->find("param/" + local);
+      if (it == tensors->end() || !it->second.sizes().equals(p.tensor.sizes())) {
+        return Status::InvalidArgument(
+            file + ": parameter '" + local + "' is " +
+            (it == tensors->end() ? std::string("missing") : "of another shape") +
+            ": the checkpoint was written by another model; use another --checkpoint-dir");
+      }
+      p.tensor.copy_(it->second);
+      ++used;
+      if (tensors->count("exp_avg/" + local)) {
+        auto adam = std::make_unique<torch::optim::AdamWParamState>();
+        adam->exp_avg(tensors->at("exp_avg/" + local).clone());
+        adam->exp_avg_sq(tensors->at("exp_avg_sq/" + local).clone());
+        adam->step(tensors->at("step/" + local).item<int64_t>());
+        state[ParamKey(p.tensor)] = std::move(adam);
+        used += 3;
+      }
+    }
+    if (used != tensors->size()) {
+      return Status::InvalidArgument(file + " holds tensors this model does not have: the "
+                                     "checkpoint was written by another model");
+    }
+  }
+  auto trainer_bytes = checkpoint::ReadWholeFile((fs::path(path) / kTrainerFile).string());
+  if (!trainer_bytes.ok()) return trainer_bytes.status();
+  auto trainer = checkpoint::DecodeTensors(*trainer_bytes, kTrainerFile);
+  if (!trainer.ok()) return trainer.status();
+  auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
+  gen->set_state(*trainer->at("rng_state").unsafeGetTensorImpl());
+  return Status::Ok();
+}
+
+}  // namespace mitra::worker
