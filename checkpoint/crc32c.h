@@ -8,7 +8,7 @@
 namespace mitra::checkpoint {
 
 // Extends `crc` (0 to start) with `size` bytes at `data`.
-uint32_t Crc32c(const void* data, size_t size, uint32_t crc = 0);
+uint32_t Crc32c(const void* data, size_t size, uint32_t crc);
 inline uint32_t Crc32c(std::string_view bytes, uint32_t crc = 0) {
   return Crc32c(bytes.data(), bytes.size(), crc);
 }

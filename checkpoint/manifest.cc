@@ -67,8 +67,11 @@ Result<Manifest> Manifest::Parse(std::string_view text, const std::string& where
     if (key == "step") fields >> m.step;
     else if (key == "stages") fields >> m.stages;
     else if (key == "replicas") fields >> m.replicas;
-    else if (key == "partition") fields >> m.partition;
-    else if (key == "schedule") fields >> m.schedule;
+    else if (key == "partition" || key == "schedule") {
+      // Possibly empty: the rest of the line.
+      std::string& value = key == "partition" ? m.partition : m.schedule;
+      value = line.size() > key.size() + 1 ? line.substr(key.size() + 1) : "";
+    }
     else if (key == "global_batch") fields >> m.global_batch;
     else if (key == "seed") fields >> m.seed;
     else if (key == "segments") {

@@ -1,0 +1,150 @@
+#include "common/file_system.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+namespace mitra {
+namespace {
+
+Status ErrnoStatus(const std::string& what, const std::string& path, int error) {
+  std::string message = what + " " + path + ": " + std::strerror(error);
+  if (error == ENOENT) return Status::NotFound(std::move(message));
+  return Status::IoError(std::move(message));
+}
+
+// write(2) until all of `data` is written.
+Status WriteAll(int fd, std::string_view data, const std::string& path) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("cannot write", path, errno);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  return Status::Ok();
+}
+
+class PosixAppendableFile : public AppendableFile {
+ public:
+  PosixAppendableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixAppendableFile() override { ::close(fd_); }
+  PosixAppendableFile(const PosixAppendableFile&) = delete;
+  PosixAppendableFile& operator=(const PosixAppendableFile&) = delete;
+
+  Status Append(std::string_view data) override { return WriteAll(fd_, data, path_); }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+}  // namespace
+
+bool PosixFileSystem::Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool PosixFileSystem::IsDirectory(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+Status PosixFileSystem::CreateDirectories(const std::string& path) {
+  if (path.empty()) return Status::InvalidArgument("cannot create a directory with an empty name");
+  // Create each prefix in turn; EEXIST on a directory is fine.
+  for (size_t pos = 1; pos <= path.size(); ++pos) {
+    if (pos != path.size() && path[pos] != '/') continue;
+    const std::string prefix = path.substr(0, pos);
+    if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+    if (errno == EEXIST && IsDirectory(prefix)) continue;
+    if (errno == EEXIST) {
+      return Status::IoError("cannot create directory " + path + ": " + prefix +
+                             " exists and is not a directory");
+    }
+    return ErrnoStatus("cannot create directory", prefix, errno);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> PosixFileSystem::ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+  std::string contents;
+  char buffer[16384];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      return ErrnoStatus("cannot read", path, error);
+    }
+    if (n == 0) break;
+    contents.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return contents;
+}
+
+Status PosixFileSystem::WriteFileAtomically(const std::string& path, std::string_view contents) {
+  const std::string temp = path + ".tmp";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("cannot create", temp, errno);
+  Status status = WriteAll(fd, contents, temp);
+  if (status.ok() && ::fsync(fd) != 0) status = ErrnoStatus("cannot sync", temp, errno);
+  if (::close(fd) != 0 && status.ok()) status = ErrnoStatus("cannot close", temp, errno);
+  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
+    status = ErrnoStatus("cannot rename " + temp + " to", path, errno);
+  }
+  if (!status.ok()) ::unlink(temp.c_str());
+  return status;
+}
+
+Result<std::unique_ptr<AppendableFile>> PosixFileSystem::OpenForAppend(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+  return std::unique_ptr<AppendableFile>(new PosixAppendableFile(fd, path));
+}
+
+std::string JoinPath(std::string_view a, std::string_view b) {
+  if (a.empty() || (!b.empty() && b.front() == '/')) return std::string(b);
+  std::string out(a);
+  if (out.back() != '/') out += '/';
+  out += b;
+  return out;
+}
+
+std::string NormalizePath(std::string_view path) {
+  const bool absolute = !path.empty() && path.front() == '/';
+  std::vector<std::string_view> parts;
+  size_t pos = 0;
+  while (pos <= path.size()) {
+    size_t end = path.find('/', pos);
+    if (end == std::string_view::npos) end = path.size();
+    const std::string_view part = path.substr(pos, end - pos);
+    pos = end + 1;
+    if (part.empty() || part == ".") continue;
+    if (part == ".." && !parts.empty() && parts.back() != "..") {
+      parts.pop_back();
+    } else if (part == ".." && absolute) {
+      continue;  // "/.." is "/"
+    } else {
+      parts.push_back(part);
+    }
+  }
+  std::string out = absolute ? "/" : "";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += '/';
+    out += parts[i];
+  }
+  return out.empty() ? "." : out;
+}
+
+}  // namespace mitra

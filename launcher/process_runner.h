@@ -1,0 +1,83 @@
+// ProcessRunner: the seam through which the manager starts workers and learns what they do.
+//
+// The manager never forks or signals processes itself. It hands a ProcessSpec to a runner and
+// receives ProcessEvents: the `@mitra` messages a process prints and, once, how it exited.
+// LocalProcessRunner (local_process_runner.h) runs processes on this machine; an SSH runner
+// for remote hosts will implement the same interface; tests use a scripted fake.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mitra::launcher {
+
+// Output lines that start with this are messages for the manager (docs/worker-contract.md).
+inline constexpr std::string_view kMessagePrefix = "@mitra ";
+
+struct ProcessSpec {
+  std::string program;                             // as returned by ResolveProgram
+  std::vector<std::string> args;                   // argv[1..]
+  std::map<std::string, std::string> environment;  // the child's entire environment
+  std::string working_directory;                   // "": the runner's own
+  std::string log_path;  // every byte of stdout and stderr is appended here; "": no log
+};
+
+struct ExitStatus {
+  int exit_code = 0;  // meaningful when signal == 0
+  int signal = 0;     // the signal that ended the process; 0 when it exited by itself
+
+  bool ok() const { return signal == 0 && exit_code == 0; }
+  // "exited with code 3", "was killed by signal SIGKILL".
+  std::string ToString() const;
+};
+
+// Assigned by a runner; unique within it and never reused (unlike OS pids).
+using ProcessId = int64_t;
+
+struct ProcessEvent {
+  enum class Kind { kMessage, kExited };
+
+  Kind kind = Kind::kMessage;
+  ProcessId id = 0;
+  std::string message;                  // kMessage: the line after kMessagePrefix
+  ExitStatus exit;                      // kExited
+  std::vector<std::string> last_lines;  // kExited: the last lines of output (both streams)
+};
+
+// Receives a runner's events. It is called from the runner's own threads, possibly several at
+// once, so it must be thread-safe; it should return quickly (push to a queue).
+using ProcessEventSink = std::function<void(ProcessEvent)>;
+
+struct StartedProcess {
+  ProcessId id = 0;
+  int pid = 0;  // the OS process id, for records and messages
+};
+
+// Implementations are thread-safe.
+class ProcessRunner {
+ public:
+  virtual ~ProcessRunner() = default;
+
+  // Checks that `program` names something this runner can start and returns the form to put in
+  // ProcessSpec::program. A name without '/' is looked up in `search_path` (PATH's format).
+  // InvalidArgument, naming the program and the fix, when it is missing or not executable.
+  virtual Result<std::string> ResolveProgram(const std::string& program,
+                                             const std::string& search_path) = 0;
+
+  // Starts a process; does not wait for it. Every kMessage of the process is delivered to
+  // `sink` before its kExited, and kExited exactly once. `sink` must stay callable until then
+  // (or until the runner is destroyed).
+  virtual Result<StartedProcess> Start(const ProcessSpec& spec, ProcessEventSink sink) = 0;
+
+  // Sends `signal_number` to a process this runner started. A process that has already exited
+  // is left alone and the call is ok: a runner never signals a process it did not start.
+  virtual Status Signal(ProcessId id, int signal_number) = 0;
+};
+
+}  // namespace mitra::launcher

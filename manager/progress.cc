@@ -1,0 +1,121 @@
+#include "manager/progress.h"
+
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+namespace mitra::manager {
+namespace {
+
+constexpr size_t kEtaWindow = 20;  // arrival intervals the ETA averages
+
+}  // namespace
+
+std::optional<StepRecord> StepRecord::FromJson(const JsonObject& record) {
+  const std::optional<double> step = record.GetNumber("step");
+  if (!step || *step < 1 || *step != std::floor(*step)) return std::nullopt;
+  StepRecord out;
+  out.step = static_cast<int64_t>(*step);
+  out.loss = record.GetNumber("loss").value_or(0);
+  out.tokens_per_s = record.GetNumber("tokens_per_s").value_or(0);
+  out.step_time_s = record.GetNumber("step_time_s").value_or(0);
+  return out;
+}
+
+void StepStats::Add(const StepRecord& record, double now_s) {
+  if (steps_seen_ == 0) {
+    first_tokens_per_s_ = record.tokens_per_s;
+  } else {
+    later_tokens_per_s_sum_ += record.tokens_per_s;
+  }
+  ++steps_seen_;
+  if (last_arrival_s_) {
+    intervals_s_.push_back(now_s - *last_arrival_s_);
+    if (intervals_s_.size() > kEtaWindow) intervals_s_.pop_front();
+  }
+  last_arrival_s_ = now_s;
+  last_ = record;
+}
+
+double StepStats::MeanTokensPerSecond() const {
+  if (steps_seen_ == 0) return 0;
+  if (steps_seen_ == 1) return first_tokens_per_s_;
+  return later_tokens_per_s_sum_ / static_cast<double>(steps_seen_ - 1);
+}
+
+std::optional<double> StepStats::EtaSeconds(int64_t max_steps) const {
+  if (max_steps <= 0 || !last_) return std::nullopt;
+  double per_step = last_->step_time_s;
+  if (!intervals_s_.empty()) {
+    per_step = std::accumulate(intervals_s_.begin(), intervals_s_.end(), 0.0) /
+               static_cast<double>(intervals_s_.size());
+  }
+  if (per_step <= 0) return std::nullopt;
+  return static_cast<double>(std::max<int64_t>(0, max_steps - last_->step)) * per_step;
+}
+
+std::string FormatDuration(double seconds) {
+  const int64_t total = std::max<int64_t>(0, std::llround(seconds));
+  const int64_t h = total / 3600;
+  const int64_t m = total / 60 % 60;
+  const int64_t s = total % 60;
+  char buffer[48];
+  if (h > 0) {
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld", static_cast<long long>(h),
+                  static_cast<long long>(m), static_cast<long long>(s));
+  } else {
+    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld", static_cast<long long>(m),
+                  static_cast<long long>(s));
+  }
+  return buffer;
+}
+
+std::string FormatCount(double value) {
+  const bool negative = value < 0;
+  std::string digits = std::to_string(std::llround(std::fabs(value)));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return negative ? "-" + out : out;
+}
+
+std::string FormatProgressLine(const StepRecord& record, int64_t max_steps,
+                               std::optional<double> eta_s) {
+  std::string line = "step " + std::to_string(record.step);
+  if (max_steps > 0) line += "/" + std::to_string(max_steps);
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "  loss %.4f", record.loss);
+  line += buffer;
+  line += "  " + FormatCount(record.tokens_per_s) + " tokens/s";
+  std::snprintf(buffer, sizeof(buffer), "  %.2f s/step", record.step_time_s);
+  line += buffer;
+  if (eta_s) line += "  ETA " + FormatDuration(*eta_s);
+  return line;
+}
+
+std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats) {
+  std::string summary = std::to_string(steps) + " steps in " + FormatDuration(wall_s);
+  if (stats.last()) {
+    char loss[32];
+    std::snprintf(loss, sizeof(loss), "%.4f", stats.last()->loss);
+    summary += ", final loss " + std::string(loss) + ", mean " +
+               FormatCount(stats.MeanTokensPerSecond()) + " tokens/s";
+  }
+  return summary;
+}
+
+std::string FormatFailureReport(const std::string& what, const std::string& log_name,
+                                const std::vector<std::string>& last_lines) {
+  std::string report = "mitra: " + what + "\n";
+  if (!last_lines.empty()) {
+    report += "mitra: last " + std::to_string(last_lines.size()) + " lines of " + log_name + ":\n";
+    for (const std::string& line : last_lines) report += "  | " + line + "\n";
+  }
+  return report;
+}
+
+double RoundedSeconds(double seconds) { return std::round(seconds * 1000) / 1000; }
+
+}  // namespace mitra::manager

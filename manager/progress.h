@@ -1,0 +1,71 @@
+// Progress on the terminal: per-step lines, ETA and the final summary.
+//
+// StepStats accumulates what the `step` records say; the Format* functions are pure.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+
+namespace mitra::manager {
+
+// The fields of a worker's `step` record that the manager uses.
+struct StepRecord {
+  int64_t step = 0;  // completed steps, 1-based
+  double loss = 0;
+  double tokens_per_s = 0;
+  double step_time_s = 0;
+
+  // nullopt when `step` is missing or not a positive whole number; other fields default to 0.
+  static std::optional<StepRecord> FromJson(const JsonObject& record);
+};
+
+// Not thread-safe.
+class StepStats {
+ public:
+  // `now_s`: monotonic seconds when the record arrived (the ETA uses arrival intervals, which
+  // include everything between steps, not only the worker's step time).
+  void Add(const StepRecord& record, double now_s);
+
+  int64_t steps_seen() const { return steps_seen_; }
+  const std::optional<StepRecord>& last() const { return last_; }
+  // Mean tokens/s over the steps after the first (the first includes warm-up); over the first
+  // step when it is the only one; 0 before any.
+  double MeanTokensPerSecond() const;
+  // Seconds until step `max_steps` at the recent pace; nullopt when unknown.
+  std::optional<double> EtaSeconds(int64_t max_steps) const;
+
+ private:
+  int64_t steps_seen_ = 0;
+  std::optional<StepRecord> last_;
+  double first_tokens_per_s_ = 0;
+  double later_tokens_per_s_sum_ = 0;
+  std::optional<double> last_arrival_s_;
+  std::deque<double> intervals_s_;  // the most recent arrival intervals
+};
+
+// "0:07", "12:05", "3:02:01".
+std::string FormatDuration(double seconds);
+// Whole number with thousands separators: "12,345".
+std::string FormatCount(double value);
+// "step 12/100  loss 2.3456  12,345 tokens/s  0.52 s/step  ETA 0:45"; without "/100" and ETA
+// when max_steps is 0.
+std::string FormatProgressLine(const StepRecord& record, int64_t max_steps,
+                               std::optional<double> eta_s);
+// "5 steps in 0:12, final loss 2.0000, mean 8,960 tokens/s" (no loss part before any step).
+std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats);
+// What a failed rank did and the end of its log, one "mitra: " line each, then the log lines:
+//   mitra: rank 1 (pid 4242) exited with code 7 after step 3
+//   mitra: last 2 lines of logs/gen-0/rank-1.log:
+//     | loading
+//     | fatal: out of memory
+std::string FormatFailureReport(const std::string& what, const std::string& log_name,
+                                const std::vector<std::string>& last_lines);
+// Seconds rounded to milliseconds, for records ("launch_s": 0.021).
+double RoundedSeconds(double seconds);
+
+}  // namespace mitra::manager

@@ -1,0 +1,36 @@
+#include "manager/run_dir.h"
+
+namespace mitra::manager {
+
+std::string RunDir::StatePath() const { return JoinPath(path_, "state.json"); }
+std::string RunDir::EventsPath() const { return JoinPath(path_, "events.jsonl"); }
+std::string RunDir::MetricsPath() const { return JoinPath(path_, "metrics.jsonl"); }
+
+std::string RunDir::LogName(int64_t generation, int rank) {
+  return "logs/gen-" + std::to_string(generation) + "/rank-" + std::to_string(rank) + ".log";
+}
+
+std::string RunDir::LogPath(int64_t generation, int rank) const {
+  return JoinPath(path_, LogName(generation, rank));
+}
+
+Status RunDir::CheckUsable(FileSystem& fs) const {
+  if (!fs.Exists(path_)) return Status::Ok();
+  if (!fs.IsDirectory(path_)) {
+    return Status::InvalidArgument("run directory " + path_ +
+                                   " exists and is not a directory; pass --run-dir with "
+                                   "another name");
+  }
+  if (fs.Exists(StatePath()) || fs.Exists(EventsPath())) {
+    return Status::InvalidArgument("run directory " + path_ +
+                                   " already holds a run; pass --run-dir with a new directory, "
+                                   "or remove this one to start over");
+  }
+  return Status::Ok();
+}
+
+Status RunDir::Create(FileSystem& fs, int64_t generation) const {
+  return fs.CreateDirectories(JoinPath(path_, "logs/gen-" + std::to_string(generation)));
+}
+
+}  // namespace mitra::manager

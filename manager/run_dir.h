@@ -1,0 +1,43 @@
+// The run directory's layout (docs/mitra-run.md):
+//
+//   state.json      the manager's state, replaced atomically
+//   events.jsonl    one record per decision (launch, worker exit, failure, stop, done)
+//   metrics.jsonl   one record per training step
+//   logs/gen-G/rank-R.log   everything rank R printed in generation G
+//
+// RunDir only computes paths and prepares the directory; RunJournal writes the records.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/file_system.h"
+#include "common/status.h"
+
+namespace mitra::manager {
+
+class RunDir {
+ public:
+  // `path` should be absolute: workers get it as MITRA_RUN_DIR.
+  explicit RunDir(std::string path) : path_(std::move(path)) {}
+
+  const std::string& path() const { return path_; }
+  std::string StatePath() const;
+  std::string EventsPath() const;
+  std::string MetricsPath() const;
+  // "logs/gen-0/rank-1.log": the name used in messages.
+  static std::string LogName(int64_t generation, int rank);
+  std::string LogPath(int64_t generation, int rank) const;
+
+  // Whether a new run may use the directory: it may be missing or empty of runs, but must not
+  // be a file and must not hold a previous run's state.json (InvalidArgument naming the fix).
+  // Creates nothing.
+  Status CheckUsable(FileSystem& fs) const;
+  // Creates the directory and logs/gen-`generation`/.
+  Status Create(FileSystem& fs, int64_t generation) const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace mitra::manager

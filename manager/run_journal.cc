@@ -1,0 +1,50 @@
+#include "manager/run_journal.h"
+
+namespace mitra::manager {
+
+Result<std::unique_ptr<RunJournal>> RunJournal::Open(FileSystem* fs, Clock* clock,
+                                                     const RunDir& dir) {
+  Result<std::unique_ptr<AppendableFile>> events = fs->OpenForAppend(dir.EventsPath());
+  if (!events.ok()) return events.status();
+  Result<std::unique_ptr<AppendableFile>> metrics = fs->OpenForAppend(dir.MetricsPath());
+  if (!metrics.ok()) return metrics.status();
+  return std::unique_ptr<RunJournal>(new RunJournal(
+      fs, clock, dir.StatePath(), std::move(events).value(), std::move(metrics).value()));
+}
+
+RunJournal::RunJournal(FileSystem* fs, Clock* clock, std::string state_path,
+                       std::unique_ptr<AppendableFile> events,
+                       std::unique_ptr<AppendableFile> metrics)
+    : fs_(fs),
+      clock_(clock),
+      state_path_(std::move(state_path)),
+      events_(std::move(events)),
+      metrics_(std::move(metrics)) {}
+
+Status RunJournal::RecordEvent(const std::string& name, const JsonObject& fields) {
+  JsonObject record;
+  record.SetNumber("time", clock_->WallSeconds());
+  record.SetString("event", name);
+  for (const auto& [key, value] : fields.fields()) record.Set(key, value);
+  return events_->Append(record.ToJson() + "\n");
+}
+
+Status RunJournal::RecordStep(const JsonObject& step_record) {
+  JsonObject record = step_record;
+  record.Erase("event");
+  record.SetNumber("time", clock_->WallSeconds());
+  return metrics_->Append(record.ToJson() + "\n");
+}
+
+Status RunJournal::WriteState(const JsonObject& state) {
+  std::string text = "{\n";
+  const auto& fields = state.fields();
+  for (size_t i = 0; i < fields.size(); ++i) {
+    text += "  " + JsonQuote(fields[i].first) + ": " + fields[i].second.ToJson();
+    text += i + 1 < fields.size() ? ",\n" : "\n";
+  }
+  text += "}\n";
+  return fs_->WriteFileAtomically(state_path_, text);
+}
+
+}  // namespace mitra::manager

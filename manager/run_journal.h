@@ -1,0 +1,42 @@
+// RunJournal: the run directory's records (events.jsonl, metrics.jsonl, state.json).
+//
+// Every record is one JSON object on one line, written with a single append so that a reader
+// tailing the file never sees half a record. state.json is replaced atomically.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/clock.h"
+#include "common/file_system.h"
+#include "common/json.h"
+#include "manager/run_dir.h"
+
+namespace mitra::manager {
+
+// Not thread-safe: the manager's loop is its only user.
+class RunJournal {
+ public:
+  // Opens (creating) events.jsonl and metrics.jsonl in `dir`, which must exist. `fs` and
+  // `clock` must outlive the journal.
+  static Result<std::unique_ptr<RunJournal>> Open(FileSystem* fs, Clock* clock, const RunDir& dir);
+
+  // Appends {"time":T,"event":NAME,...fields} to events.jsonl (T: Unix seconds).
+  Status RecordEvent(const std::string& name, const JsonObject& fields);
+  // Appends a worker's step record to metrics.jsonl: its fields without "event", plus "time".
+  Status RecordStep(const JsonObject& step_record);
+  // Replaces state.json with `state` (pretty-printed, one field per line).
+  Status WriteState(const JsonObject& state);
+
+ private:
+  RunJournal(FileSystem* fs, Clock* clock, std::string state_path,
+             std::unique_ptr<AppendableFile> events, std::unique_ptr<AppendableFile> metrics);
+
+  FileSystem* fs_;
+  Clock* clock_;
+  std::string state_path_;
+  std::unique_ptr<AppendableFile> events_;
+  std::unique_ptr<AppendableFile> metrics_;
+};
+
+}  // namespace mitra::manager

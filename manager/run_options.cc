@@ -1,0 +1,246 @@
+#include "manager/run_options.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "common/strings.h"
+
+namespace mitra::manager {
+namespace {
+
+constexpr const char* kSeeHelp = "; see `mitra run --help`";
+
+// Flags of the design that arrive in later versions: named so the message can say so.
+const std::vector<std::string>& LaterFlags() {
+  static const std::vector<std::string> flags = {"--checkpoint-dir", "--checkpoint-every",
+                                                 "--profile"};
+  return flags;
+}
+
+const std::vector<std::string>& KnownFlags() {
+  static const std::vector<std::string> flags = {
+      "--machines",  "--batch-size", "--nstages", "--chunk-size", "--gpus-per-node",
+      "--max-steps", "--run-dir",    "--threads", "--timeout",    "--stop-timeout"};
+  return flags;
+}
+
+// Levenshtein distance, for "did you mean".
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string UnknownFlag(const std::string& flag) {
+  std::string best;
+  size_t best_distance = 3;  // suggest only close matches
+  for (const std::string& known : KnownFlags()) {
+    // A typo (small edit distance) or a truncation ("--batch" for "--batch-size").
+    const size_t d = StartsWith(known, flag) && flag.size() > 3 ? 1 : EditDistance(flag, known);
+    if (d < best_distance) {
+      best = known;
+      best_distance = d;
+    }
+  }
+  std::string message = "mitra run: unknown flag '" + flag + "'";
+  if (!best.empty()) message += "; did you mean " + best + "?";
+  return message + (best.empty() ? kSeeHelp : " See `mitra run --help`");
+}
+
+Status BadValue(const std::string& flag, const std::string& value, const std::string& expected,
+                const std::string& example) {
+  return Status::InvalidArgument("mitra run: " + flag + " '" + value + "' is not " + expected +
+                                 " (e.g. " + flag + " " + example + ")");
+}
+
+// Integer flag value in [min, max].
+Status ReadInt(const std::string& flag, const std::string& value, int64_t min, int64_t max,
+               const std::string& example, int64_t* out) {
+  const std::optional<int64_t> parsed = ParseInt64(value);
+  if (!parsed || *parsed < min || *parsed > max) {
+    const std::string expected = min == 0   ? "a whole number >= 0"
+                                 : min == 1 ? "a whole number >= 1"
+                                            : "a whole number >= " + std::to_string(min);
+    return BadValue(flag, value, expected, example);
+  }
+  *out = *parsed;
+  return Status::Ok();
+}
+
+Status ReadSeconds(const std::string& flag, const std::string& value, double* out) {
+  const std::optional<double> parsed = ParseDouble(value);
+  if (!parsed || *parsed <= 0) return BadValue(flag, value, "a positive number of seconds", "30");
+  *out = *parsed;
+  return Status::Ok();
+}
+
+Status SetFlag(const std::string& flag, const std::string& value, RunOptions* o) {
+  constexpr int64_t kIntMax = 1 << 30;
+  int64_t n = 0;
+  Status s;
+  if (flag == "--machines") {
+    if (value.empty()) return BadValue(flag, value, "a file name", "machines.txt");
+    o->machines_path = value;
+  } else if (flag == "--run-dir") {
+    if (value.empty()) return BadValue(flag, value, "a directory name", "mitra-run");
+    o->run_dir = value;
+  } else if (flag == "--batch-size") {
+    s = ReadInt(flag, value, 1, int64_t{1} << 40, "64", &o->batch_size);
+  } else if (flag == "--max-steps") {
+    s = ReadInt(flag, value, 0, int64_t{1} << 50, "1000", &o->max_steps);
+  } else if (flag == "--nstages" || flag == "--chunk-size" || flag == "--gpus-per-node" ||
+             flag == "--threads") {
+    s = ReadInt(flag, value, 1, kIntMax, flag == "--nstages" ? "2" : "4", &n);
+    int* field = flag == "--nstages"         ? &o->stages
+                 : flag == "--chunk-size"    ? &o->chunk_size
+                 : flag == "--gpus-per-node" ? &o->gpus_per_node
+                                             : &o->threads;
+    if (s.ok()) *field = static_cast<int>(n);
+  } else if (flag == "--timeout") {
+    s = ReadSeconds(flag, value, &o->timeout_s);
+  } else if (flag == "--stop-timeout") {
+    s = ReadSeconds(flag, value, &o->stop_timeout_s);
+  } else {
+    return Status::Internal("flag " + flag + " has no handler");
+  }
+  return s;
+}
+
+Result<Command> ParseRun(const std::vector<std::string>& args) {
+  Command command;
+  command.kind = CommandKind::kRun;
+  RunOptions& o = command.run;
+  size_t i = 0;
+  bool saw_separator = false;
+  while (i < args.size()) {
+    const std::string& arg = args[i++];
+    if (arg == "--") {
+      saw_separator = true;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      command.kind = CommandKind::kHelp;
+      command.help_text = RunUsage();
+      return command;
+    }
+    if (!StartsWith(arg, "-")) {
+      return Status::InvalidArgument(
+          "mitra run: unexpected argument '" + arg +
+          "'; put the program and its arguments after `--`, e.g. mitra run --machines "
+          "machines.txt --batch-size 64 -- ./train --lr 0.1");
+    }
+    const size_t eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
+    if (std::find(LaterFlags().begin(), LaterFlags().end(), flag) != LaterFlags().end()) {
+      return Status::InvalidArgument("mitra run: " + flag +
+                                     " is not available yet in this version; leave it out");
+    }
+    if (std::find(KnownFlags().begin(), KnownFlags().end(), flag) == KnownFlags().end()) {
+      return Status::InvalidArgument(UnknownFlag(flag));
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i < args.size() && !StartsWith(args[i], "--")) {  // "--x" is a flag, not a value
+      value = args[i++];
+    } else {
+      return Status::InvalidArgument("mitra run: " + flag + " needs a value" + kSeeHelp);
+    }
+    if (Status s = SetFlag(flag, value, &o); !s.ok()) return s;
+  }
+  if (o.machines_path.empty()) {
+    return Status::InvalidArgument(
+        "mitra run: --machines is required: the machine list, e.g. --machines machines.txt "
+        "with the line `localhost slots=2`");
+  }
+  if (o.batch_size == 0) {
+    return Status::InvalidArgument(
+        "mitra run: --batch-size is required: the global batch in samples per step, e.g. "
+        "--batch-size 64");
+  }
+  if (!saw_separator) {
+    return Status::InvalidArgument(
+        "mitra run: no program given; end the command with `-- PROGRAM [ARGS...]`, e.g. "
+        "-- ./build/examples/gpt/gpt_train");
+  }
+  if (i >= args.size() || args[i].empty()) {
+    return Status::InvalidArgument(
+        "mitra run: no program after `--`; give the training program and its arguments, e.g. "
+        "-- ./build/examples/gpt/gpt_train");
+  }
+  o.program = args[i++];
+  o.program_args.assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  return command;
+}
+
+}  // namespace
+
+Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
+  Command command;
+  if (args.empty()) return Status::InvalidArgument(MainUsage());
+  const std::string& name = args[0];
+  if (name == "-h" || name == "--help" || name == "help") {
+    command.kind = CommandKind::kHelp;
+    command.help_text = args.size() > 1 && args[1] == "run" ? RunUsage() : MainUsage();
+    return command;
+  }
+  if (name == "--version" || name == "version") {
+    command.kind = CommandKind::kVersion;
+    return command;
+  }
+  if (name == "run") return ParseRun(std::vector<std::string>(args.begin() + 1, args.end()));
+  if (name == "status") {
+    return Status::InvalidArgument(
+        "mitra status is not available yet; meanwhile read RUN_DIR/state.json and "
+        "RUN_DIR/metrics.jsonl (RUN_DIR is mitra-run unless --run-dir was given)");
+  }
+  if (name == "stop") {
+    return Status::InvalidArgument(
+        "mitra stop is not available yet; meanwhile press Ctrl-C where `mitra run` runs, or "
+        "send it SIGINT: kill -INT PID, with PID = manager_pid in RUN_DIR/state.json");
+  }
+  if (name == "profile" || name == "plan") {
+    return Status::InvalidArgument("mitra " + name + " is not available yet");
+  }
+  return Status::InvalidArgument("mitra: unknown command '" + name +
+                                 "'; the commands are run, status, stop (see `mitra --help`)");
+}
+
+std::string MainUsage() {
+  return "usage: mitra run --machines FILE --batch-size B [flags] -- PROGRAM [ARGS...]\n"
+         "       mitra status | stop       (not available yet)\n"
+         "       mitra --help | run --help | --version\n"
+         "\n"
+         "mitra runs a pipeline x data-parallel training job on the machines in FILE.\n"
+         "Exit codes: 0 done or stopped, 1 failed, 2 bad usage or input.\n";
+}
+
+std::string RunUsage() {
+  return "usage: mitra run --machines FILE --batch-size B [flags] -- PROGRAM [ARGS...]\n"
+         "\n"
+         "  --machines FILE       machine list: lines `localhost slots=N` ('#' comments)\n"
+         "  --batch-size B        global batch, samples per step (split over the replicas)\n"
+         "  --nstages P           pipeline stages (default 1); replicas D = slots / P\n"
+         "  --chunk-size M        micro-batch size (default: per-replica batch for P = 1,\n"
+         "                        else max(1, per-replica batch / (4 P)))\n"
+         "  --gpus-per-node N     slots of a machine line without slots= (default 1)\n"
+         "  --max-steps N         train N steps (default 0: the program's own default)\n"
+         "  --run-dir DIR         run directory (default mitra-run)\n"
+         "  --threads N           MITRA_THREADS for the workers (default: inherited, else 1)\n"
+         "  --timeout S           MITRA_TIMEOUT_S for the workers (default: inherited, else 30)\n"
+         "  --stop-timeout S      seconds a stop may take before the workers are killed "
+         "(default 60)\n"
+         "\n"
+         "Ctrl-C asks every worker to stop after the current step; a second Ctrl-C kills them.\n";
+}
+
+}  // namespace mitra::manager

@@ -1,0 +1,48 @@
+// The command line of `mitra`: which command, and for `mitra run` its flags and program.
+//
+//   mitra run --machines FILE --batch-size B [flags] -- PROGRAM [ARGS...]
+//
+// Parsing is pure (no file or process is looked at); checks that need the machine list or the
+// program come later, in RunCommand.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mitra::manager {
+
+struct RunOptions {
+  std::string machines_path;          // --machines (required)
+  int64_t batch_size = 0;             // --batch-size: global batch B in samples (required)
+  int stages = 1;                     // --nstages: pipeline stages P
+  int chunk_size = 0;                 // --chunk-size: micro-batch; 0 = DefaultChunkSize (grid.h)
+  int gpus_per_node = 1;              // --gpus-per-node: slots of a machine line without slots=
+  int64_t max_steps = 0;              // --max-steps: 0 = the program's own default
+  std::string run_dir = "mitra-run";  // --run-dir
+  int threads = 0;                    // --threads: 0 = MITRA_THREADS from the environment, else 1
+  double timeout_s = 0;        // --timeout: 0 = MITRA_TIMEOUT_S from the environment, else 30
+  double stop_timeout_s = 60;  // --stop-timeout: how long a stop may take before kill
+  std::string program;         // after `--`
+  std::vector<std::string> program_args;
+};
+
+enum class CommandKind { kRun, kHelp, kVersion };
+
+struct Command {
+  CommandKind kind = CommandKind::kHelp;
+  RunOptions run;         // kRun
+  std::string help_text;  // kHelp: what to print
+};
+
+// Parses argv[1..]. InvalidArgument for anything wrong, with a message that names the flag and
+// the fix (the caller prints it and exits 2). `mitra status` and `mitra stop` are not available
+// yet and are reported as InvalidArgument too.
+Result<Command> ParseCommandLine(const std::vector<std::string>& args);
+
+std::string MainUsage();
+std::string RunUsage();
+
+}  // namespace mitra::manager

@@ -1,0 +1,48 @@
+// The records the manager writes to the run directory, built in one place so that their
+// fields (docs/mitra-run.md) are easy to find and keep stable. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/json.h"
+#include "launcher/process_runner.h"
+#include "manager/grid.h"
+#include "manager/progress.h"
+
+namespace mitra::manager {
+
+// events.jsonl "launch": the shape and every rank's pid (0 for a rank that did not start).
+JsonObject LaunchRecord(const GridPlan& plan, int64_t generation, const std::string& program,
+                        const std::vector<int64_t>& pids, double launch_s);
+
+// events.jsonl "worker_exit": how a rank ended; `stopped_record` says whether it printed its
+// `stopped` line first.
+JsonObject WorkerExitRecord(int rank, int pid, const launcher::ExitStatus& exit,
+                            bool stopped_record, double after_s);
+
+// metrics.jsonl: the worker's step record without "event", with the shape filled in where the
+// worker left it out (RunJournal adds "time").
+JsonObject MetricsRecord(const JsonObject& step_record, const GridPlan& plan, int64_t generation);
+
+// What state.json says besides the fixed fields of the run.
+struct StateSnapshot {
+  std::string state;  // running, stopping, terminating, done, stopped, failed
+  int64_t step = 0;
+  int64_t max_steps = 0;
+  std::optional<StepRecord> last_step;
+  int ready_workers = 0;
+  int running_workers = 0;
+  std::vector<int64_t> pids;  // of the running workers
+  double elapsed_s = 0;
+  double updated_at = 0;  // Unix seconds
+};
+
+// state.json: {"state":...} first, then `fixed` (manager pid, program, ...), then the shape
+// and the snapshot.
+JsonObject StateRecord(const JsonObject& fixed, const GridPlan& plan, int64_t generation,
+                       const StateSnapshot& snapshot);
+
+}  // namespace mitra::manager

@@ -1,0 +1,60 @@
+#include "manager/worker_env.h"
+
+#include <charconv>
+
+namespace mitra::manager {
+namespace {
+
+// The variables of docs/worker-contract.md, and MITRA_DESCRIBE.
+constexpr const char* kContractVariables[] = {
+    "MITRA_RANK",        "MITRA_LOCAL_RANK",   "MITRA_WORLD_SIZE",    "MITRA_STAGE_TO_RANK_MAP",
+    "MITRA_CHUNK_SIZE",  "MITRA_GLOBAL_BATCH", "MITRA_REPLICA_BATCH", "MITRA_MAX_STEPS",
+    "MITRA_RESUME_STEP", "MITRA_RDZV_HOST",    "MITRA_RDZV_PORT",     "MITRA_GENERATION",
+    "MITRA_HOST",        "MITRA_THREADS",      "MITRA_TIMEOUT_S",     "MITRA_RUN_DIR",
+    "MITRA_DESCRIBE",
+};
+
+Environment WithoutContract(const Environment& base) {
+  Environment env = base;
+  for (const char* name : kContractVariables) env.erase(name);
+  return env;
+}
+
+}  // namespace
+
+Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
+                              const RankPlacement& placement, const std::string& host,
+                              const LaunchSettings& settings) {
+  Environment env = WithoutContract(base);
+  env["MITRA_RANK"] = std::to_string(placement.rank);
+  env["MITRA_LOCAL_RANK"] = std::to_string(placement.local_rank);
+  env["MITRA_WORLD_SIZE"] = std::to_string(plan.world_size());
+  env["MITRA_STAGE_TO_RANK_MAP"] = plan.stage_to_rank_map;
+  env["MITRA_CHUNK_SIZE"] = std::to_string(plan.chunk_size);
+  env["MITRA_GLOBAL_BATCH"] = std::to_string(plan.global_batch);
+  env["MITRA_REPLICA_BATCH"] = std::to_string(placement.replica_batch);
+  env["MITRA_MAX_STEPS"] = std::to_string(settings.max_steps);
+  env["MITRA_RESUME_STEP"] = std::to_string(settings.resume_step);
+  env["MITRA_RDZV_HOST"] = settings.rdzv_host;
+  env["MITRA_RDZV_PORT"] = std::to_string(settings.rdzv_port);
+  env["MITRA_GENERATION"] = std::to_string(settings.generation);
+  env["MITRA_HOST"] = host;
+  env["MITRA_THREADS"] = std::to_string(settings.threads);
+  env["MITRA_TIMEOUT_S"] = FormatSeconds(settings.timeout_s);
+  env["MITRA_RUN_DIR"] = settings.run_dir;
+  return env;
+}
+
+Environment DescribeEnvironment(const Environment& base) {
+  Environment env = WithoutContract(base);
+  env["MITRA_DESCRIBE"] = "1";
+  return env;
+}
+
+std::string FormatSeconds(double seconds) {
+  char buffer[32];
+  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), seconds);
+  return ec == std::errc() ? std::string(buffer, end) : std::to_string(seconds);
+}
+
+}  // namespace mitra::manager

@@ -1,0 +1,41 @@
+// The environment each worker starts with: the manager's own, minus any stale MITRA_*
+// variables of the worker contract, plus the worker's place in the job
+// (docs/worker-contract.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "manager/grid.h"
+
+namespace mitra::manager {
+
+using Environment = std::map<std::string, std::string>;
+
+// What is the same for every rank of one launch.
+struct LaunchSettings {
+  std::string rdzv_host = "127.0.0.1";
+  int rdzv_port = 0;
+  int64_t generation = 0;
+  int64_t max_steps = 0;
+  int64_t resume_step = 0;
+  int threads = 1;
+  double timeout_s = 30;
+  std::string run_dir;  // absolute
+};
+
+// `base` without the contract's variables (a MITRA_RANK left in the user's shell must not
+// reach a worker), plus every variable of the contract for rank `placement.rank`. `host` is
+// the address the worker binds Gloo to (MITRA_HOST).
+Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
+                              const RankPlacement& placement, const std::string& host,
+                              const LaunchSettings& settings);
+
+// `base` without the contract's variables, plus MITRA_DESCRIBE=1.
+Environment DescribeEnvironment(const Environment& base);
+
+// "30", "0.5": seconds as the workers parse them.
+std::string FormatSeconds(double seconds);
+
+}  // namespace mitra::manager

@@ -1,0 +1,165 @@
+// The checkpoint directory protocol on real files: commit, verification, fallback, pruning.
+#include "checkpoint/store.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint/crc32c.h"
+#include "checkpoint/manifest.h"
+
+namespace mitra::checkpoint {
+namespace {
+namespace fs = std::filesystem;
+
+class CheckpointStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("mitra-store-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes a checkpoint of `step` the way the workers do: files into step-N.partial, then
+  // Commit.
+  void Write(int64_t step, bool commit = true) {
+    const std::string partial = PartialDirectory(dir_, step);
+    fs::create_directories(partial);
+    Manifest m;
+    m.step = step;
+    m.stages = 2;
+    m.replicas = 3;
+    m.partition = "1,1";
+    m.schedule = "1f1b";
+    m.segments = {"a", "b"};
+    for (const std::string& seg : m.segments) {
+      const std::string bytes = "tensor bytes of " + seg + " at " + std::to_string(step);
+      ASSERT_TRUE(WriteFileDurably(partial + "/" + SegmentFileName(seg), bytes).ok());
+      m.files.push_back({SegmentFileName(seg), bytes.size(), Crc32c(bytes)});
+    }
+    if (commit) {
+      ASSERT_TRUE(Commit(dir_, m).ok());
+    }
+  }
+
+  std::string dir_;
+};
+
+TEST(Crc32c, MatchesTheStandardCheckValue) {
+  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(Crc32c(""), 0u);
+  // Extending equals hashing the concatenation.
+  EXPECT_EQ(Crc32c("56789", Crc32c("1234")), Crc32c("123456789"));
+}
+
+TEST(Manifest, RoundTripsAndDetectsTruncationAndDamage) {
+  Manifest m;
+  m.step = 42;
+  m.partition = "1,4,4,3";
+  m.segments = {"embed", "block0"};
+  m.files = {{"seg-embed.pt", 10, 0xdeadbeef}};
+  const std::string text = m.Serialize();
+  auto back = Manifest::Parse(text, "M");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->step, 42);
+  EXPECT_EQ(back->partition, "1,4,4,3");
+  EXPECT_EQ(back->segments, m.segments);
+  ASSERT_EQ(back->files.size(), 1u);
+  EXPECT_EQ(back->files[0].crc32c, 0xdeadbeefu);
+
+  auto truncated = Manifest::Parse(text.substr(0, text.size() / 2), "M");
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("truncated"), std::string::npos);
+  std::string damaged = text;
+  damaged[damaged.find("42")] = '7';
+  EXPECT_NE(Manifest::Parse(damaged, "M").status().message().find("checksum"), std::string::npos);
+}
+
+TEST_F(CheckpointStore, CommittedCheckpointVerifiesAndPartialOneIsNeverListed) {
+  Write(10);
+  Write(20, /*commit=*/false);  // a writer died before the manifest
+  EXPECT_EQ(ListSteps(dir_), std::vector<int64_t>{10});
+  auto found = FindNewestValid(dir_, nullptr);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->step, 10);
+  EXPECT_EQ(found->manifest.replicas, 3);
+}
+
+TEST_F(CheckpointStore, CorruptFileFallsBackToThePreviousCheckpointNamingTheFile) {
+  Write(10);
+  Write(20);
+  const std::string victim = StepDirectory(dir_, 20) + "/seg-b.pt";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('X');
+  }
+  std::vector<std::string> skipped;
+  auto found = FindNewestValid(dir_, &skipped);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->step, 10);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find(victim), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[0].find("checksum"), std::string::npos) << skipped[0];
+}
+
+TEST_F(CheckpointStore, TruncatedManifestOrMissingFileFallsBack) {
+  Write(10);
+  Write(20);
+  Write(30);
+  fs::resize_file(StepDirectory(dir_, 30) + "/" + kManifestName, 40);
+  fs::remove(StepDirectory(dir_, 20) + "/seg-a.pt");
+  std::vector<std::string> skipped;
+  auto found = FindNewestValid(dir_, &skipped);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->step, 10);
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_NE(skipped[0].find("truncated"), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[1].find("seg-a.pt is missing"), std::string::npos) << skipped[1];
+}
+
+TEST_F(CheckpointStore, NoCheckpointIsNotFound) {
+  EXPECT_EQ(FindNewestValid(dir_, nullptr).status().code(), Status::Code::kNotFound);
+}
+
+TEST_F(CheckpointStore, PruneKeepsTheNewestAndDropsStalePartials) {
+  for (int step : {10, 20, 30, 40}) Write(step);
+  Write(5, /*commit=*/false);
+  Write(50, /*commit=*/false);  // maybe still being written: newer than every complete one
+  ASSERT_TRUE(Prune(dir_, 2).ok());
+  EXPECT_EQ(ListSteps(dir_), (std::vector<int64_t>{40, 30}));
+  EXPECT_FALSE(fs::exists(PartialDirectory(dir_, 5)));
+  EXPECT_TRUE(fs::exists(PartialDirectory(dir_, 50)));
+}
+
+TEST_F(CheckpointStore, VerifyFilesChecksOnlyWhatAWorkerReadsButRequiresItListed) {
+  Write(10);
+  const std::string path = StepDirectory(dir_, 10);
+  fs::remove(path + "/seg-b.pt");
+  EXPECT_TRUE(VerifyFiles(path, {"seg-a.pt"}).ok());
+  EXPECT_FALSE(VerifyFiles(path, {"seg-b.pt"}).ok());
+  auto unlisted = VerifyFiles(path, {"trainer.pt"});
+  ASSERT_FALSE(unlisted.ok());
+  EXPECT_NE(unlisted.status().message().find("does not list trainer.pt"), std::string::npos);
+}
+
+TEST(CheckpointFiles, FullDiskIsAClearError) {
+  Status s = WriteFileDurably("/dev/full", std::string(1 << 16, 'x'));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+}
+
+TEST(CheckpointFiles, UnwritableDirectoryIsRejectedWithTheFix) {
+  Status s = CheckWritable("/proc/mitra-checkpoints");
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("--checkpoint-dir"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace mitra::checkpoint

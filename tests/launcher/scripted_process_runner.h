@@ -1,0 +1,88 @@
+// ScriptedProcessRunner: a ProcessRunner fake for unit tests of the manager. It starts
+// nothing; it records what it was asked (specs, signals) and lets the test script what the
+// "processes" do, by delivering messages and exits through the sinks it was given, either
+// directly or from the on_start / on_signal hooks. Single-threaded: hooks run inside the call.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launcher/process_runner.h"
+
+namespace mitra::testing {
+
+class ScriptedProcessRunner : public launcher::ProcessRunner {
+ public:
+  struct Process {
+    launcher::ProcessSpec spec;
+    launcher::ProcessEventSink sink;
+    int pid = 0;
+    bool exited = false;
+  };
+
+  // Called after the index-th Start succeeded (index = launcher::ProcessId - 1).
+  std::function<void(ScriptedProcessRunner&, int index)> on_start;
+  // Called for every Signal to a process that has not exited.
+  std::function<void(ScriptedProcessRunner&, int index, int signal_number)> on_signal;
+  // Start number `fail_start_at` (0-based) fails with Unavailable; -1: never.
+  int fail_start_at = -1;
+
+  std::vector<Process> processes;
+  std::vector<std::pair<int, int>> signals;  // (index, signal) in order
+
+  Result<std::string> ResolveProgram(const std::string& program, const std::string&) override {
+    return program;
+  }
+
+  Result<launcher::StartedProcess> Start(const launcher::ProcessSpec& spec,
+                                         launcher::ProcessEventSink sink) override {
+    if (static_cast<int>(processes.size()) == fail_start_at) {
+      return Status::Unavailable("cannot start '" + spec.program + "': scripted failure");
+    }
+    processes.push_back(
+        Process{spec, std::move(sink), 1000 + static_cast<int>(processes.size()), false});
+    const int index = static_cast<int>(processes.size()) - 1;
+    if (on_start) on_start(*this, index);
+    return launcher::StartedProcess{index + 1, processes[index].pid};
+  }
+
+  Status Signal(launcher::ProcessId id, int signal_number) override {
+    const int index = static_cast<int>(id) - 1;
+    if (processes.at(index).exited) return Status::Ok();
+    signals.emplace_back(index, signal_number);
+    if (on_signal) on_signal(*this, index, signal_number);
+    return Status::Ok();
+  }
+
+  // Delivers `@mitra <json>` from process `index`.
+  void Message(int index, const std::string& json) {
+    launcher::ProcessEvent e;
+    e.id = index + 1;
+    e.message = json;
+    processes.at(index).sink(std::move(e));
+  }
+
+  // Delivers the exit of process `index`: exit code `code`, or killed by `signal_number`.
+  void Exit(int index, int code, int signal_number = 0, std::vector<std::string> last = {}) {
+    Process& p = processes.at(index);
+    if (p.exited) return;
+    p.exited = true;
+    launcher::ProcessEvent e;
+    e.kind = launcher::ProcessEvent::Kind::kExited;
+    e.id = index + 1;
+    e.exit.exit_code = code;
+    e.exit.signal = signal_number;
+    e.last_lines = std::move(last);
+    p.sink(std::move(e));
+  }
+
+  int SignalCount(int signal_number) const {
+    int n = 0;
+    for (const auto& [index, s] : signals) n += s == signal_number ? 1 : 0;
+    return n;
+  }
+};
+
+}  // namespace mitra::testing

@@ -1,0 +1,207 @@
+// fake_worker: a stand-in for a mitra training program, without LibTorch, for the manager's
+// integration tests. It follows docs/worker-contract.md: MITRA_DESCRIBE=1 prints the describe
+// record; otherwise it reads its place from MITRA_* variables, prints `ready`, one `step`
+// record per step on rank 0 and `stopped` at the end, and stops after the current step on
+// SIGUSR1. Flags make it misbehave on purpose:
+//
+//   --segments N            describe: N segments (default 4)
+//   --describe-exit CODE    describe: print a complaint and exit CODE
+//   --describe-silent       describe: print nothing, exit 0
+//   --steps N               steps when MITRA_MAX_STEPS is 0 (default 5)
+//   --step-ms MS            time per step (default 20)
+//   --crash-rank R --crash-at-step K [--exit-code C | --crash-signal S]
+//                           rank R dies after step K (exit code C, default 3, or signal S)
+//   --hang-rank R --hang-at-step K
+//                           rank R stops making progress after step K, ignoring SIGUSR1
+//   --ignore-sigterm        ignore SIGTERM (so only SIGKILL ends it)
+//   --marker-dir DIR        create DIR/started-rank-R when training starts
+//
+// Every rank also logs its MITRA_* variables, so tests can check what the manager passed.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+volatile sig_atomic_t g_stop_requested = 0;
+
+extern "C" void OnUsr1(int) { g_stop_requested = 1; }
+
+struct Flags {
+  int segments = 4;
+  int describe_exit = -1;
+  bool describe_silent = false;
+  long steps = 5;
+  long step_ms = 20;
+  int crash_rank = -1;
+  long crash_at_step = -1;
+  int exit_code = 3;
+  int crash_signal = 0;
+  int hang_rank = -1;
+  long hang_at_step = -1;
+  bool ignore_sigterm = false;
+  std::string marker_dir;
+};
+
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "fake_worker: %s needs a value\n", arg.c_str());
+        std::exit(64);
+      }
+      return argv[++i];
+    };
+    if (arg == "--segments")
+      f.segments = std::atoi(next());
+    else if (arg == "--describe-exit")
+      f.describe_exit = std::atoi(next());
+    else if (arg == "--describe-silent")
+      f.describe_silent = true;
+    else if (arg == "--steps")
+      f.steps = std::atol(next());
+    else if (arg == "--step-ms")
+      f.step_ms = std::atol(next());
+    else if (arg == "--crash-rank")
+      f.crash_rank = std::atoi(next());
+    else if (arg == "--crash-at-step")
+      f.crash_at_step = std::atol(next());
+    else if (arg == "--exit-code")
+      f.exit_code = std::atoi(next());
+    else if (arg == "--crash-signal")
+      f.crash_signal = std::atoi(next());
+    else if (arg == "--hang-rank")
+      f.hang_rank = std::atoi(next());
+    else if (arg == "--hang-at-step")
+      f.hang_at_step = std::atol(next());
+    else if (arg == "--ignore-sigterm")
+      f.ignore_sigterm = true;
+    else if (arg == "--marker-dir")
+      f.marker_dir = next();
+    else {
+      std::fprintf(stderr, "fake_worker: unknown flag %s\n", arg.c_str());
+      std::exit(64);
+    }
+  }
+  return f;
+}
+
+long EnvLong(const char* name, long fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atol(v) : fallback;
+}
+
+void SleepMs(long ms) {
+  if (ms > 0) ::usleep(static_cast<useconds_t>(ms) * 1000);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // stdout is a pipe: flush every line
+  const Flags f = ParseFlags(argc, argv);
+
+  const char* describe = std::getenv("MITRA_DESCRIBE");
+  if (describe && std::strcmp(describe, "0") != 0) {
+    if (f.describe_silent) return 0;
+    if (f.describe_exit >= 0) {
+      std::fprintf(stderr, "fake_worker: cannot build the model (on purpose)\n");
+      return f.describe_exit;
+    }
+    std::printf("fake_worker: describing myself\n");
+    std::printf("@mitra {\"event\":\"describe\",\"segments\":%d,\"tokens_per_sample\":128}\n",
+                f.segments);
+    return 0;
+  }
+
+  struct sigaction usr1 {};
+  usr1.sa_handler = OnUsr1;
+  sigemptyset(&usr1.sa_mask);
+  ::sigaction(SIGUSR1, &usr1, nullptr);
+  if (f.ignore_sigterm) ::signal(SIGTERM, SIG_IGN);
+
+  const char* rank_text = std::getenv("MITRA_RANK");
+  const char* map = std::getenv("MITRA_STAGE_TO_RANK_MAP");
+  if (!rank_text || !map) {
+    std::fprintf(stderr, "fake_worker: MITRA_RANK or MITRA_STAGE_TO_RANK_MAP missing\n");
+    return 65;
+  }
+  const int rank = std::atoi(rank_text);
+  const long world = EnvLong("MITRA_WORLD_SIZE", 0);
+  const long generation = EnvLong("MITRA_GENERATION", 0);
+  long stages = 0;  // one ';' after every stage
+  long commas = 0;  // one ',' between two ranks of a stage
+  for (const char* p = map; *p; ++p) {
+    if (*p == ';') ++stages;
+    if (*p == ',') ++commas;
+  }
+  const long ranks_in_map = stages + commas;
+  if (stages == 0 || ranks_in_map != world || world % stages != 0) {
+    std::fprintf(stderr, "fake_worker: stage map '%s' does not fit world size %ld\n", map, world);
+    return 66;
+  }
+  const long replicas = world / stages;
+
+  for (const char* name :
+       {"MITRA_RANK", "MITRA_LOCAL_RANK", "MITRA_WORLD_SIZE", "MITRA_STAGE_TO_RANK_MAP",
+        "MITRA_CHUNK_SIZE", "MITRA_GLOBAL_BATCH", "MITRA_REPLICA_BATCH", "MITRA_MAX_STEPS",
+        "MITRA_RESUME_STEP", "MITRA_RDZV_HOST", "MITRA_RDZV_PORT", "MITRA_GENERATION", "MITRA_HOST",
+        "MITRA_THREADS", "MITRA_TIMEOUT_S", "MITRA_RUN_DIR", "MITRA_DESCRIBE"}) {
+    const char* value = std::getenv(name);
+    std::printf("fake_worker: %s=%s\n", name, value ? value : "<unset>");
+  }
+  std::fprintf(stderr, "fake_worker: rank %d (pid %d) starting\n", rank,
+               static_cast<int>(::getpid()));
+  if (!f.marker_dir.empty()) {
+    const std::string path = f.marker_dir + "/started-rank-" + std::to_string(rank);
+    if (FILE* marker = std::fopen(path.c_str(), "w")) std::fclose(marker);
+  }
+  std::printf(
+      "@mitra {\"event\":\"ready\",\"rank\":%d,\"stages\":%ld,\"replicas\":%ld,"
+      "\"generation\":%ld}\n",
+      rank, stages, replicas, generation);
+
+  const long max_steps =
+      EnvLong("MITRA_MAX_STEPS", 0) > 0 ? EnvLong("MITRA_MAX_STEPS", 0) : f.steps;
+  const long batch = EnvLong("MITRA_GLOBAL_BATCH", 1);
+  long step = EnvLong("MITRA_RESUME_STEP", 0);
+  const char* reason = "max_steps";
+  while (step < max_steps) {
+    SleepMs(f.step_ms);
+    ++step;
+    if (rank == 0) {
+      const double step_time = f.step_ms / 1000.0;
+      const double tokens = batch * 128.0;
+      std::printf(
+          "@mitra {\"event\":\"step\",\"step\":%ld,\"loss\":%.4f,\"samples\":%ld,"
+          "\"tokens\":%.0f,\"tokens_per_s\":%.1f,\"step_time_s\":%.3f,\"stages\":%ld,"
+          "\"replicas\":%ld,\"generation\":%ld,\"lr\":0.001,\"grad_norm\":1.5}\n",
+          step, 10.0 / static_cast<double>(step), batch, tokens,
+          step_time > 0 ? tokens / step_time : 0.0, step_time, stages, replicas, generation);
+    }
+    std::printf("fake_worker: rank %d finished step %ld\n", rank, step);
+    if (rank == f.crash_rank && step == f.crash_at_step) {
+      std::printf("fake_worker: rank %d simulating a crash after step %ld\n", rank, step);
+      std::fprintf(stderr, "fake_worker: fatal: simulated failure on rank %d\n", rank);
+      if (f.crash_signal != 0) ::kill(::getpid(), f.crash_signal);
+      return f.exit_code;
+    }
+    if (rank == f.hang_rank && step == f.hang_at_step) {
+      std::printf("fake_worker: rank %d hanging after step %ld\n", rank, step);
+      while (true) ::pause();  // SIGUSR1 only sets the flag; nothing reads it any more
+    }
+    if (g_stop_requested) {
+      std::printf("fake_worker: rank %d got SIGUSR1, stopping after step %ld\n", rank, step);
+      reason = "signal";
+      break;
+    }
+  }
+  std::printf("@mitra {\"event\":\"stopped\",\"step\":%ld,\"reason\":\"%s\"}\n", step, reason);
+  return 0;
+}

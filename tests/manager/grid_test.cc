@@ -1,0 +1,147 @@
+#include "manager/grid.h"
+
+#include <gtest/gtest.h>
+
+#include "manager/worker_env.h"
+
+namespace mitra::manager {
+namespace {
+
+GridRequest Request(std::vector<int> slots, int stages, int64_t batch, int chunk = 0,
+                    int segments = 8) {
+  GridRequest r;
+  r.slots_per_machine = std::move(slots);
+  r.stages = stages;
+  r.segments = segments;
+  r.global_batch = batch;
+  r.chunk_size = chunk;
+  return r;
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(Grid, StageToRankMapIsStageMajor) {
+  EXPECT_EQ(StageToRankMap(2, 2), "0,2;1,3;");
+  EXPECT_EQ(StageToRankMap(1, 1), "0;");
+  EXPECT_EQ(StageToRankMap(1, 3), "0,1,2;");
+  EXPECT_EQ(StageToRankMap(3, 1), "0;1;2;");
+  EXPECT_EQ(StageToRankMap(3, 2), "0,3;1,4;2,5;");
+}
+
+TEST(Grid, SplitsAnUnevenBatchOverTheFirstReplicas) {
+  EXPECT_EQ(ReplicaBatch(10, 3, 0), 4);
+  EXPECT_EQ(ReplicaBatch(10, 3, 1), 3);
+  EXPECT_EQ(ReplicaBatch(10, 3, 2), 3);
+  EXPECT_EQ(ReplicaBatch(9, 3, 2), 3);
+  int64_t total = 0;
+  for (int d = 0; d < 7; ++d) total += ReplicaBatch(100, 7, d);
+  EXPECT_EQ(total, 100);
+}
+
+TEST(Grid, DefaultChunkSize) {
+  EXPECT_EQ(DefaultChunkSize(32, 1), 32);  // no pipeline: one micro-batch
+  EXPECT_EQ(DefaultChunkSize(32, 2), 4);   // 8 micro-batches = 4 P
+  EXPECT_EQ(DefaultChunkSize(5, 2), 1);    // never below 1
+  EXPECT_EQ(DefaultChunkSize(64, 4), 4);
+}
+
+TEST(Grid, PlansAFullGrid) {
+  Result<GridPlan> plan = PlanGrid(Request({4}, 2, 10));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->stages, 2);
+  EXPECT_EQ(plan->replicas, 2);
+  EXPECT_EQ(plan->world_size(), 4);
+  EXPECT_EQ(plan->idle_slots, 0);
+  EXPECT_EQ(plan->stage_to_rank_map, "0,2;1,3;");
+  EXPECT_EQ(plan->chunk_size, 1);  // 5 / (4 * 2) -> 1
+  ASSERT_EQ(plan->ranks.size(), 4u);
+  EXPECT_EQ(plan->ranks[3].stage, 1);
+  EXPECT_EQ(plan->ranks[3].replica, 1);
+  EXPECT_EQ(plan->ranks[3].replica_batch, 5);
+}
+
+TEST(Grid, LeavesLeftoverSlotsIdleAndFillsMachinesInOrder) {
+  Result<GridPlan> plan = PlanGrid(Request({3, 2}, 2, 7));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->replicas, 2);
+  EXPECT_EQ(plan->idle_slots, 1);
+  EXPECT_EQ(plan->ranks[2].machine, 0);
+  EXPECT_EQ(plan->ranks[2].local_rank, 2);
+  EXPECT_EQ(plan->ranks[3].machine, 1);
+  EXPECT_EQ(plan->ranks[3].local_rank, 0);
+  EXPECT_EQ(plan->ranks[0].replica_batch, 4);  // replica 0 takes the extra sample
+  EXPECT_EQ(plan->ranks[1].replica_batch, 4);
+  EXPECT_EQ(plan->ranks[2].replica_batch, 3);
+}
+
+TEST(Grid, RejectsMoreStagesThanSegments) {
+  Result<GridPlan> plan = PlanGrid(Request({8}, 4, 64, 0, /*segments=*/3));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(Contains(plan.status().message(), "--nstages 4 is more than the 3 segments"));
+  EXPECT_TRUE(Contains(plan.status().message(), "use --nstages 3 or fewer"));
+}
+
+TEST(Grid, RejectsMoreStagesThanSlots) {
+  Result<GridPlan> plan = PlanGrid(Request({1, 1}, 3, 64));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(Contains(plan.status().message(),
+                       "--nstages 3 needs at least 3 slots but the machine list has 2"));
+}
+
+TEST(Grid, RejectsABatchSmallerThanTheReplicas) {
+  Result<GridPlan> plan = PlanGrid(Request({4}, 1, 3));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(Contains(plan.status().message(), "--batch-size 3 is smaller than the 4 replicas"));
+  EXPECT_TRUE(Contains(plan.status().message(), "use --batch-size 4 or more"));
+}
+
+TEST(Grid, RejectsAChunkLargerThanTheSmallestReplicaBatch) {
+  Result<GridPlan> plan = PlanGrid(Request({2}, 1, 7, /*chunk=*/4));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_TRUE(Contains(plan.status().message(),
+                       "--chunk-size 4 is larger than the smallest "
+                       "per-replica batch (3 samples"));
+  EXPECT_TRUE(PlanGrid(Request({2}, 1, 7, 3)).ok());
+}
+
+TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
+  Result<GridPlan> plan = PlanGrid(Request({5}, 2, 7));
+  ASSERT_TRUE(plan.ok());
+  LaunchSettings settings;
+  settings.rdzv_port = 29500;
+  settings.max_steps = 10;
+  settings.threads = 2;
+  settings.timeout_s = 0.5;
+  settings.run_dir = "/runs/a";
+  const Environment base = {
+      {"PATH", "/bin"}, {"MITRA_RANK", "7"}, {"MITRA_DESCRIBE", "1"}, {"MITRA_OTHER", "kept"}};
+  const Environment env = WorkerEnvironment(base, *plan, plan->ranks[3], "127.0.0.1", settings);
+  EXPECT_EQ(env.at("PATH"), "/bin");
+  EXPECT_EQ(env.at("MITRA_OTHER"), "kept");
+  EXPECT_EQ(env.count("MITRA_DESCRIBE"), 0u);
+  EXPECT_EQ(env.at("MITRA_RANK"), "3");
+  EXPECT_EQ(env.at("MITRA_LOCAL_RANK"), "3");
+  EXPECT_EQ(env.at("MITRA_WORLD_SIZE"), "4");
+  EXPECT_EQ(env.at("MITRA_STAGE_TO_RANK_MAP"), "0,2;1,3;");
+  EXPECT_EQ(env.at("MITRA_GLOBAL_BATCH"), "7");
+  EXPECT_EQ(env.at("MITRA_REPLICA_BATCH"), "3");
+  EXPECT_EQ(env.at("MITRA_CHUNK_SIZE"), "1");
+  EXPECT_EQ(env.at("MITRA_MAX_STEPS"), "10");
+  EXPECT_EQ(env.at("MITRA_RESUME_STEP"), "0");
+  EXPECT_EQ(env.at("MITRA_RDZV_HOST"), "127.0.0.1");
+  EXPECT_EQ(env.at("MITRA_RDZV_PORT"), "29500");
+  EXPECT_EQ(env.at("MITRA_GENERATION"), "0");
+  EXPECT_EQ(env.at("MITRA_HOST"), "127.0.0.1");
+  EXPECT_EQ(env.at("MITRA_THREADS"), "2");
+  EXPECT_EQ(env.at("MITRA_TIMEOUT_S"), "0.5");
+  EXPECT_EQ(env.at("MITRA_RUN_DIR"), "/runs/a");
+
+  const Environment describe = DescribeEnvironment(base);
+  EXPECT_EQ(describe.at("MITRA_DESCRIBE"), "1");
+  EXPECT_EQ(describe.count("MITRA_RANK"), 0u);
+}
+
+}  // namespace
+}  // namespace mitra::manager

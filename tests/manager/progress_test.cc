@@ -1,0 +1,75 @@
+#include "manager/progress.h"
+
+#include <gtest/gtest.h>
+
+namespace mitra::manager {
+namespace {
+
+StepRecord Step(int64_t step, double tokens_per_s, double step_time_s = 0.5) {
+  StepRecord r;
+  r.step = step;
+  r.loss = 10.0 / static_cast<double>(step);
+  r.tokens_per_s = tokens_per_s;
+  r.step_time_s = step_time_s;
+  return r;
+}
+
+TEST(Progress, FormatsDurationsAndCounts) {
+  EXPECT_EQ(FormatDuration(7.4), "0:07");
+  EXPECT_EQ(FormatDuration(725), "12:05");
+  EXPECT_EQ(FormatDuration(10921), "3:02:01");
+  EXPECT_EQ(FormatDuration(-3), "0:00");
+  EXPECT_EQ(FormatCount(0), "0");
+  EXPECT_EQ(FormatCount(999), "999");
+  EXPECT_EQ(FormatCount(12345.6), "12,346");
+  EXPECT_EQ(FormatCount(1234567), "1,234,567");
+}
+
+TEST(Progress, FormatsTheStepLine) {
+  StepRecord r = Step(12, 12345, 0.52);
+  r.loss = 2.34561;
+  EXPECT_EQ(FormatProgressLine(r, 100, 45.0),
+            "step 12/100  loss 2.3456  12,345 tokens/s  0.52 s/step  ETA 0:45");
+  EXPECT_EQ(FormatProgressLine(r, 0, std::nullopt),
+            "step 12  loss 2.3456  12,345 tokens/s  0.52 s/step");
+}
+
+TEST(Progress, ReadsStepRecords) {
+  Result<JsonObject> o =
+      JsonObject::Parse(R"({"event":"step","step":3,"loss":1.5,"tokens_per_s":100})");
+  ASSERT_TRUE(o.ok());
+  const std::optional<StepRecord> r = StepRecord::FromJson(*o);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->step, 3);
+  EXPECT_EQ(r->loss, 1.5);
+  EXPECT_EQ(r->step_time_s, 0);
+  EXPECT_FALSE(StepRecord::FromJson(*JsonObject::Parse(R"({"step":0})")).has_value());
+  EXPECT_FALSE(StepRecord::FromJson(*JsonObject::Parse(R"({"step":1.5})")).has_value());
+  EXPECT_FALSE(StepRecord::FromJson(*JsonObject::Parse(R"({"loss":1})")).has_value());
+}
+
+TEST(Progress, MeanThroughputLeavesOutTheWarmUpStep) {
+  StepStats stats;
+  EXPECT_EQ(stats.MeanTokensPerSecond(), 0);
+  stats.Add(Step(1, 10), 0);
+  EXPECT_EQ(stats.MeanTokensPerSecond(), 10);
+  stats.Add(Step(2, 100), 1);
+  stats.Add(Step(3, 200), 2);
+  EXPECT_EQ(stats.MeanTokensPerSecond(), 150);
+  EXPECT_EQ(stats.last()->step, 3);
+}
+
+TEST(Progress, EtaFollowsTheArrivalPace) {
+  StepStats stats;
+  EXPECT_EQ(stats.EtaSeconds(10), std::nullopt);
+  stats.Add(Step(1, 1, /*step_time_s=*/0.5), 100);
+  EXPECT_EQ(stats.EtaSeconds(10), 4.5);  // only the worker's step time so far
+  stats.Add(Step(2, 1), 102);
+  stats.Add(Step(3, 1), 104);
+  EXPECT_EQ(stats.EtaSeconds(10), 14);  // 7 steps x 2 s
+  EXPECT_EQ(stats.EtaSeconds(0), std::nullopt);
+  EXPECT_EQ(stats.EtaSeconds(2), 0);
+}
+
+}  // namespace
+}  // namespace mitra::manager

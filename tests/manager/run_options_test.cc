@@ -1,0 +1,148 @@
+#include "manager/run_options.h"
+
+#include <gtest/gtest.h>
+
+namespace mitra::manager {
+namespace {
+
+Command ParseOk(const std::vector<std::string>& args) {
+  Result<Command> c = ParseCommandLine(args);
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return c.ok() ? *c : Command{};
+}
+
+std::string ParseError(const std::vector<std::string>& args) {
+  Result<Command> c = ParseCommandLine(args);
+  EXPECT_FALSE(c.ok());
+  if (!c.ok()) {
+    EXPECT_EQ(c.status().code(), Status::Code::kInvalidArgument);
+  }
+  return c.ok() ? "" : c.status().message();
+}
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST(RunOptions, ParsesEveryFlagAndTheProgram) {
+  const Command c = ParseOk({"run",
+                             "--machines",
+                             "m.txt",
+                             "--batch-size=64",
+                             "--nstages",
+                             "2",
+                             "--chunk-size",
+                             "4",
+                             "--gpus-per-node",
+                             "8",
+                             "--max-steps",
+                             "100",
+                             "--run-dir",
+                             "out",
+                             "--threads",
+                             "2",
+                             "--timeout",
+                             "12.5",
+                             "--stop-timeout",
+                             "5",
+                             "--",
+                             "./train",
+                             "--lr",
+                             "0.1",
+                             "--"});
+  ASSERT_EQ(c.kind, CommandKind::kRun);
+  const RunOptions& o = c.run;
+  EXPECT_EQ(o.machines_path, "m.txt");
+  EXPECT_EQ(o.batch_size, 64);
+  EXPECT_EQ(o.stages, 2);
+  EXPECT_EQ(o.chunk_size, 4);
+  EXPECT_EQ(o.gpus_per_node, 8);
+  EXPECT_EQ(o.max_steps, 100);
+  EXPECT_EQ(o.run_dir, "out");
+  EXPECT_EQ(o.threads, 2);
+  EXPECT_EQ(o.timeout_s, 12.5);
+  EXPECT_EQ(o.stop_timeout_s, 5);
+  EXPECT_EQ(o.program, "./train");
+  EXPECT_EQ(o.program_args, (std::vector<std::string>{"--lr", "0.1", "--"}));
+}
+
+TEST(RunOptions, HasDefaults) {
+  const RunOptions o = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "p"}).run;
+  EXPECT_EQ(o.stages, 1);
+  EXPECT_EQ(o.chunk_size, 0);
+  EXPECT_EQ(o.gpus_per_node, 1);
+  EXPECT_EQ(o.max_steps, 0);
+  EXPECT_EQ(o.run_dir, "mitra-run");
+  EXPECT_EQ(o.threads, 0);
+  EXPECT_EQ(o.timeout_s, 0);
+  EXPECT_EQ(o.stop_timeout_s, 60);
+  EXPECT_TRUE(o.program_args.empty());
+}
+
+TEST(RunOptions, UnknownFlagsSuggestTheNearestOne) {
+  EXPECT_EQ(ParseError({"run", "--batch", "8"}),
+            "mitra run: unknown flag '--batch'; did you mean --batch-size? See `mitra run "
+            "--help`");
+  EXPECT_EQ(ParseError({"run", "--frobnicate"}),
+            "mitra run: unknown flag '--frobnicate'; see `mitra run --help`");
+}
+
+TEST(RunOptions, FlagsOfLaterVersionsSaySo) {
+  EXPECT_TRUE(Contains(ParseError({"run", "--checkpoint-dir", "x"}), "not available yet"));
+}
+
+TEST(RunOptions, RequiresTheSeparatorAndAProgram) {
+  EXPECT_TRUE(Contains(ParseError({"run", "--machines", "m", "--batch-size", "8"}),
+                       "no program given; end the command with `-- PROGRAM [ARGS...]`"));
+  EXPECT_TRUE(Contains(ParseError({"run", "--machines", "m", "--batch-size", "8", "--"}),
+                       "no program after `--`"));
+  EXPECT_TRUE(Contains(ParseError({"run", "--machines", "m", "--batch-size", "8", "./train"}),
+                       "unexpected argument './train'; put the program"));
+}
+
+TEST(RunOptions, RequiresMachinesAndBatchSize) {
+  EXPECT_TRUE(
+      Contains(ParseError({"run", "--batch-size", "8", "--", "p"}), "--machines is required"));
+  EXPECT_TRUE(
+      Contains(ParseError({"run", "--machines", "m", "--", "p"}), "--batch-size is required"));
+}
+
+TEST(RunOptions, RejectsBadNumbers) {
+  const std::vector<std::string> base = {"run", "--machines", "m"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = base;
+    args.insert(args.end(), extra.begin(), extra.end());
+    if (std::find(args.begin(), args.end(), "--batch-size") == args.end()) {
+      args.insert(args.end(), {"--batch-size", "8"});
+    }
+    args.insert(args.end(), {"--", "p"});
+    return ParseError(args);
+  };
+  EXPECT_EQ(with({"--batch-size", "abc"}),
+            "mitra run: --batch-size 'abc' is not a whole number >= 1 (e.g. --batch-size 64)");
+  EXPECT_TRUE(Contains(with({"--batch-size", "0"}), "is not a whole number >= 1"));
+  EXPECT_TRUE(Contains(with({"--chunk-size", "0"}), "--chunk-size '0' is not a whole number"));
+  EXPECT_TRUE(Contains(with({"--nstages", "-1"}), "--nstages '-1'"));
+  EXPECT_TRUE(Contains(with({"--max-steps", "1.5"}), "is not a whole number >= 0"));
+  EXPECT_TRUE(Contains(with({"--timeout", "0"}), "is not a positive number of seconds"));
+  EXPECT_TRUE(Contains(with({"--threads", "99999999999"}), "--threads"));
+  EXPECT_TRUE(Contains(with({"--nstages"}), "--nstages needs a value"));
+}
+
+TEST(RunOptions, StatusAndStopAreNotAvailableYet) {
+  EXPECT_TRUE(Contains(ParseError({"status"}), "mitra status is not available yet"));
+  EXPECT_TRUE(Contains(ParseError({"stop"}), "mitra stop is not available yet"));
+  EXPECT_TRUE(Contains(ParseError({"frob"}), "unknown command 'frob'"));
+}
+
+TEST(RunOptions, HelpAndVersion) {
+  EXPECT_EQ(ParseOk({"--help"}).kind, CommandKind::kHelp);
+  const Command run_help = ParseOk({"run", "--machines", "m", "--help"});
+  EXPECT_EQ(run_help.kind, CommandKind::kHelp);
+  EXPECT_TRUE(Contains(run_help.help_text, "--chunk-size"));
+  EXPECT_EQ(ParseOk({"--version"}).kind, CommandKind::kVersion);
+  EXPECT_FALSE(ParseCommandLine({}).ok());
+}
+
+}  // namespace
+}  // namespace mitra::manager
