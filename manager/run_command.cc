@@ -4,6 +4,7 @@
 
 #include "common/json.h"
 #include "common/strings.h"
+#include "checkpoint/store.h"
 #include "manager/describe.h"
 #include "manager/grid.h"
 #include "manager/machine_list.h"
@@ -91,6 +92,26 @@ void PrintPlan(RunContext& c, const MachineList& machines, const GridPlan& plan,
   out << "mitra: run directory " << run_dir.path() << std::endl;
 }
 
+// The newest checkpoint that verifies (0: none, start fresh). Damaged newer ones are reported
+// and skipped; a checkpoint of a model with another number of segments is refused.
+Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
+                               const ProgramDescription& description) {
+  std::vector<std::string> skipped;
+  Result<checkpoint::Found> found = checkpoint::FindNewestValid(dir, &skipped);
+  for (const std::string& why : skipped) *c.err << "mitra run: " << why << "\n";
+  if (!found.ok()) return int64_t{0};
+  if (static_cast<int64_t>(found->manifest.segments.size()) != description.segments) {
+    return Status::InvalidArgument(
+        "checkpoint " + found->path + " holds a model of " +
+        std::to_string(found->manifest.segments.size()) + " segments but the program has " +
+        std::to_string(description.segments) +
+        ": it belongs to another model; pass another --checkpoint-dir (nothing was changed)");
+  }
+  *c.out << "mitra: resuming from " << found->path << " (step " << found->step << ", written by "
+         << found->manifest.stages << " x " << found->manifest.replicas << ")" << std::endl;
+  return found->step;
+}
+
 }  // namespace
 
 int RunCommand(const RunOptions& options, RunContext& c) {
@@ -127,6 +148,13 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   }
   const RunDir run_dir(NormalizePath(JoinPath(c.working_directory, options.run_dir)));
   if (Status s = run_dir.CheckUsable(*c.fs); !s.ok()) return BadInput(c, s.message());
+  const std::string checkpoint_dir = NormalizePath(JoinPath(
+      c.working_directory,
+      options.checkpoint_dir.empty() ? JoinPath(options.run_dir, "checkpoints")
+                                     : options.checkpoint_dir));
+  if (Status s = checkpoint::CheckWritable(checkpoint_dir); !s.ok()) {
+    return BadInput(c, s.message());
+  }
 
   // 2. Ask the program for its shape; plan the grid.
   launcher::ProcessSpec describe;
@@ -142,6 +170,8 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   request.segments = description->segments;
   Result<GridPlan> plan = PlanGrid(request);
   if (!plan.ok()) return BadInput(c, plan.status().message());
+  Result<int64_t> resume_step = FindResumeStep(c, checkpoint_dir, *description);
+  if (!resume_step.ok()) return BadInput(c, resume_step.status().message());
 
   while (std::optional<Event> event = c.events->TryPop()) {
     if (std::holds_alternative<StopRequested>(*event)) {
@@ -160,8 +190,12 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   LaunchSettings settings;
   settings.rdzv_host = kLoopback;
   settings.rdzv_port = *port;
-  settings.generation = 0;
+  settings.generation = run_dir.NextGeneration(*c.fs);
   settings.max_steps = options.max_steps;
+  settings.resume_step = *resume_step;
+  settings.checkpoint_dir = checkpoint_dir;
+  settings.checkpoint_every = options.checkpoint_every;
+  settings.keep_checkpoints = options.keep_checkpoints;
   settings.threads = *threads;
   settings.timeout_s = *timeout_s;
   settings.run_dir = run_dir.path();

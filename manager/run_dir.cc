@@ -21,12 +21,17 @@ Status RunDir::CheckUsable(FileSystem& fs) const {
                                    " exists and is not a directory; pass --run-dir with "
                                    "another name");
   }
-  if (fs.Exists(StatePath()) || fs.Exists(EventsPath())) {
-    return Status::InvalidArgument("run directory " + path_ +
-                                   " already holds a run; pass --run-dir with a new directory, "
-                                   "or remove this one to start over");
-  }
   return Status::Ok();
+}
+
+bool RunDir::HoldsRun(FileSystem& fs) const {
+  return fs.Exists(StatePath()) || fs.Exists(EventsPath());
+}
+
+int64_t RunDir::NextGeneration(FileSystem& fs) const {
+  int64_t next = 0;
+  while (fs.Exists(JoinPath(path_, "logs/gen-" + std::to_string(next)))) ++next;
+  return next;
 }
 
 Status RunDir::Create(FileSystem& fs, int64_t generation) const {

@@ -29,10 +29,13 @@ class RunDir {
   static std::string LogName(int64_t generation, int rank);
   std::string LogPath(int64_t generation, int rank) const;
 
-  // Whether a new run may use the directory: it may be missing or empty of runs, but must not
-  // be a file and must not hold a previous run's state.json (InvalidArgument naming the fix).
-  // Creates nothing.
+  // Whether a run may use the directory: missing, empty, or holding an earlier run (which this
+  // one continues), but not a file (InvalidArgument naming the fix). Creates nothing.
   Status CheckUsable(FileSystem& fs) const;
+  // Whether an earlier run left its state.json or events.jsonl here.
+  bool HoldsRun(FileSystem& fs) const;
+  // The first generation whose logs/gen-G directory does not exist yet.
+  int64_t NextGeneration(FileSystem& fs) const;
   // Creates the directory and logs/gen-`generation`/.
   Status Create(FileSystem& fs, int64_t generation) const;
 

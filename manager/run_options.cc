@@ -12,15 +12,15 @@ constexpr const char* kSeeHelp = "; see `mitra run --help`";
 
 // Flags of the design that arrive in later versions: named so the message can say so.
 const std::vector<std::string>& LaterFlags() {
-  static const std::vector<std::string> flags = {"--checkpoint-dir", "--checkpoint-every",
-                                                 "--profile"};
+  static const std::vector<std::string> flags = {"--profile"};
   return flags;
 }
 
 const std::vector<std::string>& KnownFlags() {
   static const std::vector<std::string> flags = {
       "--machines",  "--batch-size", "--nstages", "--chunk-size", "--gpus-per-node",
-      "--max-steps", "--run-dir",    "--threads", "--timeout",    "--stop-timeout"};
+      "--max-steps", "--run-dir",    "--threads", "--timeout",    "--stop-timeout",
+      "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints"};
   return flags;
 }
 
@@ -93,6 +93,14 @@ Status SetFlag(const std::string& flag, const std::string& value, RunOptions* o)
   } else if (flag == "--run-dir") {
     if (value.empty()) return BadValue(flag, value, "a directory name", "mitra-run");
     o->run_dir = value;
+  } else if (flag == "--checkpoint-dir") {
+    if (value.empty()) return BadValue(flag, value, "a directory name", "checkpoints");
+    o->checkpoint_dir = value;
+  } else if (flag == "--checkpoint-every") {
+    s = ReadInt(flag, value, 1, int64_t{1} << 40, "100", &o->checkpoint_every);
+  } else if (flag == "--keep-checkpoints") {
+    s = ReadInt(flag, value, 1, kIntMax, "3", &n);
+    if (s.ok()) o->keep_checkpoints = static_cast<int>(n);
   } else if (flag == "--batch-size") {
     s = ReadInt(flag, value, 1, int64_t{1} << 40, "64", &o->batch_size);
   } else if (flag == "--max-steps") {
@@ -234,7 +242,12 @@ std::string RunUsage() {
          "                        else max(1, per-replica batch / (4 P)))\n"
          "  --gpus-per-node N     slots of a machine line without slots= (default 1)\n"
          "  --max-steps N         train N steps (default 0: the program's own default)\n"
-         "  --run-dir DIR         run directory (default mitra-run)\n"
+         "  --run-dir DIR         run directory (default mitra-run); an existing run\n"
+         "                        directory is continued from its newest checkpoint\n"
+         "  --checkpoint-dir DIR  checkpoints (default RUN_DIR/checkpoints)\n"
+         "  --checkpoint-every N  checkpoint every N steps (default: only at the end and\n"
+         "                        on stop)\n"
+         "  --keep-checkpoints K  complete checkpoints kept (default 3)\n"
          "  --threads N           MITRA_THREADS for the workers (default: inherited, else 1)\n"
          "  --timeout S           MITRA_TIMEOUT_S for the workers (default: inherited, else 30)\n"
          "  --stop-timeout S      seconds a stop may take before the workers are killed "

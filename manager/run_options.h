@@ -22,6 +22,9 @@ struct RunOptions {
   int gpus_per_node = 1;              // --gpus-per-node: slots of a machine line without slots=
   int64_t max_steps = 0;              // --max-steps: 0 = the program's own default
   std::string run_dir = "mitra-run";  // --run-dir
+  std::string checkpoint_dir;         // --checkpoint-dir: "" = RUN_DIR/checkpoints
+  int64_t checkpoint_every = 0;       // --checkpoint-every: 0 = at the end and on stop only
+  int keep_checkpoints = 3;           // --keep-checkpoints
   int threads = 0;                    // --threads: 0 = MITRA_THREADS from the environment, else 1
   double timeout_s = 0;        // --timeout: 0 = MITRA_TIMEOUT_S from the environment, else 30
   double stop_timeout_s = 60;  // --stop-timeout: how long a stop may take before kill

@@ -11,7 +11,7 @@ constexpr const char* kContractVariables[] = {
     "MITRA_CHUNK_SIZE",  "MITRA_GLOBAL_BATCH", "MITRA_REPLICA_BATCH", "MITRA_MAX_STEPS",
     "MITRA_RESUME_STEP", "MITRA_RDZV_HOST",    "MITRA_RDZV_PORT",     "MITRA_GENERATION",
     "MITRA_HOST",        "MITRA_THREADS",      "MITRA_TIMEOUT_S",     "MITRA_RUN_DIR",
-    "MITRA_DESCRIBE",
+    "MITRA_DESCRIBE",    "MITRA_CHECKPOINT_DIR", "MITRA_CHECKPOINT_EVERY", "MITRA_KEEP_CHECKPOINTS",
 };
 
 Environment WithoutContract(const Environment& base) {
@@ -42,6 +42,9 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   env["MITRA_THREADS"] = std::to_string(settings.threads);
   env["MITRA_TIMEOUT_S"] = FormatSeconds(settings.timeout_s);
   env["MITRA_RUN_DIR"] = settings.run_dir;
+  env["MITRA_CHECKPOINT_DIR"] = settings.checkpoint_dir;
+  env["MITRA_CHECKPOINT_EVERY"] = std::to_string(settings.checkpoint_every);
+  env["MITRA_KEEP_CHECKPOINTS"] = std::to_string(settings.keep_checkpoints);
   return env;
 }
 

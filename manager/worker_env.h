@@ -23,6 +23,9 @@ struct LaunchSettings {
   int threads = 1;
   double timeout_s = 30;
   std::string run_dir;  // absolute
+  std::string checkpoint_dir;  // absolute
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
 };
 
 // `base` without the contract's variables (a MITRA_RANK left in the user's shell must not
