@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include <torch/torch.h>
 
@@ -79,7 +80,16 @@ cutpoint::Activations Runtime::MicroBatch(int64_t step, int micro_batch) {
   return Collate(*dataset_, sampler_->Indices(step, share_.offset + begin, count));
 }
 
+void Runtime::TraceSamples(int64_t step) {
+  std::ofstream out(options_.sample_trace + ".rank-" + std::to_string(placement_.rank),
+                    std::ios::app);
+  out << step << " " << placement_.replica();
+  for (int64_t index : sampler_->Indices(step, share_.offset, share_.count)) out << " " << index;
+  out << "\n";
+}
+
 StepResult Runtime::Step(int64_t step, bool stop_requested) {
+  if (!options_.sample_trace.empty() && placement_.stage() == 0) TraceSamples(step);
   for (const auto& p : stage_->parameters()) {
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
   }

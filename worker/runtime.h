@@ -44,6 +44,9 @@ struct RuntimeOptions {
   double clip_norm = 1.0;           // global gradient norm; <= 0 disables clipping
   LrSchedule lr;
   int64_t bucket_elements = 1 << 18;  // data-parallel bucket size (elements)
+  // Debugging aid: when set, the first stage of every replica appends a line
+  // "<step> <replica> <dataset index>..." per step to <sample_trace>.rank-<R>.
+  std::string sample_trace;
 };
 
 struct StepResult {
@@ -79,6 +82,7 @@ class Runtime {
           const Placement& placement, const RuntimeOptions& options);
 
   cutpoint::Activations MicroBatch(int64_t step, int micro_batch);
+  void TraceSamples(int64_t step);
 
   const cutpoint::ModelSpec& spec_;
   std::shared_ptr<const Dataset> dataset_;

@@ -3,6 +3,7 @@
 #include <csignal>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -58,7 +59,9 @@ int Trainer::Run() {
 }
 
 int Trainer::Train(const Placement& placement) {
-  auto created = Runtime::Create(spec_, dataset_, placement, options_.runtime);
+  RuntimeOptions runtime_options = options_.runtime;
+  if (const char* trace = std::getenv("MITRA_TRACE_SAMPLES")) runtime_options.sample_trace = trace;
+  auto created = Runtime::Create(spec_, dataset_, placement, runtime_options);
   if (!created.ok()) {
     spdlog::error("rank {}: {}", placement.rank, created.status().message());
     return created.status().code() == Status::Code::kInvalidArgument ? 2 : 1;

@@ -1,0 +1,286 @@
+// End to end: the real `mitra run` training the real GPT example (tiny) on local processes.
+//
+// Covers what a user sees: a P x D job trained to completion, a worker killed mid-run (the run
+// stops with a report and leaves no process behind), and checkpoints that continue the job in
+// another shape, schedule or partition with exactly the losses, samples and final parameters
+// of the uninterrupted job.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "checkpoint/store.h"
+#include "tests/manager/run_helpers.h"
+#include "tests/worker/job_runner.h"
+
+namespace mitra {
+namespace {
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+constexpr double kLossTolerance = 2e-5;   // fp32 reordering, see fidelity_test.cc
+constexpr double kParamTolerance = 2e-6;
+
+std::vector<std::string> GptArgs(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args{MITRA_GPT_TRAIN, "--model", "tiny", "--seed", "11",
+                                "--lr", "1e-3"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+struct RunOutcome {
+  testing::MitraResult result;
+  std::vector<JsonObject> metrics;
+};
+
+// `mitra run` on `slots` local slots with `stages` stages, into run directory `run_dir`.
+RunOutcome MitraRun(const TempDir& tmp, const std::string& run_dir, int slots, int stages,
+             int64_t max_steps, const std::vector<std::string>& mitra_flags,
+             const std::vector<std::string>& program, const std::map<std::string, std::string>& env = {}) {
+  const std::string machines =
+      tmp.Write("machines-" + std::to_string(slots) + ".txt",
+                "localhost slots=" + std::to_string(slots) + "\n");
+  std::vector<std::string> args{"run", "--machines", machines, "--batch-size", "16",
+                                "--nstages", std::to_string(stages), "--chunk-size", "4",
+                                "--max-steps", std::to_string(max_steps), "--run-dir", run_dir};
+  args.insert(args.end(), mitra_flags.begin(), mitra_flags.end());
+  args.push_back("--");
+  args.insert(args.end(), program.begin(), program.end());
+  RunOutcome run;
+  run.result = testing::RunProgram(MITRA_BINARY, args, tmp.path(), 180, env);
+  run.metrics = testing::ReadJsonLines(run_dir + "/metrics.jsonl");
+  return run;
+}
+
+std::vector<double> Losses(const std::vector<JsonObject>& metrics) {
+  std::vector<double> out;
+  for (const auto& m : metrics) out.push_back(m.GetNumber("loss").value_or(-1));
+  return out;
+}
+
+void ExpectNoProcessLeft(const std::string& run_dir) {
+  const auto pids = testing::LaunchedPids(run_dir);
+  EXPECT_FALSE(pids.empty());
+  for (pid_t pid : pids) EXPECT_TRUE(testing::ProcessGone(pid)) << "worker " << pid << " survived";
+}
+
+// step -> the dataset indices of that step's global batch, replicas in order.
+std::map<int64_t, std::vector<int64_t>> ReadSampleTrace(const std::string& prefix) {
+  std::map<int64_t, std::map<int, std::vector<int64_t>>> by_replica;
+  const fs::path dir = fs::path(prefix).parent_path();
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().string().rfind(prefix + ".rank-", 0) != 0) continue;
+    std::ifstream in(entry.path());
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      int64_t step = 0;
+      int replica = 0;
+      fields >> step >> replica;
+      std::vector<int64_t>& slot = by_replica[step][replica];
+      slot.clear();  // a step re-run after a resume replaces what it recorded
+      for (int64_t i; fields >> i;) slot.push_back(i);
+    }
+  }
+  std::map<int64_t, std::vector<int64_t>> out;
+  for (auto& [step, replicas] : by_replica) {
+    for (auto& [replica, indices] : replicas) {
+      out[step].insert(out[step].end(), indices.begin(), indices.end());
+    }
+  }
+  return out;
+}
+
+TEST(MitraRunGpt, TrainsAcrossTwoStagesAndTwoReplicasToCompletion) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  RunOutcome run = MitraRun(tmp, run_dir, 4, 2, 5, {}, GptArgs({"--schedule", "varuna"}));
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output();
+  ASSERT_EQ(run.metrics.size(), 5u);
+  for (size_t i = 0; i < run.metrics.size(); ++i) {
+    const JsonObject& m = run.metrics[i];
+    EXPECT_EQ(m.GetNumber("step"), static_cast<double>(i + 1));
+    for (const char* field : {"loss", "samples", "tokens_per_s", "step_time_s", "stages",
+                              "replicas", "generation", "time"}) {
+      EXPECT_TRUE(m.Has(field)) << field;
+    }
+    EXPECT_EQ(m.GetNumber("stages"), 2);
+    EXPECT_EQ(m.GetNumber("replicas"), 2);
+  }
+  EXPECT_LT(Losses(run.metrics).back(), Losses(run.metrics).front());
+  EXPECT_NE(run.result.out.find("step 5/5"), std::string::npos) << run.result.out;
+  ExpectNoProcessLeft(run_dir);
+}
+
+TEST(MitraRunGpt, KilledWorkerStopsTheRunWithAReportAndLeavesNoProcess) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  const std::string machines = tmp.Write("machines.txt", "localhost slots=2\n");
+  auto mitra = testing::MitraProcess::Start(
+      MITRA_BINARY,
+      {"run", "--machines", machines, "--batch-size", "16", "--nstages", "2", "--max-steps",
+       "100000", "--run-dir", run_dir, "--", MITRA_GPT_TRAIN, "--model", "tiny"},
+      tmp.path());
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 60)) << mitra->Stdout() << mitra->Stderr();
+  const auto pids = testing::LaunchedPids(run_dir);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  const testing::MitraResult result = mitra->Wait(60);
+  EXPECT_EQ(result.exit_code, 1) << result.output();
+  EXPECT_NE(result.output().find("rank 1"), std::string::npos) << result.output();
+  EXPECT_NE(result.output().find("SIGKILL"), std::string::npos) << result.output();
+  ExpectNoProcessLeft(run_dir);
+}
+
+// The uninterrupted reference: 1 x 1, 6 steps, parameters dumped at the end, samples traced.
+struct Reference {
+  std::vector<double> losses;
+  std::map<std::string, torch::Tensor> params;
+  std::map<int64_t, std::vector<int64_t>> samples;
+};
+
+const Reference& Uninterrupted() {
+  static const Reference reference = [] {
+    TempDir tmp;
+    Reference r;
+    const std::string dump = tmp.Path("dump"), trace = tmp.Path("trace");
+    RunOutcome run = MitraRun(tmp, tmp.Path("run"), 1, 1, 6, {}, GptArgs({"--dump-params", dump}),
+                       {{"MITRA_TRACE_SAMPLES", trace}});
+    EXPECT_EQ(run.result.exit_code, 0) << run.result.output();
+    r.losses = Losses(run.metrics);
+    r.params = testing::LoadTensorDict(dump + "/stage-0.pt");
+    r.samples = ReadSampleTrace(trace);
+    return r;
+  }();
+  return reference;
+}
+
+struct Morph {
+  int slots_a, stages_a;
+  std::vector<std::string> args_a;
+  int slots_b, stages_b;
+  std::vector<std::string> args_b;
+};
+
+void PrintTo(const Morph& m, std::ostream* os) {
+  auto shape = [&](int slots, int stages, const std::vector<std::string>& args) {
+    *os << stages << "x" << slots / stages;
+    for (const auto& a : args) *os << " " << a;
+  };
+  shape(m.slots_a, m.stages_a, m.args_a);
+  *os << " -> ";
+  shape(m.slots_b, m.stages_b, m.args_b);
+}
+
+std::string MorphName(const ::testing::TestParamInfo<Morph>& info) {
+  std::ostringstream os;
+  PrintTo(info.param, &os);
+  std::string name;
+  for (char c : os.str()) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+}
+
+class Continuation : public ::testing::TestWithParam<Morph> {};
+
+TEST_P(Continuation, ResumedJobEqualsTheUninterruptedOne) {
+  const Morph& m = GetParam();
+  const Reference& reference = Uninterrupted();
+  ASSERT_EQ(reference.losses.size(), 6u);
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run"), dump = tmp.Path("dump"), trace = tmp.Path("trace");
+  const std::map<std::string, std::string> env{{"MITRA_TRACE_SAMPLES", trace}};
+  // Shape A: 4 steps, a checkpoint after step 2 and the final one after step 4.
+  RunOutcome a = MitraRun(tmp, run_dir, m.slots_a, m.stages_a, 4, {"--checkpoint-every", "2"},
+                   GptArgs(m.args_a), env);
+  ASSERT_EQ(a.result.exit_code, 0) << a.result.output();
+  // Shape B continues the same run directory from step 4 to step 6.
+  auto args_b = m.args_b;
+  args_b.insert(args_b.end(), {"--dump-params", dump});
+  RunOutcome b = MitraRun(tmp, run_dir, m.slots_b, m.stages_b, 6, {}, GptArgs(args_b), env);
+  ASSERT_EQ(b.result.exit_code, 0) << b.result.output();
+  EXPECT_NE(b.result.out.find("resuming from " + run_dir + "/checkpoints/step-4"),
+            std::string::npos)
+      << b.result.out;
+
+  const std::vector<double> losses = Losses(b.metrics);  // metrics.jsonl holds both runs
+  ASSERT_EQ(losses.size(), 6u);
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_NEAR(losses[k], reference.losses[k], kLossTolerance) << "step " << k + 1;
+    EXPECT_EQ(b.metrics[k].GetNumber("step"), static_cast<double>(k + 1));
+  }
+  EXPECT_EQ(ReadSampleTrace(trace), reference.samples) << "a sample was skipped or repeated";
+  std::map<std::string, torch::Tensor> got;
+  for (int s = 0; s < m.stages_b; ++s) {
+    for (auto& [name, t] : testing::LoadTensorDict(dump + "/stage-" + std::to_string(s) + ".pt")) {
+      got[name] = t;
+    }
+  }
+  ASSERT_EQ(got.size(), reference.params.size());
+  for (const auto& [name, expected] : reference.params) {
+    ASSERT_TRUE(got.count(name)) << name;
+    EXPECT_LE((got[name] - expected).abs().max().item<double>(), kParamTolerance) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, Continuation,
+    ::testing::Values(
+        // 2x2 -> 1x3: a global batch (16) that 3 replicas do not divide.
+        Morph{4, 2, {}, 3, 1, {}},
+        // 1x4 -> 4x1.
+        Morph{4, 1, {}, 4, 4, {}},
+        // 2x1 -> 2x2.
+        Morph{2, 2, {}, 4, 2, {}},
+        // A change of schedule, and of partition.
+        Morph{2, 2, {"--schedule", "gpipe"}, 2, 2, {"--schedule", "varuna"}},
+        Morph{2, 2, {"--partition", "1,3"}, 2, 2, {"--partition", "3,1"}}),
+    MorphName);
+
+TEST(MitraRunGpt, DamagedNewestCheckpointFallsBackToThePreviousOneNamingTheFile) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  RunOutcome a = MitraRun(tmp, run_dir, 2, 2, 4, {"--checkpoint-every", "2"}, GptArgs());
+  ASSERT_EQ(a.result.exit_code, 0) << a.result.output();
+  const std::string victim = run_dir + "/checkpoints/step-4/seg-block1.pt";
+  {
+    std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  RunOutcome b = MitraRun(tmp, run_dir, 2, 2, 5, {}, GptArgs());
+  ASSERT_EQ(b.result.exit_code, 0) << b.result.output();
+  EXPECT_NE(b.result.err.find(victim + " does not match its checksum"), std::string::npos)
+      << b.result.err;
+  EXPECT_NE(b.result.out.find("resuming from " + run_dir + "/checkpoints/step-2"),
+            std::string::npos)
+      << b.result.out;
+  // Steps 3 and 4 were trained again from step 2: metrics.jsonl shows 1 2 3 4 3 4 5.
+  ASSERT_EQ(b.metrics.size(), 7u);
+  EXPECT_NEAR(Losses(b.metrics)[4], Losses(b.metrics)[2], kLossTolerance);
+}
+
+TEST(MitraRunGpt, CheckpointFilesLoadInPythonWithTorchLoad) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  RunOutcome a = MitraRun(tmp, run_dir, 1, 1, 2, {}, GptArgs());
+  ASSERT_EQ(a.result.exit_code, 0) << a.result.output();
+  const std::string dir = run_dir + "/checkpoints/step-2";
+  const std::string script =
+      "import torch,sys\n"
+      "d = torch.load(sys.argv[1] + '/seg-embed.pt')\n"
+      "t = torch.load(sys.argv[1] + '/trainer.pt')\n"
+      "assert tuple(d['param/wte.weight'].shape) == (256, 32), d.keys()\n"
+      "assert int(d['step/wte.weight']) == 2 and int(t['step']) == 2\n"
+      "print('ok', sorted(d)[:2])\n";
+  const std::string path = tmp.Write("load.py", script);
+  auto result = testing::RunProgram("/usr/bin/python3", {path, dir}, tmp.path(), 60);
+  EXPECT_EQ(result.exit_code, 0) << result.output();
+  EXPECT_NE(result.out.find("ok"), std::string::npos) << result.output();
+}
+
+}  // namespace
+}  // namespace mitra
