@@ -3,12 +3,14 @@
 
 Trains the `bench` GPT (batch 32, micro-batch 8, one intra-op thread per process) with:
   plain    bench/plain_gpt.cc: the same model in a plain single-process LibTorch loop
+  plain_tuned  the same, with glibc's malloc set as mitra's workers set it (see below)
   mitra    `mitra run` 1x1, 1x2 (D=2) and 2x1 (P=2) on localhost
   pytorch  bench/python/gpt_bench.py: the same model in PyTorch, single process and DDP (2)
 Each configuration runs --repeats times, interleaved, and the median tokens/s is kept, so
 slow phases of a shared machine hit every configuration alike. Prints one JSON object per
 measurement and a final JSON summary with the ratios:
   mitra_1x1 / plain, mitra_1x1 / pytorch            (targets >= 0.98 and >= 1.0)
+  mitra_1x1 / plain_tuned                            (the runtime's own overhead)
   mitra_1x2 / mitra_1x1, mitra_2x1 / mitra_1x1      (target >= 0.9; two processes share
   pytorch_ddp / pytorch                              about one core on a 2-vCPU machine)
 
@@ -40,9 +42,14 @@ def run(cmd, **kw):
     return out.stdout
 
 
-def plain(args):
+# What mitra's workers do with mallopt() at start (worker/trainer.cc), as environment variables.
+TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
+
+def plain(args, tuned=False):
+    env = dict(os.environ, **TUNED_MALLOC) if tuned else None
     return last_json(run([f"{args.build}/bin/plain_gpt", "--steps", str(args.steps),
-                          "--warmup", str(args.warmup)]))["tokens_per_s"]
+                          "--warmup", str(args.warmup)], env=env))["tokens_per_s"]
 
 
 def pytorch(args, mode):
@@ -77,6 +84,7 @@ def main():
 
     configs = {
         "plain": lambda: plain(args),
+        "plain_tuned": lambda: plain(args, tuned=True),
         "mitra_1x1": lambda: mitra(args, 1, 1),
         "pytorch": lambda: pytorch(args, "single"),
         "mitra_1x2": lambda: mitra(args, 1, 2),
@@ -98,6 +106,7 @@ def main():
         "tokens_per_s": {k: round(v, 1) for k, v in med.items()},
         "ratios": {
             "mitra_1x1_over_plain": round(med["mitra_1x1"] / med["plain"], 3),
+            "mitra_1x1_over_plain_tuned": round(med["mitra_1x1"] / med["plain_tuned"], 3),
             "mitra_1x1_over_pytorch": round(med["mitra_1x1"] / med["pytorch"], 3),
             "mitra_1x2_over_mitra_1x1": round(med["mitra_1x2"] / med["mitra_1x1"], 3),
             "mitra_2x1_over_mitra_1x1": round(med["mitra_2x1"] / med["mitra_1x1"], 3),
