@@ -152,9 +152,6 @@ int RunCommand(const RunOptions& options, RunContext& c) {
       c.working_directory,
       options.checkpoint_dir.empty() ? JoinPath(options.run_dir, "checkpoints")
                                      : options.checkpoint_dir));
-  if (Status s = checkpoint::CheckWritable(checkpoint_dir); !s.ok()) {
-    return BadInput(c, s.message());
-  }
 
   // 2. Ask the program for its shape; plan the grid.
   launcher::ProcessSpec describe;
@@ -172,6 +169,10 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   if (!plan.ok()) return BadInput(c, plan.status().message());
   Result<int64_t> resume_step = FindResumeStep(c, checkpoint_dir, *description);
   if (!resume_step.ok()) return BadInput(c, resume_step.status().message());
+  // The last check, because it creates the directory: every input is known good by now.
+  if (Status s = checkpoint::CheckWritable(checkpoint_dir); !s.ok()) {
+    return BadInput(c, s.message());
+  }
 
   while (std::optional<Event> event = c.events->TryPop()) {
     if (std::holds_alternative<StopRequested>(*event)) {

@@ -239,6 +239,11 @@ INSTANTIATE_TEST_SUITE_P(
                                    {"--batch-size", "4", "--nstages", "3"},
                                    {},
                                    "--nstages 3 needs at least 3 slots"},
+                      BadInputCase{"UnwritableCheckpointDir",
+                                   "localhost slots=1\n",
+                                   {"--batch-size", "4", "--checkpoint-dir", "/proc/mitra-ckpt"},
+                                   {},
+                                   "cannot be created"},
                       BadInputCase{"MoreStagesThanSegments",
                                    "localhost slots=4\n",
                                    {"--batch-size", "4", "--nstages", "4"},
@@ -293,14 +298,17 @@ TEST_F(MitraRunTest, AMissingMachineListOrProgramIsBadInput) {
   ExpectNothingStarted();
 }
 
-TEST_F(MitraRunTest, ARunDirectoryThatHoldsARunIsRefused) {
+TEST_F(MitraRunTest, ARunDirectoryThatHoldsARunIsContinuedInTheNextGeneration) {
   ASSERT_EQ(Run(Args({"--batch-size", "4", "--max-steps", "1"})).exit_code, 0);
   const std::string events_before = ReadFileOrEmpty(RunDir() + "/events.jsonl");
   const MitraResult again = Run(Args({"--batch-size", "4", "--max-steps", "1"}));
-  EXPECT_EQ(again.exit_code, 2);
-  EXPECT_TRUE(Contains(again.err, "already holds a run; pass --run-dir with a new directory"))
-      << again.err;
-  EXPECT_EQ(ReadFileOrEmpty(RunDir() + "/events.jsonl"), events_before);
+  EXPECT_EQ(again.exit_code, 0) << again.output();
+  const std::string events_after = ReadFileOrEmpty(RunDir() + "/events.jsonl");
+  EXPECT_EQ(events_after.substr(0, events_before.size()), events_before) << "history was lost";
+  const auto launches = EventsNamed(RunDir(), "launch");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[1].GetNumber("generation"), 1);
+  EXPECT_TRUE(std::filesystem::is_directory(RunDir() + "/logs/gen-1"));
 }
 
 TEST_F(MitraRunTest, StatusAndStopAreNotAvailableYet) {

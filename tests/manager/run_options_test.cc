@@ -88,7 +88,7 @@ TEST(RunOptions, UnknownFlagsSuggestTheNearestOne) {
 }
 
 TEST(RunOptions, FlagsOfLaterVersionsSaySo) {
-  EXPECT_TRUE(Contains(ParseError({"run", "--checkpoint-dir", "x"}), "not available yet"));
+  EXPECT_TRUE(Contains(ParseError({"run", "--profile", "x"}), "not available yet"));
 }
 
 TEST(RunOptions, RequiresTheSeparatorAndAProgram) {
