@@ -1,11 +1,10 @@
 #include "worker/placement.h"
 
+#include "common/free_port.h"
+
 #include <cstdlib>
 #include <cstring>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 namespace mitra::worker {
 namespace {
@@ -27,22 +26,6 @@ Status ReadInt(const char* name, int64_t min, int64_t* out) {
   }
   *out = x;
   return Status::Ok();
-}
-
-// A free TCP port on loopback for a standalone run's store.
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  if (fd >= 0) ::close(fd);
-  return port;
 }
 
 }  // namespace
@@ -102,7 +85,9 @@ Result<Placement> Placement::FromEnvironment() {
     if (!p.standalone) {
       return Status::InvalidArgument("MITRA_RDZV_PORT is not set: the manager passes it");
     }
-    p.rdzv_port = FreePort();
+    auto port = PickFreeTcpPort(p.rdzv_host);
+    if (!port.ok()) return port.status();
+    p.rdzv_port = *port;
   }
   return p;
 }

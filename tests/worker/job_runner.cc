@@ -1,8 +1,6 @@
 #include "tests/worker/job_runner.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/free_port.h"
 #include "cutpoint/stage_map.h"
 
 namespace mitra::testing {
@@ -29,19 +28,6 @@ bool JobResult::ok() const {
 }
 
 namespace {
-
-// A port the kernel just handed out for loopback; rank 0's store binds it a moment later.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
@@ -62,7 +48,7 @@ JobResult RunJob(const std::string& program, int stages, int replicas,
                  const std::map<std::string, std::string>& extra_env, double timeout_s) {
   const int world = stages * replicas;
   const std::string map = cutpoint::StageMap::Default(stages, replicas).ToString();
-  const int port = FreePort();
+  const int port = *PickFreeTcpPort("127.0.0.1");
   const std::string dir = MakeTempDir("mitra-job");
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
