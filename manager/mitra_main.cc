@@ -12,6 +12,7 @@
 #include "common/free_port.h"
 #include "common/signal_watcher.h"
 #include "launcher/local_process_runner.h"
+#include "manager/checkpoint_command.h"
 #include "manager/run_command.h"
 #include "manager/run_options.h"
 
@@ -90,6 +91,8 @@ int main(int argc, char** argv) {
       return mitra::manager::kExitOk;
     case CommandKind::kRun:
       return Run(command->run);
+    case CommandKind::kCheckpoint:
+      return mitra::manager::CheckpointCommand(command->checkpoint, std::cout, std::cerr);
   }
   return mitra::manager::kExitFailed;
 }

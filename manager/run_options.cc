@@ -216,15 +216,31 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
         "mitra stop is not available yet; meanwhile press Ctrl-C where `mitra run` runs, or "
         "send it SIGINT: kill -INT PID, with PID = manager_pid in RUN_DIR/state.json");
   }
+  if (name == "checkpoint") {
+    const std::string usage = "usage: mitra checkpoint list|verify DIR (DIR: a checkpoint "
+                              "directory, e.g. mitra-run/checkpoints)";
+    if (args.size() >= 2 && args[1] == "export") {
+      return Status::InvalidArgument(
+          "mitra checkpoint export is not available yet; meanwhile each seg-<segment>.pt of a "
+          "checkpoint loads with Python's torch.load (docs/checkpoint-format.md)");
+    }
+    if (args.size() != 3 || (args[1] != "list" && args[1] != "verify")) {
+      return Status::InvalidArgument(usage);
+    }
+    command.kind = CommandKind::kCheckpoint;
+    command.checkpoint = {args[1], args[2]};
+    return command;
+  }
   if (name == "profile" || name == "plan") {
     return Status::InvalidArgument("mitra " + name + " is not available yet");
   }
   return Status::InvalidArgument("mitra: unknown command '" + name +
-                                 "'; the commands are run, status, stop (see `mitra --help`)");
+                                 "'; the commands are run, checkpoint, status, stop (see `mitra --help`)");
 }
 
 std::string MainUsage() {
   return "usage: mitra run --machines FILE --batch-size B [flags] -- PROGRAM [ARGS...]\n"
+         "       mitra checkpoint list|verify DIR\n"
          "       mitra status | stop       (not available yet)\n"
          "       mitra --help | run --help | --version\n"
          "\n"

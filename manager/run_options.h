@@ -32,11 +32,18 @@ struct RunOptions {
   std::vector<std::string> program_args;
 };
 
-enum class CommandKind { kRun, kHelp, kVersion };
+enum class CommandKind { kRun, kCheckpoint, kHelp, kVersion };
+
+// `mitra checkpoint list|verify DIR`
+struct CheckpointCommandOptions {
+  std::string action;  // "list" or "verify"
+  std::string dir;     // a checkpoint directory (RUN_DIR/checkpoints by default)
+};
 
 struct Command {
   CommandKind kind = CommandKind::kHelp;
   RunOptions run;         // kRun
+  CheckpointCommandOptions checkpoint;  // kCheckpoint
   std::string help_text;  // kHelp: what to print
 };
 

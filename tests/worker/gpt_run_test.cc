@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "checkpoint/store.h"
 #include "tests/manager/run_helpers.h"
@@ -261,6 +262,69 @@ TEST(MitraRunGpt, DamagedNewestCheckpointFallsBackToThePreviousOneNamingTheFile)
   // Steps 3 and 4 were trained again from step 2: metrics.jsonl shows 1 2 3 4 3 4 5.
   ASSERT_EQ(b.metrics.size(), 7u);
   EXPECT_NEAR(Losses(b.metrics)[4], Losses(b.metrics)[2], kLossTolerance);
+
+  // `mitra checkpoint` sees the same: the damaged step 4 was replaced by the new run's
+  // checkpoints, so damage it again in the newest one.
+  const std::string newest = run_dir + "/checkpoints/step-5/seg-embed.pt";
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(300);
+    f.put('\x01');
+  }
+  auto verify = testing::RunProgram(MITRA_BINARY, {"checkpoint", "verify", run_dir + "/checkpoints"},
+                                    tmp.path());
+  EXPECT_EQ(verify.exit_code, 1) << verify.output();
+  EXPECT_NE(verify.out.find("step 5  DAMAGED: " + newest), std::string::npos) << verify.out;
+  auto list = testing::RunProgram(MITRA_BINARY, {"checkpoint", "list", run_dir + "/checkpoints"},
+                                  tmp.path());
+  EXPECT_EQ(list.exit_code, 0) << list.output();
+  EXPECT_NE(list.out.find("written by 2 x 1"), std::string::npos) << list.out;
+}
+
+TEST(MitraRunGpt, WorkersKilledWhileWritingACheckpointNeverLeaveAHalfCheckpointListed) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run"), checkpoints = run_dir + "/checkpoints";
+  const std::string machines = tmp.Write("machines.txt", "localhost slots=2\n");
+  auto mitra = testing::MitraProcess::Start(
+      MITRA_BINARY,
+      {"run", "--machines", machines, "--batch-size", "16", "--nstages", "2", "--max-steps",
+       "100000", "--checkpoint-every", "1", "--keep-checkpoints", "1000", "--run-dir", run_dir,
+       "--", MITRA_GPT_TRAIN, "--model", "tiny"},
+      tmp.path());
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 60)) << mitra->Stdout() << mitra->Stderr();
+  // Watch for a checkpoint being written and kill every worker at that moment, the way a
+  // machine dies: no handler runs.
+  bool caught = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!caught && std::chrono::steady_clock::now() < deadline) {
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(checkpoints, ec)) {
+      if (entry.path().extension() == ".partial") caught = true;
+    }
+    if (caught) {
+      for (pid_t pid : testing::LaunchedPids(run_dir)) ::kill(pid, SIGKILL);
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  ASSERT_TRUE(caught) << "never saw a checkpoint being written";
+  EXPECT_EQ(mitra->Wait(60).exit_code, 1);
+  ExpectNoProcessLeft(run_dir);
+
+  // Everything listed as complete verifies; what was being written is not listed.
+  const auto steps = checkpoint::ListSteps(checkpoints);
+  ASSERT_FALSE(steps.empty());
+  for (int64_t step : steps) {
+    EXPECT_TRUE(checkpoint::Verify(checkpoint::StepDirectory(checkpoints, step)).ok()) << step;
+  }
+  // And the job continues from the newest complete one.
+  RunOutcome again = MitraRun(tmp, run_dir, 2, 2, steps.front() + 1, {}, GptArgs());
+  EXPECT_EQ(again.result.exit_code, 0) << again.result.output();
+  EXPECT_NE(again.result.out.find("resuming from " +
+                                  checkpoint::StepDirectory(checkpoints, steps.front())),
+            std::string::npos)
+      << again.result.out;
 }
 
 TEST(MitraRunGpt, CheckpointFilesLoadInPythonWithTorchLoad) {
