@@ -70,6 +70,15 @@ std::vector<int> Checkpointer::SegmentsThisRankWrites() const {
   return out;
 }
 
+torch::Tensor Checkpointer::Staged(const std::string& key, const torch::Tensor& source) {
+  torch::Tensor& buffer = staging_[key];
+  if (!buffer.defined() || !buffer.sizes().equals(source.sizes()) ||
+      buffer.scalar_type() != source.scalar_type()) {
+    buffer = torch::empty_like(source, torch::MemoryFormat::Contiguous);
+  }
+  return buffer.copy_(source);
+}
+
 std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps_done) {
   auto snap = std::make_unique<Snapshot>();
   snap->step = steps_done;
@@ -81,12 +90,12 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
     for (const auto& p : runtime_.stage().parameters()) {
       if (p.name.rfind(prefix, 0) != 0) continue;
       const std::string local = p.name.substr(prefix.size());
-      tensors["param/" + local] = p.tensor.detach().clone();
+      tensors["param/" + local] = Staged(prefix + "param/" + local, p.tensor.detach());
       auto it = state.find(ParamKey(p.tensor));
       if (it == state.end()) continue;
       auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      tensors["exp_avg/" + local] = adam.exp_avg().clone();
-      tensors["exp_avg_sq/" + local] = adam.exp_avg_sq().clone();
+      tensors["exp_avg/" + local] = Staged(prefix + "exp_avg/" + local, adam.exp_avg());
+      tensors["exp_avg_sq/" + local] = Staged(prefix + "exp_avg_sq/" + local, adam.exp_avg_sq());
       tensors["step/" + local] = torch::scalar_tensor(adam.step(), torch::kInt64);
     }
     snap->files.emplace_back(checkpoint::SegmentFileName(spec_.segments[i].name), std::move(tensors));

@@ -7,10 +7,13 @@
 // manifest; then it renames step-N.partial to step-N and prunes old checkpoints.
 //
 // Save() blocks the training loop only while tensors are copied to memory; a background thread
-// serialises, writes, fsyncs and reports. A new Save() first waits for the previous one.
+// serialises, writes, fsyncs and reports. A new Save() first waits for the previous one, so
+// the memory copies go into the same staging buffers every time: only the first save pays
+// for allocating (and faulting in) that memory.
 // Not thread-safe: call from the training thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -52,12 +55,15 @@ class Checkpointer {
   Status Write(const Snapshot& snapshot);
   Status CommitAsRankZero(int64_t step, double started);
   std::vector<int> SegmentsThisRankWrites() const;
+  // `source` copied into the staging buffer kept under `key` (allocated on first use).
+  torch::Tensor Staged(const std::string& key, const torch::Tensor& source);
   std::string Key(int64_t step, const std::string& what) const;
 
   Runtime& runtime_;
   const cutpoint::ModelSpec& spec_;
   CheckpointOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;  // its own connection: used by the writer thread
+  std::map<std::string, torch::Tensor> staging_;  // reused by every snapshot
   std::thread writer_;
   Status last_status_;
 };

@@ -185,12 +185,16 @@ int64_t Trainer::Resume(const Placement& placement, Checkpointer* checkpointer) 
     step = found->step;
   }
   if (step == 0) return 0;
+  const auto start = std::chrono::steady_clock::now();
   if (Status s = checkpointer->Restore(step); !s.ok()) {
     spdlog::error("rank {}: cannot resume from step {}: {}", placement.rank, step, s.message());
     return -1;
   }
-  spdlog::info("rank {}: resumed from {}", placement.rank,
-               checkpoint::StepDirectory(checkpointer->options().dir, step));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("rank {}: resumed from {} in {:.3f} s", placement.rank,
+               checkpoint::StepDirectory(checkpointer->options().dir, step), seconds);
+  if (placement.rank == 0) Record("restored").Add("step", step).Add("seconds", seconds).Emit();
   return step;
 }
 

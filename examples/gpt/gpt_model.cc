@@ -96,6 +96,12 @@ class Head : public cutpoint::Segment {
 Result<GptConfig> GptConfig::Named(const std::string& name) {
   GptConfig c;
   if (name == "bench") return c;
+  if (name == "large") {  // ~101 M parameters: for checkpoint benchmarks
+    c.width = 1024;
+    c.heads = 16;
+    c.mlp_width = 4096;
+    return c;
+  }
   if (name == "tiny") {
     c.context = 32;
     c.width = 32;
@@ -104,7 +110,7 @@ Result<GptConfig> GptConfig::Named(const std::string& name) {
     c.mlp_width = 128;
     return c;
   }
-  return Status::InvalidArgument("unknown model '" + name + "' (expected tiny or bench)");
+  return Status::InvalidArgument("unknown model '" + name + "' (expected tiny, bench or large)");
 }
 
 cutpoint::ModelSpec MakeGptSpec(const GptConfig& config) {

@@ -15,7 +15,7 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage: gpt_train [options]
-  --model tiny|bench     model size (default bench)
+  --model tiny|bench|large  model size (default bench; large: ~101 M parameters)
   --data PATH            text file or directory (default /usr/share/games/fortunes)
   --seed N               initialisation and sample order (default 1234)
   --steps N              steps to train when mitra run gives no --max-steps (default 100)
