@@ -327,6 +327,35 @@ TEST(MitraRunGpt, WorkersKilledWhileWritingACheckpointNeverLeaveAHalfCheckpointL
       << again.result.out;
 }
 
+TEST(MitraRunGpt, FullDiskFailsTheSaveCleanlyAndKeepsEarlierCheckpoints) {
+  TempDir tmp;
+  const std::string disk = tmp.Path("disk");
+  fs::create_directories(disk);
+  // A 1.2 MB file system: two checkpoints of the tiny model (0.55 MB each) fit, a third not.
+  auto mounted = testing::RunProgram("/bin/mount", {"-t", "tmpfs", "-o", "size=1200k", "tmpfs", disk},
+                                     tmp.path());
+  if (mounted.exit_code != 0) GTEST_SKIP() << "cannot mount a tmpfs here: " << mounted.output();
+  struct Unmount {
+    std::string path;
+    ~Unmount() { testing::RunProgram("/bin/umount", {path}, "/", 30); }
+  } unmount{disk};
+
+  RunOutcome run = MitraRun(tmp, tmp.Path("run"), 1, 1, 4,
+                            {"--checkpoint-every", "1", "--keep-checkpoints", "10",
+                             "--checkpoint-dir", disk},
+                            GptArgs());
+  // Training went on through the failed save; the final save failed too, so the job says so.
+  EXPECT_EQ(run.result.exit_code, 1) << run.result.output();
+  EXPECT_EQ(run.metrics.size(), 4u);
+  const std::string log = testing::ReadFileOrEmpty(tmp.Path("run") + "/logs/gen-0/rank-0.log");
+  EXPECT_NE(log.find("No space left on device"), std::string::npos) << log;
+  EXPECT_NE(log.find("earlier checkpoints are intact"), std::string::npos) << log;
+  EXPECT_EQ(checkpoint::ListSteps(disk), (std::vector<int64_t>{2, 1}));
+  for (int64_t step : {1, 2}) {
+    EXPECT_TRUE(checkpoint::Verify(checkpoint::StepDirectory(disk, step)).ok()) << step;
+  }
+}
+
 TEST(MitraRunGpt, CheckpointFilesLoadInPythonWithTorchLoad) {
   TempDir tmp;
   const std::string run_dir = tmp.Path("run");
