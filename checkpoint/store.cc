@@ -1,6 +1,7 @@
 #include "checkpoint/store.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,27 +70,64 @@ Status WriteFileDurably(const std::string& path, std::string_view bytes) {
   return ::close(fd) == 0 ? Status::Ok() : ErrnoStatus("cannot close", path);
 }
 
-Result<std::string> ReadWholeFile(const std::string& path) {
+namespace {
+
+// Reads the whole file into `out` (any container of char with resize/data), sized from fstat.
+template <typename Bytes>
+Status ReadInto(const std::string& path, Bytes* out) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     return errno == ENOENT ? Status::NotFound(path + " is missing")
                            : ErrnoStatus("cannot open", path);
   }
-  std::string out;
-  char buf[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    Status s = ErrnoStatus("cannot stat", path);
+    ::close(fd);
+    return s;
+  }
+  out->resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out->size()) {
+    const ssize_t n = ::read(fd, out->data() + done, out->size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       Status s = ErrnoStatus("cannot read", path);
       ::close(fd);
       return s;
     }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
+    if (n == 0) break;  // shrank while reading: the size check will say so
+    done += static_cast<size_t>(n);
   }
+  out->resize(done);
   ::close(fd);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::string> ReadWholeFile(const std::string& path) {
+  std::string out;
+  if (Status s = ReadInto(path, &out); !s.ok()) return s;
   return out;
+}
+
+Result<std::vector<char>> ReadFileBytes(const std::string& path) {
+  std::vector<char> out;
+  if (Status s = ReadInto(path, &out); !s.ok()) return s;
+  return out;
+}
+
+Status CheckFile(const std::string& path, const FileEntry& entry, std::string_view bytes) {
+  if (bytes.size() != entry.bytes) {
+    return Status::IoError(path + " holds " + std::to_string(bytes.size()) +
+                           " bytes but the manifest says " + std::to_string(entry.bytes) +
+                           " (truncated or overwritten)");
+  }
+  if (Crc32c(bytes) != entry.crc32c) {
+    return Status::IoError(path + " does not match its checksum (the file is corrupt)");
+  }
+  return Status::Ok();
 }
 
 Status CheckWritable(const std::string& dir) {
@@ -144,6 +182,7 @@ Result<Manifest> VerifyFiles(const std::string& path, const std::vector<std::str
   if (!text.ok()) return text.status();
   auto manifest = Manifest::Parse(*text, manifest_path);
   if (!manifest.ok()) return manifest.status();
+  if (only.size() == 1 && only[0].empty()) return manifest;
   for (const auto& name : only) {
     if (!manifest->FindFile(name)) {
       return Status::IoError(manifest_path + " does not list " + name +
@@ -155,14 +194,7 @@ Result<Manifest> VerifyFiles(const std::string& path, const std::vector<std::str
     const std::string file = (fs::path(path) / f.name).string();
     auto bytes = ReadWholeFile(file);
     if (!bytes.ok()) return Status::IoError(bytes.status().message());
-    if (bytes->size() != f.bytes) {
-      return Status::IoError(file + " holds " + std::to_string(bytes->size()) +
-                             " bytes but the manifest says " + std::to_string(f.bytes) +
-                             " (truncated or overwritten)");
-    }
-    if (Crc32c(*bytes) != f.crc32c) {
-      return Status::IoError(file + " does not match its checksum (the file is corrupt)");
-    }
+    if (Status s = CheckFile(file, f, *bytes); !s.ok()) return s;
   }
   return manifest;
 }

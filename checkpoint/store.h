@@ -26,6 +26,11 @@ std::string PartialDirectory(const std::string& dir, int64_t step);      // <dir
 // (a full disk reads "No space left on device").
 Status WriteFileDurably(const std::string& path, std::string_view bytes);
 Result<std::string> ReadWholeFile(const std::string& path);
+// The same into a byte vector (what LibTorch's pickle_load takes), sized once from fstat.
+Result<std::vector<char>> ReadFileBytes(const std::string& path);
+// Checks `bytes` (the contents of `entry`'s file at `path`) against the entry's size and
+// checksum; the error names the file.
+Status CheckFile(const std::string& path, const FileEntry& entry, std::string_view bytes);
 
 // Fails with a clear message when `dir` cannot be created or written (before training starts).
 Status CheckWritable(const std::string& dir);
@@ -40,7 +45,8 @@ std::vector<int64_t> ListSteps(const std::string& dir);
 // Parses the manifest of the checkpoint at `path` and checks every listed file's size and
 // checksum. The error names the damaged file.
 Result<Manifest> Verify(const std::string& path);
-// Like Verify, but checks only the files named in `only` (a worker checks what it loads).
+// Like Verify, but checks only the files named in `only`; `only` = {""} checks just the
+// manifest (a worker then checks each file with CheckFile as it reads it).
 Result<Manifest> VerifyFiles(const std::string& path, const std::vector<std::string>& only);
 
 struct Found {

@@ -4,18 +4,16 @@
 
 namespace mitra::checkpoint {
 
-std::string EncodeTensors(const TensorMap& tensors) {
+std::vector<char> EncodeTensors(const TensorMap& tensors) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& [name, t] : tensors) dict.insert(name, t);
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  return std::string(bytes.begin(), bytes.end());
+  return torch::pickle_save(dict);
 }
 
-Result<TensorMap> DecodeTensors(const std::string& bytes, const std::string& where) {
+Result<TensorMap> DecodeTensors(const std::vector<char>& bytes, const std::string& where) {
   try {
     TensorMap out;
-    std::vector<char> data(bytes.begin(), bytes.end());
-    for (const auto& item : torch::pickle_load(data).toGenericDict()) {
+    for (const auto& item : torch::pickle_load(bytes).toGenericDict()) {
       out[item.key().toStringRef()] = item.value().toTensor();
     }
     return out;

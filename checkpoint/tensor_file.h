@@ -14,8 +14,9 @@ namespace mitra::checkpoint {
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
-std::string EncodeTensors(const TensorMap& tensors);
+// The file's bytes (LibTorch's pickle_save builds them in one buffer; no further copy here).
+std::vector<char> EncodeTensors(const TensorMap& tensors);
 // `where` names the file in the error.
-Result<TensorMap> DecodeTensors(const std::string& bytes, const std::string& where);
+Result<TensorMap> DecodeTensors(const std::vector<char>& bytes, const std::string& where);
 
 }  // namespace mitra::checkpoint

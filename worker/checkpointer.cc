@@ -145,7 +145,8 @@ Status Checkpointer::Write(const Snapshot& snap) {
   std::ostringstream entries;
   for (const auto& [name, tensors] : snap.files) {
     if (!status.ok()) break;
-    const std::string bytes = checkpoint::EncodeTensors(tensors);
+    const std::vector<char> encoded = checkpoint::EncodeTensors(tensors);
+    const std::string_view bytes(encoded.data(), encoded.size());
     status = checkpoint::WriteFileDurably((fs::path(partial) / name).string(), bytes);
     char crc[16];
     std::snprintf(crc, sizeof(crc), "%08" PRIx32, checkpoint::Crc32c(bytes));
@@ -225,12 +226,7 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
 
 Status Checkpointer::Restore(int64_t step) {
   const std::string path = checkpoint::StepDirectory(options_.dir, step);
-  const Stage& stage = runtime_.stage();
-  std::vector<std::string> needed{kTrainerFile};
-  for (int i = stage.first_segment(); i < stage.end_segment(); ++i) {
-    needed.push_back(checkpoint::SegmentFileName(spec_.segments[i].name));
-  }
-  auto manifest = checkpoint::VerifyFiles(path, needed);
+  auto manifest = checkpoint::VerifyFiles(path, {""});  // the manifest; files as they are read
   if (!manifest.ok()) return manifest.status();
   std::vector<std::string> names;
   for (const auto& s : spec_.segments) names.push_back(s.name);
@@ -239,13 +235,28 @@ Status Checkpointer::Restore(int64_t step) {
                                    "segments differ from this program's): use another "
                                    "--checkpoint-dir");
   }
+  // Each file is read once: checked against the manifest's size and checksum, then decoded.
+  auto read = [&](const std::string& name) -> Result<TensorMap> {
+    const std::string file = (fs::path(path) / name).string();
+    const checkpoint::FileEntry* entry = manifest->FindFile(name);
+    if (!entry) {
+      return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " + name +
+                             " (the checkpoint is incomplete)");
+    }
+    auto bytes = checkpoint::ReadFileBytes(file);
+    if (!bytes.ok()) return bytes.status();
+    if (Status s = checkpoint::CheckFile(file, *entry, {bytes->data(), bytes->size()}); !s.ok()) {
+      return s;
+    }
+    return checkpoint::DecodeTensors(*bytes, file);
+  };
+
+  const Stage& stage = runtime_.stage();
   auto& state = runtime_.optimizer().state();
   torch::NoGradGuard no_grad;
   for (int i = stage.first_segment(); i < stage.end_segment(); ++i) {
-    const std::string file = (fs::path(path) / checkpoint::SegmentFileName(spec_.segments[i].name)).string();
-    auto bytes = checkpoint::ReadWholeFile(file);
-    if (!bytes.ok()) return bytes.status();
-    auto tensors = checkpoint::DecodeTensors(*bytes, file);
+    const std::string file = checkpoint::SegmentFileName(spec_.segments[i].name);
+    auto tensors = read(file);
     if (!tensors.ok()) return tensors.status();
     const std::string prefix = spec_.segments[i].name + ".";
     size_t used = 0;
@@ -255,7 +266,7 @@ Status Checkpointer::Restore(int64_t step) {
       auto it = tensors->find("param/" + local);
       if (it == tensors->end() || !it->second.sizes().equals(p.tensor.sizes())) {
         return Status::InvalidArgument(
-            file + ": parameter '" + local + "' is " +
+            path + "/" + file + ": parameter '" + local + "' is " +
             (it == tensors->end() ? std::string("missing") : "of another shape") +
             ": the checkpoint was written by another model; use another --checkpoint-dir");
       }
@@ -263,21 +274,19 @@ Status Checkpointer::Restore(int64_t step) {
       ++used;
       if (tensors->count("exp_avg/" + local)) {
         auto adam = std::make_unique<torch::optim::AdamWParamState>();
-        adam->exp_avg(tensors->at("exp_avg/" + local).clone());
-        adam->exp_avg_sq(tensors->at("exp_avg_sq/" + local).clone());
+        adam->exp_avg(tensors->at("exp_avg/" + local));  // decoded fresh: owned, no copy
+        adam->exp_avg_sq(tensors->at("exp_avg_sq/" + local));
         adam->step(tensors->at("step/" + local).item<int64_t>());
         state[ParamKey(p.tensor)] = std::move(adam);
         used += 3;
       }
     }
     if (used != tensors->size()) {
-      return Status::InvalidArgument(file + " holds tensors this model does not have: the "
-                                     "checkpoint was written by another model");
+      return Status::InvalidArgument(path + "/" + file + " holds tensors this model does not "
+                                     "have: the checkpoint was written by another model");
     }
   }
-  auto trainer_bytes = checkpoint::ReadWholeFile((fs::path(path) / kTrainerFile).string());
-  if (!trainer_bytes.ok()) return trainer_bytes.status();
-  auto trainer = checkpoint::DecodeTensors(*trainer_bytes, kTrainerFile);
+  auto trainer = read(kTrainerFile);
   if (!trainer.ok()) return trainer.status();
   auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
   gen->set_state(*trainer->at("rng_state").unsafeGetTensorImpl());
