@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "common/json.h"
+
 namespace mitra::worker {
 
 class Record {
@@ -22,7 +24,7 @@ class Record {
   void Emit();
 
  private:
-  std::string line_;
+  JsonObject object_;
 };
 
 }  // namespace mitra::worker
