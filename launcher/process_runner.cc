@@ -5,6 +5,7 @@
 namespace mitra::launcher {
 
 std::string ExitStatus::ToString() const {
+  if (lost) return "was lost with the connection to its machine";
   if (signal != 0) return "was killed by signal " + SignalName(signal);
   return "exited with code " + std::to_string(exit_code);
 }

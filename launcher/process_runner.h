@@ -31,8 +31,9 @@ struct ProcessSpec {
 struct ExitStatus {
   int exit_code = 0;  // meaningful when signal == 0
   int signal = 0;     // the signal that ended the process; 0 when it exited by itself
+  bool lost = false;  // the connection to the host was lost; the process's fate is unknown
 
-  bool ok() const { return signal == 0 && exit_code == 0; }
+  bool ok() const { return !lost && signal == 0 && exit_code == 0; }
   // "exited with code 3", "was killed by signal SIGKILL".
   std::string ToString() const;
 };
