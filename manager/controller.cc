@@ -1,0 +1,862 @@
+#include "manager/controller.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "common/strings.h"
+#include "manager/progress.h"
+#include "manager/worker_env.h"
+
+namespace mitra::manager {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+std::string Seconds(double s) { return FormatSeconds(std::round(s * 10) / 10) + " s"; }
+
+std::string Shape(int stages, int replicas) {
+  return std::to_string(stages) + " x " + std::to_string(replicas);
+}
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+}  // namespace
+
+Controller::Host Controller::NewHost(const Machine& machine) {
+  Host host;
+  host.machine = machine;
+  return host;
+}
+
+std::string PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kWaiting:
+      return "waiting";
+    case Phase::kRunning:
+      return "running";
+    case Phase::kMorphing:
+      return "morphing";
+    case Phase::kRecovering:
+      return "recovering";
+    case Phase::kStopping:
+      return "stopping";
+    case Phase::kFinished:
+      return "finished";
+  }
+  return "unknown";
+}
+
+Controller::Controller(ControllerOptions options) : options_(std::move(options)) {}
+
+std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, double now) {
+  now_ = now;
+  actions_.clear();
+  if (phase_ == Phase::kFinished) return {};
+  std::visit(Overloaded{
+                 [this](const StartInput& in) { OnStart(in); },
+                 [this](const MachinesChanged& in) { OnMachinesChanged(in); },
+                 [this](const RankStarted& in) { OnRankStarted(in); },
+                 [this](const RankStartFailed& in) { OnRankStartFailed(in); },
+                 [this](const RankReport& in) { OnReport(in); },
+                 [this](const RankExited& in) { OnExited(in); },
+                 [this](const HostChecked& in) { OnHostChecked(in); },
+                 [this](const StopInput& in) { OnStop(in); },
+                 [](const TimerInput&) {},
+             },
+             input);
+  if (phase_ != Phase::kFinished) OnTimers();
+  return std::move(actions_);
+}
+
+double Controller::NextDeadline() const {
+  if (phase_ == Phase::kFinished) return kInfinity;
+  double next = kInfinity;
+  for (const auto& d :
+       {stop_deadline_, finish_deadline_, kill_deadline_, abandon_deadline_, health_deadline_}) {
+    if (d) next = std::min(next, *d);
+  }
+  if (generation_live_) {
+    if (!AllReady() && ending_ == Ending::kNone) {
+      next = std::min(next, launch_time_ + options_.startup_timeout_s);
+    }
+    for (const Rank& r : ranks_) {
+      if (r.running && r.heartbeats) {
+        next = std::min(next, r.last_heard + options_.heartbeat_timeout_s);
+      }
+    }
+  }
+  for (const Host& h : hosts_) {
+    if (h.listed && h.health == Host::Health::kFailed && !h.check_in_flight) {
+      next = std::min(next, h.retry_at);
+    }
+  }
+  return next;
+}
+
+// ---- Inputs ------------------------------------------------------------------------------
+
+void Controller::OnStart(const StartInput& in) {
+  for (const Machine& m : in.list.machines) hosts_.push_back(NewHost(m));
+  TryLaunch();
+}
+
+void Controller::OnMachinesChanged(const MachinesChanged& in) {
+  std::vector<Host> hosts;
+  std::vector<std::string> added;
+  for (const Machine& m : in.list.machines) {
+    Host* known = FindHost(m.Address());
+    if (known == nullptr) {
+      hosts.push_back(NewHost(m));
+      added.push_back(m.Address());
+      continue;
+    }
+    if (!known->listed) added.push_back(m.Address());
+    Host h = *known;
+    h.machine = m;
+    h.listed = true;
+    hosts.push_back(std::move(h));
+  }
+  std::vector<std::string> removed;
+  for (Host& h : hosts_) {
+    const bool still = std::any_of(in.list.machines.begin(), in.list.machines.end(),
+                                   [&](const Machine& m) { return m.Address() == h.machine.Address(); });
+    if (still) continue;
+    if (h.listed) removed.push_back(h.machine.Address());
+    h.listed = false;
+    hosts.push_back(std::move(h));  // remembered: its health history, and status while in use
+  }
+  hosts_ = std::move(hosts);
+
+  std::string what;
+  if (!added.empty()) what += "added " + Join(added, ", ");
+  if (!removed.empty()) what += (what.empty() ? "" : "; ") + ("removed " + Join(removed, ", "));
+  if (what.empty()) what = "slots changed";
+  JsonObject fields;
+  fields.Set("added", JsonValue::StringArray(added))
+      .Set("removed", JsonValue::StringArray(removed))
+      .SetInt("slots", in.list.TotalSlots())
+      .SetString("phase", PhaseName(phase_));
+
+  switch (phase_) {
+    case Phase::kWaiting:
+      Record("machines_changed", fields.SetString("action", "plan"));
+      TryLaunch();
+      return;
+    case Phase::kRunning: {
+      std::string why;
+      const auto desired = DesiredPlan(&why);
+      if (desired && !DiffersFromCurrent(desired->first, desired->second)) {
+        Record("machines_changed", fields.SetString("action", "none"),
+               "mitra: machine list changed (" + what + "): the shape stays " + ShapeText());
+        return;
+      }
+      if (!desired) {
+        // Fewer usable slots than stages. The running generation goes on unless it runs on a
+        // machine that left the list or lost slots.
+        bool affected = false;
+        for (const Machine& m : launched_machines_) {
+          const Host* h = FindHost(m.Address());
+          affected |= h == nullptr || !h->listed || h->machine.slots < m.slots;
+        }
+        if (!affected) {
+          Record("machines_changed", fields.SetString("action", "none").SetString("why", why));
+          return;
+        }
+      }
+      Record("machines_changed", fields.SetString("action", "morph"));
+      BeginMorph("machine list changed: " + what);
+      return;
+    }
+    case Phase::kMorphing:
+    case Phase::kRecovering:
+      Record("machines_changed", fields.SetString("action", "folded"),
+             "mitra: machine list changed (" + what + "): the next generation will use it");
+      return;
+    case Phase::kStopping:
+    case Phase::kFinished:
+      Record("machines_changed", fields.SetString("action", "none"));
+      return;
+  }
+}
+
+void Controller::OnRankStarted(const RankStarted& in) {
+  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
+    return;
+  }
+  Rank& r = ranks_[in.rank];
+  r.pid = in.pid;
+  r.last_heard = now_;
+}
+
+void Controller::OnRankStartFailed(const RankStartFailed& in) {
+  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
+    return;
+  }
+  Rank& r = ranks_[in.rank];
+  if (!r.running) return;
+  r.running = false;
+  const std::string what = "rank " + std::to_string(in.rank) + " could not be started on " +
+                           launched_machines_[r.machine].Address() + ": " + in.reason;
+  if (TearingDown()) {
+    Record("start_failed", JsonObject().SetInt("rank", in.rank).SetString("reason", what));
+  } else {
+    Fail(in.rank, what, /*blame_machine=*/true);
+  }
+  MaybeEndGeneration();
+}
+
+void Controller::OnReport(const RankReport& in) {
+  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
+    return;
+  }
+  Rank& r = ranks_[in.rank];
+  r.last_heard = now_;
+  switch (in.kind) {
+    case RankReport::Kind::kReady:
+      if (r.ready) return;
+      r.ready = true;
+      if (AllReady()) {
+        Record("ready", JsonObject().SetNumber("rendezvous_s", RoundedSeconds(now_ - launch_time_)),
+               "mitra: all " + std::to_string(ranks_.size()) + " workers ready after " +
+                   Seconds(now_ - launch_time_));
+      }
+      return;
+    case RankReport::Kind::kHeartbeat:
+      r.heartbeats = true;
+      return;
+    case RankReport::Kind::kCheckpoint:
+      return;
+    case RankReport::Kind::kStep:
+      last_step_ = std::max(last_step_, in.step);
+      if (!first_step_seen_) {
+        first_step_seen_ = true;
+        if (!change_kind_.empty()) {
+          JsonObject fields;
+          fields.SetString("kind", change_kind_)
+              .SetInt("step", in.step)
+              .SetString("shape", ShapeText())
+              .SetNumber("downtime_s", RoundedSeconds(now_ - change_detected_))
+              .SetNumber("stop_s", RoundedSeconds(ranks_exited_ - change_detected_))
+              .SetNumber("relaunch_s", RoundedSeconds(launch_time_ - ranks_exited_))
+              .SetNumber("first_step_s", RoundedSeconds(now_ - launch_time_));
+          Record("first_step", fields,
+                 "mitra: " + change_kind_ + " done: training again in " + ShapeText() +
+                     " at step " + std::to_string(in.step) + "; downtime " +
+                     Seconds(now_ - change_detected_) + " (stop " +
+                     Seconds(ranks_exited_ - change_detected_) + ", relaunch " +
+                     Seconds(launch_time_ - ranks_exited_) + ", first step " +
+                     Seconds(now_ - launch_time_) + ")");
+          change_kind_.clear();
+        }
+      }
+      return;
+    case RankReport::Kind::kStopped:
+      if (r.stopped) return;
+      r.stopped = true;
+      if (stopped_step_ < 0) {
+        stopped_step_ = in.step;
+      } else if (stopped_step_ != in.step) {
+        stopped_steps_agree_ = false;
+      }
+      Record("rank_stopped", JsonObject()
+                                 .SetInt("rank", in.rank)
+                                 .SetInt("step", in.step)
+                                 .SetNumber("after_s", RoundedSeconds(now_ - change_detected_)));
+      return;
+  }
+}
+
+void Controller::OnExited(const RankExited& in) {
+  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
+    return;
+  }
+  Rank& r = ranks_[in.rank];
+  if (!r.running) return;
+  r.running = false;
+  if (in.exit.ok()) {
+    if (ending_ == Ending::kNone && RunningRanks() > 0 && !finish_deadline_) {
+      finish_deadline_ = now_ + options_.finish_timeout_s;
+    }
+    MaybeEndGeneration();
+    return;
+  }
+  // Once the generation is being torn down, exits are our own signals or peers that lost the
+  // failed rank: the first failure is the one reported.
+  if (!TearingDown()) {
+    std::string what = RankWhere(in.rank) + " " + in.exit.ToString();
+    if (last_step_ > 0) what += " after step " + std::to_string(last_step_);
+    if (in.exit.signal == SIGUSR1) {
+      what += " (it had no SIGUSR1 handler: a worker must install one before it reports ready)";
+    }
+    Fail(in.rank, what, /*blame_machine=*/true);
+  }
+  MaybeEndGeneration();
+}
+
+void Controller::OnHostChecked(const HostChecked& in) {
+  Host* h = FindHost(in.address);
+  if (h == nullptr) return;
+  h->check_in_flight = false;
+  if (in.healthy) {
+    const bool was_out = h->health != Host::Health::kUsable;
+    h->health = Host::Health::kUsable;
+    h->reason.clear();
+    if (was_out) {
+      Record("host_healthy", JsonObject().SetString("machine", in.address),
+             "mitra: " + in.address + " passed its health check");
+    }
+  } else {
+    ++h->consecutive_failures;
+    h->last_failure = now_;
+    const double backoff =
+        std::min(options_.backoff_max_s,
+                 options_.backoff_base_s * std::pow(2.0, std::max(0, h->consecutive_failures - 2)));
+    h->health = Host::Health::kFailed;
+    h->retry_at = now_ + backoff;
+    h->reason = in.reason;
+    Record("host_failed",
+           JsonObject()
+               .SetString("machine", in.address)
+               .SetString("reason", in.reason)
+               .SetInt("consecutive_failures", h->consecutive_failures)
+               .SetNumber("retry_in_s", RoundedSeconds(backoff)),
+           "mitra: " + in.address + " failed its health check (" + in.reason +
+               "); kept out, next check in " + Seconds(backoff),
+           true);
+  }
+  switch (phase_) {
+    case Phase::kWaiting:
+      if (in.healthy) TryLaunch();
+      return;
+    case Phase::kRunning: {
+      if (!in.healthy || !h->listed) return;
+      std::string why;
+      const auto desired = DesiredPlan(&why);
+      if (desired && DiffersFromCurrent(desired->first, desired->second)) {
+        BeginMorph(in.address + " is healthy again");
+      }
+      return;
+    }
+    case Phase::kRecovering:
+      MaybeEndGeneration();
+      return;
+    default:
+      return;
+  }
+}
+
+void Controller::OnStop(const StopInput& in) {
+  const bool first = !stop_requested_;
+  stop_requested_ = true;
+  stop_source_ = in.source;
+  Record("signal", JsonObject().SetString("source", in.source).SetString("state", PhaseName(phase_)));
+  switch (phase_) {
+    case Phase::kWaiting:
+      Finish(FinishAction::Outcome::kStopped, "");
+      return;
+    case Phase::kRunning:
+      BeginStop(in.source);
+      return;
+    case Phase::kMorphing:
+    case Phase::kRecovering:
+      if (first) {
+        ending_ = Ending::kStop;
+        phase_ = Phase::kStopping;
+        Record("stop", JsonObject().SetString("reason", in.source).SetInt("step", last_step_),
+               "mitra: " + in.source + ": stopping once the workers have exited (" +
+                   in.source + " again kills them)");
+        return;
+      }
+      [[fallthrough]];
+    case Phase::kStopping:
+      if (!kill_deadline_ && !abandon_deadline_) {
+        Record("stop", JsonObject().SetString("reason", "second " + in.source), "", true);
+        if (!final_failure_) {
+          final_failure_ = FinishAction{FinishAction::Outcome::kFailed,
+                                        "the workers were killed on a second " + in.source +
+                                            " before they stopped"};
+        }
+        Terminate("second " + in.source);
+      } else if (kill_deadline_) {
+        kill_deadline_ = now_;  // impatient: SIGKILL now
+      }
+      return;
+    case Phase::kFinished:
+      return;
+  }
+}
+
+void Controller::OnTimers() {
+  if (generation_live_ && ending_ == Ending::kNone) {
+    if (!AllReady() && now_ >= launch_time_ + options_.startup_timeout_s) {
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        if (ranks_[i].running && !ranks_[i].ready) {
+          Fail(static_cast<int>(i),
+               RankWhere(static_cast<int>(i)) + " was not ready " +
+                   Seconds(options_.startup_timeout_s) + " after its launch",
+               true);
+          break;
+        }
+      }
+    }
+  }
+  if (generation_live_ && ending_ != Ending::kRecover && ending_ != Ending::kFinish) {
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const Rank& r = ranks_[i];
+      if (r.running && r.heartbeats && now_ - r.last_heard >= options_.heartbeat_timeout_s) {
+        Fail(static_cast<int>(i),
+             RankWhere(static_cast<int>(i)) + " sent no heartbeat for " +
+                 Seconds(now_ - r.last_heard) + " (hung, stopped, or cut off)",
+             true);
+        break;
+      }
+    }
+  }
+  if (stop_deadline_ && now_ >= *stop_deadline_) {
+    stop_deadline_.reset();
+    const std::string why = "the workers did not stop within " +
+                            Seconds(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
+    if (ending_ == Ending::kStop) {
+      Record("stop_timeout", JsonObject().SetString("reason", why), "mitra: " + why, true);
+      if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+      Terminate(why);
+    } else {
+      Fail(-1, why, false);
+    }
+  }
+  if (finish_deadline_ && now_ >= *finish_deadline_) {
+    finish_deadline_.reset();
+    std::vector<std::string> running;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].running) running.push_back(std::to_string(i));
+    }
+    const std::string why = "rank(s) " + Join(running, ", ") + " still running " +
+                            Seconds(options_.finish_timeout_s) +
+                            " after other ranks exited normally";
+    Record("finish_timeout", JsonObject().SetString("reason", why), "mitra: " + why, true);
+    final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+    ending_ = Ending::kFinish;
+    Terminate(why);
+  }
+  if (kill_deadline_ && now_ >= *kill_deadline_) {
+    kill_deadline_.reset();
+    std::vector<int64_t> pids;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].running) pids.push_back(ranks_[i].pid);
+    }
+    if (!pids.empty()) {
+      Record("kill", JsonObject().Set("pids", JsonValue::IntArray(pids)));
+      for (size_t i = 0; i < ranks_.size(); ++i) {
+        if (ranks_[i].running) Signal(static_cast<int>(i), SIGKILL);
+      }
+      abandon_deadline_ = now_ + options_.abandon_s;
+    }
+  }
+  if (abandon_deadline_ && now_ >= *abandon_deadline_) {
+    abandon_deadline_.reset();
+    std::vector<std::string> left;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (!ranks_[i].running) continue;
+      left.push_back(RankWhere(static_cast<int>(i)));
+      ranks_[i].running = false;
+    }
+    if (!left.empty()) {
+      Record("abandon", JsonObject().Set("ranks", JsonValue::StringArray(left)),
+             "mitra: no exit seen " + Seconds(options_.abandon_s) + " after SIGKILL from " +
+                 Join(left, ", "),
+             true);
+    }
+    MaybeEndGeneration();
+  }
+  if (health_deadline_ && now_ >= *health_deadline_) {
+    health_deadline_.reset();
+    MaybeEndGeneration();
+  }
+  CheckDueHosts();
+}
+
+// ---- Decisions ---------------------------------------------------------------------------
+
+std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan(
+    std::string* why) const {
+  GridRequest request;
+  std::vector<Machine> machines;
+  std::vector<std::string> out;
+  for (const Host& h : hosts_) {
+    if (!h.listed) continue;
+    if (h.health != Host::Health::kUsable) {
+      out.push_back(h.machine.Address() +
+                    (h.health == Host::Health::kChecking ? " (being checked)" : " (failed)"));
+      continue;
+    }
+    machines.push_back(h.machine);
+    request.slots_per_machine.push_back(h.machine.slots);
+  }
+  int slots = 0;
+  for (const int s : request.slots_per_machine) slots += s;
+  if (slots < options_.stages) {
+    *why = std::to_string(options_.stages) + " stages need " + std::to_string(options_.stages) +
+           " slots and " + std::to_string(slots) + " usable slot" + (slots == 1 ? " is" : "s are") +
+           " listed" + (out.empty() ? "" : "; out: " + Join(out, ", ")) +
+           ": add machines to the list";
+    return std::nullopt;
+  }
+  request.stages = options_.stages;
+  request.segments = options_.segments;
+  request.global_batch = options_.global_batch;
+  request.chunk_size = options_.chunk_size;
+  Result<GridPlan> plan = PlanGrid(request);
+  if (!plan.ok()) {
+    *why = plan.status().message();
+    return std::nullopt;
+  }
+  return std::make_pair(std::move(*plan), std::move(machines));
+}
+
+bool Controller::DiffersFromCurrent(const GridPlan& desired,
+                                    const std::vector<Machine>& machines) const {
+  if (!generation_live_) return true;
+  if (desired.stages != plan_.stages || desired.replicas != plan_.replicas) return true;
+  for (size_t r = 0; r < desired.ranks.size(); ++r) {
+    const Machine& want = machines[desired.ranks[r].machine];
+    const Machine& have = launched_machines_[plan_.ranks[r].machine];
+    if (want.Address() != have.Address()) return true;
+  }
+  return false;
+}
+
+void Controller::TryLaunch() {
+  std::string why;
+  auto desired = DesiredPlan(&why);
+  if (!desired) {
+    phase_ = Phase::kWaiting;
+    reason_ = why;
+    if (why != waiting_reason_) {
+      waiting_reason_ = why;
+      Record("waiting", JsonObject().SetString("reason", why), "mitra: waiting: " + why);
+    }
+    return;
+  }
+  waiting_reason_.clear();
+  std::optional<int64_t> expected;
+  if (ending_ == Ending::kMorph && stopped_step_ >= 0 && stopped_steps_agree_) {
+    expected = stopped_step_;
+  }
+  ++generation_;
+  plan_ = std::move(desired->first);
+  launched_machines_ = std::move(desired->second);
+  ranks_.assign(plan_.world_size(), Rank{});
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    ranks_[r].machine = plan_.ranks[r].machine;
+    ranks_[r].running = true;  // until RankStartFailed or RankExited says otherwise
+    ranks_[r].last_heard = now_;
+  }
+  generation_live_ = true;
+  phase_ = Phase::kRunning;
+  reason_.clear();
+  ending_ = Ending::kNone;
+  stopped_step_ = -1;
+  stopped_steps_agree_ = true;
+  first_step_seen_ = false;
+  launch_time_ = now_;
+  stop_deadline_.reset();
+  finish_deadline_.reset();
+  kill_deadline_.reset();
+  abandon_deadline_.reset();
+  health_deadline_.reset();
+  actions_.push_back(LaunchAction{generation_, plan_, launched_machines_, expected});
+}
+
+void Controller::BeginMorph(const std::string& why) {
+  ending_ = Ending::kMorph;
+  phase_ = Phase::kMorphing;
+  reason_ = why;
+  change_kind_ = "morph";
+  change_detected_ = now_;
+  Record("morph",
+         JsonObject()
+             .SetString("reason", why)
+             .SetString("from", ShapeText())
+             .SetInt("step", last_step_),
+         "mitra: " + why + ": asking " + std::to_string(RunningRanks()) +
+             " workers to checkpoint and stop after the same step");
+  AskRanksToStop();
+}
+
+void Controller::BeginStop(const std::string& why) {
+  ending_ = Ending::kStop;
+  phase_ = Phase::kStopping;
+  reason_ = why;
+  const bool all_ready = AllReady();
+  Record("stop",
+         JsonObject()
+             .SetString("reason", why)
+             .SetInt("step", last_step_)
+             .SetNumber("timeout_s", options_.stop_timeout_s),
+         all_ready ? "mitra: " + why + ": asking " + std::to_string(RunningRanks()) +
+                         " workers to stop after the current step (" + why + " again kills them)"
+                   : "mitra: " + why + " before all workers were ready: stopping them");
+  AskRanksToStop();
+}
+
+void Controller::AskRanksToStop() {
+  if (!AllReady()) {
+    // Before `ready` a worker may not have its SIGUSR1 handler yet, and it has trained
+    // nothing in this generation: terminate it.
+    Terminate("not all workers were ready");
+    return;
+  }
+  stop_deadline_ = now_ + options_.stop_timeout_s;
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].running) Signal(static_cast<int>(i), SIGUSR1);
+  }
+}
+
+void Controller::Terminate(const std::string& why) {
+  stop_deadline_.reset();
+  if (RunningRanks() == 0) return;
+  std::vector<int64_t> pids;
+  for (const Rank& r : ranks_) {
+    if (r.running) pids.push_back(r.pid);
+  }
+  Record("terminate", JsonObject()
+                          .SetString("reason", why)
+                          .Set("pids", JsonValue::IntArray(pids))
+                          .SetNumber("grace_s", options_.kill_grace_s));
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].running) Signal(static_cast<int>(i), SIGTERM);
+  }
+  kill_deadline_ = now_ + options_.kill_grace_s;
+}
+
+void Controller::Fail(int rank, const std::string& what, bool blame_machine) {
+  JsonObject fields;
+  fields.SetString("reason", what).SetInt("step", last_step_);
+  std::string address;
+  if (rank >= 0) {
+    address = launched_machines_[ranks_[rank].machine].Address();
+    fields.SetInt("rank", rank).SetInt("pid", ranks_[rank].pid).SetString("machine", address);
+  }
+  Record("failure", fields, "mitra: failure: " + what, true);
+  if (blame_machine && !address.empty()) MarkHostFailed(address, what);
+
+  if (ending_ == Ending::kStop) {
+    if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, what};
+  } else {
+    restart_times_.push_back(now_);
+    restart_times_.erase(std::remove_if(restart_times_.begin(), restart_times_.end(),
+                                        [&](double t) {
+                                          return t < now_ - options_.restart_window_s;
+                                        }),
+                         restart_times_.end());
+    const int failures = static_cast<int>(restart_times_.size());
+    if (failures > options_.max_restarts) {
+      std::string why = what;
+      if (options_.max_restarts > 0) {
+        why += " (" + std::to_string(failures) + " failures within " +
+               Seconds(options_.restart_window_s) + ", more than --max-restarts " +
+               std::to_string(options_.max_restarts) +
+               "; fix the cause and run mitra run again: it continues from the newest "
+               "checkpoint)";
+      }
+      final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+      ending_ = Ending::kFinish;
+    } else {
+      ending_ = Ending::kRecover;
+      phase_ = Phase::kRecovering;
+      reason_ = what;
+      change_kind_ = "recovery";
+      change_detected_ = now_;
+      health_deadline_ = now_ + options_.health_wait_s;
+    }
+  }
+  // The survivors' collectives are already failing; anything they were writing is a partial
+  // checkpoint that is never loaded. SIGKILL is the quickest way to a clean slate.
+  std::vector<int64_t> pids;
+  for (const Rank& r : ranks_) {
+    if (r.running) pids.push_back(r.pid);
+  }
+  stop_deadline_.reset();
+  kill_deadline_.reset();
+  if (!pids.empty()) {
+    Record("kill", JsonObject().Set("pids", JsonValue::IntArray(pids)).SetString("reason", what));
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      if (ranks_[i].running) Signal(static_cast<int>(i), SIGKILL);
+    }
+    abandon_deadline_ = now_ + options_.abandon_s;
+  }
+}
+
+void Controller::MaybeEndGeneration() {
+  if (!generation_live_ || RunningRanks() > 0) return;
+  if (ending_ == Ending::kRecover) {
+    // Wait for the failed machines' health checks, up to health_deadline_.
+    bool pending = false;
+    for (const Host& h : hosts_) pending |= h.listed && h.check_in_flight;
+    if (pending && health_deadline_) {
+      if (ranks_exited_ < launch_time_) ranks_exited_ = now_;
+      return;
+    }
+  }
+  generation_live_ = false;
+  if (ranks_exited_ < launch_time_) ranks_exited_ = now_;
+  stop_deadline_.reset();
+  finish_deadline_.reset();
+  kill_deadline_.reset();
+  abandon_deadline_.reset();
+  health_deadline_.reset();
+  if (final_failure_) {
+    Finish(final_failure_->outcome, final_failure_->reason);
+    return;
+  }
+  switch (ending_) {
+    case Ending::kNone:
+      Finish(FinishAction::Outcome::kDone, "");
+      return;
+    case Ending::kStop:
+      Finish(FinishAction::Outcome::kStopped, "");
+      return;
+    case Ending::kFinish:
+      Finish(FinishAction::Outcome::kFailed, reason_);
+      return;
+    case Ending::kMorph:
+    case Ending::kRecover:
+      TryLaunch();
+      return;
+  }
+}
+
+void Controller::MarkHostFailed(const std::string& address, const std::string& why) {
+  Host* h = FindHost(address);
+  if (h == nullptr) return;
+  if (now_ - h->last_failure > options_.restart_window_s) h->consecutive_failures = 0;
+  ++h->consecutive_failures;
+  h->last_failure = now_;
+  h->reason = why;
+  if (h->consecutive_failures == 1 && h->listed) {
+    h->health = Host::Health::kChecking;
+    h->check_in_flight = true;
+    actions_.push_back(CheckHostAction{h->machine});
+    return;
+  }
+  const double backoff =
+      std::min(options_.backoff_max_s,
+               options_.backoff_base_s * std::pow(2.0, std::max(0, h->consecutive_failures - 2)));
+  h->health = Host::Health::kFailed;
+  h->retry_at = now_ + backoff;
+  Record("host_failed",
+         JsonObject()
+             .SetString("machine", address)
+             .SetString("reason", why)
+             .SetInt("consecutive_failures", h->consecutive_failures)
+             .SetNumber("retry_in_s", RoundedSeconds(backoff)),
+         "mitra: " + address + " failed " + std::to_string(h->consecutive_failures) +
+             " times in a row; kept out, next health check in " + Seconds(backoff),
+         true);
+}
+
+void Controller::CheckDueHosts() {
+  for (Host& h : hosts_) {
+    if (!h.listed || h.health != Host::Health::kFailed || h.check_in_flight) continue;
+    if (now_ < h.retry_at) continue;
+    h.health = Host::Health::kChecking;
+    h.check_in_flight = true;
+    actions_.push_back(CheckHostAction{h.machine});
+  }
+}
+
+void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
+  phase_ = Phase::kFinished;
+  generation_live_ = false;
+  actions_.push_back(FinishAction{outcome, reason});
+}
+
+// ---- Helpers -----------------------------------------------------------------------------
+
+void Controller::Record(const std::string& event, JsonObject fields, const std::string& line,
+                        bool error) {
+  fields.SetInt("generation", generation_);
+  actions_.push_back(RecordAction{event, std::move(fields), line, error});
+}
+
+void Controller::Signal(int rank, int signal_number) {
+  actions_.push_back(SignalAction{generation_, rank, signal_number});
+}
+
+bool Controller::TearingDown() const {
+  return ending_ == Ending::kRecover || ending_ == Ending::kFinish || kill_deadline_.has_value() ||
+         abandon_deadline_.has_value();
+}
+
+int Controller::RunningRanks() const {
+  return static_cast<int>(
+      std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; }));
+}
+
+bool Controller::AllReady() const {
+  return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.ready; });
+}
+
+Controller::Host* Controller::FindHost(const std::string& address) {
+  for (Host& h : hosts_) {
+    if (h.machine.Address() == address) return &h;
+  }
+  return nullptr;
+}
+
+std::string Controller::RankWhere(int rank) const {
+  const Rank& r = ranks_[rank];
+  std::string text = "rank " + std::to_string(rank);
+  if (launched_machines_.size() > 1 || !launched_machines_[r.machine].IsLocal()) {
+    text += " on " + launched_machines_[r.machine].Address();
+  }
+  return text + " (pid " + std::to_string(r.pid) + ")";
+}
+
+std::string Controller::ShapeText() const { return Shape(plan_.stages, plan_.replicas); }
+
+std::vector<MachineView> Controller::Machines() const {
+  std::vector<MachineView> views;
+  for (const Host& h : hosts_) {
+    MachineView v;
+    v.machine = h.machine;
+    if (generation_live_) {
+      for (const Rank& r : ranks_) {
+        if (r.running && launched_machines_[r.machine].Address() == h.machine.Address()) {
+          ++v.used_slots;
+        }
+      }
+    }
+    if (!h.listed) {
+      if (v.used_slots == 0) continue;
+      v.state = "removed";
+    } else if (h.health == Host::Health::kFailed) {
+      v.state = "failed";
+      v.retry_at = h.retry_at;
+      v.reason = h.reason;
+    } else if (h.health == Host::Health::kChecking) {
+      v.state = "checking";
+      v.reason = h.reason;
+    } else {
+      v.state = v.used_slots > 0 ? "in use" : "idle";
+    }
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
+std::vector<std::string> Controller::RankAddresses() const {
+  std::vector<std::string> addresses;
+  for (const Rank& r : ranks_) addresses.push_back(launched_machines_[r.machine].Address());
+  return addresses;
+}
+
+}  // namespace mitra::manager

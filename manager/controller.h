@@ -1,0 +1,297 @@
+// Controller: the elastic manager's decisions, as a pure state machine.
+//
+//   Handle(input, now) -> actions
+//
+// The controller owns the job's state (phase, generation, ranks, machines and their health)
+// and nothing else: it never starts a process, sends a signal, reads a file or looks at a
+// clock. RunLoop (run_loop.h) feeds it inputs (machine list changes, worker reports and exits,
+// health-check results, stop requests, the passing of time) and carries out the actions it
+// returns (launch a generation, signal a rank, check a host, record an event, finish).
+// docs/manager.md draws the phases and their transitions.
+//
+// Phases:
+//   waiting     fewer usable slots than stages: nothing runs until a machine arrives
+//   running     a generation trains
+//   morphing    the machines changed: every rank was sent SIGUSR1, checkpoints after the same
+//               step and exits; then the next generation starts in the new shape
+//   recovering  a rank failed, vanished or hung: the others are stopped, the failed machine is
+//               health-checked, and the next generation starts from the newest checkpoint
+//   stopping    the user asked to stop: like morphing, but nothing is relaunched
+//   finished    done, stopped or failed; the Finish action has been returned
+//
+// Not thread-safe: one loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/json.h"
+#include "launcher/process_runner.h"
+#include "manager/grid.h"
+#include "manager/machine_list.h"
+
+namespace mitra::manager {
+
+struct ControllerOptions {
+  int stages = 1;            // P, as the user set it (--nstages)
+  int segments = 1;          // the program's segment count
+  int64_t global_batch = 0;  // B: the same in every shape
+  int chunk_size = 0;        // 0: DefaultChunkSize for each shape
+  int64_t max_steps = 0;     // for records only
+
+  double stop_timeout_s = 60;      // SIGUSR1 -> every rank exited; then the ranks are killed
+  double kill_grace_s = 3;         // SIGTERM -> SIGKILL
+  double abandon_s = 10;           // SIGKILL -> stop waiting for an exit (should not happen)
+  double finish_timeout_s = 60;    // one rank finished (exit 0) -> the others must follow
+  double startup_timeout_s = 120;  // launch -> every rank ready
+  // A rank that has sent one heartbeat is hung when it sends nothing for this long.
+  double heartbeat_timeout_s = 5;
+  // After a failure, how long the relaunch waits for the failed machines' health checks; a
+  // machine still unchecked then is left out (and joins later, through a grow).
+  double health_wait_s = 3;
+  // A machine whose health check fails is retried after backoff_base_s, doubling with every
+  // consecutive failure up to backoff_max_s. Failures older than restart_window_s are forgotten.
+  double backoff_base_s = 2;
+  double backoff_max_s = 300;
+  // More than max_restarts unplanned restarts within restart_window_s fail the job.
+  int max_restarts = 5;
+  double restart_window_s = 600;
+};
+
+// ---- Inputs ------------------------------------------------------------------------------
+
+// The job starts; `list` is the machine list read at start.
+struct StartInput {
+  MachineList list;
+};
+
+// The machine list file changed and parsed (a list that does not parse never gets here).
+struct MachinesChanged {
+  MachineList list;
+};
+
+// RunLoop's report on a Launch: a rank started (pid on its machine) or could not be started.
+struct RankStarted {
+  int64_t generation = 0;
+  int rank = 0;
+  int64_t pid = 0;
+};
+struct RankStartFailed {
+  int64_t generation = 0;
+  int rank = 0;
+  std::string reason;
+};
+
+// A `@mitra` record of a rank (docs/worker-contract.md), reduced to what decides anything.
+struct RankReport {
+  enum class Kind { kReady, kStep, kHeartbeat, kCheckpoint, kStopped };
+  int64_t generation = 0;
+  int rank = 0;
+  Kind kind = Kind::kHeartbeat;
+  int64_t step = 0;  // kStep, kCheckpoint, kStopped
+};
+
+struct RankExited {
+  int64_t generation = 0;
+  int rank = 0;
+  launcher::ExitStatus exit;
+};
+
+// The result of a CheckHost action.
+struct HostChecked {
+  std::string address;  // Machine::Address()
+  bool healthy = false;
+  std::string reason;  // why not
+};
+
+// SIGINT/SIGTERM to the manager, or `mitra stop`. `source` names it in messages.
+struct StopInput {
+  std::string source;
+};
+
+// Time passed; deadlines are checked on every input, this one carries nothing else.
+struct TimerInput {};
+
+using ControllerInput = std::variant<StartInput, MachinesChanged, RankStarted, RankStartFailed,
+                                     RankReport, RankExited, HostChecked, StopInput, TimerInput>;
+
+// ---- Actions -----------------------------------------------------------------------------
+
+// Start generation `generation` in `plan`'s shape: rank r runs on machines[plan.ranks[r].machine].
+// The ranks resume from the newest complete checkpoint (RunLoop finds and verifies it);
+// `expected_step`, when set, is the step that checkpoint must hold (a planned morph: anything
+// older means a step was lost, which RunLoop reports).
+struct LaunchAction {
+  int64_t generation = 0;
+  GridPlan plan;
+  std::vector<Machine> machines;
+  std::optional<int64_t> expected_step;
+};
+
+struct SignalAction {
+  int64_t generation = 0;
+  int rank = 0;
+  int signal_number = 0;
+};
+
+// Connect to the machine and run a trivial command; answer with HostChecked.
+struct CheckHostAction {
+  Machine machine;
+};
+
+// An events.jsonl record; `line`, when not empty, is also shown on the terminal (on stderr
+// when `error`).
+struct RecordAction {
+  std::string event;
+  JsonObject fields;
+  std::string line;
+  bool error = false;
+};
+
+struct FinishAction {
+  enum class Outcome { kDone, kStopped, kFailed };
+  Outcome outcome = Outcome::kFailed;
+  std::string reason;  // kFailed: why, for the last line
+};
+
+using ControllerAction =
+    std::variant<LaunchAction, SignalAction, CheckHostAction, RecordAction, FinishAction>;
+
+// ---- The state machine -------------------------------------------------------------------
+
+enum class Phase { kWaiting, kRunning, kMorphing, kRecovering, kStopping, kFinished };
+std::string PhaseName(Phase phase);
+
+// A machine of the list (or one that left it while ranks still ran there), as status shows it.
+struct MachineView {
+  Machine machine;
+  std::string state;  // "in use", "idle", "checking", "failed", "removed"
+  int used_slots = 0;
+  double retry_at = 0;  // "failed": when the next health check is due (controller time)
+  std::string reason;   // "failed": why
+};
+
+class Controller {
+ public:
+  explicit Controller(ControllerOptions options);
+
+  // Feeds one input at time `now` (monotonic seconds) and returns what to do, in order.
+  std::vector<ControllerAction> Handle(const ControllerInput& input, double now);
+
+  // The earliest time at which a TimerInput would change something (infinity: none).
+  double NextDeadline() const;
+
+  Phase phase() const { return phase_; }
+  std::string reason() const { return reason_; }  // why waiting, morphing, recovering
+  int64_t generation() const { return generation_; }
+  const GridPlan& plan() const { return plan_; }
+  int64_t last_step() const { return last_step_; }
+  bool finished() const { return phase_ == Phase::kFinished; }
+  std::vector<MachineView> Machines() const;
+  // The machine address of each rank of the current generation ("" before the first launch).
+  std::vector<std::string> RankAddresses() const;
+
+ private:
+  struct Rank {
+    int machine = 0;  // index into launched_machines_
+    int64_t pid = 0;
+    bool running = false;  // started and not yet exited
+    bool ready = false;
+    bool stopped = false;      // printed `stopped`
+    bool heartbeats = false;   // has sent a heartbeat: hang detection is on
+    double last_heard = 0;
+  };
+  struct Host {
+    Machine machine;
+    bool listed = true;
+    enum class Health { kUsable, kChecking, kFailed } health = Health::kUsable;
+    bool check_in_flight = false;
+    int consecutive_failures = 0;
+    double last_failure = -1e18;
+    double retry_at = 0;
+    std::string reason;
+  };
+  static Host NewHost(const Machine& machine);
+  // Why the current generation is ending, and what comes after.
+  enum class Ending { kNone, kMorph, kRecover, kStop, kFinish };
+
+  void OnStart(const StartInput& in);
+  void OnMachinesChanged(const MachinesChanged& in);
+  void OnRankStarted(const RankStarted& in);
+  void OnRankStartFailed(const RankStartFailed& in);
+  void OnReport(const RankReport& in);
+  void OnExited(const RankExited& in);
+  void OnHostChecked(const HostChecked& in);
+  void OnStop(const StopInput& in);
+  void OnTimers();
+
+  // Plans the next generation on the usable machines and launches it, or waits.
+  void TryLaunch();
+  // The plan the usable machines allow; nullopt (with `why`) when they allow none.
+  std::optional<std::pair<GridPlan, std::vector<Machine>>> DesiredPlan(std::string* why) const;
+  // Whether `desired` differs from what runs now (shape or machines).
+  bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
+  void BeginMorph(const std::string& why);
+  void BeginStop(const std::string& why);
+  void Fail(int rank, const std::string& what, bool blame_machine);
+  // SIGUSR1 to every running rank, or SIGTERM when not all are ready (before `ready` a worker
+  // may not have its SIGUSR1 handler yet).
+  void AskRanksToStop();
+  void Terminate(const std::string& why);
+  void MaybeEndGeneration();
+  // A failure blamed on a machine: checked at once the first time, kept out with backoff after.
+  void MarkHostFailed(const std::string& address, const std::string& why);
+  void CheckDueHosts();
+  void Finish(FinishAction::Outcome outcome, const std::string& reason);
+  void Record(const std::string& event, JsonObject fields, const std::string& line = "",
+              bool error = false);
+  void Signal(int rank, int signal_number);
+  // Whether the generation is being killed: exits now are our signals or peers of a failure.
+  bool TearingDown() const;
+  int RunningRanks() const;
+  bool AllReady() const;
+  Host* FindHost(const std::string& address);
+  std::string RankWhere(int rank) const;  // "rank 3 on 127.0.0.2 (pid 4242)"
+  std::string ShapeText() const;
+
+  ControllerOptions options_;
+  double now_ = 0;
+  std::vector<ControllerAction> actions_;
+
+  Phase phase_ = Phase::kWaiting;
+  std::string reason_;
+  std::string waiting_reason_;  // the last "waiting" recorded, to record each reason once
+  Ending ending_ = Ending::kNone;
+  bool stop_requested_ = false;
+  std::string stop_source_;
+  std::optional<FinishAction> final_failure_;
+
+  std::vector<Host> hosts_;  // in list order; removed ones stay while ranks run there
+  int64_t generation_ = -1;
+  bool generation_live_ = false;  // launched, and not every rank has exited yet
+  GridPlan plan_;
+  std::vector<Machine> launched_machines_;
+  std::vector<Rank> ranks_;
+  int64_t last_step_ = 0;
+  int64_t stopped_step_ = -1;  // the step every rank reported in `stopped`, if they agree
+  bool stopped_steps_agree_ = true;
+  bool first_step_seen_ = false;
+  double launch_time_ = 0;
+  // Timings of the change that ended the previous generation, for the first-step record.
+  std::string change_kind_;  // "morph", "recovery" or "" (the first launch)
+  double change_detected_ = 0;
+  double ranks_exited_ = 0;
+  std::vector<double> restart_times_;
+
+  std::optional<double> stop_deadline_;
+  std::optional<double> finish_deadline_;
+  std::optional<double> kill_deadline_;
+  std::optional<double> abandon_deadline_;
+  std::optional<double> health_deadline_;
+};
+
+}  // namespace mitra::manager

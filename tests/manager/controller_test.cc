@@ -1,0 +1,424 @@
+// The elastic manager's state machine, driven by hand: no processes, no clock, no sleeps.
+#include "manager/controller.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+namespace mitra::manager {
+namespace {
+
+MachineList List(const std::string& text) {
+  Result<MachineList> list = ParseMachineList(text, "machines.txt", 1);
+  EXPECT_TRUE(list.ok()) << list.status().message();
+  return list.ok() ? *list : MachineList{};
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  ControllerOptions Options() {
+    ControllerOptions o;
+    o.stages = 2;
+    o.segments = 4;
+    o.global_batch = 16;
+    o.max_steps = 100;
+    return o;
+  }
+
+  void Make(ControllerOptions options) { controller_ = std::make_unique<Controller>(options); }
+
+  std::vector<ControllerAction> Feed(const ControllerInput& input) {
+    last_ = controller_->Handle(input, now_);
+    return last_;
+  }
+  void Advance(double seconds) {
+    now_ += seconds;
+    Feed(TimerInput{});
+  }
+  // Time passes while every rank of the current generation sends a heartbeat each second.
+  void AdvanceAlive(double seconds) {
+    for (int i = 0; i < static_cast<int>(seconds) - 1; ++i) {
+      now_ += 1;
+      for (int r = 0; r < controller_->plan().world_size(); ++r) {
+        Feed(RankReport{controller_->generation(), r, RankReport::Kind::kHeartbeat, 0});
+      }
+    }
+    Advance(seconds - std::max(0, static_cast<int>(seconds) - 1));
+  }
+
+  template <class T>
+  std::vector<T> All() const {
+    std::vector<T> out;
+    for (const ControllerAction& a : last_) {
+      if (const T* t = std::get_if<T>(&a)) out.push_back(*t);
+    }
+    return out;
+  }
+  std::vector<int> SignalsOf(int signal_number) const {
+    std::vector<int> ranks;
+    for (const SignalAction& s : All<SignalAction>()) {
+      if (s.signal_number == signal_number) ranks.push_back(s.rank);
+    }
+    return ranks;
+  }
+  bool Recorded(const std::string& event) const {
+    for (const RecordAction& r : All<RecordAction>()) {
+      if (r.event == event) return true;
+    }
+    return false;
+  }
+  const LaunchAction& OnlyLaunch() const {
+    static LaunchAction none;
+    const auto launches = All<LaunchAction>();
+    EXPECT_EQ(launches.size(), 1u);
+    if (launches.empty()) return none;
+    launched_ = launches[0];
+    return launched_;
+  }
+
+  // Starts every rank of the current generation, makes them ready, heartbeat and train a step.
+  void RunGeneration(int64_t step) {
+    const int64_t g = controller_->generation();
+    const int world = controller_->plan().world_size();
+    for (int r = 0; r < world; ++r) Feed(RankStarted{g, r, 100 + r});
+    for (int r = 0; r < world; ++r) {
+      Feed(RankReport{g, r, RankReport::Kind::kReady, 0});
+      Feed(RankReport{g, r, RankReport::Kind::kHeartbeat, 0});
+    }
+    Feed(RankReport{g, 0, RankReport::Kind::kStep, step});
+  }
+  // Every rank of the current generation reports `stopped` at `step` and exits 0.
+  void StopAll(int64_t step) {
+    const int64_t g = controller_->generation();
+    const int world = controller_->plan().world_size();
+    for (int r = 0; r < world; ++r) Feed(RankReport{g, r, RankReport::Kind::kStopped, step});
+    for (int r = 0; r < world; ++r) Feed(RankExited{g, r, launcher::ExitStatus{0, 0}});
+  }
+  // Every running rank except `except` exits with SIGKILL.
+  void KillAllBut(int except) {
+    const int64_t g = controller_->generation();
+    for (int r = 0; r < controller_->plan().world_size(); ++r) {
+      if (r != except) Feed(RankExited{g, r, launcher::ExitStatus{0, SIGKILL}});
+    }
+  }
+  static std::vector<std::string> Addresses(const LaunchAction& launch) {
+    std::vector<std::string> out;
+    for (const RankPlacement& p : launch.plan.ranks) {
+      out.push_back(launch.machines[p.machine].Address());
+    }
+    return out;
+  }
+
+  std::unique_ptr<Controller> controller_ = std::make_unique<Controller>(Options());
+  double now_ = 1000;
+  std::vector<ControllerAction> last_;
+  mutable LaunchAction launched_;
+};
+
+TEST_F(ControllerTest, LaunchesOnEverySlotAndFinishesWhenEveryRankExitsCleanly) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.generation, 0);
+  EXPECT_EQ(launch.plan.stages, 2);
+  EXPECT_EQ(launch.plan.replicas, 2);
+  EXPECT_FALSE(launch.expected_step.has_value());
+  EXPECT_EQ(Addresses(launch),
+            (std::vector<std::string>{"127.0.0.2", "127.0.0.2", "127.0.0.3", "127.0.0.3"}));
+  RunGeneration(1);
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  for (int r = 0; r < 4; ++r) Feed(RankExited{0, r, launcher::ExitStatus{0, 0}});
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kDone);
+  EXPECT_TRUE(controller_->finished());
+}
+
+TEST_F(ControllerTest, WaitsWhenFewerSlotsThanStagesAndLaunchesWhenAMachineArrives) {
+  Feed(StartInput{List("127.0.0.2 slots=1\n")});
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  EXPECT_EQ(controller_->phase(), Phase::kWaiting);
+  EXPECT_NE(controller_->reason().find("2 stages need 2 slots"), std::string::npos)
+      << controller_->reason();
+  EXPECT_TRUE(Recorded("waiting"));
+  Feed(MachinesChanged{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n")});
+  EXPECT_EQ(OnlyLaunch().plan.world_size(), 2);
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+}
+
+TEST_F(ControllerTest, ShrinksWhenHostRemovedFromList) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  RunGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  EXPECT_EQ(controller_->phase(), Phase::kMorphing);
+  EXPECT_EQ(SignalsOf(SIGUSR1), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  StopAll(6);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.generation, 1);
+  EXPECT_EQ(launch.plan.replicas, 1);
+  EXPECT_EQ(launch.expected_step, 6);
+  EXPECT_EQ(Addresses(launch), (std::vector<std::string>{"127.0.0.2", "127.0.0.2"}));
+  now_ += 2;
+  RunGeneration(7);
+  EXPECT_TRUE(Recorded("first_step"));
+}
+
+TEST_F(ControllerTest, GrowsWhenHostAddedToList) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  RunGeneration(1);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  EXPECT_EQ(SignalsOf(SIGUSR1).size(), 2u);
+  StopAll(2);
+  EXPECT_EQ(OnlyLaunch().plan.replicas, 2);
+}
+
+TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  RunGeneration(1);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=1\n")});
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  EXPECT_TRUE(Recorded("machines_changed"));
+}
+
+TEST_F(ControllerTest, AChangeDuringAMorphIsFoldedIntoIt) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  RunGeneration(1);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.4 slots=4\n")});
+  EXPECT_TRUE(All<SignalAction>().empty()) << "a second change signalled again";
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  StopAll(2);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.plan.replicas, 3);
+  EXPECT_EQ(Addresses(launch)[2], "127.0.0.4");
+}
+
+TEST_F(ControllerTest, AMorphBeforeEveryRankIsReadyTerminatesInsteadOfSigusr1) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  Feed(RankStarted{0, 0, 10});
+  Feed(RankStarted{0, 1, 11});
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  EXPECT_TRUE(SignalsOf(SIGUSR1).empty());
+  EXPECT_EQ(SignalsOf(SIGTERM).size(), 2u);
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGTERM}});
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGTERM}});
+  EXPECT_EQ(OnlyLaunch().plan.replicas, 2);
+  EXPECT_FALSE(Recorded("failure"));
+}
+
+TEST_F(ControllerTest, AFailedRankStopsTheOthersChecksItsMachineAndRelaunches) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  RunGeneration(3);
+  Feed(RankExited{0, 2, launcher::ExitStatus{7, 0}});
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+  EXPECT_TRUE(Recorded("failure"));
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0, 1, 3}));
+  ASSERT_EQ(All<CheckHostAction>().size(), 1u);
+  EXPECT_EQ(All<CheckHostAction>()[0].machine.Address(), "127.0.0.3");
+  KillAllBut(2);
+  EXPECT_TRUE(All<LaunchAction>().empty()) << "relaunched before the health check answered";
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.plan.replicas, 2);
+  EXPECT_FALSE(launch.expected_step.has_value());
+  RunGeneration(3);
+  EXPECT_TRUE(Recorded("first_step"));
+}
+
+TEST_F(ControllerTest, ALostMachineIsLeftOutThenRejoinsOnceHealthy) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  RunGeneration(3);
+  launcher::ExitStatus lost;
+  lost.lost = true;
+  lost.exit_code = -1;
+  Feed(RankExited{0, 3, lost});
+  Feed(RankExited{0, 2, lost});
+  KillAllBut(-1);
+  Feed(HostChecked{"127.0.0.3", false, "connection refused"});
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.plan.replicas, 1);
+  EXPECT_EQ(Addresses(launch), (std::vector<std::string>{"127.0.0.2", "127.0.0.2"}));
+  RunGeneration(4);
+  // The next check is due after the backoff; until then nothing is asked.
+  Advance(1);
+  EXPECT_TRUE(All<CheckHostAction>().empty());
+  Advance(1.5);
+  ASSERT_EQ(All<CheckHostAction>().size(), 1u);
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  EXPECT_EQ(controller_->phase(), Phase::kMorphing);
+  EXPECT_EQ(SignalsOf(SIGUSR1).size(), 2u);
+  StopAll(5);
+  EXPECT_EQ(OnlyLaunch().plan.replicas, 2);
+}
+
+TEST_F(ControllerTest, AnUncheckedMachineIsLeftOutWhenTheHealthWaitEnds) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  RunGeneration(3);
+  Feed(RankExited{0, 2, launcher::ExitStatus{1, 0}});
+  KillAllBut(2);
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  Advance(3);
+  EXPECT_EQ(OnlyLaunch().plan.replicas, 1);
+  EXPECT_EQ(controller_->Machines()[1].state, "checking");
+}
+
+TEST_F(ControllerTest, AHungRankIsFoundByItsMissingHeartbeats) {
+  Feed(StartInput{List("localhost slots=2\n")});
+  RunGeneration(1);
+  Advance(2);
+  Feed(RankReport{0, 0, RankReport::Kind::kHeartbeat, 0});  // rank 0 lives, rank 1 is silent
+  Advance(2.9);
+  EXPECT_FALSE(Recorded("failure"));
+  Advance(0.2);
+  EXPECT_TRUE(Recorded("failure"));
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0, 1}));
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+  EXPECT_NE(controller_->reason().find("rank 1"), std::string::npos) << controller_->reason();
+  EXPECT_NE(controller_->reason().find("no heartbeat"), std::string::npos);
+}
+
+TEST_F(ControllerTest, TooManyFailuresWithinTheWindowFailTheJob) {
+  ControllerOptions o = Options();
+  o.max_restarts = 2;
+  Make(o);
+  Feed(StartInput{List("localhost slots=2\n")});
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    RunGeneration(1);
+    Feed(RankExited{controller_->generation(), 0, launcher::ExitStatus{1, 0}});
+    Feed(RankExited{controller_->generation(), 1, launcher::ExitStatus{0, SIGKILL}});
+    if (attempt == 2) break;
+    Feed(HostChecked{"localhost", true, ""});
+    ASSERT_EQ(All<LaunchAction>().size(), 1u) << "attempt " << attempt;
+  }
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kFailed);
+  EXPECT_NE(All<FinishAction>()[0].reason.find("--max-restarts 2"), std::string::npos)
+      << All<FinishAction>()[0].reason;
+}
+
+TEST_F(ControllerTest, WithoutRestartsTheFirstFailureFailsTheJob) {
+  ControllerOptions o = Options();
+  o.max_restarts = 0;
+  Make(o);
+  Feed(StartInput{List("localhost slots=2\n")});
+  RunGeneration(1);
+  Feed(RankExited{0, 1, launcher::ExitStatus{3, 0}});
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kFailed);
+  EXPECT_NE(All<FinishAction>()[0].reason.find("rank 1 (pid 101) exited with code 3"),
+            std::string::npos)
+      << All<FinishAction>()[0].reason;
+}
+
+TEST_F(ControllerTest, AFlappingMachineIsKeptOutWithExponentialBackoff) {
+  ControllerOptions o = Options();
+  o.stages = 1;
+  Make(o);
+  Feed(StartInput{List("localhost slots=1\n127.0.0.3 slots=1\n")});
+  RunGeneration(1);
+  Feed(RankExited{0, 1, launcher::ExitStatus{1, 0}});
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  std::vector<double> retries;
+  for (int i = 0; i < 3; ++i) {
+    Feed(HostChecked{"127.0.0.3", false, "connection refused"});
+    for (const RecordAction& r : All<RecordAction>()) {
+      if (r.event == "host_failed") retries.push_back(*r.fields.GetNumber("retry_in_s"));
+    }
+    now_ = controller_->NextDeadline();
+    Feed(TimerInput{});
+  }
+  EXPECT_EQ(retries, (std::vector<double>{2, 4, 8}));
+  EXPECT_EQ(controller_->Machines()[1].state, "checking");
+}
+
+TEST_F(ControllerTest, AStopDuringAMorphFinishesWithoutRelaunching) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  RunGeneration(1);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  Feed(StopInput{"SIGINT"});
+  EXPECT_TRUE(All<SignalAction>().empty());
+  StopAll(2);
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kStopped);
+}
+
+TEST_F(ControllerTest, WorkersThatDoNotStopAreTerminatedThenKilled) {
+  ControllerOptions o = Options();
+  o.stop_timeout_s = 10;
+  Make(o);
+  Feed(StartInput{List("localhost slots=2\n")});
+  RunGeneration(1);
+  Feed(StopInput{"SIGTERM"});
+  EXPECT_EQ(SignalsOf(SIGUSR1).size(), 2u);
+  AdvanceAlive(10);
+  EXPECT_EQ(SignalsOf(SIGTERM).size(), 2u);
+  Advance(3);
+  EXPECT_EQ(SignalsOf(SIGKILL).size(), 2u);
+  EXPECT_TRUE(Recorded("kill"));
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kFailed);
+  EXPECT_NE(All<FinishAction>()[0].reason.find("did not stop within 10 s"), std::string::npos);
+}
+
+TEST_F(ControllerTest, ASecondStopKillsAtOnce) {
+  Feed(StartInput{List("localhost slots=2\n")});
+  RunGeneration(1);
+  Feed(StopInput{"SIGINT"});
+  Feed(StopInput{"SIGINT"});
+  EXPECT_EQ(SignalsOf(SIGTERM).size(), 2u);
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGTERM}});
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGTERM}});
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kFailed);
+}
+
+TEST_F(ControllerTest, AStopWhileWaitingFinishesAtOnce) {
+  Feed(StartInput{List("localhost slots=1\n")});
+  Feed(StopInput{"mitra stop"});
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kStopped);
+}
+
+TEST_F(ControllerTest, ReportsOfAnEarlierGenerationAreIgnored) {
+  Feed(StartInput{List("localhost slots=2\n")});
+  RunGeneration(1);
+  Feed(RankExited{0, 0, launcher::ExitStatus{1, 0}});
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"localhost", true, ""});
+  ASSERT_EQ(controller_->generation(), 1);
+  RunGeneration(1);
+  Feed(RankExited{0, 0, launcher::ExitStatus{9, 0}});  // a straggler of generation 0
+  EXPECT_FALSE(Recorded("failure"));
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+}
+
+TEST_F(ControllerTest, ARankThatCannotBeStartedBlamesItsMachine) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(RankStarted{0, 0, 10});
+  Feed(RankStarted{0, 1, 11});
+  Feed(RankStartFailed{0, 2, "connection refused"});
+  Feed(RankStartFailed{0, 3, "connection refused"});
+  ASSERT_EQ(All<CheckHostAction>().size(), 0u);  // asked once, with the first failure
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"127.0.0.3", false, "connection refused"});
+  EXPECT_EQ(OnlyLaunch().plan.replicas, 1);
+}
+
+TEST_F(ControllerTest, StatusShowsEachMachine) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=3\n")});
+  const std::vector<MachineView> machines = controller_->Machines();
+  ASSERT_EQ(machines.size(), 2u);
+  EXPECT_EQ(machines[0].state, "in use");
+  EXPECT_EQ(machines[0].used_slots, 2);
+  EXPECT_EQ(machines[1].used_slots, 2);  // 5 slots, 2 x 2 uses 4
+}
+
+}  // namespace
+}  // namespace mitra::manager
