@@ -9,7 +9,8 @@
 namespace mitra::checkpoint {
 namespace {
 
-constexpr const char* kMagic = "mitra-checkpoint 1";
+constexpr const char* kMagic = "mitra-checkpoint 2";
+constexpr const char* kMagicPrefix = "mitra-checkpoint ";
 
 std::string Hex(uint32_t v) {
   char buf[16];
@@ -20,6 +21,47 @@ std::string Hex(uint32_t v) {
 }  // namespace
 
 std::string SegmentFileName(const std::string& segment) { return "seg-" + segment + ".pt"; }
+
+std::string FileLines(const FileEntry& f) {
+  std::string out = "file " + f.name + " " + std::to_string(f.bytes) + " " + Hex(f.crc32c) + "\n";
+  for (const TensorRecord& t : f.tensors) {
+    out += "tensor " + t.name + " " + std::string(DTypeName(t.dtype)) + " " + t.ShapeString() +
+           " " + std::to_string(t.offset) + "\n";
+  }
+  return out;
+}
+
+Status ParseFileLine(const std::string& line, std::vector<FileEntry>* files) {
+  std::istringstream fields(line);
+  std::string key;
+  fields >> key;
+  if (key == "file") {
+    FileEntry f;
+    std::string crc;
+    fields >> f.name >> f.bytes >> crc;
+    if (fields.fail() || crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      return Status::IoError("cannot read the line '" + line + "'");
+    }
+    f.crc32c = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
+    files->push_back(std::move(f));
+    return Status::Ok();
+  }
+  if (key == "tensor") {
+    TensorRecord t;
+    std::string dtype, shape;
+    fields >> t.name >> dtype >> shape >> t.offset;
+    const auto parsed_dtype = ParseDType(dtype);
+    const auto parsed_shape = ParseShape(shape);
+    if (fields.fail() || !parsed_dtype || !parsed_shape || files->empty()) {
+      return Status::IoError("cannot read the line '" + line + "'");
+    }
+    t.dtype = *parsed_dtype;
+    t.shape = *parsed_shape;
+    files->back().tensors.push_back(std::move(t));
+    return Status::Ok();
+  }
+  return Status::IoError("the line '" + line + "' is neither a file nor a tensor line");
+}
 
 std::string Manifest::Serialize() const {
   std::ostringstream out;
@@ -34,7 +76,7 @@ std::string Manifest::Serialize() const {
       << "segments";
   for (const auto& s : segments) out << " " << s;
   out << "\n";
-  for (const auto& f : files) out << "file " << f.name << " " << f.bytes << " " << Hex(f.crc32c) << "\n";
+  for (const auto& f : files) out << FileLines(f);
   std::string body = out.str();
   return body + "end " + Hex(Crc32c(body)) + "\n";
 }
@@ -44,8 +86,16 @@ Result<Manifest> Manifest::Parse(std::string_view text, const std::string& where
     return Status::IoError(where + ": " + why + " (the checkpoint is damaged or incomplete)");
   };
   const size_t end = text.rfind("end ");
-  if (text.substr(0, std::string_view(kMagic).size()) != kMagic) {
+  const std::string_view first_line = text.substr(0, text.find('\n'));
+  if (first_line.substr(0, std::string_view(kMagicPrefix).size()) != kMagicPrefix) {
     return bad("not a mitra checkpoint manifest");
+  }
+  if (first_line != kMagic) {
+    return Status::IoError(where + ": written in checkpoint format '" +
+                           std::string(first_line.substr(std::string_view(kMagicPrefix).size())) +
+                           "' but this mitra reads format 2 (docs/checkpoint-format.md); "
+                           "resume it with the mitra that wrote it, or pass another "
+                           "--checkpoint-dir");
   }
   if (end == std::string_view::npos || (end > 0 && text[end - 1] != '\n')) {
     return bad("the manifest is truncated (no end line)");
@@ -77,12 +127,8 @@ Result<Manifest> Manifest::Parse(std::string_view text, const std::string& where
     else if (key == "segments") {
       for (std::string s; fields >> s;) m.segments.push_back(s);
       fields.clear();  // reading to the end of the line set failbit
-    } else if (key == "file") {
-      FileEntry f;
-      std::string crc;
-      fields >> f.name >> f.bytes >> crc;
-      f.crc32c = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
-      m.files.push_back(f);
+    } else if (key == "file" || key == "tensor") {
+      if (Status s = ParseFileLine(line, &m.files); !s.ok()) return bad(s.message());
     }
     if (fields.fail()) return bad("cannot read the line '" + line + "'");
   }
@@ -92,6 +138,13 @@ Result<Manifest> Manifest::Parse(std::string_view text, const std::string& where
 const FileEntry* Manifest::FindFile(const std::string& name) const {
   for (const auto& f : files) {
     if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+const TensorRecord* FileEntry::FindTensor(const std::string& tensor) const {
+  for (const auto& t : tensors) {
+    if (t.name == tensor) return &t;
   }
   return nullptr;
 }

@@ -2,7 +2,7 @@
 //
 // A small text file (docs/checkpoint-format.md):
 //
-//   mitra-checkpoint 1
+//   mitra-checkpoint 2
 //   step 120
 //   stages 2
 //   replicas 2
@@ -12,10 +12,13 @@
 //   seed 1234
 //   segments embed block0 block1 head
 //   file seg-embed.pt 1048893 9a3c01f2
+//   tensor param/wte.weight f32 [256,128] 192
 //   ...
 //   end 5d1e77a0
 //
-// Every file of the checkpoint is listed with its size and CRC-32C. The `end` line carries the
+// Every file of the checkpoint is listed with its size and CRC-32C, followed by its tensors
+// (name, dtype, shape, byte offset of the data), which is what a reader needs to read each
+// tensor straight into place and what `mitra run` compares with the program's parameters. The `end` line carries the
 // CRC-32C of everything before it, so a truncated or damaged manifest is detected. The shape
 // (stages, replicas, partition, schedule) is recorded for the reader's information only:
 // loading never needs it, because files are keyed by segment and parameter name.
@@ -26,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/torch_zip.h"
 #include "common/status.h"
 
 namespace mitra::checkpoint {
@@ -34,6 +38,9 @@ struct FileEntry {
   std::string name;  // relative to the checkpoint directory
   uint64_t bytes = 0;
   uint32_t crc32c = 0;
+  std::vector<TensorRecord> tensors;  // in file order
+
+  const TensorRecord* FindTensor(const std::string& tensor) const;  // nullptr when absent
 };
 
 struct Manifest {
@@ -58,5 +65,11 @@ inline constexpr const char* kManifestName = "MANIFEST";
 
 // "seg-<segment>.pt": the file holding a segment's parameters and optimizer state.
 std::string SegmentFileName(const std::string& segment);
+
+// A file's lines as the manifest writes them ("file ..." then its "tensor ..." lines); workers
+// send these to rank 0, which collects them into the manifest.
+std::string FileLines(const FileEntry& file);
+// Parses one "file" line (appending an entry) or "tensor" line (appending to the last entry).
+Status ParseFileLine(const std::string& line, std::vector<FileEntry>* files);
 
 }  // namespace mitra::checkpoint

@@ -40,7 +40,7 @@ class CheckpointStore : public ::testing::Test {
     for (const std::string& seg : m.segments) {
       const std::string bytes = "tensor bytes of " + seg + " at " + std::to_string(step);
       ASSERT_TRUE(WriteFileDurably(partial + "/" + SegmentFileName(seg), bytes).ok());
-      m.files.push_back({SegmentFileName(seg), bytes.size(), Crc32c(bytes)});
+      m.files.push_back({SegmentFileName(seg), bytes.size(), Crc32c(bytes), {}});
     }
     if (commit) {
       ASSERT_TRUE(Commit(dir_, m).ok());
@@ -62,15 +62,21 @@ TEST(Manifest, RoundTripsAndDetectsTruncationAndDamage) {
   m.step = 42;
   m.partition = "1,4,4,3";
   m.segments = {"embed", "block0"};
-  m.files = {{"seg-embed.pt", 10, 0xdeadbeef}};
+  m.files = {{"seg-embed.pt", 4200, 0xdeadbeef,
+              {{"param/wte.weight", DType::kFloat32, {256, 4}, 64},
+               {"step/wte.weight", DType::kInt64, {}, 4160}}},
+             {"trainer.pt", 10, 0x1, {}}};
   const std::string text = m.Serialize();
   auto back = Manifest::Parse(text, "M");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->step, 42);
   EXPECT_EQ(back->partition, "1,4,4,3");
   EXPECT_EQ(back->segments, m.segments);
-  ASSERT_EQ(back->files.size(), 1u);
+  ASSERT_EQ(back->files.size(), 2u);
   EXPECT_EQ(back->files[0].crc32c, 0xdeadbeefu);
+  EXPECT_EQ(back->files[0].tensors, m.files[0].tensors);
+  EXPECT_TRUE(back->files[1].tensors.empty());
+  EXPECT_NE(text.find("tensor param/wte.weight f32 [256,4] 64\n"), std::string::npos) << text;
 
   auto truncated = Manifest::Parse(text.substr(0, text.size() / 2), "M");
   ASSERT_FALSE(truncated.ok());
@@ -78,6 +84,27 @@ TEST(Manifest, RoundTripsAndDetectsTruncationAndDamage) {
   std::string damaged = text;
   damaged[damaged.find("42")] = '7';
   EXPECT_NE(Manifest::Parse(damaged, "M").status().message().find("checksum"), std::string::npos);
+}
+
+TEST(Manifest, AnotherFormatVersionIsRefusedSayingWhich) {
+  std::string text = Manifest().Serialize();
+  text.replace(0, text.find('\n'), "mitra-checkpoint 1");
+  auto old = Manifest::Parse(text, "step-4/MANIFEST");
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.status().message().find("step-4/MANIFEST: written in checkpoint format '1'"),
+            std::string::npos)
+      << old.status().message();
+}
+
+TEST(Manifest, MalformedTensorLineIsDamage) {
+  std::vector<FileEntry> files;
+  EXPECT_FALSE(ParseFileLine("tensor a f32 [1] 0", &files).ok());  // before any file line
+  ASSERT_TRUE(ParseFileLine("file seg-a.pt 100 0000abcd", &files).ok());
+  EXPECT_FALSE(ParseFileLine("tensor a f33 [1] 0", &files).ok());
+  EXPECT_FALSE(ParseFileLine("tensor a f32 [1,] 0", &files).ok());
+  EXPECT_FALSE(ParseFileLine("tensor a f32 1,2 0", &files).ok());
+  ASSERT_TRUE(ParseFileLine("tensor a bf16 [3,0,2] 64", &files).ok());
+  EXPECT_EQ(files[0].tensors[0].shape, (std::vector<int64_t>{3, 0, 2}));
 }
 
 TEST_F(CheckpointStore, CommittedCheckpointVerifiesAndPartialOneIsNeverListed) {
