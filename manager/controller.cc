@@ -111,6 +111,7 @@ void Controller::OnStart(const StartInput& in) {
 void Controller::OnMachinesChanged(const MachinesChanged& in) {
   std::vector<Host> hosts;
   std::vector<std::string> added;
+  std::vector<std::string> resized;
   for (const Machine& m : in.list.machines) {
     Host* known = FindHost(m.Address());
     if (known == nullptr) {
@@ -118,7 +119,12 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
       added.push_back(m.Address());
       continue;
     }
-    if (!known->listed) added.push_back(m.Address());
+    if (!known->listed) {
+      added.push_back(m.Address());
+    } else if (known->machine.slots != m.slots) {
+      resized.push_back(m.Address() + " " + std::to_string(known->machine.slots) + " -> " +
+                        std::to_string(m.slots) + " slots");
+    }
     Host h = *known;
     h.machine = m;
     h.listed = true;
@@ -138,7 +144,8 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
   std::string what;
   if (!added.empty()) what += "added " + Join(added, ", ");
   if (!removed.empty()) what += (what.empty() ? "" : "; ") + ("removed " + Join(removed, ", "));
-  if (what.empty()) what = "slots changed";
+  if (!resized.empty()) what += (what.empty() ? "" : "; ") + Join(resized, ", ");
+  if (what.empty()) what = "no machine added or removed";
   JsonObject fields;
   fields.Set("added", JsonValue::StringArray(added))
       .Set("removed", JsonValue::StringArray(removed))
@@ -311,7 +318,7 @@ void Controller::OnHostChecked(const HostChecked& in) {
     h->reason.clear();
     if (was_out) {
       Record("host_healthy", JsonObject().SetString("machine", in.address),
-             "mitra: " + in.address + " passed its health check");
+             h->machine.IsLocal() ? "" : "mitra: " + in.address + " passed its health check");
     }
   } else {
     ++h->consecutive_failures;

@@ -1,26 +1,37 @@
-// What the manager's loop reacts to. Producers on other threads (the process runner's
-// watchers, the signal watcher) push Events onto one EventQueue; only the loop pops.
+// What the manager's loop reacts to. Producers on other threads (the process runners'
+// watchers, the signal watcher, the machine-list watcher, health checks, the control socket)
+// push Events onto one EventQueue; only the loop pops.
 #pragma once
 
+#include <cstdint>
+#include <string>
 #include <variant>
 
 #include "common/blocking_queue.h"
 #include "launcher/process_runner.h"
+#include "manager/controller.h"
 
 namespace mitra::manager {
 
-// Output or exit of the worker with rank `rank`.
+// Output or exit of the worker with rank `rank` of generation `generation` (the controller's
+// numbering).
 struct WorkerEvent {
+  int64_t generation = 0;
   int rank = 0;
   launcher::ProcessEvent event;
 };
 
-// SIGINT or SIGTERM reached the manager.
+// SIGINT or SIGTERM reached the manager (signal_number), or `mitra stop` asked (0).
 struct StopRequested {
   int signal_number = 0;
 };
 
-using Event = std::variant<WorkerEvent, StopRequested>;
+// The machine list file has new contents (not parsed yet).
+struct MachineListEdited {
+  std::string contents;
+};
+
+using Event = std::variant<WorkerEvent, StopRequested, MachineListEdited, HostChecked>;
 using EventQueue = BlockingQueue<Event>;
 
 }  // namespace mitra::manager

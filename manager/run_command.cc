@@ -11,13 +11,13 @@
 #include "manager/progress.h"
 #include "manager/run_dir.h"
 #include "manager/run_journal.h"
-#include "manager/supervisor.h"
+#include "manager/orphans.h"
+#include "manager/run_loop.h"
 
 namespace mitra::manager {
 namespace {
 
 constexpr double kDescribeTimeoutS = 60;
-constexpr const char* kLoopback = "127.0.0.1";
 
 // Prints a (possibly multi-line) message, each line prefixed, and returns the bad-input code.
 int BadInput(RunContext& c, const std::string& message) {
@@ -93,19 +93,15 @@ void PrintPlan(RunContext& c, const MachineList& machines, const GridPlan& plan,
 }
 
 // The newest checkpoint that verifies (0: none, start fresh). Damaged newer ones are reported
-// and skipped; a checkpoint of a model with another number of segments is refused.
+// and skipped; another model's checkpoint (segments, parameter names or shapes) is refused.
 Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
                                const ProgramDescription& description) {
   std::vector<std::string> skipped;
   Result<checkpoint::Found> found = checkpoint::FindNewestValid(dir, &skipped);
   for (const std::string& why : skipped) *c.err << "mitra run: " << why << "\n";
   if (!found.ok()) return int64_t{0};
-  if (static_cast<int64_t>(found->manifest.segments.size()) != description.segments) {
-    return Status::InvalidArgument(
-        "checkpoint " + found->path + " holds a model of " +
-        std::to_string(found->manifest.segments.size()) + " segments but the program has " +
-        std::to_string(description.segments) +
-        ": it belongs to another model; pass another --checkpoint-dir (nothing was changed)");
+  if (Status s = CheckCheckpointMatches(description, found->manifest, found->path); !s.ok()) {
+    return s;
   }
   *c.out << "mitra: resuming from " << found->path << " (step " << found->step << ", written by "
          << found->manifest.stages << " x " << found->manifest.replicas << ")" << std::endl;
@@ -116,18 +112,17 @@ Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
 
 int RunCommand(const RunOptions& options, RunContext& c) {
   // 1. Everything that can be checked without running the program.
-  Result<MachineList> machines =
-      LoadMachineList(*c.fs, options.machines_path, options.gpus_per_node);
-  if (!machines.ok()) return BadInput(c, machines.status().message());
-  for (const Machine& m : machines->machines) {
-    if (!m.IsLocal()) {
-      return BadInput(c, options.machines_path + ":" + std::to_string(m.line) + ": '" +
-                             m.Address() +
-                             "' is a remote host; this version of mitra runs workers on this "
-                             "machine only (remote hosts arrive with the SSH launcher). Use "
-                             "`localhost slots=N`");
-    }
+  const std::string machines_path = JoinPath(c.working_directory, options.machines_path);
+  Result<std::string> machines_text = c.fs->ReadFile(options.machines_path);
+  if (!machines_text.ok()) {
+    // LoadMachineList words a missing or unreadable list best.
+    return BadInput(c, LoadMachineList(*c.fs, options.machines_path, options.gpus_per_node)
+                           .status()
+                           .message());
   }
+  Result<MachineList> machines =
+      ParseMachineList(*machines_text, options.machines_path, options.gpus_per_node);
+  if (!machines.ok()) return BadInput(c, machines.status().message());
   Result<int> threads = ResolveThreads(options, c.environment);
   if (!threads.ok()) return BadInput(c, threads.status().message());
   Result<double> timeout_s = ResolveTimeout(options, c.environment);
@@ -174,23 +169,33 @@ int RunCommand(const RunOptions& options, RunContext& c) {
     return BadInput(c, s.message());
   }
 
+  std::vector<Event> early;  // a list edit while the program described itself: keep it
   while (std::optional<Event> event = c.events->TryPop()) {
     if (std::holds_alternative<StopRequested>(*event)) {
       *c.err << "mitra run: interrupted before the workers were started; nothing was started"
              << std::endl;
       return kExitFailed;
     }
+    early.push_back(std::move(*event));
   }
+  for (Event& event : early) c.events->Push(std::move(event));
 
-  // 3. Create the run directory and launch.
-  Result<int> port = c.pick_port();
-  if (!port.ok()) {
-    *c.err << "mitra run: " << port.status().message() << std::endl;
-    return kExitFailed;
+  // 3. Claim the run directory (one manager at a time), clean up after a manager that died on
+  //    it, create it and run the job.
+  if (c.claim_run_dir) {
+    if (Status s = c.fs->CreateDirectories(run_dir.path()); !s.ok()) {
+      return BadInput(c, s.message() + "; pass --run-dir with a directory you can write");
+    }
+    if (Status s = c.claim_run_dir(run_dir.path()); !s.ok()) return BadInput(c, s.message());
+  }
+  if (run_dir.HoldsRun(*c.fs)) KillOrphans(*c.fs, run_dir, *c.transports, *c.out);
+  if (c.watch_machine_list) {
+    if (Status s = c.watch_machine_list(machines_path, *machines_text); !s.ok()) {
+      *c.err << "mitra run: warning: cannot watch " << options.machines_path << ": "
+             << s.message() << "; edits of the list will not be noticed" << std::endl;
+    }
   }
   LaunchSettings settings;
-  settings.rdzv_host = kLoopback;
-  settings.rdzv_port = *port;
   settings.generation = run_dir.NextGeneration(*c.fs);
   settings.max_steps = options.max_steps;
   settings.resume_step = *resume_step;
@@ -209,28 +214,16 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   }
   PrintPlan(c, *machines, *plan, *description, run_dir);
 
-  Job job;
-  job.plan = *plan;
-  job.generation = settings.generation;
-  for (const RankPlacement& placement : plan->ranks) {
-    launcher::ProcessSpec spec;
-    spec.program = *program;
-    spec.args = options.program_args;
-    spec.environment = WorkerEnvironment(c.environment, *plan, placement, kLoopback, settings);
-    spec.working_directory = c.working_directory;
-    spec.log_path = run_dir.LogPath(settings.generation, placement.rank);
-    job.specs.push_back(std::move(spec));
-  }
-  job.state_fields.SetInt("manager_pid", c.manager_pid)
+  JsonObject job_fields;
+  job_fields.SetInt("manager_pid", c.manager_pid)
       .SetString("run_dir", run_dir.path())
       .SetString("machines_file",
                  NormalizePath(JoinPath(c.working_directory, options.machines_path)))
       .SetString("program", *program)
       .Set("program_args", JsonValue::StringArray(options.program_args))
-      .SetNumber("started_at", c.clock->WallSeconds())
-      .SetString("rdzv", std::string(kLoopback) + ":" + std::to_string(*port));
+      .SetNumber("started_at", c.clock->WallSeconds());
   (void)(*journal)->RecordEvent("start",
-                                JsonObject(job.state_fields)
+                                JsonObject(job_fields)
                                     .SetInt("slots", plan->total_slots)
                                     .SetInt("idle_slots", plan->idle_slots)
                                     .SetInt("segments", description->segments)
@@ -239,14 +232,40 @@ int RunCommand(const RunOptions& options, RunContext& c) {
                                     .SetInt("threads", *threads)
                                     .SetNumber("timeout_s", *timeout_s));
 
-  SupervisorOptions supervisor_options;
-  supervisor_options.stop_timeout_s = options.stop_timeout_s;
-  supervisor_options.finish_timeout_s = std::max(60.0, 2 * *timeout_s);
-  supervisor_options.max_steps = options.max_steps;
-  Supervisor supervisor(std::move(job), supervisor_options, c.runner, c.clock, journal->get(),
-                        c.events, c.out, c.err);
-  const SupervisorResult result = supervisor.Run();
-  return result.outcome == SupervisorResult::Outcome::kFailed ? kExitFailed : kExitOk;
+  ControllerOptions controller_options;
+  controller_options.stages = options.stages;
+  controller_options.segments = description->segments;
+  controller_options.global_batch = options.batch_size;
+  controller_options.chunk_size = options.chunk_size;
+  controller_options.max_steps = options.max_steps;
+  controller_options.stop_timeout_s = options.stop_timeout_s;
+  controller_options.finish_timeout_s = std::max(60.0, 2 * *timeout_s);
+  controller_options.startup_timeout_s = std::max(120.0, 4 * *timeout_s);
+  controller_options.heartbeat_timeout_s = options.heartbeat_timeout_s;
+  controller_options.max_restarts = options.max_restarts;
+
+  RunLoopOptions loop_options;
+  loop_options.program = *program;
+  loop_options.program_args = options.program_args;
+  loop_options.environment = c.environment;
+  loop_options.remote_environment = RemoteEnvironment(c.environment);
+  for (const auto& [key, value] : options.env) {
+    loop_options.environment[key] = value;
+    loop_options.remote_environment[key] = value;
+  }
+  loop_options.working_directory = c.working_directory;
+  loop_options.code_dir = options.code_dir;
+  loop_options.machines_path = options.machines_path;
+  loop_options.gpus_per_node = options.gpus_per_node;
+  loop_options.settings = settings;
+  loop_options.first_generation = settings.generation;
+  loop_options.state_fields = job_fields;
+  RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,
+               &run_dir, journal->get(), c.events, c.out, c.err);
+  if (c.on_loop_started) c.on_loop_started(&loop);
+  const int code = loop.Run(*machines);
+  if (c.on_loop_started) c.on_loop_started(nullptr);
+  return code;
 }
 
 }  // namespace mitra::manager

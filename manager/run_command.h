@@ -3,7 +3,7 @@
 //   1. read the machine list, resolve the program, check the shape that can be checked
 //      without the program (P <= slots, B >= D) and the run directory;
 //   2. run the program once with MITRA_DESCRIBE=1 to learn its segment count, plan the grid;
-//   3. create the run directory, launch the workers and supervise them (supervisor.h).
+//   3. create the run directory and run the job: launch, morph, recover (run_loop.h).
 // Any problem in 1 or 2 is bad input: a message, exit code 2, and nothing started or created.
 #pragma once
 
@@ -16,18 +16,31 @@
 #include "launcher/process_runner.h"
 #include "manager/events.h"
 #include "manager/run_options.h"
+#include "manager/transports.h"
 #include "manager/worker_env.h"
 
 namespace mitra::manager {
+
+class RunLoop;
 
 // The outside world, as RunCommand sees it; main() builds the real one. Pointers must
 // outlive the call.
 struct RunContext {
   FileSystem* fs = nullptr;
   Clock* clock = nullptr;
-  launcher::ProcessRunner* runner = nullptr;  // for localhost machines
-  EventQueue* events = nullptr;               // StopRequested arrives here from signals
-  std::function<Result<int>()> pick_port;     // a free port for the rendezvous store
+  launcher::ProcessRunner* runner = nullptr;  // local processes: the program's describe step
+  Transports* transports = nullptr;           // the workers' machines
+  EventQueue* events = nullptr;  // signals, list edits, `mitra stop` arrive here
+  // Called with the loop once it exists and with nullptr when it is over (the control socket
+  // asks it for the status meanwhile). May be empty.
+  std::function<void(RunLoop*)> on_loop_started;
+  // Makes this manager the only one on the run directory (its control socket); an error names
+  // the manager already there. Called once every input is checked. May be empty.
+  std::function<Status(const std::string& run_dir)> claim_run_dir;
+  // Starts watching the machine list at `path`, whose `contents` were just read: every later
+  // change arrives on `events` as MachineListEdited. May be empty (the list is read once).
+  std::function<Status(const std::string& path, const std::string& contents)>
+      watch_machine_list;
   Environment environment;                    // the manager's own environment
   std::string working_directory;              // absolute; relative paths start here
   int manager_pid = 0;

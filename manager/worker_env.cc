@@ -48,6 +48,20 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   return env;
 }
 
+Environment RemoteEnvironment(const Environment& base) {
+  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "LANG", "TZ", "PYTHONPATH"};
+  static const char* const kPrefixes[] = {"LC_",     "OMP_",  "MKL_",  "OPENBLAS_",
+                                          "GLOO_",   "NCCL_", "CUDA_", "MITRA_"};
+  Environment env;
+  for (const auto& [name, value] : base) {
+    bool keep = false;
+    for (const char* n : kNames) keep |= name == n;
+    for (const char* p : kPrefixes) keep |= name.rfind(p, 0) == 0;
+    if (keep) env[name] = value;
+  }
+  return env;
+}
+
 Environment DescribeEnvironment(const Environment& base) {
   Environment env = WithoutContract(base);
   env["MITRA_DESCRIBE"] = "1";

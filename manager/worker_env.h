@@ -35,6 +35,12 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
                               const RankPlacement& placement, const std::string& host,
                               const LaunchSettings& settings);
 
+// What of the manager's environment travels to a worker on another machine: PATH and the
+// locale, library and thread settings (LD_LIBRARY_PATH, LANG, LC_*, TZ, OMP_*, MKL_*,
+// OPENBLAS_*, GLOO_*, NCCL_*, CUDA_*, MITRA_*), not the rest (HOME, USER, SSH_*, DISPLAY, ...
+// belong to the other machine). --env adds to it.
+Environment RemoteEnvironment(const Environment& base);
+
 // `base` without the contract's variables, plus MITRA_DESCRIBE=1.
 Environment DescribeEnvironment(const Environment& base);
 

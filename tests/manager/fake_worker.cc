@@ -13,10 +13,12 @@
 //                           rank R dies after step K (exit code C, default 3, or signal S)
 //   --hang-rank R --hang-at-step K
 //                           rank R stops making progress after step K, ignoring SIGUSR1
+//   --fail-generation G     crash and hang only in generation G (default: every generation)
 //   --ignore-sigterm        ignore SIGTERM (so only SIGKILL ends it)
 //   --marker-dir DIR        create DIR/started-rank-R when training starts
 //
-// Every rank also logs its MITRA_* variables, so tests can check what the manager passed.
+// Every rank also logs its MITRA_* variables, so tests can check what the manager passed, and
+// prints a `heartbeat` record when it starts and after every step (none while it hangs).
 #include <signal.h>
 #include <unistd.h>
 
@@ -44,6 +46,7 @@ struct Flags {
   int hang_rank = -1;
   long hang_at_step = -1;
   bool ignore_sigterm = false;
+  long fail_generation = -1;
   std::string marker_dir;
 };
 
@@ -80,6 +83,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.hang_rank = std::atoi(next());
     else if (arg == "--hang-at-step")
       f.hang_at_step = std::atol(next());
+    else if (arg == "--fail-generation")
+      f.fail_generation = std::atol(next());
     else if (arg == "--ignore-sigterm")
       f.ignore_sigterm = true;
     else if (arg == "--marker-dir")
@@ -162,6 +167,7 @@ int main(int argc, char** argv) {
     const std::string path = f.marker_dir + "/started-rank-" + std::to_string(rank);
     if (FILE* marker = std::fopen(path.c_str(), "w")) std::fclose(marker);
   }
+  std::printf("@mitra {\"event\":\"heartbeat\",\"rank\":%d}\n", rank);
   std::printf(
       "@mitra {\"event\":\"ready\",\"rank\":%d,\"stages\":%ld,\"replicas\":%ld,"
       "\"generation\":%ld}\n",
@@ -186,13 +192,15 @@ int main(int argc, char** argv) {
           step_time > 0 ? tokens / step_time : 0.0, step_time, stages, replicas, generation);
     }
     std::printf("fake_worker: rank %d finished step %ld\n", rank, step);
-    if (rank == f.crash_rank && step == f.crash_at_step) {
+    std::printf("@mitra {\"event\":\"heartbeat\",\"rank\":%d}\n", rank);
+    const bool may_fail = f.fail_generation < 0 || f.fail_generation == generation;
+    if (may_fail && rank == f.crash_rank && step == f.crash_at_step) {
       std::printf("fake_worker: rank %d simulating a crash after step %ld\n", rank, step);
       std::fprintf(stderr, "fake_worker: fatal: simulated failure on rank %d\n", rank);
       if (f.crash_signal != 0) ::kill(::getpid(), f.crash_signal);
       return f.exit_code;
     }
-    if (rank == f.hang_rank && step == f.hang_at_step) {
+    if (may_fail && rank == f.hang_rank && step == f.hang_at_step) {
       std::printf("fake_worker: rank %d hanging after step %ld\n", rank, step);
       while (true) ::pause();  // SIGUSR1 only sets the flag; nothing reads it any more
     }

@@ -1,0 +1,448 @@
+#include "manager/run_loop.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "checkpoint/store.h"
+#include "common/free_port.h"
+#include "common/signal_watcher.h"
+#include "common/strings.h"
+#include "manager/run_records.h"
+
+namespace mitra::manager {
+namespace {
+
+// The loop wakes at least this often, so that state.json and the status stay fresh.
+constexpr double kMaxWaitS = 0.25;
+// Rendezvous ports on machines where the manager cannot ask the kernel for a free one.
+constexpr int kRemoteRendezvousBasePort = 29500;
+constexpr int kFailedExitCode = 1;  // kExitFailed of run_command.h
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+bool IsLoopback(const std::string& host) { return StartsWith(host, "127.") || host == "localhost"; }
+
+}  // namespace
+
+RunLoop::RunLoop(RunLoopOptions options, ControllerOptions controller_options,
+                 Transports* transports, FileSystem* fs, Clock* clock, const RunDir* run_dir,
+                 RunJournal* journal, EventQueue* queue, std::ostream* out, std::ostream* err)
+    : options_(std::move(options)),
+      controller_(controller_options),
+      transports_(transports),
+      fs_(fs),
+      clock_(clock),
+      run_dir_(run_dir),
+      journal_(journal),
+      queue_(queue),
+      out_(out),
+      err_(err),
+      max_steps_(controller_options.max_steps) {}
+
+RunLoop::~RunLoop() {
+  for (std::thread& t : checks_) t.join();
+}
+
+int RunLoop::Run(const MachineList& machines) {
+  start_s_ = clock_->MonotonicSeconds();
+  Handle(StartInput{machines});
+  while (!controller_.finished()) {
+    const double now = clock_->MonotonicSeconds();
+    const double wait_s = std::clamp(controller_.NextDeadline() - now, 0.0, kMaxWaitS);
+    std::optional<Event> event = queue_->PopFor(std::chrono::duration<double>(wait_s));
+    if (!event) {
+      Handle(TimerInput{});
+      continue;
+    }
+    std::visit(Overloaded{
+                   [this](WorkerEvent& e) { OnWorkerEvent(e); },
+                   [this](StopRequested& e) {
+                     Handle(StopInput{e.signal_number == 0 ? std::string("mitra stop")
+                                                           : SignalName(e.signal_number)});
+                   },
+                   [this](MachineListEdited& e) { OnMachineListEdited(e.contents); },
+                   [this](HostChecked& e) { Handle(e); },
+               },
+               *event);
+  }
+  return exit_code_ < 0 ? kFailedExitCode : exit_code_;
+}
+
+void RunLoop::Handle(const ControllerInput& input) {
+  inputs_.push_back(input);
+  while (!inputs_.empty()) {
+    const ControllerInput next = std::move(inputs_.front());
+    inputs_.pop_front();
+    for (const ControllerAction& action : controller_.Handle(next, clock_->MonotonicSeconds())) {
+      Execute(action);
+    }
+  }
+  WriteState(false);
+  PublishStatus();
+}
+
+void RunLoop::Execute(const ControllerAction& action) {
+  std::visit(Overloaded{
+                 [this](const LaunchAction& a) { Launch(a); },
+                 [this](const SignalAction& a) {
+                   if (a.generation != ranks_generation_) return;
+                   const auto it = ranks_.find(a.rank);
+                   if (it == ranks_.end() || it->second.runner == nullptr) return;
+                   const mitra::Status s = it->second.runner->Signal(it->second.id, a.signal_number);
+                   if (!s.ok()) *err_ << "mitra: warning: rank " << a.rank << ": " << s.message() << "\n";
+                 },
+                 [this](const CheckHostAction& a) { StartHealthCheck(a.machine); },
+                 [this](const RecordAction& a) { OnRecord(a); },
+                 [this](const FinishAction& a) { OnFinish(a); },
+             },
+             action);
+}
+
+// ---- Launching ---------------------------------------------------------------------------
+
+void RunLoop::Launch(const LaunchAction& launch) {
+  const double begin = clock_->MonotonicSeconds();
+  const int64_t generation = RunGeneration(launch.generation);
+  ranks_.clear();
+  ranks_generation_ = launch.generation;
+
+  // Which checkpoint the generation resumes from: the newest that verifies.
+  LaunchSettings settings = options_.settings;
+  settings.generation = generation;
+  settings.resume_step = 0;
+  std::vector<std::string> skipped;
+  Result<checkpoint::Found> found = checkpoint::FindNewestValid(settings.checkpoint_dir, &skipped);
+  for (const std::string& why : skipped) *err_ << "mitra: " << why << "\n";
+  if (found.ok()) settings.resume_step = found->step;
+  if (launch.expected_step && settings.resume_step != *launch.expected_step) {
+    *err_ << "mitra: warning: the workers stopped after step " << *launch.expected_step
+          << " but the newest complete checkpoint is step " << settings.resume_step
+          << "; continuing from it" << std::endl;
+    Warn(journal_->RecordEvent("step_lost", JsonObject()
+                                                .SetInt("expected_step", *launch.expected_step)
+                                                .SetInt("resume_step", settings.resume_step)));
+  }
+  if (mitra::Status s = run_dir_->Create(*fs_, generation); !s.ok()) Warn(s);
+
+  const Machine& first = launch.machines[launch.plan.ranks[0].machine];
+  settings.rdzv_host = transports_->WorkerAddress(first);
+  Result<int> port = RendezvousPort(first, generation);
+  settings.rdzv_port = port.ok() ? *port : 0;
+
+  std::vector<int64_t> pids(launch.plan.world_size(), 0);
+  std::vector<ControllerInput> results;
+  for (const RankPlacement& placement : launch.plan.ranks) {
+    const Machine& machine = launch.machines[placement.machine];
+    const int rank = placement.rank;
+    LiveRank live;
+    live.machine = machine.Address();
+    live.where = machine;
+    auto fail = [&](const std::string& why) {
+      results.push_back(RankStartFailed{launch.generation, rank, why});
+      ranks_[rank] = live;
+    };
+    if (!port.ok()) {
+      fail(port.status().message());
+      continue;
+    }
+    Result<launcher::ProcessRunner*> runner = transports_->RunnerFor(machine);
+    if (!runner.ok()) {
+      fail(runner.status().message());
+      continue;
+    }
+    launcher::ProcessSpec spec;
+    spec.program = options_.program;
+    spec.args = options_.program_args;
+    spec.environment = WorkerEnvironment(
+        machine.IsLocal() ? options_.environment : options_.remote_environment, launch.plan,
+        placement, transports_->WorkerAddress(machine), settings);
+    spec.working_directory = machine.IsLocal() || options_.code_dir.empty()
+                                 ? options_.working_directory
+                                 : options_.code_dir;
+    spec.log_path = run_dir_->LogPath(generation, rank);
+    EventQueue* queue = queue_;
+    const int64_t g = launch.generation;
+    Result<launcher::StartedProcess> started =
+        (*runner)->Start(spec, [queue, g, rank](launcher::ProcessEvent event) {
+          queue->Push(WorkerEvent{g, rank, std::move(event)});
+        });
+    if (!started.ok()) {
+      fail(started.status().message());
+      continue;
+    }
+    live.runner = *runner;
+    live.id = started->id;
+    live.pid = started->pid;
+    pids[rank] = started->pid;
+    ranks_[rank] = live;
+    results.push_back(RankStarted{launch.generation, rank, started->pid});
+  }
+  JsonObject record = LaunchRecord(launch.plan, generation, options_.program, pids,
+                                   clock_->MonotonicSeconds() - begin);
+  std::vector<std::string> machines;
+  for (const RankPlacement& p : launch.plan.ranks) {
+    machines.push_back(launch.machines[p.machine].Address());
+  }
+  record.Set("machines", JsonValue::StringArray(machines))
+      .SetInt("resume_step", settings.resume_step)
+      .SetString("rdzv", settings.rdzv_host + ":" + std::to_string(settings.rdzv_port));
+  Warn(journal_->RecordEvent("launch", record));
+  last_event_ = JsonObject(record).SetString("event", "launch");
+
+  std::vector<std::string> pid_text;
+  for (const int64_t pid : pids) pid_text.push_back(std::to_string(pid));
+  *out_ << "mitra: launched " << launch.plan.world_size() << " workers (generation " << generation
+        << ", " << launch.plan.stages << " x " << launch.plan.replicas;
+  if (settings.resume_step > 0) *out_ << ", from step " << settings.resume_step;
+  *out_ << "), pids " << Join(pid_text, " ") << std::endl;
+  for (ControllerInput& input : results) inputs_.push_back(std::move(input));
+  WriteState(true);
+}
+
+Result<int> RunLoop::RendezvousPort(const Machine& machine, int64_t generation) {
+  const std::string address = transports_->WorkerAddress(machine);
+  if (machine.IsLocal() || IsLoopback(address)) return PickFreeTcpPort(address);
+  // On another machine the manager cannot ask for a free port; a port taken there makes rank 0
+  // fail, and the next generation tries the next port.
+  return kRemoteRendezvousBasePort + static_cast<int>(generation % 1000);
+}
+
+// ---- Worker output -----------------------------------------------------------------------
+
+void RunLoop::OnWorkerEvent(WorkerEvent& event) {
+  if (event.event.kind == launcher::ProcessEvent::Kind::kMessage) {
+    OnMessage(event.generation, event.rank, event.event.message);
+    return;
+  }
+  if (event.generation == ranks_generation_) {
+    const auto it = ranks_.find(event.rank);
+    if (it != ranks_.end()) {
+      it->second.last_lines = event.event.last_lines;
+      Warn(journal_->RecordEvent(
+          "worker_exit",
+          WorkerExitRecord(event.rank, static_cast<int>(it->second.pid), event.event.exit,
+                           it->second.stopped_record, clock_->MonotonicSeconds() - start_s_)
+              .SetInt("generation", RunGeneration(event.generation))
+              .SetString("machine", it->second.machine)
+              .SetBool("lost", event.event.exit.lost)));
+    }
+  }
+  Handle(RankExited{event.generation, event.rank, event.event.exit});
+}
+
+void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
+  Result<JsonObject> parsed = JsonObject::Parse(text);
+  if (!parsed.ok()) {
+    Warn(journal_->RecordEvent("bad_message", JsonObject()
+                                                  .SetInt("rank", rank)
+                                                  .SetString("error", parsed.status().message())
+                                                  .SetString("text", text.substr(0, 200))));
+    return;
+  }
+  const std::string kind = parsed->GetString("event").value_or("");
+  RankReport report{generation, rank, RankReport::Kind::kHeartbeat, 0};
+  if (kind == "ready") {
+    report.kind = RankReport::Kind::kReady;
+  } else if (kind == "heartbeat") {
+    report.kind = RankReport::Kind::kHeartbeat;
+  } else if (kind == "step" && rank == 0) {
+    const std::optional<StepRecord> step = StepRecord::FromJson(*parsed);
+    if (!step) return;
+    if (generation == ranks_generation_) {
+      Warn(journal_->RecordStep(
+          MetricsRecord(*parsed, controller_.plan(), RunGeneration(generation))));
+      stats_.Add(*step, clock_->MonotonicSeconds());
+      *out_ << FormatProgressLine(*step, max_steps_, stats_.EtaSeconds(max_steps_)) << std::endl;
+    }
+    report.kind = RankReport::Kind::kStep;
+    report.step = step->step;
+  } else if (kind == "stopped") {
+    report.kind = RankReport::Kind::kStopped;
+    report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
+    if (generation == ranks_generation_ && ranks_.count(rank)) ranks_[rank].stopped_record = true;
+  } else if (kind == "checkpoint" || kind == "restored") {
+    JsonObject fields = *parsed;
+    fields.Erase("event");
+    fields.SetInt("generation", RunGeneration(generation)).SetInt("rank", rank);
+    Warn(journal_->RecordEvent(kind, fields));
+    report.kind = RankReport::Kind::kCheckpoint;
+    report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
+  } else {
+    return;
+  }
+  Handle(report);
+}
+
+void RunLoop::OnMachineListEdited(const std::string& contents) {
+  Result<MachineList> list =
+      ParseMachineList(contents, options_.machines_path, options_.gpus_per_node);
+  if (!list.ok()) {
+    for (const std::string_view line : SplitLines(list.status().message())) {
+      *err_ << "mitra: " << line << "\n";
+    }
+    *err_ << "mitra: the machine list was not changed: the previous list stays in force; fix "
+          << options_.machines_path << " and save it again" << std::endl;
+    Warn(journal_->RecordEvent("machines_rejected",
+                               JsonObject().SetString("error", list.status().message())));
+    return;
+  }
+  Handle(MachinesChanged{*list});
+}
+
+// ---- Health checks -----------------------------------------------------------------------
+
+void RunLoop::StartHealthCheck(const Machine& machine) {
+  if (machine.IsLocal()) {
+    inputs_.push_back(HostChecked{machine.Address(), true, ""});
+    return;
+  }
+  Transports* transports = transports_;
+  EventQueue* queue = queue_;
+  const double timeout_s = options_.health_check_timeout_s;
+  checks_.emplace_back([transports, queue, machine, timeout_s] {
+    const mitra::Status s = transports->Check(machine, timeout_s);
+    queue->Push(HostChecked{machine.Address(), s.ok(), s.message()});
+  });
+}
+
+// ---- Records -----------------------------------------------------------------------------
+
+void RunLoop::OnRecord(const RecordAction& record) {
+  JsonObject fields = record.fields;
+  if (const std::optional<double> g = fields.GetNumber("generation"); g && *g >= 0) {
+    fields.SetInt("generation", RunGeneration(static_cast<int64_t>(*g)));
+  }
+  Warn(journal_->RecordEvent(record.event, fields));
+  last_event_ = JsonObject().SetString("event", record.event);
+  for (const auto& [key, value] : fields.fields()) last_event_.Set(key, value);
+  last_event_.SetNumber("time", clock_->WallSeconds());
+  if (record.event == "failure") {
+    // The failed rank's own words, when it left any.
+    const std::optional<double> rank = fields.GetNumber("rank");
+    const auto it = rank ? ranks_.find(static_cast<int>(*rank)) : ranks_.end();
+    if (it != ranks_.end()) {
+      std::vector<std::string> lines;  // heartbeats say nothing about why it failed
+      for (const std::string& line : it->second.last_lines) {
+        if (!StartsWith(line, "@mitra {\"event\":\"heartbeat\"")) lines.push_back(line);
+      }
+      *err_ << FormatFailureReport(
+                   record.fields.GetString("reason").value_or(""),
+                   RunDir::LogName(RunGeneration(ranks_generation_), it->first), lines)
+            << std::flush;
+      return;
+    }
+  }
+  if (record.line.empty()) return;
+  (record.error ? *err_ : *out_) << record.line << std::endl;
+}
+
+void RunLoop::OnFinish(const FinishAction& finish) {
+  const int64_t step = controller_.last_step();
+  const double wall_s = clock_->MonotonicSeconds() - start_s_;
+  JsonObject fields;
+  fields.SetInt("step", step).SetNumber("wall_s", RoundedSeconds(wall_s));
+  if (stats_.last()) {
+    fields.SetNumber("loss", stats_.last()->loss)
+        .SetNumber("mean_tokens_per_s", stats_.MeanTokensPerSecond());
+  }
+  const std::string summary = FormatSummary(step, wall_s, stats_);
+  switch (finish.outcome) {
+    case FinishAction::Outcome::kDone:
+      final_state_ = "done";
+      exit_code_ = 0;
+      *out_ << "mitra: done: " << summary << std::endl;
+      break;
+    case FinishAction::Outcome::kStopped:
+      final_state_ = "stopped";
+      exit_code_ = 0;
+      *out_ << "mitra: stopped at step " << step << " on request: " << summary << std::endl;
+      break;
+    case FinishAction::Outcome::kFailed:
+      final_state_ = "failed";
+      exit_code_ = kFailedExitCode;
+      fields.SetString("reason", finish.reason);
+      *err_ << "mitra: failed: " << finish.reason << " (" << summary << ")" << std::endl;
+      break;
+  }
+  Warn(journal_->RecordEvent(final_state_, fields));
+  WriteState(true);
+}
+
+void RunLoop::WriteState(bool force) {
+  const double now = clock_->MonotonicSeconds();
+  if (!force && now - last_state_write_s_ < options_.state_interval_s) return;
+  last_state_write_s_ = now;
+  StateSnapshot snapshot;
+  snapshot.state = final_state_.empty() ? PhaseName(controller_.phase()) : final_state_;
+  snapshot.step = controller_.last_step();
+  snapshot.max_steps = max_steps_;
+  snapshot.last_step = stats_.last();
+  JsonObject workers;  // rank -> "address pid": what a restarted manager must clean up
+  for (const auto& [rank, live] : ranks_) {
+    if (live.pid == 0) continue;
+    snapshot.pids.push_back(live.pid);
+    workers.SetString(std::to_string(rank), live.machine + " " + std::to_string(live.pid));
+  }
+  snapshot.running_workers = static_cast<int>(snapshot.pids.size());
+  snapshot.elapsed_s = now - start_s_;
+  snapshot.updated_at = clock_->WallSeconds();
+  JsonObject state = StateRecord(options_.state_fields, controller_.plan(),
+                                 RunGeneration(std::max<int64_t>(0, controller_.generation())),
+                                 snapshot);
+  state.SetString("reason", controller_.reason());
+  if (final_state_.empty()) state.Set("workers", JsonValue::Raw(workers.ToJson()));
+  Warn(journal_->WriteState(state));
+}
+
+void RunLoop::PublishStatus() {
+  JsonObject status;
+  status.SetString("state", final_state_.empty() ? PhaseName(controller_.phase()) : final_state_)
+      .SetString("reason", controller_.reason())
+      .SetInt("generation", RunGeneration(std::max<int64_t>(0, controller_.generation())))
+      .SetInt("stages", controller_.plan().stages)
+      .SetInt("replicas", controller_.plan().replicas)
+      .SetInt("step", controller_.last_step())
+      .SetInt("max_steps", max_steps_);
+  if (stats_.last()) {
+    status.SetNumber("loss", stats_.last()->loss)
+        .SetNumber("tokens_per_s", stats_.last()->tokens_per_s);
+  }
+  const double wall_offset = clock_->WallSeconds() - clock_->MonotonicSeconds();
+  std::vector<std::string> machines;
+  for (const MachineView& view : controller_.Machines()) {
+    JsonObject m;
+    m.SetString("address", view.machine.Address())
+        .SetInt("slots", view.machine.slots)
+        .SetString("state", view.state)
+        .SetInt("used_slots", view.used_slots);
+    if (view.state == "failed") m.SetNumber("until", view.retry_at + wall_offset);
+    if (!view.reason.empty()) m.SetString("reason", view.reason);
+    machines.push_back(m.ToJson());
+  }
+  status.Set("machines", JsonValue::Raw("[" + Join(machines, ",") + "]"));
+  if (last_event_.size() > 0) status.Set("last_event", JsonValue::Raw(last_event_.ToJson()));
+  std::lock_guard<std::mutex> lock(status_mu_);
+  status_ = std::move(status);
+}
+
+JsonObject RunLoop::Status() const {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  return status_;
+}
+
+void RunLoop::Warn(const mitra::Status& status) {
+  if (status.ok() || journal_warned_) return;
+  journal_warned_ = true;
+  *err_ << "mitra: warning: cannot write the run directory: " << status.message()
+        << "; training goes on" << std::endl;
+}
+
+}  // namespace mitra::manager

@@ -1,0 +1,121 @@
+// RunLoop: the manager's effects layer. It feeds the Controller (controller.h) with what
+// happens and carries out what the controller decides:
+//
+//   events (queue) --> inputs --> Controller::Handle --> actions --> processes, signals,
+//                                                                    health checks, records
+//
+// It owns everything the controller must not touch: the process runners (through
+// Transports), the run directory's records (events.jsonl, metrics.jsonl, state.json), the
+// terminal, the checkpoint directory (which checkpoint a generation resumes from) and the
+// machine list file's parsing. Every wait is bounded by the controller's next deadline.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/file_system.h"
+#include "common/json.h"
+#include "manager/controller.h"
+#include "manager/events.h"
+#include "manager/progress.h"
+#include "manager/run_dir.h"
+#include "manager/run_journal.h"
+#include "manager/transports.h"
+#include "manager/worker_env.h"
+
+namespace mitra::manager {
+
+struct RunLoopOptions {
+  std::string program;  // as resolved
+  std::vector<std::string> program_args;
+  Environment environment;         // local workers' base environment (the manager's + --env)
+  Environment remote_environment;  // remote workers' (RemoteEnvironment + --env)
+  std::string working_directory;  // of local workers
+  std::string code_dir;           // of remote workers
+  std::string machines_path;      // for messages about list edits
+  int gpus_per_node = 1;
+  LaunchSettings settings;        // generation, resume step and rendezvous are filled per launch
+  int64_t first_generation = 0;   // the run directory's next logs/gen-G
+  double state_interval_s = 1;
+  double health_check_timeout_s = 5;
+  JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
+};
+
+// Not thread-safe except Status(), which the control socket's thread may call.
+class RunLoop {
+ public:
+  // Every pointer must outlive the loop.
+  RunLoop(RunLoopOptions options, ControllerOptions controller_options, Transports* transports,
+          FileSystem* fs, Clock* clock, const RunDir* run_dir, RunJournal* journal,
+          EventQueue* queue, std::ostream* out, std::ostream* err);
+  ~RunLoop();  // joins the health-check threads
+
+  // Runs the job on `machines` until it is done, stopped or failed; returns the exit code of
+  // `mitra run` (0 done or stopped, 1 failed). Blocks.
+  int Run(const MachineList& machines);
+
+  // The status `mitra status` shows (docs/mitra-run.md), as of the last event handled.
+  JsonObject Status() const;
+
+ private:
+  struct LiveRank {
+    launcher::ProcessRunner* runner = nullptr;
+    launcher::ProcessId id = 0;
+    int64_t pid = 0;
+    std::string machine;  // address
+    Machine where;
+    bool stopped_record = false;
+    std::vector<std::string> last_lines;
+  };
+
+  void Handle(const ControllerInput& input);
+  void Execute(const ControllerAction& action);
+  void Launch(const LaunchAction& launch);
+  void OnWorkerEvent(WorkerEvent& event);
+  void OnMessage(int64_t generation, int rank, const std::string& text);
+  void OnMachineListEdited(const std::string& contents);
+  void OnRecord(const RecordAction& record);
+  void OnFinish(const FinishAction& finish);
+  void StartHealthCheck(const Machine& machine);
+  Result<int> RendezvousPort(const Machine& machine, int64_t generation);
+  void WriteState(bool force);
+  void PublishStatus();
+  void Warn(const mitra::Status& status);
+  int64_t RunGeneration(int64_t generation) const { return options_.first_generation + generation; }
+
+  RunLoopOptions options_;
+  Controller controller_;
+  Transports* transports_;
+  FileSystem* fs_;
+  Clock* clock_;
+  const RunDir* run_dir_;
+  RunJournal* journal_;
+  EventQueue* queue_;
+  std::ostream* out_;
+  std::ostream* err_;
+
+  std::deque<ControllerInput> inputs_;  // produced while carrying out actions
+  std::map<int, LiveRank> ranks_;       // of the current generation
+  int64_t ranks_generation_ = -1;
+  StepStats stats_;
+  int64_t max_steps_ = 0;
+  double start_s_ = 0;
+  double last_state_write_s_ = -1e18;
+  bool journal_warned_ = false;
+  int exit_code_ = -1;
+  std::string final_state_;
+  JsonObject last_event_;
+  std::vector<std::thread> checks_;
+
+  mutable std::mutex status_mu_;
+  JsonObject status_;  // guarded by status_mu_
+};
+
+}  // namespace mitra::manager
