@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "tests/manager/run_helpers.h"
 #include "tests/worker/gpt_helpers.h"
@@ -165,6 +168,33 @@ TEST_F(ElasticGpt, AStoppedWorkerIsFoundByItsMissingHeartbeatsAndRecovered) {
   const testing::MitraResult r = mitra->Wait(180);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.err.find("sent no heartbeat for 2"), std::string::npos) << r.err;
+  ExpectSameTraining(run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoProcessLeft(run_dir_);
+}
+
+TEST_F(ElasticGpt, AManagerKilledAndStartedAgainContinuesTheJob) {
+  auto first = Start("localhost slots=2\n", 2, {"--checkpoint-every", "1"});
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(first->WaitForStdout("step 5/", 120)) << first->Stdout() << first->Stderr();
+  first->Signal(SIGKILL);
+  first->Wait(30);
+  // Its workers die with it (parent-death signal): none may train on beside the next manager.
+  // They are reaped by init, which takes a moment.
+  for (int i = 0; i < 100; ++i) {
+    const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+    if (std::all_of(pids.begin(), pids.end(), testing::ProcessGone)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ExpectNoProcessLeft(run_dir_);
+
+  auto second = testing::MitraProcess::Start(MITRA_BINARY, RunArgs(machines_, run_dir_, 2),
+                                             tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_TRUE(second);
+  const testing::MitraResult r = second->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("mitra: resuming from " + run_dir_ + "/checkpoints/step-"),
+            std::string::npos)
+      << r.out;
   ExpectSameTraining(run_dir_, trace_, /*consecutive=*/false);
   ExpectNoProcessLeft(run_dir_);
 }
