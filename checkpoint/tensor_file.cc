@@ -1,26 +1,48 @@
 #include "checkpoint/tensor_file.h"
 
-#include <torch/serialize.h>
+#include <torch/torch.h>
 
 namespace mitra::checkpoint {
 
-std::vector<char> EncodeTensors(const TensorMap& tensors) {
-  c10::Dict<std::string, torch::Tensor> dict;
-  for (const auto& [name, t] : tensors) dict.insert(name, t);
-  return torch::pickle_save(dict);
+Result<DType> ToDType(c10::ScalarType type) {
+  switch (type) {
+    case torch::kFloat32: return DType::kFloat32;
+    case torch::kFloat64: return DType::kFloat64;
+    case torch::kFloat16: return DType::kFloat16;
+    case torch::kBFloat16: return DType::kBFloat16;
+    case torch::kInt64: return DType::kInt64;
+    case torch::kInt32: return DType::kInt32;
+    case torch::kUInt8: return DType::kUInt8;
+    case torch::kBool: return DType::kBool;
+    default:
+      return Status::InvalidArgument(std::string("tensors of type ") + c10::toString(type) +
+                                     " cannot be checkpointed");
+  }
 }
 
-Result<TensorMap> DecodeTensors(const std::vector<char>& bytes, const std::string& where) {
-  try {
-    TensorMap out;
-    for (const auto& item : torch::pickle_load(bytes).toGenericDict()) {
-      out[item.key().toStringRef()] = item.value().toTensor();
-    }
-    return out;
-  } catch (const std::exception& e) {
-    std::string why = e.what();
-    return Status::IoError(where + " is not a tensor dict: " + why.substr(0, why.find('\n')));
+c10::ScalarType ToScalarType(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return torch::kFloat32;
+    case DType::kFloat64: return torch::kFloat64;
+    case DType::kFloat16: return torch::kFloat16;
+    case DType::kBFloat16: return torch::kBFloat16;
+    case DType::kInt64: return torch::kInt64;
+    case DType::kInt32: return torch::kInt32;
+    case DType::kUInt8: return torch::kUInt8;
+    case DType::kBool: return torch::kBool;
   }
+  return torch::kFloat32;
+}
+
+Status AddTensor(TorchZipWriter& writer, const std::string& name, const torch::Tensor& tensor) {
+  Result<DType> dtype = ToDType(tensor.scalar_type());
+  if (!dtype.ok()) return Status::InvalidArgument(name + ": " + dtype.status().message());
+  const torch::Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
+  return writer.Add(name, *dtype, t.sizes().vec(), t.data_ptr());
+}
+
+torch::Tensor EmptyFor(const TensorRecord& record) {
+  return torch::empty(record.shape, torch::TensorOptions().dtype(ToScalarType(record.dtype)));
 }
 
 }  // namespace mitra::checkpoint

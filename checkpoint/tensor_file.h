@@ -1,22 +1,24 @@
-// Tensor files: a {name: tensor} dict in LibTorch's pickle format, which Python reads with
-// torch.load(path). One per segment ("param/<name>", "exp_avg/<name>", ...) plus trainer.pt.
+// LibTorch tensors in and out of tensor files (checkpoint/torch_zip.h): the dtype mapping, and
+// writing a tensor straight from its memory.
 #pragma once
 
-#include <map>
 #include <string>
-#include <vector>
 
 #include <torch/types.h>
 
+#include "checkpoint/torch_zip.h"
 #include "common/status.h"
 
 namespace mitra::checkpoint {
 
-using TensorMap = std::map<std::string, torch::Tensor>;
+// InvalidArgument for a dtype the format does not carry (complex, quantized, ...).
+Result<DType> ToDType(c10::ScalarType type);
+c10::ScalarType ToScalarType(DType dtype);
 
-// The file's bytes (LibTorch's pickle_save builds them in one buffer; no further copy here).
-std::vector<char> EncodeTensors(const TensorMap& tensors);
-// `where` names the file in the error.
-Result<TensorMap> DecodeTensors(const std::vector<char>& bytes, const std::string& where);
+// Adds `tensor` (CPU; copied first only when not contiguous) to `writer` under `name`.
+Status AddTensor(TorchZipWriter& writer, const std::string& name, const torch::Tensor& tensor);
+
+// An uninitialised CPU tensor of the record's dtype and shape, to read the record into.
+torch::Tensor EmptyFor(const TensorRecord& record);
 
 }  // namespace mitra::checkpoint

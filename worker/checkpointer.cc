@@ -1,7 +1,6 @@
 #include "worker/checkpointer.h"
 
 #include <chrono>
-#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -12,13 +11,14 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
-#include "checkpoint/crc32c.h"
 #include "checkpoint/store.h"
+#include "checkpoint/tensor_file.h"
 #include "worker/report.h"
 
 namespace mitra::worker {
 namespace fs = std::filesystem;
-using checkpoint::TensorMap;
+// A file's tensors in the order they are written.
+using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 
 namespace {
 
@@ -34,11 +34,23 @@ std::string ParamKey(const torch::Tensor& p) {
 
 }  // namespace
 
+std::string DescribeParameters(const cutpoint::ModelSpec& spec) {
+  std::string out;
+  for (int i = 0; i < spec.num_segments(); ++i) {
+    for (const auto& p : cutpoint::BuildSegment(spec, i, 0)->named_parameters()) {
+      checkpoint::TensorRecord shape{p.key(), checkpoint::DType::kFloat32, p.value().sizes().vec(), 0};
+      if (!out.empty()) out += ' ';
+      out += spec.segments[i].name + "." + p.key() + shape.ShapeString();
+    }
+  }
+  return out;
+}
+
 struct Checkpointer::Snapshot {
   int64_t step = 0;
   double started = 0;
   double blocked_s = 0;
-  std::vector<std::pair<std::string, TensorMap>> files;
+  std::vector<std::pair<std::string, TensorList>> files;
 };
 
 Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
@@ -86,17 +98,18 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
   auto& state = runtime_.optimizer().state();
   for (int i : SegmentsThisRankWrites()) {
     const std::string prefix = spec_.segments[i].name + ".";
-    TensorMap tensors;
+    TensorList tensors;
+    auto add = [&](const std::string& key, const torch::Tensor& t) { tensors.emplace_back(key, t); };
     for (const auto& p : runtime_.stage().parameters()) {
       if (p.name.rfind(prefix, 0) != 0) continue;
       const std::string local = p.name.substr(prefix.size());
-      tensors["param/" + local] = Staged(prefix + "param/" + local, p.tensor.detach());
+      add("param/" + local, Staged(prefix + "param/" + local, p.tensor.detach()));
       auto it = state.find(ParamKey(p.tensor));
       if (it == state.end()) continue;
       auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      tensors["exp_avg/" + local] = Staged(prefix + "exp_avg/" + local, adam.exp_avg());
-      tensors["exp_avg_sq/" + local] = Staged(prefix + "exp_avg_sq/" + local, adam.exp_avg_sq());
-      tensors["step/" + local] = torch::scalar_tensor(adam.step(), torch::kInt64);
+      add("exp_avg/" + local, Staged(prefix + "exp_avg/" + local, adam.exp_avg()));
+      add("exp_avg_sq/" + local, Staged(prefix + "exp_avg_sq/" + local, adam.exp_avg_sq()));
+      add("step/" + local, torch::scalar_tensor(adam.step(), torch::kInt64));
     }
     snap->files.emplace_back(checkpoint::SegmentFileName(spec_.segments[i].name), std::move(tensors));
   }
@@ -105,7 +118,7 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
     auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
     snap->files.emplace_back(
         kTrainerFile,
-        TensorMap{{"step", torch::scalar_tensor(steps_done, torch::kInt64)},
+        TensorList{{"step", torch::scalar_tensor(steps_done, torch::kInt64)},
                   {"rng_state", at::Tensor(gen->get_state())},
                   {"global_batch", torch::scalar_tensor(o.global_batch, torch::kInt64)},
                   {"seed", torch::scalar_tensor(static_cast<int64_t>(o.seed), torch::kInt64)},
@@ -136,25 +149,37 @@ Status Checkpointer::Wait() {
   return s;
 }
 
+namespace {
+
+// Writes one tensor file (fsynced) and appends its manifest lines to `listing`.
+Status WriteTensorFile(const std::string& path, const std::string& name,
+                       const TensorList& tensors, std::string* listing) {
+  auto writer = checkpoint::TorchZipWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  for (const auto& [key, tensor] : tensors) {
+    if (Status s = checkpoint::AddTensor(**writer, key, tensor); !s.ok()) return s;
+  }
+  auto written = (*writer)->Finish();
+  if (!written.ok()) return written.status();
+  *listing += checkpoint::FileLines({name, written->bytes, written->crc32c, written->tensors});
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status Checkpointer::Write(const Snapshot& snap) {
   const std::string partial = checkpoint::PartialDirectory(options_.dir, snap.step);
   std::error_code ec;
   fs::create_directories(partial, ec);
   Status status = ec ? Status::IoError("cannot create " + partial + ": " + ec.message())
                      : Status::Ok();
-  std::ostringstream entries;
+  std::string listing;  // the manifest's lines for this rank's files
   for (const auto& [name, tensors] : snap.files) {
     if (!status.ok()) break;
-    const std::vector<char> encoded = checkpoint::EncodeTensors(tensors);
-    const std::string_view bytes(encoded.data(), encoded.size());
-    status = checkpoint::WriteFileDurably((fs::path(partial) / name).string(), bytes);
-    char crc[16];
-    std::snprintf(crc, sizeof(crc), "%08" PRIx32, checkpoint::Crc32c(bytes));
-    entries << name << " " << bytes.size() << " " << crc << "\n";
+    status = WriteTensorFile((fs::path(partial) / name).string(), name, tensors, &listing);
   }
   const int rank = runtime_.placement().rank;
   try {
-    const std::string listing = entries.str();
     store_->set(Key(snap.step, "files/" + std::to_string(rank)),
                 std::vector<uint8_t>(listing.begin(), listing.end()));
     store_->add(Key(snap.step, status.ok() ? "done" : "failed"), 1);
@@ -213,11 +238,10 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   for (int r = 0; r < world; ++r) {
     const std::vector<uint8_t> raw = store_->get(Key(step, "files/" + std::to_string(r)));
     std::istringstream lines(std::string(raw.begin(), raw.end()));
-    checkpoint::FileEntry f;
-    std::string crc;
-    while (lines >> f.name >> f.bytes >> crc) {
-      f.crc32c = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
-      m.files.push_back(f);
+    for (std::string line; std::getline(lines, line);) {
+      if (Status s = checkpoint::ParseFileLine(line, &m.files); !s.ok()) {
+        return Status::Internal("rank " + std::to_string(r) + " reported " + s.message());
+      }
     }
   }
   if (Status s = checkpoint::Commit(options_.dir, m); !s.ok()) return s;
@@ -235,61 +259,91 @@ Status Checkpointer::Restore(int64_t step) {
                                    "segments differ from this program's): use another "
                                    "--checkpoint-dir");
   }
-  // Each file is read once: checked against the manifest's size and checksum, then decoded.
-  auto read = [&](const std::string& name) -> Result<TensorMap> {
-    const std::string file = (fs::path(path) / name).string();
+  auto entry_of = [&](const std::string& name) -> Result<const checkpoint::FileEntry*> {
     const checkpoint::FileEntry* entry = manifest->FindFile(name);
     if (!entry) {
       return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " + name +
                              " (the checkpoint is incomplete)");
     }
-    auto bytes = checkpoint::ReadFileBytes(file);
-    if (!bytes.ok()) return bytes.status();
-    if (Status s = checkpoint::CheckFile(file, *entry, {bytes->data(), bytes->size()}); !s.ok()) {
-      return s;
-    }
-    return checkpoint::DecodeTensors(*bytes, file);
+    return entry;
+  };
+  auto another_model = [&](const std::string& file, const std::string& why) {
+    return Status::InvalidArgument(path + "/" + file + ": " + why +
+                                   ": the checkpoint was written by another model; use another "
+                                   "--checkpoint-dir");
   };
 
+  // Each file is read once, every tensor straight into the memory it is restored to, the
+  // file's checksum checked over all its bytes as they are read. Names and shapes are checked
+  // against the model from the manifest first, so nothing is read for another model.
   const Stage& stage = runtime_.stage();
   auto& state = runtime_.optimizer().state();
   torch::NoGradGuard no_grad;
   for (int i = stage.first_segment(); i < stage.end_segment(); ++i) {
     const std::string file = checkpoint::SegmentFileName(spec_.segments[i].name);
-    auto tensors = read(file);
-    if (!tensors.ok()) return tensors.status();
+    auto entry = entry_of(file);
+    if (!entry.ok()) return entry.status();
     const std::string prefix = spec_.segments[i].name + ".";
-    size_t used = 0;
+    std::map<std::string, torch::Tensor> into;  // tensor name -> where it is read to
+    std::vector<std::pair<torch::Tensor, std::string>> adam_of;  // parameter, local name
     for (const auto& p : stage.parameters()) {
       if (p.name.rfind(prefix, 0) != 0) continue;
       const std::string local = p.name.substr(prefix.size());
-      auto it = tensors->find("param/" + local);
-      if (it == tensors->end() || !it->second.sizes().equals(p.tensor.sizes())) {
-        return Status::InvalidArgument(
-            path + "/" + file + ": parameter '" + local + "' is " +
-            (it == tensors->end() ? std::string("missing") : "of another shape") +
-            ": the checkpoint was written by another model; use another --checkpoint-dir");
+      const checkpoint::TensorRecord* t = (*entry)->FindTensor("param/" + local);
+      if (!t || t->shape != p.tensor.sizes().vec() ||
+          checkpoint::ToScalarType(t->dtype) != p.tensor.scalar_type()) {
+        return another_model(file, "parameter '" + local + "' is " +
+                                       (t ? "of another shape or type (" + t->ShapeString() + ")"
+                                          : std::string("missing")));
       }
-      p.tensor.copy_(it->second);
-      ++used;
-      if (tensors->count("exp_avg/" + local)) {
-        auto adam = std::make_unique<torch::optim::AdamWParamState>();
-        adam->exp_avg(tensors->at("exp_avg/" + local));  // decoded fresh: owned, no copy
-        adam->exp_avg_sq(tensors->at("exp_avg_sq/" + local));
-        adam->step(tensors->at("step/" + local).item<int64_t>());
-        state[ParamKey(p.tensor)] = std::move(adam);
-        used += 3;
+      // Parameters are read in place; a non-contiguous one (never, for nn modules) via a copy.
+      into[t->name] = p.tensor.is_contiguous() ? p.tensor : checkpoint::EmptyFor(*t);
+      if ((*entry)->FindTensor("exp_avg/" + local)) {
+        for (const char* kind : {"exp_avg/", "exp_avg_sq/", "step/"}) {
+          const checkpoint::TensorRecord* s = (*entry)->FindTensor(kind + local);
+          if (!s || (std::string(kind) != "step/" && s->shape != t->shape)) {
+            return another_model(file, std::string(kind) + local + " is missing or of another shape");
+          }
+          into[s->name] = checkpoint::EmptyFor(*s);
+        }
+        adam_of.emplace_back(p.tensor, local);
       }
     }
-    if (used != tensors->size()) {
-      return Status::InvalidArgument(path + "/" + file + " holds tensors this model does not "
-                                     "have: the checkpoint was written by another model");
+    if (into.size() != (*entry)->tensors.size()) {
+      return another_model(file, "it holds tensors this model does not have");
+    }
+    Status read = checkpoint::ReadTensorFile(
+        (fs::path(path) / file).string(), (*entry)->bytes, (*entry)->crc32c, (*entry)->tensors,
+        [&](const checkpoint::TensorRecord& t) { return into.at(t.name).data_ptr(); });
+    if (!read.ok()) return read;
+    for (const auto& p : stage.parameters()) {
+      if (p.name.rfind(prefix, 0) != 0) continue;
+      const torch::Tensor& read_into = into.at("param/" + p.name.substr(prefix.size()));
+      if (!read_into.is_same(p.tensor)) p.tensor.copy_(read_into);
+    }
+    for (const auto& [param, local] : adam_of) {
+      auto adam = std::make_unique<torch::optim::AdamWParamState>();
+      adam->exp_avg(into.at("exp_avg/" + local));  // read fresh: owned, no copy
+      adam->exp_avg_sq(into.at("exp_avg_sq/" + local));
+      adam->step(into.at("step/" + local).item<int64_t>());
+      state[ParamKey(param)] = std::move(adam);
     }
   }
-  auto trainer = read(kTrainerFile);
+  auto trainer = entry_of(kTrainerFile);
   if (!trainer.ok()) return trainer.status();
+  const checkpoint::TensorRecord* rng = (*trainer)->FindTensor("rng_state");
+  if (!rng || rng->dtype != checkpoint::DType::kUInt8) {
+    return Status::IoError(path + "/" + kTrainerFile + " holds no rng_state (the checkpoint is damaged)");
+  }
+  torch::Tensor rng_state = checkpoint::EmptyFor(*rng);
+  Status read = checkpoint::ReadTensorFile(
+      (fs::path(path) / kTrainerFile).string(), (*trainer)->bytes, (*trainer)->crc32c,
+      (*trainer)->tensors, [&](const checkpoint::TensorRecord& t) -> void* {
+        return t.name == "rng_state" ? rng_state.data_ptr() : nullptr;
+      });
+  if (!read.ok()) return read;
   auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
-  gen->set_state(*trainer->at("rng_state").unsafeGetTensorImpl());
+  gen->set_state(*rng_state.unsafeGetTensorImpl());
   return Status::Ok();
 }
 

@@ -33,6 +33,12 @@ struct CheckpointOptions {
   bool async = true;    // write in the background
 };
 
+// Every parameter of the model as "<segment>.<name>[d0,d1,...]", space-separated, in segment
+// order: what the describe record reports so that `mitra run` can refuse another model's
+// checkpoint before it starts anything (docs/worker-contract.md). Builds each segment once, one
+// at a time, and frees it.
+std::string DescribeParameters(const cutpoint::ModelSpec& spec);
+
 class Checkpointer {
  public:
   Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec, CheckpointOptions options);
