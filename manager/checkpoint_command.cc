@@ -1,9 +1,12 @@
 #include "manager/checkpoint_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 
 #include "checkpoint/store.h"
+#include "checkpoint/torch_zip.h"
 #include "manager/run_command.h"
 
 namespace mitra::manager {
@@ -17,10 +20,109 @@ std::string Megabytes(uint64_t bytes) {
   return buf;
 }
 
+// The key a tensor of `file` gets in the exported state dict: parameters under "model" by their
+// full names, optimizer state under "optimizer/<kind>", the trainer's state under "trainer".
+std::string ExportKey(const std::string& segment, const std::string& name) {
+  if (segment.empty()) return "trainer/" + name;
+  const size_t slash = name.find('/');
+  const std::string kind = name.substr(0, slash);
+  const std::string full = segment + "." + name.substr(slash + 1);
+  return kind == "param" ? "model/" + full : "optimizer/" + kind + "/" + full;
+}
+
+// Copies the tensors of checkpoint `path` (verified: `manifest`) into one file at `target`,
+// one source file in memory at a time; each is checked against its checksum as it is read.
+Status WriteExport(const std::string& path, const checkpoint::Manifest& manifest,
+                   const std::string& target, size_t* tensors) {
+  checkpoint::TorchZipOptions options;
+  options.nest_separator = '/';
+  auto writer = checkpoint::TorchZipWriter::Create(target, options);
+  if (!writer.ok()) return writer.status();
+  std::vector<std::pair<std::string, std::string>> sources;  // (segment or "", file)
+  for (const std::string& segment : manifest.segments) {
+    sources.emplace_back(segment, checkpoint::SegmentFileName(segment));
+  }
+  sources.emplace_back("", "trainer.pt");
+  for (const auto& [segment, name] : sources) {
+    const checkpoint::FileEntry* entry = manifest.FindFile(name);
+    if (!entry) {
+      return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " + name +
+                             " (the checkpoint is incomplete)");
+    }
+    std::vector<size_t> at;  // where each tensor lies in `data`
+    size_t total = 0;
+    for (const checkpoint::TensorRecord& t : entry->tensors) {
+      at.push_back(total);
+      total += t.bytes();
+    }
+    std::vector<char> data(total);
+    size_t index = 0;
+    Status read = checkpoint::ReadTensorFile(
+        (fs::path(path) / name).string(), entry->bytes, entry->crc32c, entry->tensors,
+        [&](const checkpoint::TensorRecord&) -> void* { return data.data() + at[index++]; });
+    if (!read.ok()) return read;
+    for (size_t i = 0; i < entry->tensors.size(); ++i) {
+      const checkpoint::TensorRecord& t = entry->tensors[i];
+      if (Status s = (*writer)->Add(ExportKey(segment, t.name), t.dtype, t.shape, data.data() + at[i]);
+          !s.ok()) {
+        return s;
+      }
+      ++*tensors;
+    }
+  }
+  auto written = (*writer)->Finish();
+  return written.ok() ? Status::Ok() : written.status();
+}
+
+int Export(const CheckpointCommandOptions& options, std::ostream& out, std::ostream& err) {
+  const std::string what = "mitra checkpoint export: ";
+  std::error_code ec;
+  std::string path = options.dir;
+  if (!fs::exists(fs::path(path) / checkpoint::kManifestName, ec)) {  // a checkpoint directory
+    if (!fs::is_directory(path, ec)) {
+      err << what << path << " is not a directory; give a checkpoint directory (e.g. "
+          << "mitra-run/checkpoints) or one checkpoint in it (e.g. mitra-run/checkpoints/step-100)\n";
+      return kExitBadInput;
+    }
+    std::vector<std::string> skipped;
+    auto found = checkpoint::FindNewestValid(path, &skipped);
+    for (const std::string& why : skipped) err << what << why << "\n";
+    if (!found.ok()) {
+      err << what << found.status().message() << "; nothing was written\n";
+      return kExitBadInput;
+    }
+    path = found->path;
+  }
+  auto manifest = checkpoint::Verify(path);
+  if (!manifest.ok()) {
+    err << what << "refusing a damaged checkpoint: " << manifest.status().message()
+        << "; nothing was written (export an older step, see `mitra checkpoint list`)\n";
+    return kExitBadInput;
+  }
+  // Written beside the target and renamed: a failed export leaves no half file under its name.
+  const std::string temporary = options.out + ".partial-" + std::to_string(::getpid());
+  size_t tensors = 0;
+  Status s = WriteExport(path, *manifest, temporary, &tensors);
+  if (s.ok() && ::rename(temporary.c_str(), options.out.c_str()) != 0) {
+    s = Status::IoError("cannot rename " + temporary + " to " + options.out);
+  }
+  if (!s.ok()) {
+    fs::remove(temporary, ec);
+    err << what << s.message() << "; nothing was written\n";
+    return kExitFailed;
+  }
+  out << "exported step " << manifest->step << " of " << path << " (" << tensors << " tensors, "
+      << Megabytes(fs::file_size(options.out, ec)) << ") to " << options.out
+      << "; in Python: torch.load('" << options.out
+      << "') gives {'model': ..., 'optimizer': ..., 'trainer': ...}\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 int CheckpointCommand(const CheckpointCommandOptions& options, std::ostream& out,
                       std::ostream& err) {
+  if (options.action == "export") return Export(options, out, err);
   std::error_code ec;
   if (!fs::is_directory(options.dir, ec)) {
     err << "mitra checkpoint: " << options.dir

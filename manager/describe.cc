@@ -5,7 +5,10 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <algorithm>
+#include <map>
 #include <optional>
+#include <sstream>
 
 #include "common/blocking_queue.h"
 #include "common/json.h"
@@ -96,7 +99,87 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
   ProgramDescription description;
   description.segments = static_cast<int>(*segments);
   description.tokens_per_sample = record->GetNumber("tokens_per_sample").value_or(0);
+  if (std::optional<std::string> parameters = record->GetString("parameters")) {
+    auto parsed = ParseParameters(*parameters);
+    if (!parsed.ok()) {
+      return Status::InvalidArgument(asked + " printed a describe record with bad \"parameters\": " +
+                                     parsed.status().message());
+    }
+    description.parameters = std::move(parsed).value();
+  }
   return description;
+}
+
+Result<std::vector<std::pair<std::string, std::vector<int64_t>>>> ParseParameters(
+    const std::string& text) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  std::istringstream in(text);
+  for (std::string item; in >> item;) {
+    const size_t open = item.find('[');
+    auto shape = open == std::string::npos ? std::nullopt
+                                           : checkpoint::ParseShape(std::string_view(item).substr(open));
+    if (open == 0 || !shape || item.find('.') > open) {
+      return Status::InvalidArgument("'" + item + "' is not <segment>.<name>[d0,d1,...]");
+    }
+    out.emplace_back(item.substr(0, open), std::move(*shape));
+  }
+  return out;
+}
+
+Status CheckCheckpointMatches(const ProgramDescription& description,
+                              const checkpoint::Manifest& manifest, const std::string& path) {
+  const std::string fix = "; pass another --checkpoint-dir (nothing was changed)";
+  if (static_cast<int64_t>(manifest.segments.size()) != description.segments) {
+    return Status::InvalidArgument(
+        "checkpoint " + path + " holds a model of " + std::to_string(manifest.segments.size()) +
+        " segments but the program has " + std::to_string(description.segments) +
+        ": it belongs to another model" + fix);
+  }
+  if (description.parameters.empty()) return Status::Ok();  // the program did not say
+  auto shape = [](const std::vector<int64_t>& dims) {
+    return checkpoint::TensorRecord{"", checkpoint::DType::kFloat32, dims, 0}.ShapeString();
+  };
+  auto another = [&](const std::string& what) {
+    return Status::InvalidArgument("checkpoint " + path + " was written by another model: " +
+                                   what + fix);
+  };
+  // Per segment, the program's parameters (in its order, so the first difference is the one
+  // named) against the param/ tensors of the segment's file, in any order.
+  std::map<std::string, std::vector<std::pair<std::string, std::vector<int64_t>>>> program;
+  for (const auto& [name, dims] : description.parameters) {
+    const size_t dot = name.find('.');
+    program[name.substr(0, dot)].emplace_back(name.substr(dot + 1), dims);
+  }
+  for (const auto& [segment, params] : program) {
+    if (std::find(manifest.segments.begin(), manifest.segments.end(), segment) ==
+        manifest.segments.end()) {
+      return another("it has no segment '" + segment + "' (its segments are named differently)");
+    }
+  }
+  for (const std::string& segment : manifest.segments) {
+    const std::string file = checkpoint::SegmentFileName(segment);
+    const checkpoint::FileEntry* entry = manifest.FindFile(file);
+    if (!entry) return another("it has no " + file + " for segment '" + segment + "'");
+    for (const auto& [local, dims] : program[segment]) {
+      const checkpoint::TensorRecord* t = entry->FindTensor("param/" + local);
+      if (!t) return another("the program's parameter '" + segment + "." + local + "' is not in it");
+      if (t->shape != dims) {
+        return another("parameter '" + segment + "." + local + "' is " + t->ShapeString() +
+                       " in it but " + shape(dims) + " in the program");
+      }
+    }
+    for (const checkpoint::TensorRecord& t : entry->tensors) {
+      if (t.name.rfind("param/", 0) != 0) continue;
+      const std::string local = t.name.substr(6);
+      bool known = false;
+      for (const auto& p : program[segment]) known = known || p.first == local;
+      if (!known) {
+        return another("it has parameter '" + segment + "." + local + "' " + t.ShapeString() +
+                       ", which the program does not have");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace mitra::manager

@@ -1,10 +1,19 @@
 // Asking the program for its shape before the job starts.
 //
 // The manager runs the program once with MITRA_DESCRIBE=1; a mitra program prints
-//   @mitra {"event":"describe","segments":N,"tokens_per_sample":T}
-// and exits 0 without training. The segment count bounds --nstages.
+//   @mitra {"event":"describe","segments":N,"tokens_per_sample":T,
+//           "parameters":"embed.wte.weight[256,128] embed.wpe.weight[128,128] ..."}
+// and exits 0 without training. The segment count bounds --nstages; the parameters (each
+// "<segment>.<name>[shape]", in segment order) let `mitra run` refuse another model's
+// checkpoint before it starts or creates anything.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/manifest.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "launcher/process_runner.h"
@@ -14,7 +23,20 @@ namespace mitra::manager {
 struct ProgramDescription {
   int segments = 0;
   double tokens_per_sample = 0;  // 0 when the program does not say
+  // Qualified parameter names ("embed.wte.weight") and shapes, in segment order; empty when
+  // the program does not say (then only the segment count is compared with a checkpoint).
+  std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
 };
+
+// Parses the describe record's "parameters" text. InvalidArgument names the bad entry.
+Result<std::vector<std::pair<std::string, std::vector<int64_t>>>> ParseParameters(
+    const std::string& text);
+
+// Whether the checkpoint at `path` (its verified `manifest`) was written by the program that
+// gave `description`: same segments, and in each segment's file the same parameter names and
+// shapes. InvalidArgument otherwise, naming the first difference and the fix.
+Status CheckCheckpointMatches(const ProgramDescription& description,
+                              const checkpoint::Manifest& manifest, const std::string& path);
 
 // Starts `spec` (whose environment should come from DescribeEnvironment) and waits for it to
 // exit, at most `timeout_s` (then kills it). Blocks. InvalidArgument when the program fails,

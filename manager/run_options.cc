@@ -217,18 +217,17 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
         "send it SIGINT: kill -INT PID, with PID = manager_pid in RUN_DIR/state.json");
   }
   if (name == "checkpoint") {
-    const std::string usage = "usage: mitra checkpoint list|verify DIR (DIR: a checkpoint "
-                              "directory, e.g. mitra-run/checkpoints)";
-    if (args.size() >= 2 && args[1] == "export") {
-      return Status::InvalidArgument(
-          "mitra checkpoint export is not available yet; meanwhile each seg-<segment>.pt of a "
-          "checkpoint loads with Python's torch.load (docs/checkpoint-format.md)");
+    if (args.size() == 2 && (args[1] == "--help" || args[1] == "-h")) {
+      command.help_text = CheckpointUsage();
+      return command;
     }
-    if (args.size() != 3 || (args[1] != "list" && args[1] != "verify")) {
-      return Status::InvalidArgument(usage);
+    const bool is_export = args.size() >= 2 && args[1] == "export";
+    if (args.size() != (is_export ? 4u : 3u) ||
+        (!is_export && args[1] != "list" && args[1] != "verify")) {
+      return Status::InvalidArgument(CheckpointUsage());
     }
     command.kind = CommandKind::kCheckpoint;
-    command.checkpoint = {args[1], args[2]};
+    command.checkpoint = {args[1], args[2], is_export ? args[3] : ""};
     return command;
   }
   if (name == "profile" || name == "plan") {
@@ -248,10 +247,27 @@ std::string MainUsage() {
          "Exit codes: 0 done or stopped, 1 failed, 2 bad usage or input.\n";
 }
 
+std::string CheckpointUsage() {
+  return "usage: mitra checkpoint list DIR\n"
+         "       mitra checkpoint verify DIR\n"
+         "       mitra checkpoint export DIR OUT.pt\n"
+         "\n"
+         "DIR is a checkpoint directory (default of mitra run: RUN_DIR/checkpoints).\n"
+         "  list     each checkpoint: step, the shape that wrote it, size, whether it verifies\n"
+         "  verify   check every checkpoint's manifest and file checksums (exit 1 if one fails)\n"
+         "  export   write the newest checkpoint that verifies (or DIR itself when DIR is one\n"
+         "           step-N directory) as one file that Python's torch.load reads:\n"
+         "           {'model': {parameter name: tensor}, 'optimizer': {'exp_avg': {...},\n"
+         "           'exp_avg_sq': {...}, 'step': {...}}, 'trainer': {'step': ..., ...}}.\n"
+         "           A damaged checkpoint is refused, naming the file (exit 2).\n";
+}
+
 std::string RunUsage() {
   return "usage: mitra run --machines FILE --batch-size B [flags] -- PROGRAM [ARGS...]\n"
          "\n"
-         "  --machines FILE       machine list: lines `localhost slots=N` ('#' comments)\n"
+         "  --machines FILE       machine list: `localhost slots=N`, `[user@]host[:port]\n"
+         "                        slots=N` for SSH machines ('#' comments); edit it while the\n"
+         "                        job runs to grow or shrink it\n"
          "  --batch-size B        global batch, samples per step (split over the replicas)\n"
          "  --nstages P           pipeline stages (default 1); replicas D = slots / P\n"
          "  --chunk-size M        micro-batch size (default: per-replica batch for P = 1,\n"

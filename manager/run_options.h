@@ -34,10 +34,12 @@ struct RunOptions {
 
 enum class CommandKind { kRun, kCheckpoint, kHelp, kVersion };
 
-// `mitra checkpoint list|verify DIR`
+// `mitra checkpoint list|verify DIR`, `mitra checkpoint export DIR OUT.pt`
 struct CheckpointCommandOptions {
-  std::string action;  // "list" or "verify"
-  std::string dir;     // a checkpoint directory (RUN_DIR/checkpoints by default)
+  std::string action;  // "list", "verify" or "export"
+  std::string dir;     // a checkpoint directory (RUN_DIR/checkpoints by default), or for
+                       // export also one step-N directory
+  std::string out;     // export: the file to write
 };
 
 struct Command {
@@ -54,5 +56,6 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args);
 
 std::string MainUsage();
 std::string RunUsage();
+std::string CheckpointUsage();
 
 }  // namespace mitra::manager

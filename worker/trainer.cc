@@ -54,6 +54,7 @@ int Trainer::Run() {
     Record("describe")
         .Add("segments", spec_.num_segments())
         .Add("tokens_per_sample", spec_.tokens_per_sample)
+        .Add("parameters", DescribeParameters(spec_))
         .Emit();
     return 0;
   }

@@ -373,6 +373,78 @@ TEST(MitraRunGpt, CheckpointFilesLoadInPythonWithTorchLoad) {
   auto result = testing::RunProgram("/usr/bin/python3", {path, dir}, tmp.path(), 60);
   EXPECT_EQ(result.exit_code, 0) << result.output();
   EXPECT_NE(result.out.find("ok"), std::string::npos) << result.output();
+
+  // The export: one file holding every segment file's tensors under clear keys, equal values.
+  const std::string exported = tmp.Path("model.pt");
+  auto exporting = testing::RunProgram(
+      MITRA_BINARY, {"checkpoint", "export", run_dir + "/checkpoints", exported}, tmp.path());
+  ASSERT_EQ(exporting.exit_code, 0) << exporting.output();
+  EXPECT_NE(exporting.out.find("exported step 2 of " + dir), std::string::npos) << exporting.out;
+  const std::string compare = tmp.Write(
+      "compare.py",
+      "import torch, sys, os\n"
+      "e = torch.load(sys.argv[2])\n"
+      "assert set(e) == {'model', 'optimizer', 'trainer'}, e.keys()\n"
+      "n = 0\n"
+      "for f in sorted(os.listdir(sys.argv[1])):\n"
+      "    if not f.startswith('seg-'): continue\n"
+      "    seg = f[4:-3]\n"
+      "    for key, t in torch.load(os.path.join(sys.argv[1], f)).items():\n"
+      "        kind, name = key.split('/', 1)\n"
+      "        full = seg + '.' + name\n"
+      "        got = e['model'][full] if kind == 'param' else e['optimizer'][kind][full]\n"
+      "        assert got.dtype == t.dtype and torch.equal(got, t), key\n"
+      "        n += 1\n"
+      "t = torch.load(os.path.join(sys.argv[1], 'trainer.pt'))\n"
+      "assert set(t) == set(e['trainer']) and int(e['trainer']['step']) == 2\n"
+      "assert torch.equal(t['rng_state'], e['trainer']['rng_state'])\n"
+      "assert e['model']['embed.wte.weight'].shape == (256, 32)\n"
+      "print('equal', n, len(e['model']))\n");
+  auto compared = testing::RunProgram("/usr/bin/python3", {compare, dir, exported}, tmp.path(), 60);
+  EXPECT_EQ(compared.exit_code, 0) << compared.output();
+  EXPECT_NE(compared.out.find("equal"), std::string::npos) << compared.output();
+
+  // A damaged checkpoint is refused, naming the file, and nothing is written.
+  {
+    std::fstream f(dir + "/seg-head.pt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x42');
+  }
+  const std::string refused_out = tmp.Path("refused.pt");
+  auto refused = testing::RunProgram(MITRA_BINARY, {"checkpoint", "export", dir, refused_out},
+                                     tmp.path());
+  EXPECT_EQ(refused.exit_code, 2) << refused.output();
+  EXPECT_NE(refused.err.find(dir + "/seg-head.pt does not match its checksum"), std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(fs::exists(refused_out));
+  auto help = testing::RunProgram(MITRA_BINARY, {"checkpoint", "--help"}, tmp.path());
+  EXPECT_EQ(help.exit_code, 0) << help.output();
+  EXPECT_NE(help.out.find("mitra checkpoint export DIR OUT.pt"), std::string::npos) << help.out;
+}
+
+// The bench and large GPTs have the same segments but another width: a checkpoint of one is
+// refused for the other by `mitra run` itself, before any worker is started or anything is
+// written, naming the first parameter that differs.
+TEST(MitraRunGpt, AnotherModelsCheckpointIsRefusedBeforeAnythingStarts) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  RunOutcome a = MitraRun(tmp, run_dir, 1, 1, 1, {},
+                          {MITRA_GPT_TRAIN, "--model", "bench", "--seed", "3"});
+  ASSERT_EQ(a.result.exit_code, 0) << a.result.output();
+  const std::string metrics_before = testing::ReadFileOrEmpty(run_dir + "/metrics.jsonl");
+
+  RunOutcome b = MitraRun(tmp, run_dir, 1, 1, 2, {},
+                          {MITRA_GPT_TRAIN, "--model", "large", "--seed", "3"});
+  EXPECT_EQ(b.result.exit_code, 2) << b.result.output();
+  EXPECT_NE(b.result.err.find("checkpoint " + run_dir + "/checkpoints/step-1 was written by "
+                              "another model: parameter 'embed.wte.weight' is [256,128] in it "
+                              "but [256,1024] in the program; pass another --checkpoint-dir"),
+            std::string::npos)
+      << b.result.err;
+  EXPECT_FALSE(fs::exists(run_dir + "/logs/gen-1")) << "a worker was started";
+  EXPECT_EQ(testing::ReadFileOrEmpty(run_dir + "/metrics.jsonl"), metrics_before);
+  EXPECT_EQ(checkpoint::ListSteps(run_dir + "/checkpoints"), std::vector<int64_t>{1});
+  EXPECT_TRUE(checkpoint::Verify(run_dir + "/checkpoints/step-1").ok());
 }
 
 }  // namespace
