@@ -7,7 +7,7 @@ For the `bench` GPT (1.6 M parameters) and the `large` GPT (~101 M parameters) i
               first_blocked_s is the first save, which also allocates the staging buffers
   sync_s      a synchronous save: the final one, from snapshot to manifest renamed
   write MB/s  checkpoint bytes / sync_s
-  load_s      restoring the checkpoint on resume (verify checksums, decode, copy)
+  load_s      restoring the checkpoint on resume (each tensor read into place, CRC-32C checked)
 and in the same run measures the disk with dd: sequential write of the same number of bytes
 with fsync (conv=fsync), and a read of the checkpoint files with cat (page cache warm, as for
 the load). Prints one JSON line per model. Targets: blocked <= 10% of sync; write >= 50% of dd.
