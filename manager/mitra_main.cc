@@ -13,6 +13,7 @@
 #include "common/signal_watcher.h"
 #include "launcher/local_process_runner.h"
 #include "manager/checkpoint_command.h"
+#include "manager/control_command.h"
 #include "manager/run_command.h"
 #include "manager/run_options.h"
 
@@ -77,6 +78,9 @@ int Run(const mitra::manager::RunOptions& options) {
 int main(int argc, char** argv) {
   using mitra::manager::CommandKind;
   const std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && (args[0] == "status" || args[0] == "stop")) {
+    return mitra::manager::ControlCommand(args, std::cout, std::cerr);
+  }
   mitra::Result<mitra::manager::Command> command = mitra::manager::ParseCommandLine(args);
   if (!command.ok()) {
     std::cerr << command.status().message() << std::endl;

@@ -1,0 +1,262 @@
+#include "manager/control_command.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/file_system.h"
+#include "common/json.h"
+#include "common/strings.h"
+#include "manager/control_socket.h"
+#include "manager/run_command.h"
+#include "manager/status_report.h"
+
+namespace mitra::manager {
+namespace {
+
+Status Usage(const std::string& command, const std::string& problem) {
+  return Status::InvalidArgument("mitra " + command + ": " + problem + "; see `mitra " + command +
+                                 " --help`");
+}
+
+std::string SecondsText(double seconds) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", seconds);
+  return buffer;
+}
+
+double AnswerTimeout(const ControlCommandOptions& options) {
+  return options.timeout_s > 0 ? options.timeout_s : kDefaultAnswerTimeoutS;
+}
+
+// The error text of an {"ok":false,...} response, or "" for a success.
+std::string ErrorOf(const JsonObject& response) {
+  const JsonValue* ok = response.Find("ok");
+  if (ok != nullptr && ok->type() == JsonValue::Type::kBool && ok->bool_value()) return "";
+  return response.GetString("error").value_or("the manager refused the request (" +
+                                               response.ToJson() + ")");
+}
+
+// The pid state.json names when that process still exists and the recorded state says it is
+// running: a manager that does not answer on its socket (hung, or older than the socket).
+std::optional<int64_t> UnansweringManagerPid(const StatusReport& recorded) {
+  const bool active = recorded.state == "running" || recorded.state == "stopping" ||
+                      recorded.state == "terminating";
+  if (!active || !recorded.manager_pid || *recorded.manager_pid <= 0) return std::nullopt;
+  if (::kill(static_cast<pid_t>(*recorded.manager_pid), 0) != 0) return std::nullopt;
+  return recorded.manager_pid;
+}
+
+std::optional<StatusReport> ReadRecordedState(const std::string& run_dir) {
+  PosixFileSystem fs;
+  Result<std::string> text = fs.ReadFile(JoinPath(run_dir, "state.json"));
+  if (!text.ok()) return std::nullopt;
+  Result<JsonObject> state = JsonObject::Parse(*text);
+  if (!state.ok()) return std::nullopt;
+  return StatusReport::FromJson(*state);
+}
+
+// `mitra status` when no manager answers: what the last one recorded.
+int ShowRecordedState(const ControlCommandOptions& options, const Status& why, std::ostream& out,
+                      std::ostream& err) {
+  PosixFileSystem fs;
+  const std::string& run_dir = options.run_dir;
+  if (!fs.IsDirectory(run_dir)) {
+    err << "mitra status: " << run_dir << " is not a run directory (it does not exist); give "
+        << "the one `mitra run` uses with --run-dir DIR" << std::endl;
+    return kExitFailed;
+  }
+  const std::string state_path = JoinPath(run_dir, "state.json");
+  Result<std::string> text = fs.ReadFile(state_path);
+  if (!text.ok()) {
+    err << "mitra status: " << why.message() << "; " << state_path
+        << " does not exist either, so no run has started here" << std::endl;
+    return kExitFailed;
+  }
+  Result<JsonObject> state = JsonObject::Parse(*text);
+  if (!state.ok()) {
+    err << "mitra status: " << why.message() << "; " << state_path
+        << " cannot be read: " << state.status().message() << std::endl;
+    return kExitFailed;
+  }
+  const StatusReport report = StatusReport::FromJson(*state);
+  std::string note = "mitra status: no manager is running on " + run_dir;
+  if (const std::optional<int64_t> pid = UnansweringManagerPid(report)) {
+    note = "mitra status: the manager of " + run_dir + " (pid " + std::to_string(*pid) +
+           " in state.json) does not answer on " + ControlSocketPath(run_dir);
+  }
+  if (options.json) {
+    err << note << "; its last recorded state follows" << std::endl;
+    out << state->ToJson() << std::endl;
+    return kExitFailed;
+  }
+  const double now = SystemClock().WallSeconds();
+  out << note << "; last recorded state";
+  if (report.updated_at) out << " (" << HumanDuration(now - *report.updated_at) << " ago)";
+  out << ", from " << state_path << ":\n" << FormatStatus(report, now) << std::flush;
+  return kExitFailed;
+}
+
+}  // namespace
+
+Result<ControlCommandOptions> ParseControlCommandLine(const std::vector<std::string>& args) {
+  ControlCommandOptions o;
+  if (args.empty() || (args[0] != "status" && args[0] != "stop")) {
+    return Status::Internal("ParseControlCommandLine needs status or stop first");
+  }
+  o.action = args[0];
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "-h" || arg == "--help") {
+      o.help_text = o.action == "status" ? StatusUsage() : StopUsage();
+      return o;
+    }
+    const size_t eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
+    const bool takes_value = flag == "--run-dir" || flag == "--timeout";
+    if ((flag == "--json" && o.action == "status") || (flag == "--wait" && o.action == "stop")) {
+      if (eq != std::string::npos) return Usage(o.action, flag + " takes no value");
+      (flag == "--json" ? o.json : o.wait) = true;
+      continue;
+    }
+    if (!takes_value) {
+      return Usage(o.action, StartsWith(arg, "-") ? "unknown flag '" + arg + "'"
+                                                  : "unexpected argument '" + arg + "'");
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return Usage(o.action, flag + " needs a value");
+    }
+    if (flag == "--run-dir") {
+      if (value.empty()) return Usage(o.action, "--run-dir needs a directory, e.g. mitra-run");
+      o.run_dir = value;
+    } else {
+      const std::optional<double> seconds = ParseDouble(value);
+      if (!seconds || *seconds <= 0) {
+        return Usage(o.action, "--timeout '" + value + "' is not a positive number of seconds");
+      }
+      o.timeout_s = *seconds;
+    }
+  }
+  return o;
+}
+
+std::string StatusUsage() {
+  return "usage: mitra status [--run-dir DIR] [--json] [--timeout S]\n"
+         "\n"
+         "Shows what the manager running on DIR is doing: its state (running, morphing,\n"
+         "waiting, recovering, stopping), the shape P x D, the step, loss and throughput,\n"
+         "every machine (in use, idle slots, failed until when) and the last event.\n"
+         "\n"
+         "  --run-dir DIR   the run directory given to `mitra run` (default mitra-run)\n"
+         "  --json          print the manager's answer as one JSON object\n"
+         "  --timeout S     seconds to wait for the answer (default 10)\n"
+         "\n"
+         "When no manager runs there, shows the last state recorded in DIR/state.json and\n"
+         "exits 1. Exit codes: 0 the manager answered, 1 it did not, 2 bad usage.\n";
+}
+
+std::string StopUsage() {
+  return "usage: mitra stop [--run-dir DIR] [--wait] [--timeout S]\n"
+         "\n"
+         "Asks the manager running on DIR to stop the job: every worker checkpoints after\n"
+         "the same step, then the manager exits (like Ctrl-C where `mitra run` runs).\n"
+         "\n"
+         "  --run-dir DIR   the run directory given to `mitra run` (default mitra-run)\n"
+         "  --wait          wait until the manager has exited\n"
+         "  --timeout S     seconds to wait for the answer (default 10), or with --wait for\n"
+         "                  the manager to exit (default 300)\n"
+         "\n"
+         "Exit codes: 0 the manager is stopping (with --wait: has exited), 1 no manager\n"
+         "runs on DIR, it refused or did not exit in time, 2 bad usage.\n";
+}
+
+int StatusCommand(const ControlCommandOptions& options, std::ostream& out, std::ostream& err) {
+  const std::string socket_path = ControlSocketPath(options.run_dir);
+  JsonObject request;
+  request.SetString("command", kStatusCommand);
+  Result<JsonObject> response = SendControlRequest(socket_path, request, AnswerTimeout(options));
+  if (!response.ok()) {
+    if (response.status().code() == Status::Code::kNotFound) {
+      return ShowRecordedState(options, response.status(), out, err);
+    }
+    err << "mitra status: " << response.status().message() << std::endl;
+    return kExitFailed;
+  }
+  if (options.json) {
+    out << response->ToJson() << std::endl;
+    return ErrorOf(*response).empty() ? kExitOk : kExitFailed;
+  }
+  if (const std::string error = ErrorOf(*response); !error.empty()) {
+    err << "mitra status: the manager answered: " << error << std::endl;
+    return kExitFailed;
+  }
+  out << FormatStatus(StatusReport::FromJson(*response), SystemClock().WallSeconds())
+      << std::flush;
+  return kExitOk;
+}
+
+int StopCommand(const ControlCommandOptions& options, std::ostream& out, std::ostream& err) {
+  const std::string socket_path = ControlSocketPath(options.run_dir);
+  const auto start = std::chrono::steady_clock::now();
+  JsonObject request;
+  request.SetString("command", kStopCommand);
+  Result<JsonObject> response = SendControlRequest(socket_path, request, AnswerTimeout(options));
+  if (!response.ok()) {
+    err << "mitra stop: " << response.status().message() << std::endl;
+    const std::optional<StatusReport> recorded = ReadRecordedState(options.run_dir);
+    if (const std::optional<int64_t> pid =
+            recorded ? UnansweringManagerPid(*recorded) : std::nullopt) {
+      err << "mitra stop: state.json names a manager with pid " << *pid
+          << " that still exists; to stop it without the socket: kill -INT " << *pid
+          << std::endl;
+    }
+    return kExitFailed;
+  }
+  if (const std::string error = ErrorOf(*response); !error.empty()) {
+    err << "mitra stop: the manager answered: " << error << std::endl;
+    return kExitFailed;
+  }
+  out << "mitra stop: "
+      << response->GetString("message").value_or("the manager is stopping the job") << std::endl;
+  if (!options.wait) return kExitOk;
+
+  const double limit_s = options.timeout_s > 0 ? options.timeout_s : kDefaultStopWaitS;
+  const auto deadline = start + std::chrono::duration<double>(limit_s);
+  // The manager removes its socket as it exits; a crashed one leaves a socket nobody answers.
+  while (ControlSocketIsLive(socket_path)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      err << "mitra stop: the manager on " << options.run_dir << " is still running after "
+          << SecondsText(limit_s) << " s; `mitra status --run-dir " << options.run_dir
+          << "` shows what it is doing" << std::endl;
+      return kExitFailed;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  out << "mitra stop: the manager has exited" << std::endl;
+  return kExitOk;
+}
+
+int ControlCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Result<ControlCommandOptions> options = ParseControlCommandLine(args);
+  if (!options.ok()) {
+    err << options.status().message() << std::endl;
+    return kExitBadInput;
+  }
+  if (!options->help_text.empty()) {
+    out << options->help_text;
+    return kExitOk;
+  }
+  return options->action == "status" ? StatusCommand(*options, out, err)
+                                     : StopCommand(*options, out, err);
+}
+
+}  // namespace mitra::manager
