@@ -10,7 +10,6 @@
 #include <iterator>
 #include <thread>
 
-
 namespace mitra::manager {
 namespace {
 
@@ -24,12 +23,6 @@ bool HoldsEntry(const std::string& environ, const std::string& entry) {
     start = end + 1;
   }
   return false;
-}
-
-Status NoSsh(const Machine& machine) {
-  return Status::InvalidArgument(machine.Address() +
-                               " is reached over SSH, which this build cannot do yet; use "
-                               "`localhost slots=N` entries");
 }
 
 }  // namespace
@@ -59,9 +52,10 @@ Status KillLocalOrphan(int64_t pid, const std::string& run_dir) {
 }
 
 MachineTransports::MachineTransports(MachineTransportsOptions options,
-                                     launcher::ProcessRunner* local)
-    : options_(std::move(options)), local_(local) {}
+                                     launcher::ProcessRunner* local, FileSystem* fs)
+    : options_(std::move(options)), local_(local), fs_(fs) {}
 
+MachineTransports::~MachineTransports() = default;
 
 std::string MachineTransports::WorkerAddress(const Machine& machine) const {
   return machine.IsLocal() ? "127.0.0.1" : machine.host;
@@ -69,14 +63,57 @@ std::string MachineTransports::WorkerAddress(const Machine& machine) const {
 
 Result<launcher::ProcessRunner*> MachineTransports::RunnerFor(const Machine& machine) {
   if (machine.IsLocal()) return local_;
-  return NoSsh(machine);
+  launcher::SshProcessRunner* remote = Remote(machine);
+  if (Status s = remote->Connect(); !s.ok()) return s;
+  return static_cast<launcher::ProcessRunner*>(remote);
 }
-Status MachineTransports::Check(const Machine& machine, double) {
+
+Status MachineTransports::Check(const Machine& machine, double timeout_s) {
   if (machine.IsLocal()) return Status::Ok();
-  return NoSsh(machine);
+  launcher::SshProcessRunner* remote = Remote(machine);
+  if (Status s = remote->Connect(); !s.ok()) return s;
+  Result<launcher::CommandResult> result = remote->RunCommand({"true"}, timeout_s);
+  if (!result.ok()) return result.status();
+  if (!result->ok()) {
+    return Status::Unavailable("`true` failed on " + machine.Address() + ": " +
+                               (result->err.empty() ? "exit code " +
+                                                          std::to_string(result->exit_code)
+                                                    : result->err));
+  }
+  return Status::Ok();
 }
-Status MachineTransports::KillOrphan(const Machine& machine, int64_t pid, const std::string& run_dir) {
+
+Status MachineTransports::KillOrphan(const Machine& machine, int64_t pid,
+                                     const std::string& run_dir) {
   if (machine.IsLocal()) return KillLocalOrphan(pid, run_dir);
-  return NoSsh(machine);
+  launcher::SshProcessRunner* remote = Remote(machine);
+  const std::string pid_text = std::to_string(pid);
+  // Two commands, each an argv quoted word by word: nothing reaches a remote shell as syntax.
+  Result<launcher::CommandResult> ours = remote->RunCommand(
+      {"grep", "-qzx", "MITRA_RUN_DIR=" + run_dir, "/proc/" + pid_text + "/environ"},
+      options_.connect_timeout_s);
+  if (!ours.ok()) return ours.status();
+  if (!ours->ok()) return Status::Ok();  // gone, or not a worker of this run
+  Result<launcher::CommandResult> killed =
+      remote->RunCommand({"kill", "-KILL", pid_text}, options_.connect_timeout_s);
+  if (!killed.ok()) return killed.status();
+  return Status::Ok();
 }
+
+launcher::SshProcessRunner* MachineTransports::Remote(const Machine& machine) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<launcher::SshProcessRunner>& runner = remotes_[machine.Address()];
+  if (!runner) {
+    launcher::SshProcessRunnerOptions ssh;
+    ssh.ssh.user = machine.user;
+    ssh.ssh.host = machine.host;
+    ssh.ssh.port = machine.port;
+    ssh.ssh.known_hosts_file = options_.known_hosts;
+    if (!options_.identity.empty()) ssh.ssh.identity_files = {options_.identity};
+    ssh.ssh.connect_timeout_s = options_.connect_timeout_s;
+    runner = std::make_unique<launcher::SshProcessRunner>(ssh, fs_);
+  }
+  return runner.get();
+}
+
 }  // namespace mitra::manager

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/file_system.h"
-#include "launcher/local_process_runner.h"
+#include "launcher/ssh_process_runner.h"
 #include "manager/transports.h"
 
 namespace mitra::manager {
@@ -24,8 +24,13 @@ struct MachineTransportsOptions {
 
 class MachineTransports : public Transports {
  public:
-  // `local` runs the localhost workers; it and `fs` must outlive this object.
-  MachineTransports(MachineTransportsOptions options, launcher::ProcessRunner* local);
+  // `local` runs the localhost workers; it and `fs` (the SSH runners' log files) must outlive
+  // this object.
+  MachineTransports(MachineTransportsOptions options, launcher::ProcessRunner* local,
+                    FileSystem* fs);
+  // Closes the SSH connections. Remote workers are not killed here: the manager stops them
+  // before it returns, and a manager that dies leaves them to its successor (orphans.h).
+  ~MachineTransports() override;
 
   Result<launcher::ProcessRunner*> RunnerFor(const Machine& machine) override;
   Status Check(const Machine& machine, double timeout_s) override;
@@ -33,8 +38,15 @@ class MachineTransports : public Transports {
   std::string WorkerAddress(const Machine& machine) const override;
 
  private:
+  // The machine's SSH runner (one per machine for the manager's life; it reconnects by itself
+  // after a lost connection).
+  launcher::SshProcessRunner* Remote(const Machine& machine);
+
   MachineTransportsOptions options_;
   launcher::ProcessRunner* local_;
+  FileSystem* fs_;
+  std::mutex mu_;  // guards remotes_
+  std::map<std::string, std::unique_ptr<launcher::SshProcessRunner>> remotes_;
 };
 
 // Kills local process `pid` if its environment holds MITRA_RUN_DIR=`run_dir` (a worker of that

@@ -4,16 +4,22 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "common/file_system.h"
-#include "common/free_port.h"
 #include "common/signal_watcher.h"
 #include "launcher/local_process_runner.h"
 #include "manager/checkpoint_command.h"
 #include "manager/control_command.h"
+#include "manager/control_socket.h"
+#include "manager/machine_list_watcher.h"
+#include "manager/machine_transports.h"
+#include "manager/run_loop.h"
+#include "manager/status_report.h"
 #include "manager/run_command.h"
 #include "manager/run_options.h"
 
@@ -58,19 +64,74 @@ int Run(const mitra::manager::RunOptions& options) {
   // Declared after `events`: destroyed first, so its last events still have a queue. Its
   // destructor kills any worker still running.
   launcher::LocalProcessRunner runner(&fs);
+  manager::MachineTransportsOptions transport_options;
+  transport_options.known_hosts = options.known_hosts;
+  transport_options.identity = options.identity;
+  manager::MachineTransports transports(transport_options, &runner, &fs);
+
+  // The machine list, watched from the moment it is read: every edit becomes an event.
+  std::unique_ptr<manager::MachineListWatcher> list_watcher;
+  // The control socket answers `mitra status` from the loop's snapshot and turns `mitra stop`
+  // into the same event as Ctrl-C.
+  std::mutex loop_mu;
+  manager::RunLoop* loop = nullptr;  // guarded by loop_mu
+  std::unique_ptr<manager::ControlServer> control;
 
   manager::RunContext context;
   context.fs = &fs;
   context.clock = &clock;
   context.runner = &runner;
+  context.transports = &transports;
   context.events = &events;
-  context.pick_port = [] { return PickFreeTcpPort("127.0.0.1"); };
+  context.watch_machine_list = [&](const std::string& path, const std::string& contents) {
+    manager::WatcherOptions watch;
+    watch.baseline = contents;
+    list_watcher = std::make_unique<manager::MachineListWatcher>(
+        path, watch, [&events](const std::string& text) {
+          events.Push(manager::MachineListEdited{text});
+        });
+    return list_watcher->Start();
+  };
+  context.on_loop_started = [&](manager::RunLoop* started) {
+    std::lock_guard<std::mutex> lock(loop_mu);
+    loop = started;
+  };
+  context.claim_run_dir = [&](const std::string& run_dir) {
+    control = std::make_unique<manager::ControlServer>(
+        manager::ControlSocketPath(run_dir), [&](const JsonObject& request) {
+          const std::string command = request.GetString("command").value_or("");
+          if (command == manager::kStopCommand) {
+            events.Push(manager::StopRequested{0});
+            return JsonObject()
+                .SetBool("ok", true)
+                .SetString("message",
+                           "stopping: every worker will checkpoint after the same step")
+                .ToJson();
+          }
+          if (command == manager::kStatusCommand) {
+            std::lock_guard<std::mutex> lock(loop_mu);
+            JsonObject status = JsonObject().SetBool("ok", true);
+            const JsonObject snapshot =
+                loop ? loop->Status() : JsonObject().SetString("state", "starting");
+            for (const auto& [key, value] : snapshot.fields()) status.Set(key, value);
+            return status.SetInt("manager_pid", ::getpid()).SetString("run_dir", run_dir).ToJson();
+          }
+          return JsonObject()
+              .SetBool("ok", false)
+              .SetString("error", "unknown command '" + command + "' (status, stop)")
+              .ToJson();
+        });
+    return control->Start();
+  };
   context.environment = ProcessEnvironment();
   context.working_directory = WorkingDirectory();
   context.manager_pid = static_cast<int>(::getpid());
   context.out = &std::cout;
   context.err = &std::cerr;
-  return manager::RunCommand(options, context);
+  const int code = manager::RunCommand(options, context);
+  if (list_watcher) list_watcher->Stop();
+  if (control) control->Stop();
+  return code;
 }
 
 }  // namespace

@@ -410,7 +410,9 @@ void RunLoop::PublishStatus() {
       .SetInt("stages", controller_.plan().stages)
       .SetInt("replicas", controller_.plan().replicas)
       .SetInt("step", controller_.last_step())
-      .SetInt("max_steps", max_steps_);
+      .SetInt("max_steps", max_steps_)
+      .SetNumber("elapsed_s", RoundedSeconds(clock_->MonotonicSeconds() - start_s_))
+      .SetNumber("updated_at", clock_->WallSeconds());
   if (stats_.last()) {
     status.SetNumber("loss", stats_.last()->loss)
         .SetNumber("tokens_per_s", stats_.last()->tokens_per_s);

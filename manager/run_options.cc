@@ -1,6 +1,7 @@
 #include "manager/run_options.h"
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 
 #include "common/strings.h"
@@ -20,7 +21,8 @@ const std::vector<std::string>& KnownFlags() {
   static const std::vector<std::string> flags = {
       "--machines",  "--batch-size", "--nstages", "--chunk-size", "--gpus-per-node",
       "--max-steps", "--run-dir",    "--threads", "--timeout",    "--stop-timeout",
-      "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints"};
+      "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints", "--max-restarts",
+      "--heartbeat-timeout", "--code-dir", "--env", "--known-hosts", "--identity"};
   return flags;
 }
 
@@ -117,6 +119,27 @@ Status SetFlag(const std::string& flag, const std::string& value, RunOptions* o)
     s = ReadSeconds(flag, value, &o->timeout_s);
   } else if (flag == "--stop-timeout") {
     s = ReadSeconds(flag, value, &o->stop_timeout_s);
+  } else if (flag == "--heartbeat-timeout") {
+    s = ReadSeconds(flag, value, &o->heartbeat_timeout_s);
+  } else if (flag == "--max-restarts") {
+    s = ReadInt(flag, value, 0, kIntMax, "5", &n);
+    if (s.ok()) o->max_restarts = static_cast<int>(n);
+  } else if (flag == "--code-dir" || flag == "--known-hosts" || flag == "--identity") {
+    if (value.empty()) return BadValue(flag, value, "a path", flag == "--code-dir" ? "/srv/train" : "~/.ssh/...");
+    (flag == "--code-dir" ? o->code_dir : flag == "--known-hosts" ? o->known_hosts : o->identity) =
+        value;
+  } else if (flag == "--env") {
+    const size_t eq = value.find('=');
+    const std::string key = value.substr(0, eq);
+    const bool valid_key =
+        !key.empty() && !std::isdigit(static_cast<unsigned char>(key[0])) &&
+        std::all_of(key.begin(), key.end(),
+                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (eq == std::string::npos || !valid_key) {
+      return BadValue(flag, value, "KEY=VALUE with KEY made of letters, digits and '_'",
+                      "NCCL_DEBUG=INFO");
+    }
+    o->env.emplace_back(key, value.substr(eq + 1));
   } else {
     return Status::Internal("flag " + flag + " has no handler");
   }
@@ -206,16 +229,6 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
     return command;
   }
   if (name == "run") return ParseRun(std::vector<std::string>(args.begin() + 1, args.end()));
-  if (name == "status") {
-    return Status::InvalidArgument(
-        "mitra status is not available yet; meanwhile read RUN_DIR/state.json and "
-        "RUN_DIR/metrics.jsonl (RUN_DIR is mitra-run unless --run-dir was given)");
-  }
-  if (name == "stop") {
-    return Status::InvalidArgument(
-        "mitra stop is not available yet; meanwhile press Ctrl-C where `mitra run` runs, or "
-        "send it SIGINT: kill -INT PID, with PID = manager_pid in RUN_DIR/state.json");
-  }
   if (name == "checkpoint") {
     if (args.size() == 2 && (args[1] == "--help" || args[1] == "-h")) {
       command.help_text = CheckpointUsage();
@@ -239,8 +252,8 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
 
 std::string MainUsage() {
   return "usage: mitra run --machines FILE --batch-size B [flags] -- PROGRAM [ARGS...]\n"
-         "       mitra checkpoint list|verify DIR\n"
-         "       mitra status | stop       (not available yet)\n"
+         "       mitra checkpoint list|verify DIR | export DIR OUT.pt\n"
+         "       mitra status | stop [--run-dir DIR]\n"
          "       mitra --help | run --help | --version\n"
          "\n"
          "mitra runs a pipeline x data-parallel training job on the machines in FILE.\n"
@@ -284,8 +297,17 @@ std::string RunUsage() {
          "  --timeout S           MITRA_TIMEOUT_S for the workers (default: inherited, else 30)\n"
          "  --stop-timeout S      seconds a stop may take before the workers are killed "
          "(default 60)\n"
+         "  --max-restarts N      unplanned restarts (failures) allowed within 10 minutes\n"
+         "                        before the job fails (default 5; 0: the first failure ends it)\n"
+         "  --heartbeat-timeout S a worker silent this long is hung (default 5)\n"
+         "  --code-dir DIR        working directory of the workers on SSH machines (default:\n"
+         "                        the directory mitra run was started in)\n"
+         "  --env KEY=VALUE       set a variable for every worker (repeatable)\n"
+         "  --known-hosts FILE    SSH host keys (default ~/.ssh/known_hosts)\n"
+         "  --identity FILE       SSH private key (default: ssh-agent, then ~/.ssh/id_*)\n"
          "\n"
-         "Ctrl-C asks every worker to stop after the current step; a second Ctrl-C kills them.\n";
+         "Ctrl-C (or `mitra stop`) asks every worker to checkpoint and stop after the same\n"
+         "step; a second Ctrl-C kills them. `mitra status` shows the job.\n";
 }
 
 }  // namespace mitra::manager

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -28,6 +29,12 @@ struct RunOptions {
   int threads = 0;                    // --threads: 0 = MITRA_THREADS from the environment, else 1
   double timeout_s = 0;        // --timeout: 0 = MITRA_TIMEOUT_S from the environment, else 30
   double stop_timeout_s = 60;  // --stop-timeout: how long a stop may take before kill
+  int max_restarts = 5;        // --max-restarts: unplanned restarts allowed within 10 minutes
+  double heartbeat_timeout_s = 5;  // --heartbeat-timeout: a silent rank is hung after this
+  std::string code_dir;        // --code-dir: working directory of remote workers ("": ours)
+  std::vector<std::pair<std::string, std::string>> env;  // --env KEY=VALUE (repeatable)
+  std::string known_hosts;     // --known-hosts: "" = ~/.ssh/known_hosts
+  std::string identity;        // --identity: an SSH private key; "" = agent, then ~/.ssh/id_*
   std::string program;         // after `--`
   std::vector<std::string> program_args;
 };
@@ -50,8 +57,8 @@ struct Command {
 };
 
 // Parses argv[1..]. InvalidArgument for anything wrong, with a message that names the flag and
-// the fix (the caller prints it and exits 2). `mitra status` and `mitra stop` are not available
-// yet and are reported as InvalidArgument too.
+// the fix (the caller prints it and exits 2). `mitra status` and `mitra stop` are parsed by
+// control_command.h.
 Result<Command> ParseCommandLine(const std::vector<std::string>& args);
 
 std::string MainUsage();

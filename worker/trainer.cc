@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "checkpoint/store.h"
+#include "worker/heartbeat.h"
 #include "worker/report.h"
 
 namespace mitra::worker {
@@ -66,6 +67,10 @@ int Trainer::Run() {
   torch::set_num_threads(placement->threads);
   TuneMalloc();
   InstallStopHandlers();
+  // A worker started by the manager proves it is alive while it trains (and while it waits
+  // for peers or writes checkpoints).
+  const Heartbeat heartbeat(placement->rank,
+                            placement->standalone ? 0 : Heartbeat::IntervalFromEnvironment());
   try {
     return Train(*placement);
   } catch (const PeerError& e) {

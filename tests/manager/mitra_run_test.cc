@@ -2,8 +2,11 @@
 // directory. Every run has a timeout; a hung mitra is killed and fails the test.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "common/strings.h"
@@ -124,7 +127,7 @@ TEST_F(MitraRunTest, UnevenBatchAndIdleSlotsAreReported) {
 
 TEST_F(MitraRunTest, ACrashingWorkerStopsTheOthersAndExitsOne) {
   const MitraResult r =
-      Run(Args({"--batch-size", "4", "--max-steps", "1000"},
+      Run(Args({"--batch-size", "4", "--max-steps", "1000", "--max-restarts", "0"},
                {"--crash-rank", "2", "--crash-at-step", "3", "--exit-code", "7"}));
   EXPECT_EQ(r.exit_code, 1) << r.output();
   EXPECT_TRUE(Contains(r.err, "rank 2 (pid ")) << r.err;
@@ -139,11 +142,63 @@ TEST_F(MitraRunTest, ACrashingWorkerStopsTheOthersAndExitsOne) {
 
 TEST_F(MitraRunTest, AWorkerKilledByASignalIsReported) {
   const MitraResult r =
-      Run(Args({"--batch-size", "4", "--max-steps", "1000"},
+      Run(Args({"--batch-size", "4", "--max-steps", "1000", "--max-restarts", "0"},
                {"--crash-rank", "1", "--crash-at-step", "2", "--crash-signal", "9"}));
   EXPECT_EQ(r.exit_code, 1) << r.output();
   EXPECT_TRUE(Contains(r.err, "rank 1 (pid ")) << r.err;
   EXPECT_TRUE(Contains(r.err, "was killed by signal SIGKILL")) << r.err;
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(MitraRunTest, ACrashedWorkerIsRecoveredAndTheJobFinishes) {
+  const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "8"},
+                                 {"--crash-rank", "2", "--crash-at-step", "3",
+                                  "--fail-generation", "0"}));
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.err, "mitra: rank 2 (pid ")) << r.err;
+  EXPECT_FALSE(Contains(r.err, "heartbeat")) << r.err;
+  EXPECT_TRUE(Contains(r.out, "mitra: recovery done: training again in 1 x 4")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "mitra: done: ")) << r.out;
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 2u);
+  EXPECT_EQ(EventsNamed(RunDir(), "failure").size(), 1u);
+  ASSERT_EQ(EventsNamed(RunDir(), "first_step").size(), 1u);
+  EXPECT_EQ(EventsNamed(RunDir(), "first_step")[0].GetString("kind"), "recovery");
+  EXPECT_TRUE(std::filesystem::exists(RunDir() + "/logs/gen-1/rank-2.log"));
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(MitraRunTest, AHungWorkerIsFoundByItsMissingHeartbeatsAndRecovered) {
+  const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "8",
+                                  "--heartbeat-timeout", "1"},
+                                 {"--hang-rank", "1", "--hang-at-step", "2",
+                                  "--fail-generation", "0"}));
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.err, "rank 1 (pid ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "sent no heartbeat for 1")) << r.err;
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 2u);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(MitraRunTest, RepeatedFailuresBeyondTheRestartBudgetFailTheJob) {
+  const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "100", "--max-restarts", "2"},
+                                 {"--crash-rank", "0", "--crash-at-step", "1"}));
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_TRUE(Contains(r.err, "more than --max-restarts 2")) << r.err;
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 3u);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(MitraRunTest, ASecondManagerOnTheSameRunDirectoryIsRefused) {
+  std::unique_ptr<MitraProcess> first = MitraProcess::Start(
+      MITRA_BINARY, Args({"--batch-size", "4", "--max-steps", "100000"}), dir_.path());
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(first->WaitForStdout("step 2/", 20)) << first->Stdout() << first->Stderr();
+  const MitraResult second = Run(Args({"--batch-size", "4", "--max-steps", "10"}));
+  EXPECT_EQ(second.exit_code, 2) << second.output();
+  EXPECT_TRUE(Contains(second.err, "already running")) << second.err;
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 1u) << "the second manager launched";
+  first->Signal(SIGINT);
+  EXPECT_EQ(first->Wait(20).exit_code, 0);
   ExpectNoWorkerLeft();
 }
 
@@ -187,7 +242,7 @@ TEST_F(MitraRunTest, AWorkerThatDoesNotStopIsKilledAfterTheStopTimeout) {
 
 TEST_F(MitraRunTest, WorkersIgnoringSigtermAreKilled) {
   const MitraResult r =
-      Run(Args({"--batch-size", "4", "--max-steps", "100000"},
+      Run(Args({"--batch-size", "4", "--max-steps", "100000", "--max-restarts", "0"},
                {"--crash-rank", "0", "--crash-at-step", "2", "--ignore-sigterm"}));
   EXPECT_EQ(r.exit_code, 1) << r.output();
   EXPECT_EQ(EventsNamed(RunDir(), "kill").size(), 1u);
@@ -229,11 +284,11 @@ INSTANTIATE_TEST_SUITE_P(
                                    {"--batch-size", "4"},
                                    {},
                                    "machines.txt:2: 'node 4' is not a host name"},
-                      BadInputCase{"RemoteHost",
-                                   "10.0.0.7 slots=4\n",
+                      BadInputCase{"ShellMetacharactersInAHostName",
+                                   "localhost slots=1\nnode$(touch${IFS}pwned) slots=4\n",
                                    {"--batch-size", "4"},
                                    {},
-                                   "machines.txt:1: '10.0.0.7' is a remote host"},
+                                   "machines.txt:2: 'node$(touch${IFS}pwned)' is not a host name"},
                       BadInputCase{"MoreStagesThanSlots",
                                    "localhost slots=2\n",
                                    {"--batch-size", "4", "--nstages", "3"},
@@ -311,12 +366,62 @@ TEST_F(MitraRunTest, ARunDirectoryThatHoldsARunIsContinuedInTheNextGeneration) {
   EXPECT_TRUE(std::filesystem::is_directory(RunDir() + "/logs/gen-1"));
 }
 
-TEST_F(MitraRunTest, StatusAndStopAreNotAvailableYet) {
-  for (const char* command : {"status", "stop"}) {
-    const MitraResult r = Run({command});
-    EXPECT_EQ(r.exit_code, 2);
-    EXPECT_TRUE(Contains(r.err, "is not available yet")) << r.err;
+TEST_F(MitraRunTest, StatusAndStopTalkToTheRunningManager) {
+  std::unique_ptr<MitraProcess> mitra = MitraProcess::Start(
+      MITRA_BINARY, Args({"--batch-size", "4", "--max-steps", "100000", "--nstages", "2"}),
+      dir_.path());
+  ASSERT_NE(mitra, nullptr);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 20)) << mitra->Stdout() << mitra->Stderr();
+  struct stat socket_stat {};
+  ASSERT_EQ(::stat((RunDir() + "/control.sock").c_str(), &socket_stat), 0);
+  EXPECT_EQ(socket_stat.st_mode & 0777, 0600u);
+
+  const MitraResult json = Run({"status", "--run-dir", "run", "--json"});
+  ASSERT_EQ(json.exit_code, 0) << json.output();
+  Result<JsonObject> status = JsonObject::Parse(json.out);
+  ASSERT_TRUE(status.ok()) << json.out;
+  EXPECT_EQ(status->GetString("state"), "running");
+  EXPECT_EQ(status->GetNumber("stages"), 2);
+  EXPECT_EQ(status->GetNumber("replicas"), 2);
+  EXPECT_GE(status->GetNumber("step").value_or(0), 3);
+  EXPECT_TRUE(Contains(json.out, "\"address\":\"localhost\"")) << json.out;
+  const MitraResult text = Run({"status", "--run-dir", "run"});
+  EXPECT_EQ(text.exit_code, 0) << text.output();
+  EXPECT_TRUE(Contains(text.out, "running: generation 0, shape 2 x 2")) << text.out;
+
+  const MitraResult stop = Run({"stop", "--run-dir", "run", "--wait"});
+  EXPECT_EQ(stop.exit_code, 0) << stop.output();
+  const MitraResult r = mitra->Wait(20);
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: stopped at step ")) << r.out;
+  EXPECT_FALSE(std::filesystem::exists(RunDir() + "/control.sock"));
+
+  const MitraResult after = Run({"status", "--run-dir", "run"});
+  EXPECT_EQ(after.exit_code, 1) << after.output();
+  EXPECT_TRUE(Contains(after.output(), "no manager is running")) << after.output();
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(MitraRunTest, AMalformedListEditIsReportedAndTheJobGoesOn) {
+  std::unique_ptr<MitraProcess> mitra = MitraProcess::Start(
+      MITRA_BINARY, Args({"--batch-size", "4", "--max-steps", "100000"}), dir_.path());
+  ASSERT_NE(mitra, nullptr);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 20)) << mitra->Stdout() << mitra->Stderr();
+  dir_.Write("machines.txt.new", "localhost slots=4\nnode;reboot slots=2\n");
+  ASSERT_EQ(std::rename(dir_.Path("machines.txt.new").c_str(), dir_.Path("machines.txt").c_str()),
+            0);
+  for (int i = 0; i < 100 && !Contains(mitra->Stderr(), "previous list stays"); ++i) {
+    ::usleep(50 * 1000);
   }
+  EXPECT_TRUE(Contains(mitra->Stderr(), "machines.txt:2: 'node;reboot' is not a host name"))
+      << mitra->Stderr();
+  EXPECT_TRUE(Contains(mitra->Stderr(), "the previous list stays in force")) << mitra->Stderr();
+  mitra->Signal(SIGINT);
+  const MitraResult r = mitra->Wait(20);
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 1u) << "the job was restarted";
+  EXPECT_EQ(EventsNamed(RunDir(), "machines_rejected").size(), 1u);
+  ExpectNoWorkerLeft();
 }
 
 }  // namespace

@@ -16,22 +16,20 @@
 
 #include "checkpoint/store.h"
 #include "tests/manager/run_helpers.h"
+#include "tests/worker/gpt_helpers.h"
 #include "tests/worker/job_runner.h"
 
 namespace mitra {
 namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
+using testing::ExpectNoProcessLeft;
+using testing::GptArgs;
+using testing::Losses;
+using testing::ReadSampleTrace;
 
 constexpr double kLossTolerance = 2e-5;   // fp32 reordering, see fidelity_test.cc
 constexpr double kParamTolerance = 2e-6;
-
-std::vector<std::string> GptArgs(const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> args{MITRA_GPT_TRAIN, "--model", "tiny", "--seed", "11",
-                                "--lr", "1e-3"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
-}
 
 struct RunOutcome {
   testing::MitraResult result;
@@ -55,44 +53,6 @@ RunOutcome MitraRun(const TempDir& tmp, const std::string& run_dir, int slots, i
   run.result = testing::RunProgram(MITRA_BINARY, args, tmp.path(), 180, env);
   run.metrics = testing::ReadJsonLines(run_dir + "/metrics.jsonl");
   return run;
-}
-
-std::vector<double> Losses(const std::vector<JsonObject>& metrics) {
-  std::vector<double> out;
-  for (const auto& m : metrics) out.push_back(m.GetNumber("loss").value_or(-1));
-  return out;
-}
-
-void ExpectNoProcessLeft(const std::string& run_dir) {
-  const auto pids = testing::LaunchedPids(run_dir);
-  EXPECT_FALSE(pids.empty());
-  for (pid_t pid : pids) EXPECT_TRUE(testing::ProcessGone(pid)) << "worker " << pid << " survived";
-}
-
-// step -> the dataset indices of that step's global batch, replicas in order.
-std::map<int64_t, std::vector<int64_t>> ReadSampleTrace(const std::string& prefix) {
-  std::map<int64_t, std::map<int, std::vector<int64_t>>> by_replica;
-  const fs::path dir = fs::path(prefix).parent_path();
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.path().string().rfind(prefix + ".rank-", 0) != 0) continue;
-    std::ifstream in(entry.path());
-    for (std::string line; std::getline(in, line);) {
-      std::istringstream fields(line);
-      int64_t step = 0;
-      int replica = 0;
-      fields >> step >> replica;
-      std::vector<int64_t>& slot = by_replica[step][replica];
-      slot.clear();  // a step re-run after a resume replaces what it recorded
-      for (int64_t i; fields >> i;) slot.push_back(i);
-    }
-  }
-  std::map<int64_t, std::vector<int64_t>> out;
-  for (auto& [step, replicas] : by_replica) {
-    for (auto& [replica, indices] : replicas) {
-      out[step].insert(out[step].end(), indices.begin(), indices.end());
-    }
-  }
-  return out;
 }
 
 TEST(MitraRunGpt, TrainsAcrossTwoStagesAndTwoReplicasToCompletion) {
@@ -123,7 +83,8 @@ TEST(MitraRunGpt, KilledWorkerStopsTheRunWithAReportAndLeavesNoProcess) {
   auto mitra = testing::MitraProcess::Start(
       MITRA_BINARY,
       {"run", "--machines", machines, "--batch-size", "16", "--nstages", "2", "--max-steps",
-       "100000", "--run-dir", run_dir, "--", MITRA_GPT_TRAIN, "--model", "tiny"},
+       "100000", "--max-restarts", "0", "--run-dir", run_dir, "--", MITRA_GPT_TRAIN, "--model",
+       "tiny"},
       tmp.path());
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 3/", 60)) << mitra->Stdout() << mitra->Stderr();
@@ -288,7 +249,8 @@ TEST(MitraRunGpt, WorkersKilledWhileWritingACheckpointNeverLeaveAHalfCheckpointL
   auto mitra = testing::MitraProcess::Start(
       MITRA_BINARY,
       {"run", "--machines", machines, "--batch-size", "16", "--nstages", "2", "--max-steps",
-       "100000", "--checkpoint-every", "1", "--keep-checkpoints", "1000", "--run-dir", run_dir,
+       "100000", "--checkpoint-every", "1", "--keep-checkpoints", "1000", "--max-restarts", "0",
+       "--run-dir", run_dir,
        "--", MITRA_GPT_TRAIN, "--model", "tiny"},
       tmp.path());
   ASSERT_TRUE(mitra);
@@ -342,7 +304,7 @@ TEST(MitraRunGpt, FullDiskFailsTheSaveCleanlyAndKeepsEarlierCheckpoints) {
 
   RunOutcome run = MitraRun(tmp, tmp.Path("run"), 1, 1, 4,
                             {"--checkpoint-every", "1", "--keep-checkpoints", "10",
-                             "--checkpoint-dir", disk},
+                             "--checkpoint-dir", disk, "--max-restarts", "0"},
                             GptArgs());
   // Training went on through the failed save; the final save failed too, so the job says so.
   EXPECT_EQ(run.result.exit_code, 1) << run.result.output();
