@@ -1,0 +1,653 @@
+#!/usr/bin/python3
+"""What a change of the machines costs a mitra job, against torchrun, in one run.
+
+1. recovery (mitra and torchrun, --repeats times each, interleaved): a 2-process job on
+   localhost (mitra: `gpt_train --model tiny`, 1 stage x 2 replicas by default, batch 16, a
+   checkpoint after every step; torchrun: bench/python/ddp_recovery.py, the same-sized model
+   in DDP on Gloo, torch.save after every step, 1 intra-op thread, `--max_restarts 3
+   --monitor_interval 1`, c10d rendezvous). After --warm-steps steps one worker (rank 1) is
+   SIGKILLed; measured: kill -> the first training step finished after the restart
+   (mitra: metrics.jsonl `time` of the new generation's first step; torchrun: the time
+   the script logged after that step). Split for mitra: failure seen (`failure` event),
+   relaunched (`launch`), every rank ready (`ready`), and the manager's own `first_step`
+   record; for torchrun: new workers started (their first line), ready (process group up,
+   checkpoint loaded).
+2. morph (mitra): `localhost slots=4`, 2 stages, `gpt_train --model bench`; the list is
+   replaced (a new file renamed over it) by `slots=2`, later by `slots=4` again. Measured:
+   detect (rename -> `machines_changed`), the `first_step` record's downtime and its split
+   (stop = SIGUSR1 -> every rank exited, checkpoint included; relaunch; first step), the
+   synchronous checkpoint's write time and the restore time.
+3. host (mitra, needs SSH in the build): two sshd instances on 127.0.0.2 and 127.0.0.3 (keys
+   made with ssh-keygen in a temporary directory), one worker on each; one sshd and every
+   process under it is SIGKILLed. Measured: kill -> `failure` event (detection) and kill ->
+   first step of the new generation (recovery). Skipped, and said so, when the build answers
+   that it cannot reach hosts over SSH, or when sshd is missing.
+
+Prints one JSON object per measurement and a final JSON summary with medians and the targets:
+planned morph downtime <= 3 s + checkpoint write; dead host detected <= 3 s; recovery <= 10 s
++ checkpoint load; mitra's kill -> first step faster than torchrun's (ratio torchrun/mitra >
+1). torchrun's floor for a lost node (defaults of torch.distributed.elastic's c10d rendezvous:
+3 missed 5 s keep-alives, then a 30 s last call) is printed beside them for reference.
+
+Every process it starts is killed (by process group, and by run directory) before it exits;
+every wait has a timeout.
+
+  bench/elastic.py [--build build] [--repeats 3] [--quick] [--parts recovery,morph,host] [--keep]
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TORCH_PYTHON = "/usr/bin/python3"  # Debian's python3-torch (see shared facts)
+
+
+def emit(obj):
+    print(json.dumps(obj), flush=True)
+
+
+def note(msg):
+    print(f"elastic: {msg}", file=sys.stderr, flush=True)
+
+
+def read_jsonl(path):
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.endswith("\n"):
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        pass
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def wait_for(what, fn, timeout, proc=None, poll=0.02):
+    """Polls fn() until it returns something truthy; raises after timeout seconds."""
+    deadline = time.time() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what}: the job exited ({proc.returncode}) first")
+        if time.time() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout} s")
+        time.sleep(poll)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------
+# Processes: everything started here runs in its own session; cleanup kills the session,
+# every descendant, and (for mitra) every process whose environment names the run directory
+# (workers started over SSH are not descendants of the manager).
+
+def ppid_map():
+    children = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    return children
+
+
+def descendants(pid):
+    children = ppid_map()
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def pids_with_env(entry):
+    needle = entry.encode() + b"\0"
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if needle in f.read() + b"\0":
+                    out.append(int(name))
+        except OSError:
+            pass
+    return out
+
+
+def environ_of(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def kill_all(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class Job:
+    """A process started in its own session, stdout+stderr to a file."""
+
+    def __init__(self, cmd, log, cwd=None, env=None, run_dir=None):
+        self.log_path = log
+        self.run_dir = run_dir
+        self.log = open(log, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, cwd=cwd, env=env,
+                                     start_new_session=True)
+        self.pid = self.proc.pid
+
+    def poll(self):
+        return self.proc.poll()
+
+    def tail(self, n=3000):
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()[-n:]
+        except OSError:
+            return ""
+
+    def stop(self, grace=20):
+        """SIGTERM (a graceful stop for both managers), then SIGKILL to whatever is left."""
+        tree = descendants(self.pid)
+        if self.proc.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill(tree)
+
+    def kill(self, extra=()):
+        pids = set(extra) | set(descendants(self.pid))
+        if self.run_dir:
+            pids |= set(pids_with_env(f"MITRA_RUN_DIR={self.run_dir}"))
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        kill_all(pids)
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        deadline = time.time() + 10
+        while any(alive(p) for p in pids) and time.time() < deadline:
+            time.sleep(0.05)
+        self.log.close()
+
+
+# ---------------------------------------------------------------------------------------
+# mitra
+
+class Mitra:
+    def __init__(self, args, tmp, machines, stages, model, extra=()):
+        self.run_dir = os.path.join(tmp, "run")
+        self.machines = os.path.join(tmp, "machines.txt")
+        with open(self.machines, "w") as f:
+            f.write(machines)
+        cmd = [f"{args.build}/bin/mitra", "run", "--machines", self.machines,
+               "--batch-size", str(args.batch_size), "--nstages", str(stages),
+               "--max-steps", "1000000", "--run-dir", self.run_dir, *extra, "--",
+               f"{args.build}/bin/gpt_train", "--model", model]
+        self.job = Job(cmd, os.path.join(tmp, "mitra.out"), cwd=tmp, run_dir=self.run_dir)
+
+    def events(self, name=None, generation=None):
+        out = read_jsonl(os.path.join(self.run_dir, "events.jsonl"))
+        return [e for e in out if (name is None or e.get("event") == name)
+                and (generation is None or e.get("generation") == generation)]
+
+    def steps(self, generation):
+        return [m for m in read_jsonl(os.path.join(self.run_dir, "metrics.jsonl"))
+                if m.get("generation") == generation]
+
+    def wait_steps(self, generation, n, timeout):
+        return wait_for(f"mitra: {n} steps in generation {generation}",
+                        lambda: len(self.steps(generation)) >= n and self.steps(generation),
+                        timeout, self.job)
+
+    def wait_event(self, name, generation, timeout):
+        return wait_for(f"mitra: event {name} in generation {generation}",
+                        lambda: self.events(name, generation), timeout, self.job)[0]
+
+    def replace_machines(self, text):
+        tmp = self.machines + ".new"
+        with open(tmp, "w") as f:
+            f.write(text)
+        t = time.time()
+        os.replace(tmp, self.machines)
+        return t
+
+
+KEEP = False  # --keep: leave the temporary directories (run directories, logs) in place
+
+
+def cleanup(tmp):
+    if KEEP:
+        note(f"kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def rel(t, t0):
+    return round(t - t0, 3)
+
+
+def mitra_recovery(args, rep):
+    tmp = tempfile.mkdtemp(prefix="mitra-elastic-")
+    m = None
+    try:
+        m = Mitra(args, tmp, "localhost slots=2\n", args.stages, "tiny",
+                  ["--checkpoint-every", "1"])
+        m.wait_steps(0, args.warm_steps, args.start_timeout)
+        victim = m.events("launch", 0)[0]["pids"][1]
+        t_kill = time.time()
+        os.kill(victim, signal.SIGKILL)
+        first = m.wait_steps(1, 1, args.recover_timeout)[0]
+        fs = m.wait_event("first_step", 1, 10)
+        failure = m.events("failure", 0)[0]
+        launch = m.events("launch", 1)[0]
+        ready = m.wait_event("ready", 1, 10)
+        restored = m.events("restored", 1)
+        return {"bench": "recovery", "system": "mitra", "repeat": rep,
+                "shape": f"{args.stages} x {2 // args.stages}", "killed_step": failure.get("step"),
+                "kill_to_first_step_s": rel(first["time"], t_kill),
+                "detect_s": rel(failure["time"], t_kill),
+                "relaunched_at_s": rel(launch["time"], t_kill),
+                "ready_at_s": rel(ready["time"], t_kill),
+                "rendezvous_s": ready.get("rendezvous_s"),
+                "restore_s": restored[0]["seconds"] if restored else None,
+                "manager_downtime_s": fs.get("downtime_s"), "manager_stop_s": fs.get("stop_s"),
+                "manager_relaunch_s": fs.get("relaunch_s"),
+                "manager_first_step_s": fs.get("first_step_s")}
+    except Exception:
+        if m:
+            note("mitra output:\n" + m.job.tail())
+        raise
+    finally:
+        if m:
+            m.job.stop()
+        cleanup(tmp)
+
+
+def torchrun_recovery(args, rep):
+    tmp = tempfile.mkdtemp(prefix="torchrun-elastic-")
+    log = os.path.join(tmp, "steps.jsonl")
+    cmd = [TORCH_PYTHON, "-m", "torch.distributed.run", "--redirects", "1", "--tee", "1",
+           "--log_dir", os.path.join(tmp, "logs"), "--max_restarts", "3",
+           "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{free_port()}",
+           "--monitor_interval", "1", "--nnodes", "1", "--nproc_per_node", "2",
+           os.path.join(ROOT, "bench", "python", "ddp_recovery.py"), "--log", log,
+           "--checkpoint", os.path.join(tmp, "ckpt.pt"),
+           "--batch-size", str(args.batch_size)]
+    job = Job(cmd, os.path.join(tmp, "torchrun.out"), cwd=tmp)
+    try:
+        def recs(event, restart):
+            return [r for r in read_jsonl(log) if r["event"] == event and r["restart"] == restart]
+        wait_for(f"torchrun: {args.warm_steps} steps", lambda: len(recs("step", 0)) >= args.warm_steps,
+                 args.start_timeout, job)
+        victim = [r["pid"] for r in recs("start", 0) if r["rank"] == 1][0]
+        if victim not in descendants(job.pid):
+            raise RuntimeError(f"torchrun: rank 1's pid {victim} is not under the agent")
+        killed_step = recs("step", 0)[-1]["step"]
+        t_kill = time.time()
+        os.kill(victim, signal.SIGKILL)
+        first = wait_for("torchrun: first step after the restart", lambda: recs("step", 1),
+                         args.recover_timeout, job)[0]
+        started = min(r["time"] for r in recs("start", 1))
+        ready = max(r["time"] for r in recs("ready", 1))
+        return {"bench": "recovery", "system": "torchrun", "repeat": rep, "shape": "DDP x 2",
+                "killed_step": killed_step,
+                "kill_to_first_step_s": rel(first["time"], t_kill),
+                "workers_started_at_s": rel(started, t_kill), "ready_at_s": rel(ready, t_kill),
+                "resume_step": first["step"] - 1}
+    except Exception:
+        note("torchrun output:\n" + job.tail())
+        raise
+    finally:
+        job.stop()
+        cleanup(tmp)
+
+
+def morph_one(m, args, generation, slots, direction):
+    m.wait_steps(generation, args.morph_warm_steps, args.start_timeout)
+    t_edit = m.replace_machines(f"localhost slots={slots}\n")
+    nxt = generation + 1
+    first = m.wait_steps(nxt, 1, args.recover_timeout)[0]
+    fs = m.wait_event("first_step", nxt, 10)
+    changed = [e for e in m.events("machines_changed") if e["time"] >= t_edit - 0.01]
+    signalled = m.events("morph", generation)[0]
+    stopped = m.events("rank_stopped", generation)
+    stop_step = max(e.get("step", 0) for e in stopped) if stopped else None
+    saves = m.events("checkpoint", generation)
+    final = [e for e in saves if e.get("step") == stop_step] or saves[-1:]
+    exited = max(e["time"] for e in m.events("worker_exit", generation))
+    launch = m.events("launch", nxt)[0]
+    ready = m.wait_event("ready", nxt, 10)
+    restored = m.events("restored", nxt)
+    before = [r["step_time_s"] for r in m.steps(generation) if "step_time_s" in r][1:]
+    return {"bench": "morph", "system": "mitra", "direction": direction,
+            "from": signalled.get("from"), "to": f"{launch['stages']} x {launch['replicas']}",
+            "signalled_step": signalled.get("step"), "stopped_step": stop_step,
+            "detect_s": rel(changed[0]["time"], t_edit) if changed else None,
+            # From the event times: SIGUSR1 sent -> every rank exited -> launched -> the
+            # first step of the new generation read by the manager.
+            "downtime_s": rel(first["time"], signalled["time"]),
+            "stop_s": rel(exited, signalled["time"]),
+            "ranks_stopped_s": rel(max(e["time"] for e in stopped), signalled["time"]),
+            "relaunch_s": rel(launch["time"], exited),
+            "first_step_s": rel(first["time"], launch["time"]),
+            "ready_s": rel(ready["time"], launch["time"]),
+            "step_time_before_s": median(before),
+            "checkpoint_write_s": round(final[0]["total_s"], 3) if final else None,
+            "restore_s": round(restored[0]["seconds"], 3) if restored else None,
+            "edit_to_first_step_s": rel(first["time"], t_edit),
+            "manager_record": {k: fs.get(k) for k in ("downtime_s", "stop_s", "relaunch_s",
+                                                     "first_step_s")}}
+
+
+def morph(args):
+    tmp = tempfile.mkdtemp(prefix="mitra-morph-")
+    m = None
+    try:
+        m = Mitra(args, tmp, "localhost slots=4\n", 2, "bench")
+        out = []
+        for rep in range(args.repeats):
+            for direction, slots in (("shrink", 2), ("grow", 4)):
+                out.append(dict(morph_one(m, args, len(out), slots, direction), repeat=rep))
+                emit(out[-1])
+        return out
+    except Exception:
+        if m:
+            note("mitra output:\n" + m.job.tail())
+        raise
+    finally:
+        if m:
+            m.job.stop()
+        cleanup(tmp)
+
+
+# ---------------------------------------------------------------------------------------
+# SSH hosts on loopback
+
+SSH_MISSING = ("cannot do yet", "not available in this build", "without SSH support")
+
+
+def ssh_supported(args):
+    """Asks the build: a list with one SSH host, and the answer within a few seconds."""
+    tmp = tempfile.mkdtemp(prefix="mitra-ssh-probe-")
+    try:
+        m = Mitra(args, tmp, f"127.0.0.2:{free_port()} slots=1\n", 1, "tiny")
+        try:
+            def answer():
+                text = m.job.tail(20000)
+                for line in text.splitlines():
+                    if any(s in line for s in SSH_MISSING) and ("SSH" in line or "ssh" in line):
+                        return line.strip()
+                return None
+            try:
+                return False, wait_for("ssh probe", answer, 15, m.job, poll=0.1)
+            except (TimeoutError, RuntimeError):
+                line = answer()  # the manager may have exited with the answer
+                return (False, line) if line else (True, None)
+        finally:
+            m.job.stop(grace=5)
+    finally:
+        cleanup(tmp)
+
+
+def keygen(path, kind="ed25519"):
+    subprocess.run(["ssh-keygen", "-q", "-t", kind, "-N", "", "-f", path], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=30)
+    with open(path + ".pub") as f:
+        return f.read().strip()
+
+
+def start_sshds(sshd, tmp, hosts, daemons):
+    """One sshd per address, all on one port, with a host key and a user key made here.
+    Fills daemons (address -> Job); returns (port, known_hosts, user key)."""
+    os.makedirs("/run/sshd", exist_ok=True)
+    user_key = os.path.join(tmp, "id_ed25519")
+    user_pub = keygen(user_key)
+    host_pub = keygen(os.path.join(tmp, "host_ed25519"))
+    with open(os.path.join(tmp, "authorized_keys"), "w") as f:
+        f.write(user_pub + "\n")
+    port = free_port()
+    known = os.path.join(tmp, "known_hosts")
+    with open(known, "w") as f:
+        for h in hosts:
+            f.write(f"[{h}]:{port} {' '.join(host_pub.split()[:2])}\n")
+    for h in hosts:
+        cfg = os.path.join(tmp, f"sshd-{h}.conf")
+        with open(cfg, "w") as f:
+            f.write(f"ListenAddress {h}\nPort {port}\n"
+                    f"HostKey {tmp}/host_ed25519\n"
+                    f"AuthorizedKeysFile {tmp}/authorized_keys\n"
+                    f"PidFile {tmp}/sshd-{h}.pid\nStrictModes no\nUsePAM no\n"
+                    "PasswordAuthentication no\nPermitRootLogin yes\n")
+        daemons[h] = Job([sshd, "-D", "-f", cfg, "-E", os.path.join(tmp, f"sshd-{h}.log")],
+                         os.path.join(tmp, f"sshd-{h}.out"))
+    for h in hosts:
+        def listening(h=h):
+            try:
+                socket.create_connection((h, port), timeout=1).close()
+                return True
+            except OSError:
+                return False
+        wait_for(f"sshd on {h}", listening, 15, daemons[h], poll=0.1)
+    return port, known, user_key
+
+
+def host_failure(args):
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not os.path.exists(sshd):
+        return {"bench": "host", "skipped": "sshd is not installed (openssh-server)"}
+    ok, why = ssh_supported(args)
+    if not ok:
+        return {"bench": "host", "skipped": f"mitra run answered: {why}"}
+    tmp = tempfile.mkdtemp(prefix="mitra-ssh-")
+    daemons, m = {}, None
+    hosts = ["127.0.0.2", "127.0.0.3"]
+    try:
+        port, known, user_key = start_sshds(sshd, tmp, hosts, daemons)
+        m = Mitra(args, tmp, "".join(f"{h}:{port} slots=1\n" for h in hosts), 1, "tiny",
+                  ["--checkpoint-every", "1", "--known-hosts", known, "--identity", user_key,
+                   ])
+        m.wait_steps(0, args.warm_steps, args.start_timeout)
+        victim = daemons[hosts[1]]
+        # Everything the sshd started, and the worker wherever it was reparented to.
+        doomed = set(descendants(victim.pid)) | {victim.pid}
+        doomed |= {p for p in pids_with_env(f"MITRA_RUN_DIR={m.run_dir}")
+                   if f"{hosts[1]} {port}".encode() in environ_of(p)}
+        t_kill = time.time()
+        kill_all(doomed)
+        failure = m.wait_event("failure", 0, args.recover_timeout)
+        first = m.wait_steps(1, 1, args.recover_timeout)[0]
+        fs = m.wait_event("first_step", 1, 10)
+        launch = m.events("launch", 1)[0]
+        restored = m.events("restored", 1)
+        return {"bench": "host", "system": "mitra", "killed": f"{hosts[1]}:{port}",
+                "failure_reason": failure.get("reason"),
+                "detect_s": rel(failure["time"], t_kill),
+                "kill_to_first_step_s": rel(first["time"], t_kill),
+                "relaunched_at_s": rel(launch["time"], t_kill),
+                "new_shape": f"{launch['stages']} x {launch['replicas']}",
+                "restore_s": restored[0]["seconds"] if restored else None,
+                "manager_downtime_s": fs.get("downtime_s")}
+    except Exception:
+        if m:
+            note("mitra output:\n" + m.job.tail())
+        raise
+    finally:
+        if m:
+            m.job.stop()
+        for d in daemons.values():
+            d.kill()
+        cleanup(tmp)
+
+
+# ---------------------------------------------------------------------------------------
+
+def on_sigterm(signum, frame):
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--build", default=os.path.join(ROOT, "build"),
+                   help="build directory with bin/mitra and bin/gpt_train (default: build)")
+    p.add_argument("--repeats", type=int, default=3,
+                   help="recoveries per system, morphs per direction (default 3)")
+    p.add_argument("--quick", action="store_true", help="smoke run: one repeat")
+    p.add_argument("--stages", type=int, default=1, choices=(1, 2),
+                   help="mitra's recovery job: 1 (2 replicas, like DDP; default) or 2 stages")
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--warm-steps", type=int, default=30,
+                   help="steps before a worker is killed (default 30)")
+    p.add_argument("--morph-warm-steps", type=int, default=5,
+                   help="steps of each shape before the list is edited (default 5)")
+    p.add_argument("--start-timeout", type=float, default=180,
+                   help="seconds a job may take to reach its warm-up steps (default 180)")
+    p.add_argument("--recover-timeout", type=float, default=120,
+                   help="seconds a recovery or morph may take (default 120)")
+    p.add_argument("--skip-ssh", action="store_true", help="leave out part 3 (same as "
+                   "--parts recovery,morph)")
+    p.add_argument("--parts", default="recovery,morph,host",
+                   help="which parts to run (default recovery,morph,host)")
+    p.add_argument("--keep", action="store_true",
+                   help="keep the temporary run directories and logs (paths on stderr)")
+    args = p.parse_args()
+    global KEEP
+    KEEP = args.keep
+    # A SIGTERM unwinds like Ctrl-C, so every job is still killed on the way out.
+    signal.signal(signal.SIGTERM, on_sigterm)
+    args.build = os.path.abspath(args.build)
+    if args.quick:
+        args.repeats = 1
+    for binary in ("mitra", "gpt_train"):
+        if not os.access(f"{args.build}/bin/{binary}", os.X_OK):
+            sys.exit(f"elastic: {args.build}/bin/{binary} is missing; build the tree first")
+
+    parts = set(args.parts.split(","))
+    if args.skip_ssh:
+        parts.discard("host")
+    rec = {"mitra": [], "torchrun": []}
+    for rep in range(args.repeats if "recovery" in parts else 0):
+        order = ("mitra", "torchrun") if rep % 2 == 0 else ("torchrun", "mitra")
+        for system in order:
+            r = (mitra_recovery if system == "mitra" else torchrun_recovery)(args, rep)
+            rec[system].append(r)
+            emit(r)
+    morphs = morph(args) if "morph" in parts else []
+    host = {"bench": "host", "skipped": "not asked"}
+    if "host" in parts:
+        try:
+            host = host_failure(args)
+        except Exception as e:  # optional part: report it and still print the summary
+            host = {"bench": "host", "skipped": f"failed: {type(e).__name__}: {e}"}
+    emit(host)
+
+    mitra_s = median(r["kill_to_first_step_s"] for r in rec["mitra"])
+    torch_s = median(r["kill_to_first_step_s"] for r in rec["torchrun"])
+    restore = median(r["restore_s"] for r in rec["mitra"]) or 0
+    host_ok = "skipped" not in host
+    targets = {}
+    keys = ("detect_s", "downtime_s", "stop_s", "ranks_stopped_s", "relaunch_s",
+            "first_step_s", "ready_s", "step_time_before_s",
+            "checkpoint_write_s", "restore_s", "edit_to_first_step_s")
+    morph_medians = {}
+    for r in morphs:
+        morph_medians.setdefault(r["direction"], {"from": r["from"], "to": r["to"]})
+    for direction, d in morph_medians.items():
+        runs = [r for r in morphs if r["direction"] == direction]
+        d.update({k: median(r[k] for r in runs) for k in keys})
+    if morphs:
+        worst = max(morph_medians.items(),
+                    key=lambda kv: kv[1]["downtime_s"] - (kv[1]["checkpoint_write_s"] or 0))
+        limit = round(3 + (worst[1]["checkpoint_write_s"] or 0), 3)
+        targets["planned_morph_downtime_le_3s_plus_checkpoint_write"] = {
+            "worst": worst[0], "median_downtime_s": worst[1]["downtime_s"], "limit_s": limit,
+            "met": worst[1]["downtime_s"] <= limit}
+    targets["dead_host_detect_le_3s"] = {
+        "detect_s": host.get("detect_s"),
+        "met": host["detect_s"] <= 3 if host_ok else "not measured"}
+    recovery = {}
+    if mitra_s is not None:
+        recovery["local"] = {"kill_to_first_step_s": mitra_s, "limit_s": round(10 + restore, 3),
+                             "met": mitra_s <= 10 + restore}
+    if host_ok:
+        limit = round(10 + (host["restore_s"] or 0), 3)
+        recovery["host"] = {"kill_to_first_step_s": host["kill_to_first_step_s"],
+                            "limit_s": limit, "met": host["kill_to_first_step_s"] <= limit}
+    targets["recovery_le_10s_plus_checkpoint_load"] = recovery or "not measured"
+    if mitra_s and torch_s:
+        targets["mitra_recovery_faster_than_torchrun"] = {
+            "torchrun_over_mitra": round(torch_s / mitra_s, 3), "met": mitra_s < torch_s}
+    summary = {
+        "bench": "elastic_summary", "repeats": args.repeats,
+        "recovery_mitra_kill_to_first_step_s": mitra_s,
+        "recovery_mitra_detect_s": median(r["detect_s"] for r in rec["mitra"]),
+        "recovery_mitra_ready_at_s": median(r["ready_at_s"] for r in rec["mitra"]),
+        "recovery_torchrun_kill_to_first_step_s": torch_s,
+        "recovery_torchrun_workers_started_at_s":
+            median(r["workers_started_at_s"] for r in rec["torchrun"]),
+        "recovery_torchrun_ready_at_s": median(r["ready_at_s"] for r in rec["torchrun"]),
+        "torchrun_over_mitra": round(torch_s / mitra_s, 3) if mitra_s and torch_s else None,
+        "morph_medians": morph_medians,
+        "host": host,
+        "targets": targets,
+        "torchrun_lost_node_floor_reference": {
+            "notice_s": 15, "last_call_s": 30,
+            "from": "torch.distributed.elastic c10d rendezvous defaults: keep-alive every 5 s, "
+                    "3 missed keep-alives mark a node dead; last_call 30 s"},
+    }
+    emit(summary)
+
+
+if __name__ == "__main__":
+    main()
