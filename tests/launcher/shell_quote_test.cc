@@ -61,8 +61,7 @@ TEST(EnvCommandLine, RefusesBadNamesAndAmbiguousPrograms) {
   const Result<std::string> bad_name = EnvCommandLine({{"X;rm -rf /", "1"}}, {"/bin/true"});
   EXPECT_EQ(bad_name.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(bad_name.status().message().find("X;rm -rf /"), std::string::npos);
-  EXPECT_EQ(EnvCommandLine({}, {"/opt/a=b/prog"}).status().code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(EnvCommandLine({}, {"/opt/a=b/prog"}).status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(EnvCommandLine({{"A", std::string("\0", 1)}}, {"/bin/true"}).status().code(),
             Status::Code::kInvalidArgument);
   EXPECT_EQ(EnvCommandLine({}, {}).status().code(), Status::Code::kInvalidArgument);
