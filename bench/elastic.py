@@ -177,6 +177,10 @@ class Job:
     def poll(self):
         return self.proc.poll()
 
+    @property
+    def returncode(self):
+        return self.proc.returncode
+
     def tail(self, n=3000):
         try:
             with open(self.log_path, errors="replace") as f:
@@ -423,13 +427,15 @@ def ssh_supported(args):
                 text = m.job.tail(20000)
                 for line in text.splitlines():
                     if any(s in line for s in SSH_MISSING) and ("SSH" in line or "ssh" in line):
-                        return line.strip()
+                        return ("missing", line.strip())
+                    if "cannot connect" in line or "Connection refused" in line:
+                        return ("tried", line.strip())  # it did try: nothing listens there
                 return None
             try:
-                return False, wait_for("ssh probe", answer, 15, m.job, poll=0.1)
+                kind, line = wait_for("ssh probe", answer, 15, m.job, poll=0.1)
             except (TimeoutError, RuntimeError):
-                line = answer()  # the manager may have exited with the answer
-                return (False, line) if line else (True, None)
+                kind, line = answer() or ("tried", None)  # it may have exited with the answer
+            return kind != "missing", line
         finally:
             m.job.stop(grace=5)
     finally:
@@ -478,15 +484,12 @@ def start_sshds(sshd, tmp, hosts, daemons):
     return port, known, user_key
 
 
-def host_failure(args):
+def host_failure(args, how):
+    """how: "kill" (SIGKILL: the kernel closes the connections at once) or "freeze" (SIGSTOP:
+    the host stops answering but nothing is closed, as when it loses power or its network)."""
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-    if not os.path.exists(sshd):
-        return {"bench": "host", "skipped": "sshd is not installed (openssh-server)"}
-    ok, why = ssh_supported(args)
-    if not ok:
-        return {"bench": "host", "skipped": f"mitra run answered: {why}"}
     tmp = tempfile.mkdtemp(prefix="mitra-ssh-")
-    daemons, m = {}, None
+    daemons, m, doomed = {}, None, set()
     hosts = ["127.0.0.2", "127.0.0.3"]
     try:
         port, known, user_key = start_sshds(sshd, tmp, hosts, daemons)
@@ -500,13 +503,17 @@ def host_failure(args):
         doomed |= {p for p in pids_with_env(f"MITRA_RUN_DIR={m.run_dir}")
                    if f"{hosts[1]} {port}".encode() in environ_of(p)}
         t_kill = time.time()
-        kill_all(doomed)
+        for pid in doomed:
+            try:
+                os.kill(pid, signal.SIGKILL if how == "kill" else signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
         failure = m.wait_event("failure", 0, args.recover_timeout)
         first = m.wait_steps(1, 1, args.recover_timeout)[0]
         fs = m.wait_event("first_step", 1, 10)
         launch = m.events("launch", 1)[0]
         restored = m.events("restored", 1)
-        return {"bench": "host", "system": "mitra", "killed": f"{hosts[1]}:{port}",
+        return {"bench": "host", "system": "mitra", "how": how, "host": f"{hosts[1]}:{port}",
                 "failure_reason": failure.get("reason"),
                 "detect_s": rel(failure["time"], t_kill),
                 "kill_to_first_step_s": rel(first["time"], t_kill),
@@ -521,6 +528,7 @@ def host_failure(args):
     finally:
         if m:
             m.job.stop()
+        kill_all(doomed)  # SIGKILL ends stopped processes too
         for d in daemons.values():
             d.kill()
         cleanup(tmp)
@@ -584,18 +592,26 @@ def main():
             rec[system].append(r)
             emit(r)
     morphs = morph(args) if "morph" in parts else []
-    host = {"bench": "host", "skipped": "not asked"}
+    hosts = []
     if "host" in parts:
-        try:
-            host = host_failure(args)
-        except Exception as e:  # optional part: report it and still print the summary
-            host = {"bench": "host", "skipped": f"failed: {type(e).__name__}: {e}"}
-    emit(host)
+        sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+        ok, why = (ssh_supported(args) if os.path.exists(sshd)
+                   else (False, "sshd is not installed (openssh-server)"))
+        for how in ("kill", "freeze"):
+            if not ok:
+                hosts.append({"bench": "host", "how": how, "skipped": f"mitra run: {why}"})
+            else:
+                try:
+                    hosts.append(host_failure(args, how))
+                except Exception as e:  # optional part: say so and still print the summary
+                    hosts.append({"bench": "host", "how": how,
+                                  "skipped": f"failed: {type(e).__name__}: {e}"})
+            emit(hosts[-1])
 
     mitra_s = median(r["kill_to_first_step_s"] for r in rec["mitra"])
     torch_s = median(r["kill_to_first_step_s"] for r in rec["torchrun"])
     restore = median(r["restore_s"] for r in rec["mitra"]) or 0
-    host_ok = "skipped" not in host
+    measured = [h for h in hosts if "skipped" not in h]
     targets = {}
     keys = ("detect_s", "downtime_s", "stop_s", "ranks_stopped_s", "relaunch_s",
             "first_step_s", "ready_s", "step_time_before_s",
@@ -614,16 +630,16 @@ def main():
             "worst": worst[0], "median_downtime_s": worst[1]["downtime_s"], "limit_s": limit,
             "met": worst[1]["downtime_s"] <= limit}
     targets["dead_host_detect_le_3s"] = {
-        "detect_s": host.get("detect_s"),
-        "met": host["detect_s"] <= 3 if host_ok else "not measured"}
+        **{h["how"]: h["detect_s"] for h in measured},
+        "met": all(h["detect_s"] <= 3 for h in measured) if measured else "not measured"}
     recovery = {}
     if mitra_s is not None:
         recovery["local"] = {"kill_to_first_step_s": mitra_s, "limit_s": round(10 + restore, 3),
                              "met": mitra_s <= 10 + restore}
-    if host_ok:
-        limit = round(10 + (host["restore_s"] or 0), 3)
-        recovery["host"] = {"kill_to_first_step_s": host["kill_to_first_step_s"],
-                            "limit_s": limit, "met": host["kill_to_first_step_s"] <= limit}
+    for h in measured:
+        limit = round(10 + (h["restore_s"] or 0), 3)
+        recovery[f"host_{h['how']}"] = {"kill_to_first_step_s": h["kill_to_first_step_s"],
+                                       "limit_s": limit, "met": h["kill_to_first_step_s"] <= limit}
     targets["recovery_le_10s_plus_checkpoint_load"] = recovery or "not measured"
     if mitra_s and torch_s:
         targets["mitra_recovery_faster_than_torchrun"] = {
@@ -639,7 +655,8 @@ def main():
         "recovery_torchrun_ready_at_s": median(r["ready_at_s"] for r in rec["torchrun"]),
         "torchrun_over_mitra": round(torch_s / mitra_s, 3) if mitra_s and torch_s else None,
         "morph_medians": morph_medians,
-        "host": host,
+        "host": {h["how"]: {k: v for k, v in h.items() if k not in ("bench", "how")}
+                 for h in hosts},
         "targets": targets,
         "torchrun_lost_node_floor_reference": {
             "notice_s": 15, "last_call_s": 30,
