@@ -19,9 +19,11 @@
    synchronous checkpoint's write time and the restore time.
 3. host (mitra, needs SSH in the build): two sshd instances on 127.0.0.2 and 127.0.0.3 (keys
    made with ssh-keygen in a temporary directory), one worker on each; one sshd and every
-   process under it is SIGKILLed. Measured: kill -> `failure` event (detection) and kill ->
-   first step of the new generation (recovery). Skipped, and said so, when the build answers
-   that it cannot reach hosts over SSH, or when sshd is missing.
+   process under it gets SIGKILL (`kill`: its connections close at once) or, in a second job,
+   SIGSTOP (`freeze`: nothing closes, nothing answers, like a host without power or network).
+   Measured: signal -> `failure` event (detection) and signal -> first step of the new
+   generation (recovery). Skipped, and said so, when the build answers that it cannot reach
+   hosts over SSH, or when sshd is missing.
 
 Prints one JSON object per measurement and a final JSON summary with medians and the targets:
 planned morph downtime <= 3 s + checkpoint write; dead host detected <= 3 s; recovery <= 10 s
