@@ -116,6 +116,7 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
     Host* known = FindHost(m.Address());
     if (known == nullptr) {
       hosts.push_back(NewHost(m));
+      if (!m.IsLocal()) hosts.back().health = Host::Health::kChecking;
       added.push_back(m.Address());
       continue;
     }
@@ -126,9 +127,13 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
                         std::to_string(m.slots) + " slots");
     }
     Host h = *known;
+    const bool returning = !h.listed;
     h.machine = m;
     h.listed = true;
     hosts.push_back(std::move(h));
+    if (returning && hosts.back().health == Host::Health::kUsable) {
+      hosts.back().health = Host::Health::kChecking;  // it may have changed while away
+    }
   }
   std::vector<std::string> removed;
   for (Host& h : hosts_) {
@@ -140,6 +145,19 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
     hosts.push_back(std::move(h));  // remembered: its health history, and status while in use
   }
   hosts_ = std::move(hosts);
+  std::vector<std::string> checking;
+  // A machine joins only once it has passed a health check: a machine that cannot be reached
+  // (or whose host key is wrong) must not make the running job morph onto it and fail.
+  for (Host& h : hosts_) {
+    if (h.machine.IsLocal() && h.health == Host::Health::kChecking && !h.check_in_flight) {
+      h.health = Host::Health::kUsable;
+    }
+    if (h.listed && h.health == Host::Health::kChecking && !h.check_in_flight) {
+      h.check_in_flight = true;
+      actions_.push_back(CheckHostAction{h.machine});
+      checking.push_back(h.machine.Address());
+    }
+  }
 
   std::string what;
   if (!added.empty()) what += "added " + Join(added, ", ");
@@ -161,8 +179,10 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
       std::string why;
       const auto desired = DesiredPlan(&why);
       if (desired && !DiffersFromCurrent(desired->first, desired->second)) {
-        Record("machines_changed", fields.SetString("action", "none"),
-               "mitra: machine list changed (" + what + "): the shape stays " + ShapeText());
+        Record("machines_changed", fields.SetString("action", checking.empty() ? "none" : "check"),
+               "mitra: machine list changed (" + what + "): " +
+                   (checking.empty() ? "the shape stays " + ShapeText()
+                                     : "checking " + Join(checking, ", ") + " before it joins"));
         return;
       }
       if (!desired) {
@@ -315,17 +335,16 @@ void Controller::OnHostChecked(const HostChecked& in) {
   if (in.healthy) {
     const bool was_out = h->health != Host::Health::kUsable;
     h->health = Host::Health::kUsable;
+    h->failed_checks = 0;
     h->reason.clear();
     if (was_out) {
       Record("host_healthy", JsonObject().SetString("machine", in.address),
              h->machine.IsLocal() ? "" : "mitra: " + in.address + " passed its health check");
     }
   } else {
-    ++h->consecutive_failures;
-    h->last_failure = now_;
-    const double backoff =
-        std::min(options_.backoff_max_s,
-                 options_.backoff_base_s * std::pow(2.0, std::max(0, h->consecutive_failures - 2)));
+    ++h->failed_checks;
+    const double backoff = std::min(
+        options_.backoff_max_s, options_.backoff_base_s * std::pow(2.0, h->failed_checks - 1));
     h->health = Host::Health::kFailed;
     h->retry_at = now_ + backoff;
     h->reason = in.reason;
@@ -333,7 +352,7 @@ void Controller::OnHostChecked(const HostChecked& in) {
            JsonObject()
                .SetString("machine", in.address)
                .SetString("reason", in.reason)
-               .SetInt("consecutive_failures", h->consecutive_failures)
+               .SetInt("failed_checks", h->failed_checks)
                .SetNumber("retry_in_s", RoundedSeconds(backoff)),
            "mitra: " + in.address + " failed its health check (" + in.reason +
                "); kept out, next check in " + Seconds(backoff),
@@ -348,7 +367,7 @@ void Controller::OnHostChecked(const HostChecked& in) {
       std::string why;
       const auto desired = DesiredPlan(&why);
       if (desired && DiffersFromCurrent(desired->first, desired->second)) {
-        BeginMorph(in.address + " is healthy again");
+        BeginMorph(in.address + (h->consecutive_failures == 0 ? " joined" : " is healthy again"));
       }
       return;
     }

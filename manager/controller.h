@@ -210,7 +210,8 @@ class Controller {
     bool listed = true;
     enum class Health { kUsable, kChecking, kFailed } health = Health::kUsable;
     bool check_in_flight = false;
-    int consecutive_failures = 0;
+    int consecutive_failures = 0;  // failures of the job blamed on it, within the window
+    int failed_checks = 0;         // health checks failed in a row: the backoff doubles with each
     double last_failure = -1e18;
     double retry_at = 0;
     std::string reason;

@@ -81,7 +81,10 @@ cutpoint::Activations Runtime::MicroBatch(int64_t step, int micro_batch) {
 }
 
 void Runtime::TraceSamples(int64_t step) {
-  std::ofstream out(options_.sample_trace + ".rank-" + std::to_string(placement_.rank),
+  // One file per generation and rank: a reader takes each step from the newest generation that
+  // traced it, since a step begun before a failure is trained again after the recovery.
+  std::ofstream out(options_.sample_trace + ".gen-" + std::to_string(placement_.generation) +
+                        ".rank-" + std::to_string(placement_.rank),
                     std::ios::app);
   out << step << " " << placement_.replica();
   for (int64_t index : sampler_->Indices(step, share_.offset, share_.count)) out << " " << index;

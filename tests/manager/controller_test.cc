@@ -142,6 +142,8 @@ TEST_F(ControllerTest, WaitsWhenFewerSlotsThanStagesAndLaunchesWhenAMachineArriv
       << controller_->reason();
   EXPECT_TRUE(Recorded("waiting"));
   Feed(MachinesChanged{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n")});
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  Feed(HostChecked{"127.0.0.3", true, ""});
   EXPECT_EQ(OnlyLaunch().plan.world_size(), 2);
   EXPECT_EQ(controller_->phase(), Phase::kRunning);
 }
@@ -168,18 +170,34 @@ TEST_F(ControllerTest, GrowsWhenHostAddedToList) {
   Feed(StartInput{List("127.0.0.2 slots=2\n")});
   RunGeneration(1);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  // A new machine joins once it has passed a health check.
+  ASSERT_EQ(All<CheckHostAction>().size(), 1u);
+  EXPECT_TRUE(All<SignalAction>().empty());
+  Feed(HostChecked{"127.0.0.3", true, ""});
   EXPECT_EQ(SignalsOf(SIGUSR1).size(), 2u);
   StopAll(2);
   EXPECT_EQ(OnlyLaunch().plan.replicas, 2);
+}
+
+TEST_F(ControllerTest, AnAddedMachineThatFailsItsHealthCheckDisturbsNothing) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  RunGeneration(1);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(HostChecked{"127.0.0.3", false, "host key changed"});
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_TRUE(Recorded("host_failed"));
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  EXPECT_EQ(controller_->Machines()[1].state, "failed");
 }
 
 TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {
   Feed(StartInput{List("127.0.0.2 slots=2\n")});
   RunGeneration(1);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=1\n")});
+  Feed(HostChecked{"127.0.0.3", true, ""});
   EXPECT_TRUE(All<SignalAction>().empty());
   EXPECT_EQ(controller_->phase(), Phase::kRunning);
-  EXPECT_TRUE(Recorded("machines_changed"));
+  EXPECT_EQ(controller_->Machines()[1].state, "idle");
 }
 
 TEST_F(ControllerTest, AChangeDuringAMorphIsFoldedIntoIt) {
@@ -189,6 +207,8 @@ TEST_F(ControllerTest, AChangeDuringAMorphIsFoldedIntoIt) {
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.4 slots=4\n")});
   EXPECT_TRUE(All<SignalAction>().empty()) << "a second change signalled again";
   EXPECT_TRUE(All<LaunchAction>().empty());
+  Feed(HostChecked{"127.0.0.4", true, ""});
+  EXPECT_TRUE(All<SignalAction>().empty());
   StopAll(2);
   const LaunchAction& launch = OnlyLaunch();
   EXPECT_EQ(launch.plan.replicas, 3);
@@ -200,6 +220,7 @@ TEST_F(ControllerTest, AMorphBeforeEveryRankIsReadyTerminatesInsteadOfSigusr1) {
   Feed(RankStarted{0, 0, 10});
   Feed(RankStarted{0, 1, 11});
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(HostChecked{"127.0.0.3", true, ""});
   EXPECT_TRUE(SignalsOf(SIGUSR1).empty());
   EXPECT_EQ(SignalsOf(SIGTERM).size(), 2u);
   Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGTERM}});

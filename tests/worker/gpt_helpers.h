@@ -35,26 +35,32 @@ inline void ExpectNoProcessLeft(const std::string& run_dir) {
   for (pid_t pid : pids) EXPECT_TRUE(ProcessGone(pid)) << "worker " << pid << " survived";
 }
 
-// step -> the dataset indices of that step's global batch, replicas in order.
+// step -> the dataset indices of that step's global batch, replicas in order, as traced by
+// MITRA_TRACE_SAMPLES: each step as the newest generation that began it saw it (a step begun
+// before a failure is trained again after the recovery, perhaps by other replicas).
 inline std::map<int64_t, std::vector<int64_t>> ReadSampleTrace(const std::string& prefix) {
-  std::map<int64_t, std::map<int, std::vector<int64_t>>> by_replica;
+  // step -> generation -> replica -> indices
+  std::map<int64_t, std::map<int64_t, std::map<int, std::vector<int64_t>>>> seen;
   const std::filesystem::path dir = std::filesystem::path(prefix).parent_path();
+  const std::string stem = prefix + ".gen-";
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    if (entry.path().string().rfind(prefix + ".rank-", 0) != 0) continue;
+    const std::string path = entry.path().string();
+    if (path.rfind(stem, 0) != 0) continue;
+    const int64_t generation = std::stoll(path.substr(stem.size()));
     std::ifstream in(entry.path());
     for (std::string line; std::getline(in, line);) {
       std::istringstream fields(line);
       int64_t step = 0;
       int replica = 0;
       fields >> step >> replica;
-      std::vector<int64_t>& slot = by_replica[step][replica];
-      slot.clear();  // a step re-run after a resume replaces what it recorded
+      std::vector<int64_t>& slot = seen[step][generation][replica];
+      slot.clear();
       for (int64_t i; fields >> i;) slot.push_back(i);
     }
   }
   std::map<int64_t, std::vector<int64_t>> out;
-  for (auto& [step, replicas] : by_replica) {
-    for (auto& [replica, indices] : replicas) {
+  for (auto& [step, generations] : seen) {
+    for (auto& [replica, indices] : generations.rbegin()->second) {
       out[step].insert(out[step].end(), indices.begin(), indices.end());
     }
   }

@@ -1,0 +1,252 @@
+// The elastic manager across real machines: real `sshd` instances on loopback addresses
+// (127.0.0.2, 127.0.0.3) with generated host and user keys and a generated known_hosts, the real
+// `mitra run`, the real GPT example. Each scenario changes the machines under a running job and
+// checks that the training is exactly the uninterrupted job's (every loss, every sample), and
+// that no worker process survives the test.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include "tests/launcher/sshd_fixture.h"
+#include "tests/manager/run_helpers.h"
+#include "tests/worker/elastic_job.h"
+
+namespace mitra {
+namespace {
+
+using testing::ElasticJob;
+using testing::MitraProcess;
+using testing::MitraResult;
+using testing::SshdFixture;
+using testing::TempDir;
+
+// ~150 ms a step over 2 x 2: long enough to change the machines mid-run.
+const ElasticJob kJob{64, 60};
+// Long enough for a host to die, be noticed, come back and join again.
+const ElasticJob kLongJob{64, 150};
+const char* const kHostA = "127.0.0.2";
+const char* const kHostB = "127.0.0.3";
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+class SshElastic : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = SshdFixture::UnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+    Result<std::unique_ptr<SshdFixture>> sshd = SshdFixture::Create(tmp_.path(), {kHostA, kHostB});
+    ASSERT_TRUE(sshd.ok()) << sshd.status().message();
+    sshd_ = std::move(*sshd);
+    ASSERT_FALSE(testing::Uninterrupted(kJob).losses.empty());
+  }
+
+  // "127.0.0.2:PORT slots=N\n"
+  std::string Line(const std::string& host, int slots) const {
+    return host + ":" + std::to_string(sshd_->port(host)) + " slots=" + std::to_string(slots) +
+           "\n";
+  }
+
+  std::vector<std::string> Flags(std::vector<std::string> extra) const {
+    extra.insert(extra.end(), {"--known-hosts", known_hosts_.empty() ? sshd_->known_hosts_path()
+                                                                      : known_hosts_,
+                               "--identity", sshd_->identity_path(), "--checkpoint-every", "1"});
+    return extra;
+  }
+
+  std::unique_ptr<MitraProcess> Start(const std::string& list,
+                                      const std::vector<std::string>& extra = {},
+                                      const ElasticJob& job = kJob) {
+    machines_ = tmp_.Write("machines.txt", list);
+    return MitraProcess::Start(MITRA_BINARY,
+                               testing::RunArgs(job, machines_, run_dir_, 2, Flags(extra)),
+                               tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+  }
+
+  // "127.0.0.3:PORT", as the manager names the machine.
+  std::string Address(const std::string& host) const {
+    return host + ":" + std::to_string(sshd_->port(host));
+  }
+
+  // Waits for `text` on the manager's stdout or stderr.
+  static bool WaitForOutput(MitraProcess& mitra, const std::string& text, double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (Contains(mitra.Stdout(), text) || Contains(mitra.Stderr(), text)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  }
+
+  // Every worker of every generation is gone (remote workers may take a moment to be reaped).
+  void ExpectNoWorkerLeft() {
+    const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+    EXPECT_FALSE(pids.empty());
+    for (int i = 0; i < 100; ++i) {
+      if (std::all_of(pids.begin(), pids.end(), testing::ProcessGone)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    for (const pid_t pid : pids) EXPECT_TRUE(testing::ProcessGone(pid)) << "worker " << pid;
+  }
+
+  // The pid of rank `rank` in the newest launch.
+  pid_t NewestPid(int rank) const {
+    const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
+    if (launches.empty()) return 0;
+    const std::vector<pid_t> all = testing::LaunchedPids(run_dir_);
+    const size_t world = static_cast<size_t>(launches.back().GetNumber("world_size").value_or(0));
+    return all.size() >= world ? all[all.size() - world + rank] : 0;
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<SshdFixture> sshd_;
+  std::string known_hosts_;  // "" = the fixture's
+  std::string machines_;
+  const std::string run_dir_ = tmp_.Path("run");
+  const std::string trace_ = tmp_.Path("trace");
+};
+
+TEST_F(SshElastic, RemovingAHostShrinksTheJobWithoutLosingAStep) {
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+  testing::RewriteFile(tmp_, "machines.txt", Line(kHostA, 2));
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "removed " + Address(kHostB))) << r.out;
+  EXPECT_TRUE(Contains(r.out, "mitra: morph done: training again in 2 x 1")) << r.out;
+  EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 2u);
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, AddingAHostGrowsTheJobOnceItPassesItsHealthCheck) {
+  auto mitra = Start(Line(kHostA, 2));
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+  testing::RewriteFile(tmp_, "machines.txt", Line(kHostA, 2) + Line(kHostB, 2));
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "checking " + Address(kHostB) + " before it joins")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "mitra: morph done: training again in 2 x 2")) << r.out;
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, AKilledWorkerIsRecoveredFromTheNewestCheckpoint) {
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_EQ(::kill(NewestPid(3), SIGKILL), 0);
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.err, "was killed by signal SIGKILL")) << r.err;
+  EXPECT_TRUE(Contains(r.out, "mitra: recovery done: training again in 2 x 2")) << r.out;
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, ALostHostIsLeftOutAndUsedAgainOnceItIsBackAndHealthy) {
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2), {}, kLongJob);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sshd_->Stop(kHostB).ok());  // its sshd and every worker it started, at once
+  ASSERT_TRUE(WaitForOutput(*mitra, "mitra: recovery done: training again in 2 x 1", 60))
+      << mitra->Stdout() << mitra->Stderr();
+  const double recovered_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  ASSERT_TRUE(sshd_->Start(kHostB).ok());
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.err, "was lost with the connection to its machine")) << r.err;
+  EXPECT_TRUE(Contains(r.out, Address(kHostB) + " passed its health check")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "mitra: morph done: training again in 2 x 2")) << r.out;
+  EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 3u);
+  std::cout << "host killed -> training again without it: " << recovered_s << " s\n";
+  testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, AStoppedWorkerIsFoundByItsMissingHeartbeats) {
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2), {"--heartbeat-timeout", "2"});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_EQ(::kill(NewestPid(2), SIGSTOP), 0);
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.err, "sent no heartbeat for 2")) << r.err;
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, AManagerKilledAndStartedAgainLeavesNoOrphanAndContinues) {
+  auto first = Start(Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(first);
+  ASSERT_TRUE(first->WaitForStdout("step 4/", 120)) << first->Stdout() << first->Stderr();
+  first->Signal(SIGKILL);
+  first->Wait(30);
+  auto second = MitraProcess::Start(
+      MITRA_BINARY, testing::RunArgs(kJob, machines_, run_dir_, 2, Flags({})), tmp_.path(),
+      {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_TRUE(second);
+  const MitraResult r = second->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: resuming from ")) << r.out;
+  EXPECT_TRUE(Contains(r.out, "of the previous manager")) << r.out;
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, BadEditsDuringARunAreRefusedAndTrainingGoesOn) {
+  // A known_hosts where 127.0.0.3 has 127.0.0.2's key: as if its key had changed.
+  const std::string a_line = sshd_->known_hosts_line(kHostA);
+  const std::string key = a_line.substr(a_line.find(' '));
+  known_hosts_ = tmp_.Write("known_hosts.wrong",
+                            a_line + "\n[" + std::string(kHostB) + "]:" +
+                                std::to_string(sshd_->port(kHostB)) + key + "\n");
+  auto mitra = Start(Line(kHostA, 2));
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+
+  testing::RewriteFile(tmp_, "machines.txt", Line(kHostA, 2) + "node$(reboot) slots=1\n");
+  ASSERT_TRUE(WaitForOutput(*mitra, "the previous list stays in force", 20)) << mitra->Stderr();
+  EXPECT_TRUE(Contains(mitra->Stderr(), "machines.txt:2: 'node$(reboot)' is not a host name"))
+      << mitra->Stderr();
+
+  testing::RewriteFile(tmp_, "machines.txt", Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(WaitForOutput(*mitra, Address(kHostB) + " failed its health check", 30))
+      << mitra->Stdout() << mitra->Stderr();
+  EXPECT_TRUE(Contains(mitra->Stderr(), "known_hosts")) << mitra->Stderr();
+
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 1u) << "the job was disturbed";
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, CtrlCCheckpointsAndStopsEverything) {
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+  mitra->Signal(SIGINT);
+  const MitraResult r = mitra->Wait(120);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: stopped at step ")) << r.out;
+  const std::vector<JsonObject> stopped = testing::EventsNamed(run_dir_, "stopped");
+  ASSERT_EQ(stopped.size(), 1u);
+  const int64_t step = static_cast<int64_t>(stopped[0].GetNumber("step").value_or(0));
+  EXPECT_TRUE(std::filesystem::exists(run_dir_ + "/checkpoints/step-" + std::to_string(step)))
+      << "no checkpoint of the step it stopped at (" << step << ")";
+  ExpectNoWorkerLeft();
+}
+
+}  // namespace
+}  // namespace mitra
