@@ -586,6 +586,7 @@ void Controller::TryLaunch() {
     ranks_[r].last_heard = now_;
   }
   generation_live_ = true;
+  exit_noted_ = false;
   phase_ = Phase::kRunning;
   reason_.clear();
   ending_ = Ending::kNone;
@@ -728,12 +729,12 @@ void Controller::MaybeEndGeneration() {
     bool pending = false;
     for (const Host& h : hosts_) pending |= h.listed && h.check_in_flight;
     if (pending && health_deadline_) {
-      if (ranks_exited_ < launch_time_) ranks_exited_ = now_;
+      NoteRanksExited();
       return;
     }
   }
   generation_live_ = false;
-  if (ranks_exited_ < launch_time_) ranks_exited_ = now_;
+  NoteRanksExited();
   stop_deadline_.reset();
   finish_deadline_.reset();
   kill_deadline_.reset();
@@ -758,6 +759,12 @@ void Controller::MaybeEndGeneration() {
       TryLaunch();
       return;
   }
+}
+
+void Controller::NoteRanksExited() {
+  if (exit_noted_) return;
+  exit_noted_ = true;
+  ranks_exited_ = now_;
 }
 
 void Controller::MarkHostFailed(const std::string& address, const std::string& why) {

@@ -244,6 +244,8 @@ class Controller {
   void AskRanksToStop();
   void Terminate(const std::string& why);
   void MaybeEndGeneration();
+  // Remembers when the last rank of the generation exited (once per generation).
+  void NoteRanksExited();
   // A failure blamed on a machine: checked at once the first time, kept out with backoff after.
   void MarkHostFailed(const std::string& address, const std::string& why);
   void CheckDueHosts();
@@ -286,6 +288,7 @@ class Controller {
   std::string change_kind_;  // "morph", "recovery" or "" (the first launch)
   double change_detected_ = 0;
   double ranks_exited_ = 0;
+  bool exit_noted_ = false;  // ranks_exited_ is this generation's
   std::vector<double> restart_times_;
 
   std::optional<double> stop_deadline_;

@@ -91,7 +91,7 @@ void Runtime::TraceSamples(int64_t step) {
   out << "\n";
 }
 
-StepResult Runtime::Step(int64_t step, bool stop_requested) {
+StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_requested) {
   if (!options_.sample_trace.empty() && placement_.stage() == 0) TraceSamples(step);
   for (const auto& p : stage_->parameters()) {
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
@@ -121,7 +121,8 @@ StepResult Runtime::Step(int64_t step, bool stop_requested) {
       squared_norm += n * n;
     }
   }
-  auto totals = torch::tensor({squared_norm, loss, stop_requested ? 1.0 : 0.0}, torch::kFloat64);
+  auto totals =
+      torch::tensor({squared_norm, loss, stop_requested() ? 1.0 : 0.0}, torch::kFloat64);
   std::vector<torch::Tensor> buffers{totals};
   comm_->Wait(comm_->global().allreduce(buffers), "the step's all-reduce of loss and gradient norm");
 

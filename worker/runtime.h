@@ -12,6 +12,7 @@
 // Not thread-safe. Communication failures throw PeerError.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,7 +68,14 @@ class Runtime {
 
   // Trains global step `step` (0-based). `stop_requested` is this rank's wish to stop after it;
   // the result's `stop` combines the wishes of all ranks.
-  StepResult Step(int64_t step, bool stop_requested = false);
+  StepResult Step(int64_t step, bool stop_requested = false) {
+    return Step(step, [stop_requested] { return stop_requested; });
+  }
+  // The same, with the wish asked for as late as possible: just before the step's all-reduce,
+  // so that a stop signal that arrives while the step computes ends the job after this step,
+  // not after the next one. Called once per step, on the calling thread. (Pass a
+  // std::function: a plain lambda would also convert to bool.)
+  StepResult Step(int64_t step, const std::function<bool()>& stop_requested);
 
   const Placement& placement() const { return placement_; }
   const Stage& stage() const { return *stage_; }

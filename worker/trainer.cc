@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <spdlog/spdlog.h>
 #include <torch/serialize.h>
@@ -124,7 +125,8 @@ int Trainer::Train(const Placement& placement) {
   std::string reason = "max_steps";
   while (step < max_steps) {
     const auto start = std::chrono::steady_clock::now();
-    StepResult r = rt.Step(step, g_stop_requested != 0);
+    const std::function<bool()> stop_requested = [] { return g_stop_requested != 0; };
+    StepResult r = rt.Step(step, stop_requested);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;

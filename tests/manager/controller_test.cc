@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,26 @@ TEST_F(ControllerTest, ShrinksWhenHostRemovedFromList) {
   now_ += 2;
   RunGeneration(7);
   EXPECT_TRUE(Recorded("first_step"));
+}
+
+TEST_F(ControllerTest, TheFirstStepRecordSplitsEachMorphsDowntime) {
+  Feed(StartInput{List("localhost slots=4\n")});
+  RunGeneration(1);
+  for (const char* list : {"localhost slots=2\n", "localhost slots=4\n"}) {
+    Feed(MachinesChanged{List(list)});
+    now_ += 1.5;  // the ranks checkpoint and exit
+    StopAll(2);   // the next generation starts at the same instant
+    now_ += 2;    // start-up, rendezvous, first step
+    RunGeneration(3);
+    const auto records = All<RecordAction>();
+    const auto first = std::find_if(records.begin(), records.end(),
+                                    [](const RecordAction& r) { return r.event == "first_step"; });
+    ASSERT_NE(first, records.end()) << list;
+    EXPECT_EQ(first->fields.GetNumber("stop_s"), 1.5) << list;
+    EXPECT_EQ(first->fields.GetNumber("relaunch_s"), 0) << list;
+    EXPECT_EQ(first->fields.GetNumber("first_step_s"), 2) << list;
+    EXPECT_EQ(first->fields.GetNumber("downtime_s"), 3.5) << list;
+  }
 }
 
 TEST_F(ControllerTest, GrowsWhenHostAddedToList) {
