@@ -2,6 +2,10 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
 namespace mitra::checkpoint {
 
 Result<DType> ToDType(c10::ScalarType type) {
@@ -39,6 +43,17 @@ Status AddTensor(TorchZipWriter& writer, const std::string& name, const torch::T
   if (!dtype.ok()) return Status::InvalidArgument(name + ": " + dtype.status().message());
   const torch::Tensor t = tensor.is_contiguous() ? tensor : tensor.contiguous();
   return writer.Add(name, *dtype, t.sizes().vec(), t.data_ptr());
+}
+
+torch::Tensor EmptyAligned(c10::IntArrayRef sizes, c10::ScalarType type) {
+  int64_t numel = 1;
+  for (int64_t d : sizes) numel *= d;
+  constexpr size_t kAlign = DirectFile::kAlignment;
+  const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(type);
+  void* data = std::aligned_alloc(kAlign, std::max(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
+  if (!data) throw std::bad_alloc();
+  return torch::from_blob(data, sizes, [](void* p) { std::free(p); },
+                          torch::TensorOptions().dtype(type));
 }
 
 torch::Tensor EmptyFor(const TensorRecord& record) {

@@ -21,4 +21,8 @@ Status AddTensor(TorchZipWriter& writer, const std::string& name, const torch::T
 // An uninitialised CPU tensor of the record's dtype and shape, to read the record into.
 torch::Tensor EmptyFor(const TensorRecord& record);
 
+// An uninitialised contiguous CPU tensor whose data starts at a DirectFile::kAlignment
+// boundary, so that a TorchZipWriter writes it to the disk straight from its memory.
+torch::Tensor EmptyAligned(c10::IntArrayRef sizes, c10::ScalarType type);
+
 }  // namespace mitra::checkpoint

@@ -3,13 +3,14 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
+#include "checkpoint/crc32.h"
 #include "checkpoint/crc32c.h"
+#include "checkpoint/direct_file.h"
 #include "checkpoint/torch_pickle.h"
 
 namespace mitra::checkpoint {
@@ -17,8 +18,8 @@ namespace {
 
 constexpr const char* kArchive = "archive/";
 constexpr uint64_t kAlignment = 64;            // tensor data starts at a multiple of this
-constexpr size_t kChunk = size_t{8} << 20;     // tensor data moves in pieces of this size
-constexpr size_t kBufferLimit = size_t{1} << 20;
+constexpr size_t kChunk = size_t{8} << 20;     // tensor data is checksummed in pieces of this size
+constexpr uint64_t kLargeRecord = uint64_t{1} << 20;  // its data starts at a page
 constexpr uint16_t kFlags = 0x0808;  // sizes and CRC in a data descriptor; UTF-8 names
 constexpr uint16_t kDosDate = (0 << 9) | (1 << 5) | 1;  // 1980-01-01: fixed, so files are reproducible
 
@@ -29,10 +30,6 @@ void Le(std::string* out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) *out += static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
-uint32_t Crc32(const void* data, size_t size, uint32_t crc) {
-  // zlib's crc32 takes a uInt length; pieces here are at most kChunk.
-  return static_cast<uint32_t>(::crc32(crc, static_cast<const Bytef*>(data), static_cast<uInt>(size)));
-}
 
 }  // namespace
 
@@ -112,53 +109,34 @@ struct TorchZipWriter::Entry {
   bool zip64 = false;
 };
 
-TorchZipWriter::TorchZipWriter(int fd, std::string path, TorchZipOptions options)
-    : fd_(fd), path_(std::move(path)), options_(options) {}
+TorchZipWriter::TorchZipWriter(std::unique_ptr<DirectFile> file, TorchZipOptions options)
+    : file_(std::move(file)), options_(options) {}
 
-TorchZipWriter::~TorchZipWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
+TorchZipWriter::~TorchZipWriter() = default;
 
 Result<std::unique_ptr<TorchZipWriter>> TorchZipWriter::Create(const std::string& path,
                                                                TorchZipOptions options) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError("cannot create " + path + ": " + ErrnoText());
-  return std::unique_ptr<TorchZipWriter>(new TorchZipWriter(fd, path, options));
+  auto file = DirectFile::Create(path, options.direct);
+  if (!file.ok()) return file.status();
+  return std::unique_ptr<TorchZipWriter>(new TorchZipWriter(std::move(*file), options));
 }
 
-Status TorchZipWriter::Flush() {
-  const char* p = buffer_.data();
-  size_t left = buffer_.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return failed_ = Status::IoError("cannot write " + path_ + ": " + ErrnoText());
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  buffer_.clear();
-  return Status::Ok();
-}
+bool TorchZipWriter::direct() const { return file_->direct(); }
 
 Status TorchZipWriter::Append(const void* data, size_t size) {
+  if (!failed_.ok()) return failed_;
   crc32c_ = Crc32c(data, size, crc32c_);
-  offset_ += size;
-  if (buffer_.size() + size <= kBufferLimit) {
-    buffer_.append(static_cast<const char*>(data), size);
-    return Status::Ok();
-  }
-  if (Status s = Flush(); !s.ok()) return s;
-  buffer_.assign(static_cast<const char*>(data), size);
-  return buffer_.size() >= kBufferLimit ? Flush() : Status::Ok();
+  if (Status s = file_->Append(data, size); !s.ok()) return failed_ = s;
+  return Status::Ok();
 }
 
 Status TorchZipWriter::WriteRecord(const std::string& record, const void* data, uint64_t size) {
   if (!failed_.ok()) return failed_;
   Entry e;
   e.name = kArchive + record;
-  e.header_offset = offset_;
+  e.header_offset = file_->size();
   e.size = size;
-  e.zip64 = size >= options_.zip64_threshold || offset_ >= options_.zip64_threshold;
+  e.zip64 = size >= options_.zip64_threshold || e.header_offset >= options_.zip64_threshold;
   std::string extra;
   if (e.zip64) {  // the sizes come in the data descriptor, 8 bytes each
     Le(&extra, 0x0001, 2);
@@ -166,9 +144,11 @@ Status TorchZipWriter::WriteRecord(const std::string& record, const void* data, 
     Le(&extra, 0, 8);
     Le(&extra, 0, 8);
   }
-  // Pad with an extra field (as torch.save does) so the data starts 64-byte aligned.
-  const uint64_t unpadded = offset_ + 30 + e.name.size() + extra.size() + 4;
-  const uint64_t pad = (kAlignment - unpadded % kAlignment) % kAlignment;
+  // Pad with an extra field (as torch.save does) so the data starts 64-byte aligned, and a
+  // large record's data at a page, where it can go to the disk straight from memory.
+  const uint64_t alignment = size >= kLargeRecord ? DirectFile::kAlignment : kAlignment;
+  const uint64_t unpadded = e.header_offset + 30 + e.name.size() + extra.size() + 4;
+  const uint64_t pad = (alignment - unpadded % alignment) % alignment;
   Le(&extra, 0x4246, 2);  // "FB"
   Le(&extra, pad, 2);
   extra.append(pad, 'Z');
@@ -188,31 +168,14 @@ Status TorchZipWriter::WriteRecord(const std::string& record, const void* data, 
   header += extra;
   if (Status s = Append(header.data(), header.size()); !s.ok()) return s;
 
-  // The data: small pieces through the buffer, large ones written from the caller's memory in
-  // chunks, each checksummed while it is in cache.
+  // The data in pieces, each checksummed while it is in cache and then written (straight
+  // from the caller's memory where it is aligned: see DirectFile).
   const char* p = static_cast<const char*>(data);
-  if (size < kBufferLimit) {
-    e.crc32 = Crc32(p, size, 0);
-    if (Status s = Append(p, size); !s.ok()) return s;
-  } else {
-    if (Status s = Flush(); !s.ok()) return s;
-    for (uint64_t done = 0; done < size;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, size - done));
-      e.crc32 = Crc32(p + done, n, e.crc32);
-      crc32c_ = Crc32c(p + done, n, crc32c_);
-      for (size_t written = 0; written < n;) {
-        const ssize_t w = ::write(fd_, p + done + written, n - written);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return failed_ = Status::IoError("cannot write " + path_ + ": " + ErrnoText());
-        written += static_cast<size_t>(w);
-      }
-      // Start writing this piece to disk now, while the next one is checksummed, so that
-      // Finish's fsync has little left to wait for (a hint: failure changes nothing).
-      (void)::sync_file_range(fd_, static_cast<off_t>(offset_ + done), static_cast<off_t>(n),
-                              SYNC_FILE_RANGE_WRITE);
-      done += n;
-    }
-    offset_ += size;
+  for (uint64_t done = 0; done < size;) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, size - done));
+    e.crc32 = Crc32(p + done, n, e.crc32);
+    if (Status s = Append(p + done, n); !s.ok()) return s;
+    done += n;
   }
   std::string descriptor;
   Le(&descriptor, 0x08074b50, 4);
@@ -237,8 +200,8 @@ Status TorchZipWriter::Add(const std::string& name, DType dtype,
   TensorRecord t{name, dtype, shape, 0};
   const std::string key = std::to_string(tensors_.size());
   if (Status s = WriteRecord("data/" + key, data, t.bytes()); !s.ok()) return s;
-  // The data ends where the descriptor (just buffered) begins.
-  t.offset = offset_ - (entries_.back().zip64 ? 24 : 16) - t.bytes();
+  // The data ends where the descriptor (just appended) begins.
+  t.offset = file_->size() - (entries_.back().zip64 ? 24 : 16) - t.bytes();
   tensors_.push_back(std::move(t));
   return Status::Ok();
 }
@@ -250,7 +213,7 @@ Result<WrittenFile> TorchZipWriter::Finish() {
   if (Status s = WriteRecord("data.pkl", pickle.data(), pickle.size()); !s.ok()) return s;
   if (Status s = WriteRecord("version", "3\n", 2); !s.ok()) return s;
 
-  const uint64_t directory_offset = offset_;
+  const uint64_t directory_offset = file_->size();
   bool zip64 = entries_.size() >= 0xFFFF;
   std::string dir;
   for (const Entry& e : entries_) {
@@ -308,12 +271,8 @@ Result<WrittenFile> TorchZipWriter::Finish() {
   Le(&dir, zip64 ? 0xFFFFFFFFull : directory_offset, 4);
   Le(&dir, 0, 2);
   if (Status s = Append(dir.data(), dir.size()); !s.ok()) return s;
-  if (Status s = Flush(); !s.ok()) return s;
-  if (::fsync(fd_) != 0) return Status::IoError("cannot fsync " + path_ + ": " + ErrnoText());
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) return Status::IoError("cannot close " + path_ + ": " + ErrnoText());
-  return WrittenFile{offset_, crc32c_, tensors_};
+  if (Status s = file_->Close(); !s.ok()) return failed_ = s;
+  return WrittenFile{file_->size(), crc32c_, tensors_};
 }
 
 // ---- reading ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/direct_file.h"
 #include "common/status.h"
 
 namespace mitra::checkpoint {
@@ -58,11 +59,16 @@ struct TorchZipOptions {
   char nest_separator = 0;
   // Records (or offsets) at or above this size use zip64 fields; lower only to test zip64.
   uint64_t zip64_threshold = 0xFFFFFFFFull;
+  // Write around the page cache where the file system allows (checkpoint/direct_file.h);
+  // false: through it, as any other file (for tests and comparisons).
+  bool direct = true;
 };
 
 // Writes one file. Each Add writes its tensor at once (the caller's memory may be reused when
-// it returns); Finish writes the pickle, the zip directory, fsyncs and closes. A writer that is
-// destroyed unfinished closes the file and leaves it incomplete. Not thread-safe.
+// it returns): a tensor of 1 MiB or more is placed at a 4096-byte boundary of the file and, when
+// its memory starts at one too, goes to the disk straight from that memory (DirectFile);
+// Finish writes the pickle, the zip directory, fsyncs and closes. A writer that is destroyed
+// unfinished closes the file and leaves it incomplete. Not thread-safe.
 class TorchZipWriter {
  public:
   static Result<std::unique_ptr<TorchZipWriter>> Create(const std::string& path,
@@ -75,21 +81,19 @@ class TorchZipWriter {
              const void* data);
   Result<WrittenFile> Finish();
 
+  bool direct() const;  // writing around the page cache
+
  private:
   struct Entry;
-  TorchZipWriter(int fd, std::string path, TorchZipOptions options);
+  TorchZipWriter(std::unique_ptr<DirectFile> file, TorchZipOptions options);
   Status WriteRecord(const std::string& record, const void* data, uint64_t size);
-  Status Append(const void* data, size_t size);  // buffered for small pieces
-  Status Flush();
+  Status Append(const void* data, size_t size);  // extends the CRC-32C
 
-  int fd_;
-  std::string path_;
+  std::unique_ptr<DirectFile> file_;
   TorchZipOptions options_;
   std::vector<Entry> entries_;
   std::vector<TensorRecord> tensors_;
-  std::string buffer_;
-  uint64_t offset_ = 0;  // bytes written or buffered so far
-  uint32_t crc32c_ = 0;  // of those bytes
+  uint32_t crc32c_ = 0;  // of the bytes appended so far
   Status failed_;
 };
 

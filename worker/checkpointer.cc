@@ -86,7 +86,8 @@ torch::Tensor Checkpointer::Staged(const std::string& key, const torch::Tensor& 
   torch::Tensor& buffer = staging_[key];
   if (!buffer.defined() || !buffer.sizes().equals(source.sizes()) ||
       buffer.scalar_type() != source.scalar_type()) {
-    buffer = torch::empty_like(source, torch::MemoryFormat::Contiguous);
+    // Page-aligned, so that the writer hands it to the disk without copying it.
+    buffer = checkpoint::EmptyAligned(source.sizes(), source.scalar_type());
   }
   return buffer.copy_(source);
 }

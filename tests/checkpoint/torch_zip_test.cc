@@ -10,10 +10,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <sstream>
 
+#include "checkpoint/crc32.h"
 #include "checkpoint/crc32c.h"
+#include "checkpoint/direct_file.h"
 
 namespace mitra::checkpoint {
 namespace {
@@ -73,6 +76,20 @@ TEST(Crc32cHardware, EqualsTheTableVersionAtEveryLengthAndAlignment) {
       EXPECT_EQ(Crc32c(data.data() + start, len, 0x1234),
                 detail::Crc32cPortable(data.data() + start, len, 0x1234))
           << start << " " << len;
+    }
+  }
+}
+
+TEST(Crc32Folding, EqualsZlibAtEveryLengthAndAlignment) {
+  std::string data((1 << 16) + 64, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + i / 251 + 7);
+  for (size_t start : {0, 1, 3, 15, 16}) {
+    for (size_t len : {0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 4096, 65537}) {
+      for (uint32_t crc : {0u, 0x12345678u}) {
+        EXPECT_EQ(Crc32(data.data() + start, len, crc),
+                  detail::Crc32Zlib(data.data() + start, len, crc))
+            << start << " " << len;
+      }
     }
   }
 }
@@ -141,6 +158,66 @@ TEST_F(TorchZip, BadNamesAndAFullDiskAreClearErrors) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("/dev/full: No space left on device"), std::string::npos)
       << s.message();
+}
+
+// Whatever the alignment of the caller's memory and of the pieces, and whether or not the
+// page cache is bypassed, the file holds exactly the bytes appended.
+TEST(DirectFile, HoldsExactlyTheBytesAppendedInEitherMode) {
+  const std::string dir = fs::temp_directory_path() / ("mitra-direct-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  constexpr size_t kA = DirectFile::kAlignment;
+  char* raw = static_cast<char*>(std::aligned_alloc(kA, 12 * kA + (5 << 20)));
+  std::unique_ptr<char, decltype(&std::free)> memory(raw, &std::free);
+  for (size_t i = 0; i < 12 * kA + (5 << 20); ++i) raw[i] = static_cast<char>(i * 7 + i / 4093);
+  // (offset into memory, size): aligned and not, whole blocks and not, one larger than the
+  // file's buffer.
+  const std::vector<std::pair<size_t, size_t>> pieces = {
+      {0, 100}, {kA, 3 * kA}, {kA, kA - 100}, {3, 2 * kA + 5}, {4 * kA, 2 * kA},
+      {5 * kA, (5 << 20) + 17}, {8, 1}, {6 * kA, kA}};
+  for (bool direct : {true, false}) {
+    const std::string path = dir + "/f" + std::to_string(direct);
+    auto file = DirectFile::Create(path, direct);
+    ASSERT_TRUE(file.ok()) << file.status().message();
+    if (!direct) {
+      EXPECT_FALSE((*file)->direct());
+    }
+    std::string expected;
+    for (const auto& [at, size] : pieces) {
+      ASSERT_TRUE((*file)->Append(raw + at, size).ok());
+      expected.append(raw + at, size);
+    }
+    EXPECT_EQ((*file)->size(), expected.size());
+    ASSERT_TRUE((*file)->Close().ok());
+    std::ifstream in(path, std::ios::binary);
+    EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(in), {}) == expected) << direct;
+  }
+  fs::remove_all(dir);
+}
+
+// A large tensor starts at a page in the file in any case; when its memory does too it goes
+// to the disk without a copy. The file does not depend on either.
+TEST_F(TorchZip, LargeTensorsArePageAlignedAndTheFileIsTheSameInEitherMode) {
+  float* aligned = static_cast<float*>(std::aligned_alloc(DirectFile::kAlignment, big_.size() * 4));
+  std::unique_ptr<float, decltype(&std::free)> memory(aligned, &std::free);
+  std::memcpy(aligned, big_.data(), big_.size() * 4);
+  std::vector<std::string> files;
+  for (bool direct : {true, false}) {
+    for (float* data : {aligned, big_.data()}) {
+      const std::string path = dir_ + "/t" + std::to_string(files.size()) + ".pt";
+      TorchZipOptions options;
+      options.direct = direct;
+      auto writer = TorchZipWriter::Create(path, options);
+      ASSERT_TRUE(writer.ok());
+      ASSERT_TRUE((*writer)->Add("step", DType::kInt64, {}, &step_).ok());
+      ASSERT_TRUE((*writer)->Add("big", DType::kFloat32, {768, 1024}, data).ok());
+      auto written = (*writer)->Finish();
+      ASSERT_TRUE(written.ok()) << written.status().message();
+      EXPECT_EQ(written->tensors[1].offset % DirectFile::kAlignment, 0u);
+      files.push_back(Slurp(path));
+      EXPECT_EQ(written->crc32c, Crc32c(files.back()));
+    }
+  }
+  for (const std::string& f : files) EXPECT_TRUE(f == files[0]);
 }
 
 // torch.load (and Python's zipfile, which checks every record's CRC-32) read what the writer
