@@ -8,14 +8,19 @@ For the `bench` GPT (1.6 M parameters) and the `large` GPT (~101 M parameters) i
   sync_s      a synchronous save: the final one, from snapshot to manifest renamed
   write MB/s  checkpoint bytes / sync_s
   load_s      restoring the checkpoint on resume (each tensor read into place, CRC-32C checked)
-and in the same run measures the disk with dd: sequential write of the same number of bytes
-with fsync (conv=fsync), and a read of the checkpoint files with cat (page cache warm, as for
-the load). Prints one JSON line per model. Targets: blocked <= 10% of sync; write >= 50% of dd.
+and in the same run measures the disk with dd: files of the checkpoint's sizes written next to
+it, each fsynced (conv=fsync), once through the page cache (dd_write_MBps) and once around it
+(oflag=direct, dd_direct_MBps); write_over_dd compares with the faster of the two. The read
+baseline reads the checkpoint's files (page cache warm, as for the load) into newly mapped
+memory, as any loader must (read_MBps); read_cached_MBps reads them into one reused buffer.
+Prints one JSON line per model. Targets: blocked <= 10% of sync; write >= 50% of dd; load
+>= 50% of read.
 
   bench/checkpoint.py [--build build] [--dir /tmp]
 """
 import argparse
 import json
+import mmap
 import os
 import re
 import shutil
@@ -50,22 +55,47 @@ def mitra(args, tmp, run_dir, model, batch, chunk, steps):
     return os.path.join(run_dir, "logs", gens[-1], "rank-0.log")
 
 
-def dd_write(path, nbytes):
-    mb = max(1, nbytes // (1 << 20))
-    out = subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={mb}",
-                          "conv=fsync"], stderr=subprocess.PIPE, text=True, check=True).stderr
-    seconds = float(re.search(r"([0-9.]+) s,", out).group(1))
-    os.remove(path)
-    return mb * (1 << 20) / seconds / 1e6
+def dd_write(directory, sizes, direct):
+    """dd writing files of the given sizes into `directory`, each fsynced (conv=fsync), as the
+    checkpoint's files are; through the page cache, or around it (oflag=direct). MB/s."""
+    start = time.perf_counter()
+    for i, size in enumerate(sizes):
+        path = os.path.join(directory, f"dd-{i}.bin")
+        cmd = ["dd", "if=/dev/zero", f"of={path}", "bs=4M", f"count={size}", "iflag=count_bytes",
+               "conv=fsync"] + (["oflag=direct"] if direct else [])
+        subprocess.run(cmd, stderr=subprocess.PIPE, check=True)
+    seconds = time.perf_counter() - start
+    for i in range(len(sizes)):
+        os.remove(os.path.join(directory, f"dd-{i}.bin"))
+    return sum(sizes) / seconds / 1e6
 
 
-def read_files(directory):
+def read_files(directory, fresh):
+    """Reads every file of `directory` (page cache warm, as for the load): into one reused
+    1 MB buffer, or (fresh) each file into newly mapped memory of its size, as any loader must
+    put a checkpoint into memory it allocates. MB/s."""
+    names = sorted(os.listdir(directory))
+    for name in names:  # warm the page cache
+        with open(os.path.join(directory, name), "rb") as f:
+            while f.read(1 << 20):
+                pass
     start = time.perf_counter()
     total = 0
-    for name in os.listdir(directory):
-        with open(os.path.join(directory, name), "rb") as f:
-            while chunk := f.read(1 << 20):
-                total += len(chunk)
+    for name in names:
+        with open(os.path.join(directory, name), "rb", buffering=0) as f:
+            if fresh:
+                size = os.fstat(f.fileno()).st_size
+                memory = mmap.mmap(-1, max(size, 1))
+                view = memoryview(memory)
+                got = 0
+                while got < size and (n := f.readinto(view[got:size])):
+                    got += n
+                total += got
+                view.release()
+                memory.close()
+            else:
+                while chunk := f.read(1 << 20):
+                    total += len(chunk)
     return total / (time.perf_counter() - start) / 1e6
 
 
@@ -78,9 +108,16 @@ def measure(args, model, batch, chunk):
         # them, as every later save does); step 3: the final save, synchronous.
         saves = records(log, "checkpoint")
         ckpt = os.path.join(run_dir, "checkpoints", "step-3")
-        nbytes = sum(os.path.getsize(os.path.join(ckpt, f)) for f in os.listdir(ckpt))
-        dd = dd_write(os.path.join(tmp, "dd.bin"), nbytes)
-        read = read_files(ckpt)
+        sizes = [os.path.getsize(os.path.join(ckpt, f)) for f in sorted(os.listdir(ckpt))]
+        nbytes = sum(sizes)
+        dd_dir = os.path.join(run_dir, "checkpoints", "dd")
+        os.mkdir(dd_dir)
+        dd_cached = dd_write(dd_dir, sizes, direct=False)
+        dd_direct = dd_write(dd_dir, sizes, direct=True)
+        os.rmdir(dd_dir)
+        dd = max(dd_cached, dd_direct)
+        read_cached = read_files(ckpt, fresh=False)
+        read = read_files(ckpt, fresh=True)
         log = mitra(args, tmp, run_dir, model, batch, chunk, steps=4)
         load_s = records(log, "restored")[0]["seconds"]
         sync_s = saves[-1]["total_s"]
@@ -92,10 +129,12 @@ def measure(args, model, batch, chunk):
             "sync_s": round(sync_s, 3),
             "blocked_over_sync": round(saves[1]["blocked_s"] / sync_s, 4),
             "write_MBps": round(nbytes / sync_s / 1e6, 1),
-            "dd_write_MBps": round(dd, 1),
+            "dd_write_MBps": round(dd_cached, 1),
+            "dd_direct_MBps": round(dd_direct, 1),
             "write_over_dd": round(nbytes / sync_s / 1e6 / dd, 3),
             "load_s": round(load_s, 3),
             "load_MBps": round(nbytes / load_s / 1e6, 1),
+            "read_cached_MBps": round(read_cached, 1),
             "read_MBps": round(read, 1),
             "load_over_read": round(nbytes / load_s / 1e6 / read, 3),
         }
