@@ -30,12 +30,6 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 }  // namespace
 
-Controller::Host Controller::NewHost(const Machine& machine) {
-  Host host;
-  host.machine = machine;
-  return host;
-}
-
 std::string PhaseName(Phase phase) {
   switch (phase) {
     case Phase::kWaiting:
@@ -54,7 +48,10 @@ std::string PhaseName(Phase phase) {
   return "unknown";
 }
 
-Controller::Controller(ControllerOptions options) : options_(std::move(options)) {}
+Controller::Controller(ControllerOptions options)
+    : options_(std::move(options)),
+      pool_(MachinePoolOptions{options_.backoff_base_s, options_.backoff_max_s,
+                               options_.restart_window_s}) {}
 
 std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, double now) {
   now_ = now;
@@ -93,77 +90,27 @@ double Controller::NextDeadline() const {
       }
     }
   }
-  for (const Host& h : hosts_) {
-    if (h.listed && h.health == Host::Health::kFailed && !h.check_in_flight) {
-      next = std::min(next, h.retry_at);
-    }
-  }
+  next = std::min(next, pool_.NextCheckDue());
   return next;
 }
 
 // ---- Inputs ------------------------------------------------------------------------------
 
 void Controller::OnStart(const StartInput& in) {
-  for (const Machine& m : in.list.machines) hosts_.push_back(NewHost(m));
+  pool_.Reset(in.list);
   TryLaunch();
 }
 
 void Controller::OnMachinesChanged(const MachinesChanged& in) {
-  std::vector<Host> hosts;
-  std::vector<std::string> added;
-  std::vector<std::string> resized;
-  for (const Machine& m : in.list.machines) {
-    Host* known = FindHost(m.Address());
-    if (known == nullptr) {
-      hosts.push_back(NewHost(m));
-      if (!m.IsLocal()) hosts.back().health = Host::Health::kChecking;
-      added.push_back(m.Address());
-      continue;
-    }
-    if (!known->listed) {
-      added.push_back(m.Address());
-    } else if (known->machine.slots != m.slots) {
-      resized.push_back(m.Address() + " " + std::to_string(known->machine.slots) + " -> " +
-                        std::to_string(m.slots) + " slots");
-    }
-    Host h = *known;
-    const bool returning = !h.listed;
-    h.machine = m;
-    h.listed = true;
-    hosts.push_back(std::move(h));
-    if (returning && hosts.back().health == Host::Health::kUsable) {
-      hosts.back().health = Host::Health::kChecking;  // it may have changed while away
-    }
-  }
-  std::vector<std::string> removed;
-  for (Host& h : hosts_) {
-    const bool still = std::any_of(in.list.machines.begin(), in.list.machines.end(),
-                                   [&](const Machine& m) { return m.Address() == h.machine.Address(); });
-    if (still) continue;
-    if (h.listed) removed.push_back(h.machine.Address());
-    h.listed = false;
-    hosts.push_back(std::move(h));  // remembered: its health history, and status while in use
-  }
-  hosts_ = std::move(hosts);
+  const MachinePool::Change change = pool_.Update(in.list);
   std::vector<std::string> checking;
-  // A machine joins only once it has passed a health check: a machine that cannot be reached
-  // (or whose host key is wrong) must not make the running job morph onto it and fail.
-  for (Host& h : hosts_) {
-    if (h.machine.IsLocal() && h.health == Host::Health::kChecking && !h.check_in_flight) {
-      h.health = Host::Health::kUsable;
-    }
-    if (h.listed && h.health == Host::Health::kChecking && !h.check_in_flight) {
-      h.check_in_flight = true;
-      actions_.push_back(CheckHostAction{h.machine});
-      checking.push_back(h.machine.Address());
-    }
+  for (const Machine& m : change.to_check) {
+    actions_.push_back(CheckHostAction{m});
+    checking.push_back(m.Address());
   }
-
-  std::string what;
-  if (!added.empty()) what += "added " + Join(added, ", ");
-  if (!removed.empty()) what += (what.empty() ? "" : "; ") + ("removed " + Join(removed, ", "));
-  if (!resized.empty()) what += (what.empty() ? "" : "; ") + Join(resized, ", ");
-  if (what.empty()) what = "no machine added or removed";
+  const std::string what = change.Describe();
+  const std::vector<std::string>& added = change.added;
+  const std::vector<std::string>& removed = change.removed;
   JsonObject fields;
   fields.Set("added", JsonValue::StringArray(added))
       .Set("removed", JsonValue::StringArray(removed))
@@ -189,10 +136,7 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
         // Fewer usable slots than stages. The running generation goes on unless it runs on a
         // machine that left the list or lost slots.
         bool affected = false;
-        for (const Machine& m : launched_machines_) {
-          const Host* h = FindHost(m.Address());
-          affected |= h == nullptr || !h->listed || h->machine.slots < m.slots;
-        }
+        for (const Machine& m : launched_machines_) affected |= pool_.Shrunk(m);
         if (!affected) {
           Record("machines_changed", fields.SetString("action", "none").SetString("why", why));
           return;
@@ -329,33 +273,24 @@ void Controller::OnExited(const RankExited& in) {
 }
 
 void Controller::OnHostChecked(const HostChecked& in) {
-  Host* h = FindHost(in.address);
-  if (h == nullptr) return;
-  h->check_in_flight = false;
+  const MachinePool::CheckResult result =
+      pool_.OnChecked(in.address, in.healthy, in.reason, now_);
+  if (!result.known) return;
   if (in.healthy) {
-    const bool was_out = h->health != Host::Health::kUsable;
-    h->health = Host::Health::kUsable;
-    h->failed_checks = 0;
-    h->reason.clear();
-    if (was_out) {
+    if (result.joined) {
+      const Machine* m = pool_.Find(in.address);
       Record("host_healthy", JsonObject().SetString("machine", in.address),
-             h->machine.IsLocal() ? "" : "mitra: " + in.address + " passed its health check");
+             m != nullptr && m->IsLocal() ? "" : "mitra: " + in.address + " passed its health check");
     }
   } else {
-    ++h->failed_checks;
-    const double backoff = std::min(
-        options_.backoff_max_s, options_.backoff_base_s * std::pow(2.0, h->failed_checks - 1));
-    h->health = Host::Health::kFailed;
-    h->retry_at = now_ + backoff;
-    h->reason = in.reason;
     Record("host_failed",
            JsonObject()
                .SetString("machine", in.address)
                .SetString("reason", in.reason)
-               .SetInt("failed_checks", h->failed_checks)
-               .SetNumber("retry_in_s", RoundedSeconds(backoff)),
+               .SetInt("failed_checks", result.failed_checks)
+               .SetNumber("retry_in_s", RoundedSeconds(result.backoff_s)),
            "mitra: " + in.address + " failed its health check (" + in.reason +
-               "); kept out, next check in " + Seconds(backoff),
+               "); kept out, next check in " + Seconds(result.backoff_s),
            true);
   }
   switch (phase_) {
@@ -363,11 +298,11 @@ void Controller::OnHostChecked(const HostChecked& in) {
       if (in.healthy) TryLaunch();
       return;
     case Phase::kRunning: {
-      if (!in.healthy || !h->listed) return;
+      if (!in.healthy || !result.listed) return;
       std::string why;
       const auto desired = DesiredPlan(&why);
       if (desired && DiffersFromCurrent(desired->first, desired->second)) {
-        BeginMorph(in.address + (h->consecutive_failures == 0 ? " joined" : " is healthy again"));
+        BeginMorph(in.address + (result.first ? " joined" : " is healthy again"));
       }
       return;
     }
@@ -506,7 +441,7 @@ void Controller::OnTimers() {
     health_deadline_.reset();
     MaybeEndGeneration();
   }
-  CheckDueHosts();
+  for (const Machine& m : pool_.DueChecks(now_)) actions_.push_back(CheckHostAction{m});
 }
 
 // ---- Decisions ---------------------------------------------------------------------------
@@ -514,18 +449,9 @@ void Controller::OnTimers() {
 std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan(
     std::string* why) const {
   GridRequest request;
-  std::vector<Machine> machines;
   std::vector<std::string> out;
-  for (const Host& h : hosts_) {
-    if (!h.listed) continue;
-    if (h.health != Host::Health::kUsable) {
-      out.push_back(h.machine.Address() +
-                    (h.health == Host::Health::kChecking ? " (being checked)" : " (failed)"));
-      continue;
-    }
-    machines.push_back(h.machine);
-    request.slots_per_machine.push_back(h.machine.slots);
-  }
+  std::vector<Machine> machines = pool_.Usable(&out);
+  for (const Machine& m : machines) request.slots_per_machine.push_back(m.slots);
   int slots = 0;
   for (const int s : request.slots_per_machine) slots += s;
   if (slots < options_.stages) {
@@ -673,7 +599,21 @@ void Controller::Fail(int rank, const std::string& what, bool blame_machine) {
     fields.SetInt("rank", rank).SetInt("pid", ranks_[rank].pid).SetString("machine", address);
   }
   Record("failure", fields, "mitra: failure: " + what, true);
-  if (blame_machine && !address.empty()) MarkHostFailed(address, what);
+  if (blame_machine && !address.empty()) {
+    const MachinePool::Blame blame = pool_.BlameFailure(address, what, now_);
+    if (blame.check_now) actions_.push_back(CheckHostAction{*blame.check_now});
+    if (blame.kept_out) {
+      Record("host_failed",
+             JsonObject()
+                 .SetString("machine", address)
+                 .SetString("reason", what)
+                 .SetInt("failures", blame.failures)
+                 .SetNumber("retry_in_s", RoundedSeconds(blame.backoff_s)),
+             "mitra: " + address + " failed " + std::to_string(blame.failures) +
+                 " times in a row; kept out, next health check in " + Seconds(blame.backoff_s),
+             true);
+    }
+  }
 
   if (ending_ == Ending::kStop) {
     if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, what};
@@ -726,9 +666,7 @@ void Controller::MaybeEndGeneration() {
   if (!generation_live_ || RunningRanks() > 0) return;
   if (ending_ == Ending::kRecover) {
     // Wait for the failed machines' health checks, up to health_deadline_.
-    bool pending = false;
-    for (const Host& h : hosts_) pending |= h.listed && h.check_in_flight;
-    if (pending && health_deadline_) {
+    if (pool_.CheckInFlight() && health_deadline_) {
       NoteRanksExited();
       return;
     }
@@ -767,45 +705,6 @@ void Controller::NoteRanksExited() {
   ranks_exited_ = now_;
 }
 
-void Controller::MarkHostFailed(const std::string& address, const std::string& why) {
-  Host* h = FindHost(address);
-  if (h == nullptr) return;
-  if (now_ - h->last_failure > options_.restart_window_s) h->consecutive_failures = 0;
-  ++h->consecutive_failures;
-  h->last_failure = now_;
-  h->reason = why;
-  if (h->consecutive_failures == 1 && h->listed) {
-    h->health = Host::Health::kChecking;
-    h->check_in_flight = true;
-    actions_.push_back(CheckHostAction{h->machine});
-    return;
-  }
-  const double backoff =
-      std::min(options_.backoff_max_s,
-               options_.backoff_base_s * std::pow(2.0, std::max(0, h->consecutive_failures - 2)));
-  h->health = Host::Health::kFailed;
-  h->retry_at = now_ + backoff;
-  Record("host_failed",
-         JsonObject()
-             .SetString("machine", address)
-             .SetString("reason", why)
-             .SetInt("consecutive_failures", h->consecutive_failures)
-             .SetNumber("retry_in_s", RoundedSeconds(backoff)),
-         "mitra: " + address + " failed " + std::to_string(h->consecutive_failures) +
-             " times in a row; kept out, next health check in " + Seconds(backoff),
-         true);
-}
-
-void Controller::CheckDueHosts() {
-  for (Host& h : hosts_) {
-    if (!h.listed || h.health != Host::Health::kFailed || h.check_in_flight) continue;
-    if (now_ < h.retry_at) continue;
-    h.health = Host::Health::kChecking;
-    h.check_in_flight = true;
-    actions_.push_back(CheckHostAction{h.machine});
-  }
-}
-
 void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
   phase_ = Phase::kFinished;
   generation_live_ = false;
@@ -838,13 +737,6 @@ bool Controller::AllReady() const {
   return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.ready; });
 }
 
-Controller::Host* Controller::FindHost(const std::string& address) {
-  for (Host& h : hosts_) {
-    if (h.machine.Address() == address) return &h;
-  }
-  return nullptr;
-}
-
 std::string Controller::RankWhere(int rank) const {
   const Rank& r = ranks_[rank];
   std::string text = "rank " + std::to_string(rank);
@@ -857,33 +749,13 @@ std::string Controller::RankWhere(int rank) const {
 std::string Controller::ShapeText() const { return Shape(plan_.stages, plan_.replicas); }
 
 std::vector<MachineView> Controller::Machines() const {
-  std::vector<MachineView> views;
-  for (const Host& h : hosts_) {
-    MachineView v;
-    v.machine = h.machine;
-    if (generation_live_) {
-      for (const Rank& r : ranks_) {
-        if (r.running && launched_machines_[r.machine].Address() == h.machine.Address()) {
-          ++v.used_slots;
-        }
-      }
+  std::vector<std::string> running;
+  if (generation_live_) {
+    for (const Rank& r : ranks_) {
+      if (r.running) running.push_back(launched_machines_[r.machine].Address());
     }
-    if (!h.listed) {
-      if (v.used_slots == 0) continue;
-      v.state = "removed";
-    } else if (h.health == Host::Health::kFailed) {
-      v.state = "failed";
-      v.retry_at = h.retry_at;
-      v.reason = h.reason;
-    } else if (h.health == Host::Health::kChecking) {
-      v.state = "checking";
-      v.reason = h.reason;
-    } else {
-      v.state = v.used_slots > 0 ? "in use" : "idle";
-    }
-    views.push_back(std::move(v));
   }
-  return views;
+  return pool_.Views(running);
 }
 
 std::vector<std::string> Controller::RankAddresses() const {

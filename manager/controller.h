@@ -33,6 +33,7 @@
 #include "launcher/process_runner.h"
 #include "manager/grid.h"
 #include "manager/machine_list.h"
+#include "manager/machine_pool.h"
 
 namespace mitra::manager {
 
@@ -166,15 +167,6 @@ using ControllerAction =
 enum class Phase { kWaiting, kRunning, kMorphing, kRecovering, kStopping, kFinished };
 std::string PhaseName(Phase phase);
 
-// A machine of the list (or one that left it while ranks still ran there), as status shows it.
-struct MachineView {
-  Machine machine;
-  std::string state;  // "in use", "idle", "checking", "failed", "removed"
-  int used_slots = 0;
-  double retry_at = 0;  // "failed": when the next health check is due (controller time)
-  std::string reason;   // "failed": why
-};
-
 class Controller {
  public:
   explicit Controller(ControllerOptions options);
@@ -205,18 +197,6 @@ class Controller {
     bool heartbeats = false;   // has sent a heartbeat: hang detection is on
     double last_heard = 0;
   };
-  struct Host {
-    Machine machine;
-    bool listed = true;
-    enum class Health { kUsable, kChecking, kFailed } health = Health::kUsable;
-    bool check_in_flight = false;
-    int consecutive_failures = 0;  // failures of the job blamed on it, within the window
-    int failed_checks = 0;         // health checks failed in a row: the backoff doubles with each
-    double last_failure = -1e18;
-    double retry_at = 0;
-    std::string reason;
-  };
-  static Host NewHost(const Machine& machine);
   // Why the current generation is ending, and what comes after.
   enum class Ending { kNone, kMorph, kRecover, kStop, kFinish };
 
@@ -246,9 +226,6 @@ class Controller {
   void MaybeEndGeneration();
   // Remembers when the last rank of the generation exited (once per generation).
   void NoteRanksExited();
-  // A failure blamed on a machine: checked at once the first time, kept out with backoff after.
-  void MarkHostFailed(const std::string& address, const std::string& why);
-  void CheckDueHosts();
   void Finish(FinishAction::Outcome outcome, const std::string& reason);
   void Record(const std::string& event, JsonObject fields, const std::string& line = "",
               bool error = false);
@@ -257,7 +234,6 @@ class Controller {
   bool TearingDown() const;
   int RunningRanks() const;
   bool AllReady() const;
-  Host* FindHost(const std::string& address);
   std::string RankWhere(int rank) const;  // "rank 3 on 127.0.0.2 (pid 4242)"
   std::string ShapeText() const;
 
@@ -273,7 +249,7 @@ class Controller {
   std::string stop_source_;
   std::optional<FinishAction> final_failure_;
 
-  std::vector<Host> hosts_;  // in list order; removed ones stay while ranks run there
+  MachinePool pool_;
   int64_t generation_ = -1;
   bool generation_live_ = false;  // launched, and not every rank has exited yet
   GridPlan plan_;

@@ -48,7 +48,7 @@ RunLoop::RunLoop(RunLoopOptions options, ControllerOptions controller_options,
       max_steps_(controller_options.max_steps) {}
 
 RunLoop::~RunLoop() {
-  for (std::thread& t : checks_) t.join();
+  for (Check& check : checks_) check.thread.join();
 }
 
 int RunLoop::Run(const MachineList& machines) {
@@ -304,13 +304,23 @@ void RunLoop::StartHealthCheck(const Machine& machine) {
     inputs_.push_back(HostChecked{machine.Address(), true, ""});
     return;
   }
+  checks_.erase(std::remove_if(checks_.begin(), checks_.end(),
+                               [](Check& check) {
+                                 if (!check.done->load()) return false;
+                                 check.thread.join();
+                                 return true;
+                               }),
+                checks_.end());
   Transports* transports = transports_;
   EventQueue* queue = queue_;
   const double timeout_s = options_.health_check_timeout_s;
-  checks_.emplace_back([transports, queue, machine, timeout_s] {
-    const mitra::Status s = transports->Check(machine, timeout_s);
-    queue->Push(HostChecked{machine.Address(), s.ok(), s.message()});
-  });
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  checks_.push_back(Check{std::thread([transports, queue, machine, timeout_s, done] {
+                            const mitra::Status s = transports->Check(machine, timeout_s);
+                            queue->Push(HostChecked{machine.Address(), s.ok(), s.message()});
+                            done->store(true);
+                          }),
+                          done});
 }
 
 // ---- Records -----------------------------------------------------------------------------

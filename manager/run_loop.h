@@ -11,8 +11,10 @@
 #pragma once
 
 #include <cstdint>
+#include <atomic>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <ostream>
 #include <string>
@@ -112,7 +114,13 @@ class RunLoop {
   int exit_code_ = -1;
   std::string final_state_;
   JsonObject last_event_;
-  std::vector<std::thread> checks_;
+  // Health checks run on threads of their own (a check may block for seconds); finished ones are
+  // joined whenever a new one starts, the rest when the loop ends.
+  struct Check {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Check> checks_;
 
   mutable std::mutex status_mu_;
   JsonObject status_;  // guarded by status_mu_

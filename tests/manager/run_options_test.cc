@@ -129,10 +129,30 @@ TEST(RunOptions, RejectsBadNumbers) {
   EXPECT_TRUE(Contains(with({"--nstages"}), "--nstages needs a value"));
 }
 
-TEST(RunOptions, StatusAndStopAreNotAvailableYet) {
-  EXPECT_TRUE(Contains(ParseError({"status"}), "mitra status is not available yet"));
-  EXPECT_TRUE(Contains(ParseError({"stop"}), "mitra stop is not available yet"));
+TEST(RunOptions, AnUnknownCommandNamesTheCommands) {
   EXPECT_TRUE(Contains(ParseError({"frob"}), "unknown command 'frob'"));
+  EXPECT_TRUE(Contains(ParseError({"frob"}), "run, checkpoint, status, stop"));
+}
+
+TEST(RunOptions, ElasticFlags) {
+  const Command c = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--max-restarts", "0",
+                             "--heartbeat-timeout", "2.5", "--env", "A_B=x=y", "--env", "C=",
+                             "--code-dir", "/srv/t", "--known-hosts", "kh", "--identity", "id",
+                             "--", "prog"});
+  EXPECT_EQ(c.run.max_restarts, 0);
+  EXPECT_EQ(c.run.heartbeat_timeout_s, 2.5);
+  ASSERT_EQ(c.run.env.size(), 2u);
+  EXPECT_EQ(c.run.env[0], std::make_pair(std::string("A_B"), std::string("x=y")));
+  EXPECT_EQ(c.run.env[1], std::make_pair(std::string("C"), std::string("")));
+  EXPECT_EQ(c.run.code_dir, "/srv/t");
+  EXPECT_EQ(c.run.known_hosts, "kh");
+  EXPECT_EQ(c.run.identity, "id");
+  EXPECT_TRUE(Contains(ParseError({"run", "--machines", "m", "--batch-size", "8", "--env",
+                                   "1X=2", "--", "p"}),
+                       "--env '1X=2' is not KEY=VALUE"));
+  EXPECT_TRUE(Contains(ParseError({"run", "--machines", "m", "--batch-size", "8",
+                                   "--max-restarts", "-1", "--", "p"}),
+                       "--max-restarts"));
 }
 
 TEST(RunOptions, HelpAndVersion) {

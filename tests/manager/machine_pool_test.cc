@@ -1,0 +1,87 @@
+// The machine pool's rules, driven by hand: joining after a check, blame, backoff, views.
+#include "manager/machine_pool.h"
+
+#include <gtest/gtest.h>
+
+namespace mitra::manager {
+namespace {
+
+MachineList List(const std::string& text) {
+  Result<MachineList> list = ParseMachineList(text, "machines.txt", 1);
+  EXPECT_TRUE(list.ok()) << list.status().message();
+  return list.ok() ? *list : MachineList{};
+}
+
+std::vector<std::string> Addresses(const std::vector<Machine>& machines) {
+  std::vector<std::string> out;
+  for (const Machine& m : machines) out.push_back(m.Address());
+  return out;
+}
+
+TEST(MachinePool, AnEditSaysWhatChangedAndChecksRemoteNewcomers) {
+  MachinePool pool(MachinePoolOptions{});
+  pool.Reset(List("localhost slots=2\na slots=2\nb slots=1\n"));
+  const MachinePool::Change change = pool.Update(List("localhost slots=4\na slots=2\nc slots=1\n"));
+  EXPECT_EQ(change.Describe(), "added c; removed b; localhost 2 -> 4 slots");
+  EXPECT_EQ(Addresses(change.to_check), std::vector<std::string>{"c"});
+  std::vector<std::string> out;
+  EXPECT_EQ(Addresses(pool.Usable(&out)), (std::vector<std::string>{"localhost", "a"}));
+  EXPECT_EQ(out, std::vector<std::string>{"c (being checked)"});
+  EXPECT_TRUE(pool.CheckInFlight());
+  EXPECT_TRUE(pool.OnChecked("c", true, "", 0).joined);
+  EXPECT_EQ(pool.Usable(nullptr).size(), 3u);
+}
+
+TEST(MachinePool, AMachineBackInTheListIsCheckedAgain) {
+  MachinePool pool(MachinePoolOptions{});
+  pool.Reset(List("a slots=1\nb slots=1\n"));
+  pool.Update(List("a slots=1\n"));
+  const MachinePool::Change back = pool.Update(List("a slots=1\nb slots=1\n"));
+  EXPECT_EQ(back.added, std::vector<std::string>{"b"});
+  EXPECT_EQ(Addresses(back.to_check), std::vector<std::string>{"b"});
+}
+
+TEST(MachinePool, BlameChecksOnceThenBacksOffAndFailedChecksDoubleTheWait) {
+  MachinePool pool(MachinePoolOptions{2, 300, 600});
+  pool.Reset(List("a slots=1\n"));
+  MachinePool::Blame first = pool.BlameFailure("a", "crashed", 100);
+  ASSERT_TRUE(first.check_now.has_value());
+  EXPECT_FALSE(first.kept_out);
+  EXPECT_EQ(pool.OnChecked("a", false, "refused", 100).backoff_s, 2);
+  EXPECT_TRUE(pool.DueChecks(101).empty());
+  EXPECT_EQ(pool.NextCheckDue(), 102);
+  ASSERT_EQ(pool.DueChecks(102).size(), 1u);
+  EXPECT_EQ(pool.OnChecked("a", false, "refused", 102).backoff_s, 4);
+  ASSERT_EQ(pool.DueChecks(106).size(), 1u);
+  EXPECT_EQ(pool.OnChecked("a", false, "refused", 106).backoff_s, 8);
+  ASSERT_EQ(pool.DueChecks(114).size(), 1u);
+  EXPECT_TRUE(pool.OnChecked("a", true, "", 114).joined);
+  // A second failure of the job within the window: out for the backoff, no check at once.
+  MachinePool::Blame second = pool.BlameFailure("a", "crashed again", 200);
+  EXPECT_FALSE(second.check_now.has_value());
+  EXPECT_TRUE(second.kept_out);
+  EXPECT_EQ(second.failures, 2);
+  EXPECT_EQ(second.backoff_s, 2);
+  // Much later, the history is forgotten.
+  EXPECT_TRUE(pool.OnChecked("a", true, "", 300).joined);
+  EXPECT_TRUE(pool.BlameFailure("a", "crashed", 2000).check_now.has_value());
+}
+
+TEST(MachinePool, ViewsShowStateAndUse) {
+  MachinePool pool(MachinePoolOptions{});
+  pool.Reset(List("a slots=2\nb slots=2\n"));
+  pool.BlameFailure("b", "lost", 0);
+  pool.OnChecked("b", false, "connection refused", 0);
+  pool.Update(List("b slots=2\n"));
+  const std::vector<MachineView> views = pool.Views({"a", "a"});
+  ASSERT_EQ(views.size(), 2u);
+  EXPECT_EQ(views[0].machine.Address(), "b");
+  EXPECT_EQ(views[0].state, "failed");
+  EXPECT_EQ(views[0].reason, "connection refused");
+  EXPECT_EQ(views[1].machine.Address(), "a");
+  EXPECT_EQ(views[1].state, "removed");
+  EXPECT_EQ(views[1].used_slots, 2);
+}
+
+}  // namespace
+}  // namespace mitra::manager
