@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -49,8 +50,18 @@ std::string DescribeParameters(const cutpoint::ModelSpec& spec) {
 struct Checkpointer::Snapshot {
   int64_t step = 0;
   double started = 0;
-  double blocked_s = 0;
+  double save_s = 0;  // the training thread inside Save()
   std::vector<std::pair<std::string, TensorList>> files;
+  // The live tensors to copy into staging buffers, which then take their place in `files`:
+  // done by the writer thread while the training thread computes the next step's forward and
+  // backward.
+  struct Copy {
+    size_t file = 0;
+    size_t index = 0;  // in the file's TensorList
+    std::string key;   // of the staging buffer
+    torch::Tensor source;
+  };
+  std::vector<Copy> copies;
 };
 
 Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
@@ -82,14 +93,14 @@ std::vector<int> Checkpointer::SegmentsThisRankWrites() const {
   return out;
 }
 
-torch::Tensor Checkpointer::Staged(const std::string& key, const torch::Tensor& source) {
+torch::Tensor Checkpointer::Staging(const std::string& key, const torch::Tensor& source) {
   torch::Tensor& buffer = staging_[key];
   if (!buffer.defined() || !buffer.sizes().equals(source.sizes()) ||
       buffer.scalar_type() != source.scalar_type()) {
     // Page-aligned, so that the writer hands it to the disk without copying it.
     buffer = checkpoint::EmptyAligned(source.sizes(), source.scalar_type());
   }
-  return buffer.copy_(source);
+  return buffer;
 }
 
 std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps_done) {
@@ -101,15 +112,20 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
     const std::string prefix = spec_.segments[i].name + ".";
     TensorList tensors;
     auto add = [&](const std::string& key, const torch::Tensor& t) { tensors.emplace_back(key, t); };
+    // A live tensor, copied into a staging buffer later (CopyAndRelease).
+    auto stage = [&](const std::string& key, const torch::Tensor& source) {
+      snap->copies.push_back({snap->files.size(), tensors.size(), prefix + key, source});
+      tensors.emplace_back(key, source);
+    };
     for (const auto& p : runtime_.stage().parameters()) {
       if (p.name.rfind(prefix, 0) != 0) continue;
       const std::string local = p.name.substr(prefix.size());
-      add("param/" + local, Staged(prefix + "param/" + local, p.tensor.detach()));
+      stage("param/" + local, p.tensor.detach());
       auto it = state.find(ParamKey(p.tensor));
       if (it == state.end()) continue;
       auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      add("exp_avg/" + local, Staged(prefix + "exp_avg/" + local, adam.exp_avg()));
-      add("exp_avg_sq/" + local, Staged(prefix + "exp_avg_sq/" + local, adam.exp_avg_sq()));
+      stage("exp_avg/" + local, adam.exp_avg());
+      stage("exp_avg_sq/" + local, adam.exp_avg_sq());
       add("step/" + local, torch::scalar_tensor(adam.step(), torch::kInt64));
     }
     snap->files.emplace_back(checkpoint::SegmentFileName(spec_.segments[i].name), std::move(tensors));
@@ -128,7 +144,6 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
                   {"lr_total_steps", torch::scalar_tensor(o.lr.total_steps, torch::kInt64)},
                   {"lr_min_ratio", torch::scalar_tensor(o.lr.min_ratio, torch::kFloat64)}});
   }
-  snap->blocked_s = Now() - snap->started;
   return snap;
 }
 
@@ -136,15 +151,65 @@ void Checkpointer::Save(int64_t steps_done) {
   if (options_.dir.empty()) return;
   if (Status s = Wait(); !s.ok()) spdlog::error("checkpoint: {}", s.message());
   std::shared_ptr<Snapshot> snap = TakeSnapshot(steps_done);
-  if (options_.async) {
-    writer_ = std::thread([this, snap] { last_status_ = Write(*snap); });
-  } else {
-    last_status_ = Write(*snap);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    copied_ = false;
+    released_ = false;
+    waited_s_ = 0;
   }
+  if (!options_.async) {
+    CopyAndRelease(*snap);
+    snap->save_s = Now() - snap->started;
+    last_status_ = Write(*snap);
+    return;
+  }
+  snap->save_s = Now() - snap->started;
+  // The parameters and the optimizer state stay as they are until the next optimizer step:
+  // the copy may run until then.
+  runtime_.BeforeNextUpdate([this] { Release(); });
+  writer_ = std::thread([this, snap] {
+    CopyAndRelease(*snap, /*release=*/false);
+    last_status_ = Write(*snap);
+  });
+}
+
+void Checkpointer::CopyAndRelease(Snapshot& snap, bool release) {
+  {
+    torch::NoGradGuard no_grad;
+    for (Snapshot::Copy& copy : snap.copies) {
+      torch::Tensor staging = Staging(copy.key, copy.source);
+      staging.copy_(copy.source);
+      snap.files[copy.file].second[copy.index].second = staging;
+      copy.source = torch::Tensor();
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  copied_ = true;
+  if (release) released_ = true;
+  cv_.notify_all();
+}
+
+void Checkpointer::Release() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const double start = Now();
+  cv_.wait(lock, [this] { return copied_; });
+  waited_s_ += Now() - start;
+  released_ = true;
+  cv_.notify_all();
+}
+
+double Checkpointer::AwaitRelease() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return released_; });
+  return waited_s_;
 }
 
 Status Checkpointer::Wait() {
-  if (writer_.joinable()) writer_.join();
+  if (writer_.joinable()) {
+    Release();  // no further update will come before the next save
+    writer_.join();
+  }
+  runtime_.BeforeNextUpdate(nullptr);
   Status s = last_status_;
   last_status_ = Status::Ok();
   return s;
@@ -186,13 +251,16 @@ Status Checkpointer::Write(const Snapshot& snap) {
     store_->add(Key(snap.step, status.ok() ? "done" : "failed"), 1);
     if (rank == 0) {
       Status committed = CommitAsRankZero(snap.step, snap.started);
+      const double total_s = Now() - snap.started;
+      // Blocked: inside Save(), plus any wait of the next optimizer step for the copy.
+      const double blocked_s = snap.save_s + AwaitRelease();
       if (status.ok()) status = committed;
       if (status.ok()) {
         Record("checkpoint")
             .Add("step", snap.step)
             .Add("path", checkpoint::StepDirectory(options_.dir, snap.step))
-            .Add("blocked_s", snap.blocked_s)
-            .Add("total_s", Now() - snap.started)
+            .Add("blocked_s", blocked_s)
+            .Add("total_s", total_s)
             .Emit();
       }
     }

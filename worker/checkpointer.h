@@ -6,16 +6,21 @@
 // trainer.pt and, once every rank has reported its files through the rendezvous store, the
 // manifest; then it renames step-N.partial to step-N and prunes old checkpoints.
 //
-// Save() blocks the training loop only while tensors are copied to memory; a background thread
-// serialises, writes, fsyncs and reports. A new Save() first waits for the previous one, so
-// the memory copies go into the same staging buffers every time: only the first save pays
-// for allocating (and faulting in) that memory.
+// Save() hardly blocks the training loop: it notes which tensors to save and returns; a
+// background thread copies them into staging buffers while the next step's forward and backward
+// run (they change neither the parameters nor the optimizer state), then writes, fsyncs and
+// reports. The next optimizer step waits for the copy if it is not done yet
+// (Runtime::BeforeNextUpdate); the checkpoint record's blocked_s counts that wait and the time
+// in Save(). A new Save() first waits for the previous one, so the copies go into the same
+// staging buffers every time: only the first save pays for allocating that memory.
 // Not thread-safe: call from the training thread.
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -58,20 +63,34 @@ class Checkpointer {
  private:
   struct Snapshot;
   std::unique_ptr<Snapshot> TakeSnapshot(int64_t steps_done);
+  // Copies the snapshot's tensors into their staging buffers and says so (and, with `release`,
+  // lets the writer report at once: a synchronous save).
+  void CopyAndRelease(Snapshot& snapshot, bool release = true);
+  // The training thread, before an optimizer step or a new save: waits for the copy.
+  void Release();
+  // The writer thread: waits until the training thread has passed Release(); returns how long
+  // the training thread waited there.
+  double AwaitRelease();
   Status Write(const Snapshot& snapshot);
   Status CommitAsRankZero(int64_t step, double started);
   std::vector<int> SegmentsThisRankWrites() const;
-  // `source` copied into the staging buffer kept under `key` (allocated on first use).
-  torch::Tensor Staged(const std::string& key, const torch::Tensor& source);
+  // The staging buffer kept under `key` for `source` (allocated on first use). Used by one
+  // thread at a time: the writer while a save is in flight, else the training thread.
+  torch::Tensor Staging(const std::string& key, const torch::Tensor& source);
   std::string Key(int64_t step, const std::string& what) const;
 
   Runtime& runtime_;
   const cutpoint::ModelSpec& spec_;
   CheckpointOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;  // its own connection: used by the writer thread
-  std::map<std::string, torch::Tensor> staging_;  // reused by every snapshot
+  std::map<std::string, torch::Tensor> staging_;  // reused by every snapshot (see Staging)
   std::thread writer_;
   Status last_status_;
+  std::mutex mu_;  // guards the three below, shared by the training and writer threads
+  std::condition_variable cv_;
+  bool copied_ = true;
+  bool released_ = true;
+  double waited_s_ = 0;
 };
 
 }  // namespace mitra::worker

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -143,6 +144,7 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   for (auto& group : optimizer_->param_groups()) {
     static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
   }
+  if (before_update_) std::exchange(before_update_, nullptr)();
   optimizer_->step();
   return result;
 }

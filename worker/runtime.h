@@ -85,6 +85,11 @@ class Runtime {
   Comm& comm() { return *comm_; }
   torch::optim::AdamW& optimizer() { return *optimizer_; }
 
+  // Runs `hook` once, on the training thread, just before the next optimizer step changes the
+  // parameters and optimizer state (or never, if no step follows). A checkpoint that is still
+  // copying them waits there, so the copy overlaps the next step's forward and backward.
+  void BeforeNextUpdate(std::function<void()> hook) { before_update_ = std::move(hook); }
+
  private:
   Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset> dataset,
           const Placement& placement, const RuntimeOptions& options);
@@ -106,6 +111,7 @@ class Runtime {
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<TiedWeights> tied_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::function<void()> before_update_;  // see BeforeNextUpdate
 };
 
 }  // namespace mitra::worker
