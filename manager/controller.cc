@@ -50,6 +50,8 @@ std::string PhaseName(Phase phase) {
 
 Controller::Controller(ControllerOptions options)
     : options_(std::move(options)),
+      policy_(options_.policy ? options_.policy
+                              : std::make_shared<FixedStagesPolicy>(options_.stages)),
       pool_(MachinePoolOptions{options_.backoff_base_s, options_.backoff_max_s,
                                options_.restart_window_s}) {}
 
@@ -448,26 +450,19 @@ void Controller::OnTimers() {
 
 std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan(
     std::string* why) const {
-  GridRequest request;
   std::vector<std::string> out;
   std::vector<Machine> machines = pool_.Usable(&out);
+  ShapeRequest request;
   for (const Machine& m : machines) request.slots_per_machine.push_back(m.slots);
-  int slots = 0;
-  for (const int s : request.slots_per_machine) slots += s;
-  if (slots < options_.stages) {
-    *why = std::to_string(options_.stages) + " stages need " + std::to_string(options_.stages) +
-           " slots and " + std::to_string(slots) + " usable slot" + (slots == 1 ? " is" : "s are") +
-           " listed" + (out.empty() ? "" : "; out: " + Join(out, ", ")) +
-           ": add machines to the list";
-    return std::nullopt;
-  }
-  request.stages = options_.stages;
   request.segments = options_.segments;
   request.global_batch = options_.global_batch;
   request.chunk_size = options_.chunk_size;
-  Result<GridPlan> plan = PlanGrid(request);
+  Result<GridPlan> plan = policy_->Plan(request);
   if (!plan.ok()) {
     *why = plan.status().message();
+    if (plan.status().code() == Status::Code::kUnavailable) {
+      *why += (out.empty() ? "" : "; out: " + Join(out, ", ")) + ": add machines to the list";
+    }
     return std::nullopt;
   }
   return std::make_pair(std::move(*plan), std::move(machines));

@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <variant>
@@ -34,11 +35,14 @@
 #include "manager/grid.h"
 #include "manager/machine_list.h"
 #include "manager/machine_pool.h"
+#include "manager/shape_policy.h"
 
 namespace mitra::manager {
 
 struct ControllerOptions {
-  int stages = 1;            // P, as the user set it (--nstages)
+  int stages = 1;            // P, as the user set it (--nstages), for the default policy
+  // Which shape the usable machines get; null: FixedStagesPolicy(stages).
+  std::shared_ptr<const ShapePolicy> policy;
   int segments = 1;          // the program's segment count
   int64_t global_batch = 0;  // B: the same in every shape
   int chunk_size = 0;        // 0: DefaultChunkSize for each shape
@@ -249,6 +253,7 @@ class Controller {
   std::string stop_source_;
   std::optional<FinishAction> final_failure_;
 
+  std::shared_ptr<const ShapePolicy> policy_;
   MachinePool pool_;
   int64_t generation_ = -1;
   bool generation_live_ = false;  // launched, and not every rank has exited yet

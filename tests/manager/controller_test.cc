@@ -211,6 +211,42 @@ TEST_F(ControllerTest, AnAddedMachineThatFailsItsHealthCheckDisturbsNothing) {
   EXPECT_EQ(controller_->Machines()[1].state, "failed");
 }
 
+TEST_F(ControllerTest, AFailureDuringAMorphTurnsItIntoARecovery) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  RunGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  ASSERT_EQ(controller_->phase(), Phase::kMorphing);
+  Feed(RankReport{0, 0, RankReport::Kind::kStopped, 6});
+  Feed(RankExited{0, 1, launcher::ExitStatus{5, 0}});  // crashed while checkpointing
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+  EXPECT_TRUE(Recorded("failure"));
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0, 2, 3}));
+  ASSERT_EQ(All<CheckHostAction>().size(), 1u);
+  KillAllBut(1);
+  Feed(HostChecked{"127.0.0.2", true, ""});
+  // The newest complete checkpoint, whatever it is: the morph's may not have completed.
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_FALSE(launch.expected_step.has_value());
+  EXPECT_EQ(launch.plan.replicas, 1);
+}
+
+// A policy that always takes one stage: the controller launches what its policy says.
+class OneStagePolicy : public ShapePolicy {
+ public:
+  Result<GridPlan> Plan(const ShapeRequest& request) const override {
+    return FixedStagesPolicy(1).Plan(request);
+  }
+};
+
+TEST_F(ControllerTest, TheShapeComesFromThePolicy) {
+  ControllerOptions o = Options();
+  o.policy = std::make_shared<OneStagePolicy>();
+  Make(o);
+  Feed(StartInput{List("localhost slots=3\n")});
+  EXPECT_EQ(OnlyLaunch().plan.stages, 1);
+  EXPECT_EQ(OnlyLaunch().plan.replicas, 3);
+}
+
 TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {
   Feed(StartInput{List("127.0.0.2 slots=2\n")});
   RunGeneration(1);
