@@ -53,7 +53,8 @@ Controller::Controller(ControllerOptions options)
       policy_(options_.policy ? options_.policy
                               : std::make_shared<FixedStagesPolicy>(options_.stages)),
       pool_(MachinePoolOptions{options_.backoff_base_s, options_.backoff_max_s,
-                               options_.restart_window_s}) {}
+                               options_.restart_window_s}),
+      last_step_(options_.start_step) {}
 
 std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, double now) {
   now_ = now;
@@ -100,6 +101,9 @@ double Controller::NextDeadline() const {
 
 void Controller::OnStart(const StartInput& in) {
   pool_.Reset(in.list);
+  for (const std::string& address : in.unreachable) {
+    pool_.OnChecked(address, false, "unreachable at start", now_);
+  }
   TryLaunch();
 }
 
@@ -242,7 +246,7 @@ void Controller::OnReport(const RankReport& in) {
       Record("rank_stopped", JsonObject()
                                  .SetInt("rank", in.rank)
                                  .SetInt("step", in.step)
-                                 .SetNumber("after_s", RoundedSeconds(now_ - change_detected_)));
+                                 .SetNumber("after_s", RoundedSeconds(now_ - stop_signalled_)));
       return;
   }
 }
@@ -317,6 +321,10 @@ void Controller::OnHostChecked(const HostChecked& in) {
 }
 
 void Controller::OnStop(const StopInput& in) {
+  if (stop_requested_ && !in.escalates) {
+    Record("signal", JsonObject().SetString("source", in.source).SetString("state", "already stopping"));
+    return;
+  }
   const bool first = !stop_requested_;
   stop_requested_ = true;
   stop_source_ = in.source;
@@ -326,7 +334,7 @@ void Controller::OnStop(const StopInput& in) {
       Finish(FinishAction::Outcome::kStopped, "");
       return;
     case Phase::kRunning:
-      BeginStop(in.source);
+      BeginStop(in);
       return;
     case Phase::kMorphing:
     case Phase::kRecovering:
@@ -334,8 +342,8 @@ void Controller::OnStop(const StopInput& in) {
         ending_ = Ending::kStop;
         phase_ = Phase::kStopping;
         Record("stop", JsonObject().SetString("reason", in.source).SetInt("step", last_step_),
-               "mitra: " + in.source + ": stopping once the workers have exited (" +
-                   in.source + " again kills them)");
+               "mitra: " + in.source + ": stopping once the workers have exited" +
+                   KillHint(in));
         return;
       }
       [[fallthrough]];
@@ -515,6 +523,7 @@ void Controller::TryLaunch() {
   stopped_steps_agree_ = true;
   first_step_seen_ = false;
   launch_time_ = now_;
+  stop_signalled_ = now_;  // until a stop is asked for, `stopped` comes at the end of training
   stop_deadline_.reset();
   finish_deadline_.reset();
   kill_deadline_.reset();
@@ -539,7 +548,12 @@ void Controller::BeginMorph(const std::string& why) {
   AskRanksToStop();
 }
 
-void Controller::BeginStop(const std::string& why) {
+std::string Controller::KillHint(const StopInput& in) {
+  return in.escalates ? " (" + in.source + " again kills them)" : "";
+}
+
+void Controller::BeginStop(const StopInput& in) {
+  const std::string& why = in.source;
   ending_ = Ending::kStop;
   phase_ = Phase::kStopping;
   reason_ = why;
@@ -550,7 +564,7 @@ void Controller::BeginStop(const std::string& why) {
              .SetInt("step", last_step_)
              .SetNumber("timeout_s", options_.stop_timeout_s),
          all_ready ? "mitra: " + why + ": asking " + std::to_string(RunningRanks()) +
-                         " workers to stop after the current step (" + why + " again kills them)"
+                         " workers to stop after the current step" + KillHint(in)
                    : "mitra: " + why + " before all workers were ready: stopping them");
   AskRanksToStop();
 }
@@ -563,6 +577,7 @@ void Controller::AskRanksToStop() {
     return;
   }
   stop_deadline_ = now_ + options_.stop_timeout_s;
+  stop_signalled_ = now_;
   for (size_t i = 0; i < ranks_.size(); ++i) {
     if (ranks_[i].running) Signal(static_cast<int>(i), SIGUSR1);
   }
@@ -751,6 +766,17 @@ std::vector<MachineView> Controller::Machines() const {
     }
   }
   return pool_.Views(running);
+}
+
+std::vector<bool> Controller::RunningRanksMask() const {
+  std::vector<bool> mask;
+  for (const Rank& r : ranks_) mask.push_back(generation_live_ && r.running);
+  return mask;
+}
+
+int Controller::ReadyRanks() const {
+  return static_cast<int>(
+      std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.ready; }));
 }
 
 std::vector<std::string> Controller::RankAddresses() const {

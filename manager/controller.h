@@ -47,6 +47,7 @@ struct ControllerOptions {
   int64_t global_batch = 0;  // B: the same in every shape
   int chunk_size = 0;        // 0: DefaultChunkSize for each shape
   int64_t max_steps = 0;     // for records only
+  int64_t start_step = 0;    // the step the job continues from (its newest checkpoint)
 
   double stop_timeout_s = 60;      // SIGUSR1 -> every rank exited; then the ranks are killed
   double kill_grace_s = 3;         // SIGTERM -> SIGKILL
@@ -72,6 +73,7 @@ struct ControllerOptions {
 // The job starts; `list` is the machine list read at start.
 struct StartInput {
   MachineList list;
+  std::vector<std::string> unreachable;  // addresses that failed a check just before the start
 };
 
 // The machine list file changed and parsed (a list that does not parse never gets here).
@@ -116,6 +118,8 @@ struct HostChecked {
 // SIGINT/SIGTERM to the manager, or `mitra stop`. `source` names it in messages.
 struct StopInput {
   std::string source;
+  // A signal asked twice kills the workers; a second `mitra stop` only says it is under way.
+  bool escalates = true;
 };
 
 // Time passed; deadlines are checked on every input, this one carries nothing else.
@@ -188,6 +192,9 @@ class Controller {
   int64_t last_step() const { return last_step_; }
   bool finished() const { return phase_ == Phase::kFinished; }
   std::vector<MachineView> Machines() const;
+  // Which ranks of the current generation run now, and how many have reported ready.
+  std::vector<bool> RunningRanksMask() const;
+  int ReadyRanks() const;
   // The machine address of each rank of the current generation ("" before the first launch).
   std::vector<std::string> RankAddresses() const;
 
@@ -221,7 +228,9 @@ class Controller {
   // Whether `desired` differs from what runs now (shape or machines).
   bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
   void BeginMorph(const std::string& why);
-  void BeginStop(const std::string& why);
+  void BeginStop(const StopInput& in);
+  static std::string KillHint(const StopInput& in);  // " (SIGINT again kills them)" or ""
+
   void Fail(int rank, const std::string& what, bool blame_machine);
   // SIGUSR1 to every running rank, or SIGTERM when not all are ready (before `ready` a worker
   // may not have its SIGUSR1 handler yet).
@@ -269,6 +278,7 @@ class Controller {
   std::string change_kind_;  // "morph", "recovery" or "" (the first launch)
   double change_detected_ = 0;
   double ranks_exited_ = 0;
+  double stop_signalled_ = 0;  // SIGUSR1 sent (or the launch): rank_stopped's after_s
   bool exit_noted_ = false;  // ranks_exited_ is this generation's
   std::vector<double> restart_times_;
 

@@ -82,7 +82,9 @@ MachinePool::Blame MachinePool::BlameFailure(const std::string& address, const s
   blame.failures = ++e->failures;
   e->last_failure = now;
   e->reason = why;
-  if (e->failures == 1 && e->listed) {
+  // This machine's own processes failing says nothing about the machine (a program that
+  // crashes, a killed worker): its check passes at once, and only the restart budget limits it.
+  if ((e->failures == 1 || e->machine.IsLocal()) && e->listed) {
     e->health = Health::kChecking;
     e->check_in_flight = true;
     blame.check_now = e->machine;

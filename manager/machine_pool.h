@@ -6,7 +6,8 @@
 //   - a machine that enters the list (new, or back after it was removed) joins only after a
 //     passed health check; `localhost` needs none;
 //   - the first failure of the job blamed on a machine asks for a check at once; a second one
-//     within the failure window keeps it out for backoff_base_s, then 2x, 4x, ...;
+//     within the failure window keeps it out for backoff_base_s, then 2x, 4x, ... (`localhost`
+//     is checked at once every time: its failures are the program's, not the machine's);
 //   - every failed check doubles the wait before the next one (backoff_base_s, 2x, 4x, ... up
 //     to backoff_max_s); a passed check makes the machine usable and resets the wait.
 // Pure: time comes in as arguments, and checks to run go out as return values.

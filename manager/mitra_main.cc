@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -75,6 +76,7 @@ int Run(const mitra::manager::RunOptions& options) {
   // into the same event as Ctrl-C.
   std::mutex loop_mu;
   manager::RunLoop* loop = nullptr;  // guarded by loop_mu
+  std::atomic<bool> stop_asked{false};
   std::unique_ptr<manager::ControlServer> control;
 
   manager::RunContext context;
@@ -101,11 +103,14 @@ int Run(const mitra::manager::RunOptions& options) {
         manager::ControlSocketPath(run_dir), [&](const JsonObject& request) {
           const std::string command = request.GetString("command").value_or("");
           if (command == manager::kStopCommand) {
+            const bool again = stop_asked.exchange(true);
             events.Push(manager::StopRequested{0});
             return JsonObject()
                 .SetBool("ok", true)
                 .SetString("message",
-                           "stopping: every worker will checkpoint after the same step")
+                           again ? "already stopping: the workers are checkpointing; the "
+                                   "manager exits once they have (Ctrl-C twice on it kills them)"
+                                 : "stopping: every worker will checkpoint after the same step")
                 .ToJson();
           }
           if (command == manager::kStatusCommand) {

@@ -1,10 +1,13 @@
 #include "manager/run_command.h"
 
 #include <algorithm>
+#include <filesystem>
+#include <thread>
 
 #include "common/json.h"
 #include "common/strings.h"
 #include "checkpoint/store.h"
+#include "manager/control_socket.h"
 #include "manager/describe.h"
 #include "manager/grid.h"
 #include "manager/machine_list.h"
@@ -18,6 +21,7 @@ namespace mitra::manager {
 namespace {
 
 constexpr double kDescribeTimeoutS = 60;
+constexpr double kMachineCheckTimeoutS = 10;
 
 // Prints a (possibly multi-line) message, each line prefixed, and returns the bad-input code.
 int BadInput(RunContext& c, const std::string& message) {
@@ -95,7 +99,7 @@ void PrintPlan(RunContext& c, const MachineList& machines, const GridPlan& plan,
 // The newest checkpoint that verifies (0: none, start fresh). Damaged newer ones are reported
 // and skipped; another model's checkpoint (segments, parameter names or shapes) is refused.
 Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
-                               const ProgramDescription& description) {
+                               const ProgramDescription& description, const RunOptions& options) {
   std::vector<std::string> skipped;
   Result<checkpoint::Found> found = checkpoint::FindNewestValid(dir, &skipped);
   for (const std::string& why : skipped) *c.err << "mitra run: " << why << "\n";
@@ -105,7 +109,70 @@ Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
   }
   *c.out << "mitra: resuming from " << found->path << " (step " << found->step << ", written by "
          << found->manifest.stages << " x " << found->manifest.replicas << ")" << std::endl;
+  if (found->manifest.global_batch > 0 && found->manifest.global_batch != options.batch_size) {
+    *c.err << "mitra run: warning: " << found->path << " was written with --batch-size "
+           << found->manifest.global_batch << " and this run uses " << options.batch_size
+           << ": from here on the samples differ from those of the job as it began (pass "
+           << "--batch-size " << found->manifest.global_batch << " to continue it unchanged)"
+           << std::endl;
+  }
   return found->step;
+}
+
+// --identity and --known-hosts name files that must exist when SSH machines are listed.
+Status CheckSshFiles(const RunOptions& options, const MachineList& machines) {
+  const bool remote = std::any_of(machines.machines.begin(), machines.machines.end(),
+                                  [](const Machine& m) { return !m.IsLocal(); });
+  if (!remote) return Status::Ok();
+  for (const auto& [flag, path] : {std::make_pair("--identity", options.identity),
+                                   std::make_pair("--known-hosts", options.known_hosts)}) {
+    if (path.empty()) continue;
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(path, ec)) {
+      return Status::InvalidArgument(std::string(flag) + " " + path +
+                                     " is not a file; give the path of an existing " +
+                                     (std::string(flag) == "--identity"
+                                          ? "private key (e.g. ~/.ssh/id_ed25519)"
+                                          : "known_hosts file (e.g. ~/.ssh/known_hosts)"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status CheckMachines(RunContext& c, const MachineList& machines,
+                     std::vector<std::string>* unreachable) {
+  std::vector<const Machine*> remote;
+  for (const Machine& m : machines.machines) {
+    if (!m.IsLocal()) remote.push_back(&m);
+  }
+  std::vector<Status> results(remote.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < remote.size(); ++i) {
+    threads.emplace_back([&c, &remote, &results, i] {
+      results[i] = c.transports->Check(*remote[i], kMachineCheckTimeoutS);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t i = 0; i < remote.size(); ++i) {
+    if (results[i].ok()) continue;
+    if (results[i].code() == Status::Code::kInvalidArgument) {
+      return Status::InvalidArgument(remote[i]->Address() + ": " + results[i].message());
+    }
+    *c.err << "mitra run: warning: " << remote[i]->Address() << " cannot be reached now ("
+           << results[i].message() << "); the job starts without it and takes it in once it "
+           << "passes a health check" << std::endl;
+    unreachable->push_back(remote[i]->Address());
+  }
+  return Status::Ok();
+}
+
+// The control socket's path must fit a Unix socket address; checked before anything is created.
+Status CheckRunDirSocket(const RunDir& run_dir) {
+  const std::string path = ControlSocketPath(run_dir.path());
+  if (path.size() <= MaxSocketPathLength()) return Status::Ok();
+  return Status::InvalidArgument("--run-dir " + run_dir.path() + " is too long: its control socket " +
+                                 path + " needs at most " + std::to_string(MaxSocketPathLength()) +
+                                 " bytes; pass a shorter --run-dir");
 }
 
 }  // namespace
@@ -123,6 +190,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   Result<MachineList> machines =
       ParseMachineList(*machines_text, options.machines_path, options.gpus_per_node);
   if (!machines.ok()) return BadInput(c, machines.status().message());
+  if (Status s = CheckSshFiles(options, *machines); !s.ok()) return BadInput(c, s.message());
   Result<int> threads = ResolveThreads(options, c.environment);
   if (!threads.ok()) return BadInput(c, threads.status().message());
   Result<double> timeout_s = ResolveTimeout(options, c.environment);
@@ -162,8 +230,20 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   request.segments = description->segments;
   Result<GridPlan> plan = PlanGrid(request);
   if (!plan.ok()) return BadInput(c, plan.status().message());
-  Result<int64_t> resume_step = FindResumeStep(c, checkpoint_dir, *description);
+  Result<int64_t> resume_step = FindResumeStep(c, checkpoint_dir, *description, options);
   if (!resume_step.ok()) return BadInput(c, resume_step.status().message());
+  if (options.max_steps > 0 && *resume_step >= options.max_steps) {
+    *c.out << "mitra: the job is already at step " << *resume_step << " of --max-steps "
+           << options.max_steps << ": nothing to train (raise --max-steps to go on)" << std::endl;
+    return kExitOk;
+  }
+  if (Status s = CheckRunDirSocket(run_dir); !s.ok()) return BadInput(c, s.message());
+  // Every SSH machine once, in parallel: one that refuses us (host key, login) is bad input;
+  // one that cannot be reached now starts out of the job and joins once it passes a check.
+  std::vector<std::string> unreachable;
+  if (Status s = CheckMachines(c, *machines, &unreachable); !s.ok()) {
+    return BadInput(c, s.message());
+  }
   // The last check, because it creates the directory: every input is known good by now.
   if (Status s = checkpoint::CheckWritable(checkpoint_dir); !s.ok()) {
     return BadInput(c, s.message());
@@ -172,9 +252,9 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   std::vector<Event> early;  // a list edit while the program described itself: keep it
   while (std::optional<Event> event = c.events->TryPop()) {
     if (std::holds_alternative<StopRequested>(*event)) {
-      *c.err << "mitra run: interrupted before the workers were started; nothing was started"
+      *c.out << "mitra run: stopped before the workers were started; nothing was started"
              << std::endl;
-      return kExitFailed;
+      return kExitOk;
     }
     early.push_back(std::move(*event));
   }
@@ -243,6 +323,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   controller_options.startup_timeout_s = std::max(120.0, 4 * *timeout_s);
   controller_options.heartbeat_timeout_s = options.heartbeat_timeout_s;
   controller_options.max_restarts = options.max_restarts;
+  controller_options.start_step = *resume_step;
 
   RunLoopOptions loop_options;
   loop_options.program = *program;
@@ -263,7 +344,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,
                &run_dir, journal->get(), c.events, c.out, c.err);
   if (c.on_loop_started) c.on_loop_started(&loop);
-  const int code = loop.Run(*machines);
+  const int code = loop.Run(*machines, unreachable);
   if (c.on_loop_started) c.on_loop_started(nullptr);
   return code;
 }

@@ -51,9 +51,9 @@ RunLoop::~RunLoop() {
   for (Check& check : checks_) check.thread.join();
 }
 
-int RunLoop::Run(const MachineList& machines) {
+int RunLoop::Run(const MachineList& machines, const std::vector<std::string>& unreachable) {
   start_s_ = clock_->MonotonicSeconds();
-  Handle(StartInput{machines});
+  Handle(StartInput{machines, unreachable});
   while (!controller_.finished()) {
     const double now = clock_->MonotonicSeconds();
     const double wait_s = std::clamp(controller_.NextDeadline() - now, 0.0, kMaxWaitS);
@@ -65,8 +65,11 @@ int RunLoop::Run(const MachineList& machines) {
     std::visit(Overloaded{
                    [this](WorkerEvent& e) { OnWorkerEvent(e); },
                    [this](StopRequested& e) {
-                     Handle(StopInput{e.signal_number == 0 ? std::string("mitra stop")
-                                                           : SignalName(e.signal_number)});
+                     if (e.signal_number == 0) {
+                       Handle(StopInput{"stop requested (mitra stop)", false});
+                     } else {
+                       Handle(StopInput{SignalName(e.signal_number), true});
+                     }
                    },
                    [this](MachineListEdited& e) { OnMachineListEdited(e.contents); },
                    [this](HostChecked& e) { Handle(e); },
@@ -198,18 +201,30 @@ void RunLoop::Launch(const LaunchAction& launch) {
   last_event_ = JsonObject(record).SetString("event", "launch");
 
   std::vector<std::string> pid_text;
-  for (const int64_t pid : pids) pid_text.push_back(std::to_string(pid));
-  *out_ << "mitra: launched " << launch.plan.world_size() << " workers (generation " << generation
-        << ", " << launch.plan.stages << " x " << launch.plan.replicas;
-  if (settings.resume_step > 0) *out_ << ", from step " << settings.resume_step;
-  *out_ << "), pids " << Join(pid_text, " ") << std::endl;
+  int started = 0;
+  for (const int64_t pid : pids) {
+    pid_text.push_back(pid > 0 ? std::to_string(pid) : "-");
+    started += pid > 0;
+  }
+  if (started == 0) {
+    *err_ << "mitra: generation " << generation << " (" << launch.plan.stages << " x "
+          << launch.plan.replicas << "): no worker could be started" << std::endl;
+  } else {
+    *out_ << "mitra: launched " << started << (started == 1 ? " worker" : " workers")
+          << " (generation " << generation << ", " << launch.plan.stages << " x "
+          << launch.plan.replicas;
+    if (settings.resume_step > 0) *out_ << ", from step " << settings.resume_step;
+    *out_ << "), pids " << Join(pid_text, " ") << std::endl;
+  }
   for (ControllerInput& input : results) inputs_.push_back(std::move(input));
   WriteState(true);
 }
 
 Result<int> RunLoop::RendezvousPort(const Machine& machine, int64_t generation) {
   const std::string address = transports_->WorkerAddress(machine);
-  if (machine.IsLocal() || IsLoopback(address)) return PickFreeTcpPort(address);
+  if (machine.IsLocal() || IsLoopback(address)) {
+    return PickFreeTcpPort(address == "localhost" ? "127.0.0.1" : address);
+  }
   // On another machine the manager cannot ask for a free port; a port taken there makes rank 0
   // fail, and the next generation tries the next port.
   return kRemoteRendezvousBasePort + static_cast<int>(generation % 1000);
@@ -268,6 +283,15 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     report.kind = RankReport::Kind::kStopped;
     report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
     if (generation == ranks_generation_ && ranks_.count(rank)) ranks_[rank].stopped_record = true;
+  } else if (kind == "checkpoint_failed") {
+    JsonObject fields = *parsed;
+    fields.Erase("event");
+    fields.SetInt("generation", RunGeneration(generation)).SetInt("rank", rank);
+    Warn(journal_->RecordEvent(kind, fields));
+    *err_ << "mitra: warning: rank " << rank << " could not write its part of the checkpoint of "
+          << "step " << static_cast<int64_t>(parsed->GetNumber("step").value_or(0)) << ": "
+          << parsed->GetString("error").value_or("") << std::endl;
+    return;
   } else if (kind == "checkpoint" || kind == "restored") {
     JsonObject fields = *parsed;
     fields.Erase("event");
@@ -396,12 +420,14 @@ void RunLoop::WriteState(bool force) {
   snapshot.max_steps = max_steps_;
   snapshot.last_step = stats_.last();
   JsonObject workers;  // rank -> "address pid": what a restarted manager must clean up
+  const std::vector<bool> running = controller_.RunningRanksMask();
   for (const auto& [rank, live] : ranks_) {
-    if (live.pid == 0) continue;
+    if (live.pid == 0 || rank >= static_cast<int>(running.size()) || !running[rank]) continue;
     snapshot.pids.push_back(live.pid);
     workers.SetString(std::to_string(rank), live.machine + " " + std::to_string(live.pid));
   }
   snapshot.running_workers = static_cast<int>(snapshot.pids.size());
+  snapshot.ready_workers = controller_.ReadyRanks();
   snapshot.elapsed_s = now - start_s_;
   snapshot.updated_at = clock_->WallSeconds();
   JsonObject state = StateRecord(options_.state_fields, controller_.plan(),

@@ -61,7 +61,8 @@ class RunLoop {
 
   // Runs the job on `machines` until it is done, stopped or failed; returns the exit code of
   // `mitra run` (0 done or stopped, 1 failed). Blocks.
-  int Run(const MachineList& machines);
+  // `unreachable`: addresses of `machines` that failed their check at start.
+  int Run(const MachineList& machines, const std::vector<std::string>& unreachable = {});
 
   // The status `mitra status` shows (docs/mitra-run.md), as of the last event handled.
   JsonObject Status() const;

@@ -271,6 +271,8 @@ Status Checkpointer::Write(const Snapshot& snap) {
     status = Status::IoError("checkpoint of step " + std::to_string(snap.step) +
                              " was not written: " + status.message() +
                              "; earlier checkpoints are intact");
+    // Tell the manager now: training goes on, unprotected since the last checkpoint.
+    Record("checkpoint_failed").Add("step", snap.step).Add("error", status.message()).Emit();
   }
   return status;
 }

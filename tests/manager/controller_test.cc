@@ -119,7 +119,7 @@ class ControllerTest : public ::testing::Test {
 };
 
 TEST_F(ControllerTest, LaunchesOnEverySlotAndFinishesWhenEveryRankExitsCleanly) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   const LaunchAction& launch = OnlyLaunch();
   EXPECT_EQ(launch.generation, 0);
   EXPECT_EQ(launch.plan.stages, 2);
@@ -136,7 +136,7 @@ TEST_F(ControllerTest, LaunchesOnEverySlotAndFinishesWhenEveryRankExitsCleanly) 
 }
 
 TEST_F(ControllerTest, WaitsWhenFewerSlotsThanStagesAndLaunchesWhenAMachineArrives) {
-  Feed(StartInput{List("127.0.0.2 slots=1\n")});
+  Feed(StartInput{List("127.0.0.2 slots=1\n"), {}});
   EXPECT_TRUE(All<LaunchAction>().empty());
   EXPECT_EQ(controller_->phase(), Phase::kWaiting);
   EXPECT_NE(controller_->reason().find("2 stages need 2 slots"), std::string::npos)
@@ -150,7 +150,7 @@ TEST_F(ControllerTest, WaitsWhenFewerSlotsThanStagesAndLaunchesWhenAMachineArriv
 }
 
 TEST_F(ControllerTest, ShrinksWhenHostRemovedFromList) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(5);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
   EXPECT_EQ(controller_->phase(), Phase::kMorphing);
@@ -168,7 +168,7 @@ TEST_F(ControllerTest, ShrinksWhenHostRemovedFromList) {
 }
 
 TEST_F(ControllerTest, TheFirstStepRecordSplitsEachMorphsDowntime) {
-  Feed(StartInput{List("localhost slots=4\n")});
+  Feed(StartInput{List("localhost slots=4\n"), {}});
   RunGeneration(1);
   for (const char* list : {"localhost slots=2\n", "localhost slots=4\n"}) {
     Feed(MachinesChanged{List(list)});
@@ -188,7 +188,7 @@ TEST_F(ControllerTest, TheFirstStepRecordSplitsEachMorphsDowntime) {
 }
 
 TEST_F(ControllerTest, GrowsWhenHostAddedToList) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunGeneration(1);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
   // A new machine joins once it has passed a health check.
@@ -201,7 +201,7 @@ TEST_F(ControllerTest, GrowsWhenHostAddedToList) {
 }
 
 TEST_F(ControllerTest, AnAddedMachineThatFailsItsHealthCheckDisturbsNothing) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunGeneration(1);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
   Feed(HostChecked{"127.0.0.3", false, "host key changed"});
@@ -212,7 +212,7 @@ TEST_F(ControllerTest, AnAddedMachineThatFailsItsHealthCheckDisturbsNothing) {
 }
 
 TEST_F(ControllerTest, AFailureDuringAMorphTurnsItIntoARecovery) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(5);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
   ASSERT_EQ(controller_->phase(), Phase::kMorphing);
@@ -242,13 +242,13 @@ TEST_F(ControllerTest, TheShapeComesFromThePolicy) {
   ControllerOptions o = Options();
   o.policy = std::make_shared<OneStagePolicy>();
   Make(o);
-  Feed(StartInput{List("localhost slots=3\n")});
+  Feed(StartInput{List("localhost slots=3\n"), {}});
   EXPECT_EQ(OnlyLaunch().plan.stages, 1);
   EXPECT_EQ(OnlyLaunch().plan.replicas, 3);
 }
 
 TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunGeneration(1);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=1\n")});
   Feed(HostChecked{"127.0.0.3", true, ""});
@@ -258,7 +258,7 @@ TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {
 }
 
 TEST_F(ControllerTest, AChangeDuringAMorphIsFoldedIntoIt) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(1);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.4 slots=4\n")});
@@ -273,7 +273,7 @@ TEST_F(ControllerTest, AChangeDuringAMorphIsFoldedIntoIt) {
 }
 
 TEST_F(ControllerTest, AMorphBeforeEveryRankIsReadyTerminatesInsteadOfSigusr1) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   Feed(RankStarted{0, 0, 10});
   Feed(RankStarted{0, 1, 11});
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
@@ -287,7 +287,7 @@ TEST_F(ControllerTest, AMorphBeforeEveryRankIsReadyTerminatesInsteadOfSigusr1) {
 }
 
 TEST_F(ControllerTest, AFailedRankStopsTheOthersChecksItsMachineAndRelaunches) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(3);
   Feed(RankExited{0, 2, launcher::ExitStatus{7, 0}});
   EXPECT_EQ(controller_->phase(), Phase::kRecovering);
@@ -306,7 +306,7 @@ TEST_F(ControllerTest, AFailedRankStopsTheOthersChecksItsMachineAndRelaunches) {
 }
 
 TEST_F(ControllerTest, ALostMachineIsLeftOutThenRejoinsOnceHealthy) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(3);
   launcher::ExitStatus lost;
   lost.lost = true;
@@ -332,7 +332,7 @@ TEST_F(ControllerTest, ALostMachineIsLeftOutThenRejoinsOnceHealthy) {
 }
 
 TEST_F(ControllerTest, AnUncheckedMachineIsLeftOutWhenTheHealthWaitEnds) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(3);
   Feed(RankExited{0, 2, launcher::ExitStatus{1, 0}});
   KillAllBut(2);
@@ -343,7 +343,7 @@ TEST_F(ControllerTest, AnUncheckedMachineIsLeftOutWhenTheHealthWaitEnds) {
 }
 
 TEST_F(ControllerTest, AHungRankIsFoundByItsMissingHeartbeats) {
-  Feed(StartInput{List("localhost slots=2\n")});
+  Feed(StartInput{List("localhost slots=2\n"), {}});
   RunGeneration(1);
   Advance(2);
   Feed(RankReport{0, 0, RankReport::Kind::kHeartbeat, 0});  // rank 0 lives, rank 1 is silent
@@ -361,7 +361,7 @@ TEST_F(ControllerTest, TooManyFailuresWithinTheWindowFailTheJob) {
   ControllerOptions o = Options();
   o.max_restarts = 2;
   Make(o);
-  Feed(StartInput{List("localhost slots=2\n")});
+  Feed(StartInput{List("localhost slots=2\n"), {}});
   for (int attempt = 0; attempt < 3; ++attempt) {
     RunGeneration(1);
     Feed(RankExited{controller_->generation(), 0, launcher::ExitStatus{1, 0}});
@@ -380,7 +380,7 @@ TEST_F(ControllerTest, WithoutRestartsTheFirstFailureFailsTheJob) {
   ControllerOptions o = Options();
   o.max_restarts = 0;
   Make(o);
-  Feed(StartInput{List("localhost slots=2\n")});
+  Feed(StartInput{List("localhost slots=2\n"), {}});
   RunGeneration(1);
   Feed(RankExited{0, 1, launcher::ExitStatus{3, 0}});
   Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
@@ -395,7 +395,7 @@ TEST_F(ControllerTest, AFlappingMachineIsKeptOutWithExponentialBackoff) {
   ControllerOptions o = Options();
   o.stages = 1;
   Make(o);
-  Feed(StartInput{List("localhost slots=1\n127.0.0.3 slots=1\n")});
+  Feed(StartInput{List("localhost slots=1\n127.0.0.3 slots=1\n"), {}});
   RunGeneration(1);
   Feed(RankExited{0, 1, launcher::ExitStatus{1, 0}});
   Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
@@ -413,7 +413,7 @@ TEST_F(ControllerTest, AFlappingMachineIsKeptOutWithExponentialBackoff) {
 }
 
 TEST_F(ControllerTest, AStopDuringAMorphFinishesWithoutRelaunching) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(1);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
   Feed(StopInput{"SIGINT"});
@@ -428,7 +428,7 @@ TEST_F(ControllerTest, WorkersThatDoNotStopAreTerminatedThenKilled) {
   ControllerOptions o = Options();
   o.stop_timeout_s = 10;
   Make(o);
-  Feed(StartInput{List("localhost slots=2\n")});
+  Feed(StartInput{List("localhost slots=2\n"), {}});
   RunGeneration(1);
   Feed(StopInput{"SIGTERM"});
   EXPECT_EQ(SignalsOf(SIGUSR1).size(), 2u);
@@ -445,7 +445,7 @@ TEST_F(ControllerTest, WorkersThatDoNotStopAreTerminatedThenKilled) {
 }
 
 TEST_F(ControllerTest, ASecondStopKillsAtOnce) {
-  Feed(StartInput{List("localhost slots=2\n")});
+  Feed(StartInput{List("localhost slots=2\n"), {}});
   RunGeneration(1);
   Feed(StopInput{"SIGINT"});
   Feed(StopInput{"SIGINT"});
@@ -457,14 +457,14 @@ TEST_F(ControllerTest, ASecondStopKillsAtOnce) {
 }
 
 TEST_F(ControllerTest, AStopWhileWaitingFinishesAtOnce) {
-  Feed(StartInput{List("localhost slots=1\n")});
+  Feed(StartInput{List("localhost slots=1\n"), {}});
   Feed(StopInput{"mitra stop"});
   ASSERT_EQ(All<FinishAction>().size(), 1u);
   EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kStopped);
 }
 
 TEST_F(ControllerTest, ReportsOfAnEarlierGenerationAreIgnored) {
-  Feed(StartInput{List("localhost slots=2\n")});
+  Feed(StartInput{List("localhost slots=2\n"), {}});
   RunGeneration(1);
   Feed(RankExited{0, 0, launcher::ExitStatus{1, 0}});
   Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
@@ -477,7 +477,7 @@ TEST_F(ControllerTest, ReportsOfAnEarlierGenerationAreIgnored) {
 }
 
 TEST_F(ControllerTest, ARankThatCannotBeStartedBlamesItsMachine) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   Feed(RankStarted{0, 0, 10});
   Feed(RankStarted{0, 1, 11});
   Feed(RankStartFailed{0, 2, "connection refused"});
@@ -489,8 +489,19 @@ TEST_F(ControllerTest, ARankThatCannotBeStartedBlamesItsMachine) {
   EXPECT_EQ(OnlyLaunch().plan.replicas, 1);
 }
 
+TEST_F(ControllerTest, AMachineUnreachableAtStartIsLeftOutUntilItPassesACheck) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {"127.0.0.3"}});
+  EXPECT_EQ(OnlyLaunch().plan.replicas, 1);
+  RunGeneration(1);
+  EXPECT_EQ(controller_->Machines()[1].state, "failed");
+  Advance(2);
+  ASSERT_EQ(All<CheckHostAction>().size(), 1u);
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  EXPECT_EQ(SignalsOf(SIGUSR1).size(), 2u);  // it joins through a grow
+}
+
 TEST_F(ControllerTest, StatusShowsEachMachine) {
-  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=3\n")});
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=3\n"), {}});
   const std::vector<MachineView> machines = controller_->Machines();
   ASSERT_EQ(machines.size(), 2u);
   EXPECT_EQ(machines[0].state, "in use");

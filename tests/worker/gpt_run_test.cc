@@ -76,6 +76,18 @@ TEST(MitraRunGpt, TrainsAcrossTwoStagesAndTwoReplicasToCompletion) {
   ExpectNoProcessLeft(run_dir);
 }
 
+TEST(MitraRunGpt, AJobAlreadyAtMaxStepsStartsNothing) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  RunOutcome first = MitraRun(tmp, run_dir, 1, 1, 2, {}, GptArgs());
+  ASSERT_EQ(first.result.exit_code, 0) << first.result.output();
+  RunOutcome again = MitraRun(tmp, run_dir, 1, 1, 2, {}, GptArgs());
+  EXPECT_EQ(again.result.exit_code, 0) << again.result.output();
+  EXPECT_NE(again.result.out.find("already at step 2 of --max-steps 2"), std::string::npos)
+      << again.result.out;
+  EXPECT_EQ(testing::EventsNamed(run_dir, "launch").size(), 1u);
+}
+
 TEST(MitraRunGpt, KilledWorkerStopsTheRunWithAReportAndLeavesNoProcess) {
   TempDir tmp;
   const std::string run_dir = tmp.Path("run");

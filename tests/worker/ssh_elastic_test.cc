@@ -232,6 +232,18 @@ TEST_F(SshElastic, BadEditsDuringARunAreRefusedAndTrainingGoesOn) {
   ExpectNoWorkerLeft();
 }
 
+TEST_F(SshElastic, AMachineThatRefusesUsAtStartIsBadInputAndNothingStarts) {
+  const std::string a_line = sshd_->known_hosts_line(kHostA);
+  known_hosts_ = tmp_.Write("known_hosts.partial", a_line + "\n");  // 127.0.0.3 unknown
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(mitra);
+  const MitraResult r = mitra->Wait(120);
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_TRUE(Contains(r.err, Address(kHostB) + ": ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "ssh-keyscan")) << r.err;
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "launch").empty());
+}
+
 TEST_F(SshElastic, CtrlCCheckpointsAndStopsEverything) {
   auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
   ASSERT_TRUE(mitra);
