@@ -151,7 +151,15 @@ int CheckpointCommand(const CheckpointCommandOptions& options, std::ostream& out
       out << name << "  incomplete (never loaded)\n";
     }
   }
-  if (steps.empty()) out << "no complete checkpoint in " << options.dir << "\n";
+  if (steps.empty()) {
+    out << "no complete checkpoint in " << options.dir << "\n";
+    const fs::path nested = fs::path(options.dir) / "checkpoints";
+    if (fs::is_directory(nested, ec)) {
+      out << "(" << options.dir << " looks like a run directory: its checkpoints are in "
+          << nested.string() << ")\n";
+    }
+    if (options.action == "verify") return kExitFailed;  // nothing verified is no verdict
+  }
   if (options.action == "verify") {
     if (damaged > 0) {
       err << "mitra checkpoint: " << damaged << " of " << steps.size()

@@ -99,8 +99,9 @@ void PrintPlan(RunContext& c, const MachineList& machines, const GridPlan& plan,
 // The newest checkpoint that verifies (0: none, start fresh). Damaged newer ones are reported
 // and skipped; another model's checkpoint (segments, parameter names or shapes) is refused.
 Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
-                               const ProgramDescription& description, const RunOptions& options) {
-  std::vector<std::string> skipped;
+                               const ProgramDescription& description, const RunOptions& options,
+                               std::vector<std::string>* reported) {
+  std::vector<std::string>& skipped = *reported;
   Result<checkpoint::Found> found = checkpoint::FindNewestValid(dir, &skipped);
   for (const std::string& why : skipped) *c.err << "mitra run: " << why << "\n";
   if (!found.ok()) return int64_t{0};
@@ -230,7 +231,9 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   request.segments = description->segments;
   Result<GridPlan> plan = PlanGrid(request);
   if (!plan.ok()) return BadInput(c, plan.status().message());
-  Result<int64_t> resume_step = FindResumeStep(c, checkpoint_dir, *description, options);
+  std::vector<std::string> reported;  // damaged checkpoints named on the terminal
+  Result<int64_t> resume_step =
+      FindResumeStep(c, checkpoint_dir, *description, options, &reported);
   if (!resume_step.ok()) return BadInput(c, resume_step.status().message());
   if (options.max_steps > 0 && *resume_step >= options.max_steps) {
     *c.out << "mitra: the job is already at step " << *resume_step << " of --max-steps "
@@ -341,6 +344,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   loop_options.settings = settings;
   loop_options.first_generation = settings.generation;
   loop_options.state_fields = job_fields;
+  loop_options.reported = reported;
   RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,
                &run_dir, journal->get(), c.events, c.out, c.err);
   if (c.on_loop_started) c.on_loop_started(&loop);

@@ -45,7 +45,8 @@ RunLoop::RunLoop(RunLoopOptions options, ControllerOptions controller_options,
       queue_(queue),
       out_(out),
       err_(err),
-      max_steps_(controller_options.max_steps) {}
+      max_steps_(controller_options.max_steps),
+      reported_(options_.reported.begin(), options_.reported.end()) {}
 
 RunLoop::~RunLoop() {
   for (Check& check : checks_) check.thread.join();
@@ -123,7 +124,9 @@ void RunLoop::Launch(const LaunchAction& launch) {
   settings.resume_step = 0;
   std::vector<std::string> skipped;
   Result<checkpoint::Found> found = checkpoint::FindNewestValid(settings.checkpoint_dir, &skipped);
-  for (const std::string& why : skipped) *err_ << "mitra: " << why << "\n";
+  for (const std::string& why : skipped) {
+    if (reported_.insert(why).second) *err_ << "mitra: " << why << "\n";  // once is enough
+  }
   if (found.ok()) settings.resume_step = found->step;
   if (launch.expected_step && settings.resume_step != *launch.expected_step) {
     *err_ << "mitra: warning: the workers stopped after step " << *launch.expected_step
@@ -441,10 +444,13 @@ void RunLoop::WriteState(bool force) {
 void RunLoop::PublishStatus() {
   JsonObject status;
   status.SetString("state", final_state_.empty() ? PhaseName(controller_.phase()) : final_state_)
-      .SetString("reason", controller_.reason())
-      .SetInt("generation", RunGeneration(std::max<int64_t>(0, controller_.generation())))
-      .SetInt("stages", controller_.plan().stages)
-      .SetInt("replicas", controller_.plan().replicas)
+      .SetString("reason", controller_.reason());
+  if (controller_.phase() != Phase::kWaiting) {  // waiting: no shape runs
+    status.SetInt("generation", RunGeneration(std::max<int64_t>(0, controller_.generation())))
+        .SetInt("stages", controller_.plan().stages)
+        .SetInt("replicas", controller_.plan().replicas);
+  }
+  status
       .SetInt("step", controller_.last_step())
       .SetInt("max_steps", max_steps_)
       .SetNumber("elapsed_s", RoundedSeconds(clock_->MonotonicSeconds() - start_s_))

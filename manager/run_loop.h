@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <ostream>
 #include <string>
 #include <thread>
@@ -48,6 +49,7 @@ struct RunLoopOptions {
   double state_interval_s = 1;
   double health_check_timeout_s = 5;
   JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
+  std::vector<std::string> reported;  // damaged checkpoints the caller has named already
 };
 
 // Not thread-safe except Status(), which the control socket's thread may call.
@@ -115,6 +117,7 @@ class RunLoop {
   int exit_code_ = -1;
   std::string final_state_;
   JsonObject last_event_;
+  std::set<std::string> reported_;  // damaged checkpoints already named on the terminal
   // Health checks run on threads of their own (a check may block for seconds); finished ones are
   // joined whenever a new one starts, the rest when the loop ends.
   struct Check {
