@@ -286,6 +286,15 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     report.kind = RankReport::Kind::kStopped;
     report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
     if (generation == ranks_generation_ && ranks_.count(rank)) ranks_[rank].stopped_record = true;
+  } else if (kind == "warning") {
+    Warn(journal_->RecordEvent(
+        "worker_warning", JsonObject()
+                              .SetInt("generation", RunGeneration(generation))
+                              .SetInt("rank", rank)
+                              .SetString("message", parsed->GetString("message").value_or(""))));
+    *err_ << "mitra: warning: rank " << rank << ": " << parsed->GetString("message").value_or("")
+          << std::endl;
+    return;
   } else if (kind == "checkpoint_failed") {
     JsonObject fields = *parsed;
     fields.Erase("event");

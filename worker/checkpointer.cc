@@ -407,15 +407,55 @@ Status Checkpointer::Restore(int64_t step) {
     return Status::IoError(path + "/" + kTrainerFile + " holds no rng_state (the checkpoint is damaged)");
   }
   torch::Tensor rng_state = checkpoint::EmptyFor(*rng);
+  std::map<std::string, torch::Tensor> settings;  // the training settings it was written with
+  for (const checkpoint::TensorRecord& t : (*trainer)->tensors) {
+    if (t.name != "rng_state") settings[t.name] = checkpoint::EmptyFor(t);
+  }
   Status read = checkpoint::ReadTensorFile(
       (fs::path(path) / kTrainerFile).string(), (*trainer)->bytes, (*trainer)->crc32c,
       (*trainer)->tensors, [&](const checkpoint::TensorRecord& t) -> void* {
-        return t.name == "rng_state" ? rng_state.data_ptr() : nullptr;
+        if (t.name == "rng_state") return rng_state.data_ptr();
+        auto it = settings.find(t.name);
+        return it == settings.end() ? nullptr : it->second.data_ptr();
       });
   if (!read.ok()) return read;
   auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
   gen->set_state(*rng_state.unsafeGetTensorImpl());
+  if (runtime_.placement().rank == 0) WarnAboutChangedSettings(path, settings);
   return Status::Ok();
+}
+
+void Checkpointer::WarnAboutChangedSettings(
+    const std::string& path, const std::map<std::string, torch::Tensor>& written) const {
+  // Changing these on resume is allowed (a new learning-rate schedule, say), but it is never
+  // silent: the job no longer equals the one that was checkpointed.
+  const RuntimeOptions& o = runtime_.options();
+  const std::vector<std::pair<std::string, double>> now = {
+      {"seed", static_cast<double>(o.seed)},
+      {"global_batch", static_cast<double>(o.global_batch)},
+      {"lr_base", o.lr.base},
+      {"lr_warmup_steps", static_cast<double>(o.lr.warmup_steps)},
+      {"lr_total_steps", static_cast<double>(o.lr.total_steps)},
+      {"lr_min_ratio", o.lr.min_ratio}};
+  std::vector<std::string> changed;
+  for (const auto& [name, value] : now) {
+    auto it = written.find(name);
+    if (it == written.end()) continue;
+    const double then = it->second.item<double>();
+    if (then != value) {
+      std::ostringstream text;  // shortest form: 0.001, 16
+      text << name << " " << then << " -> " << value;
+      changed.push_back(text.str());
+    }
+  }
+  if (changed.empty()) return;
+  std::string text;
+  for (const std::string& c : changed) text += (text.empty() ? "" : ", ") + c;
+  const std::string message = "resuming from " + path + " with other training settings than it " +
+                              "was written with (" + text + "): the job continues, but not as " +
+                              "the checkpointed one would have";
+  spdlog::warn("{}", message);
+  Record("warning").Add("message", message).Emit();
 }
 
 }  // namespace mitra::worker

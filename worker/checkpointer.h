@@ -74,6 +74,10 @@ class Checkpointer {
   Status Write(const Snapshot& snapshot);
   Status CommitAsRankZero(int64_t step, double started);
   std::vector<int> SegmentsThisRankWrites() const;
+  // Rank 0, after a restore: says which of trainer.pt's settings (seed, batch, learning-rate
+  // schedule) differ from this run's, in its log and as a `warning` record for the manager.
+  void WarnAboutChangedSettings(const std::string& path,
+                                const std::map<std::string, torch::Tensor>& written) const;
   // The staging buffer kept under `key` for `source` (allocated on first use). Used by one
   // thread at a time: the writer while a save is in flight, else the training thread.
   torch::Tensor Staging(const std::string& key, const torch::Tensor& source);

@@ -88,6 +88,21 @@ TEST(MitraRunGpt, AJobAlreadyAtMaxStepsStartsNothing) {
   EXPECT_EQ(testing::EventsNamed(run_dir, "launch").size(), 1u);
 }
 
+TEST(MitraRunGpt, ResumingWithOtherSettingsIsNeverSilent) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  RunOutcome first = MitraRun(tmp, run_dir, 1, 1, 2, {}, GptArgs());
+  ASSERT_EQ(first.result.exit_code, 0) << first.result.output();
+  // GptArgs gives --lr 1e-3; a later --lr wins.
+  RunOutcome again = MitraRun(tmp, run_dir, 1, 1, 3, {}, GptArgs({"--lr", "2e-3"}));
+  EXPECT_EQ(again.result.exit_code, 0) << again.result.output();
+  EXPECT_NE(again.result.err.find("mitra: warning: rank 0: resuming from "), std::string::npos)
+      << again.result.err;
+  EXPECT_NE(again.result.err.find("lr_base 0.001 -> 0.002"), std::string::npos)
+      << again.result.err;
+  EXPECT_EQ(testing::EventsNamed(run_dir, "worker_warning").size(), 1u);
+}
+
 TEST(MitraRunGpt, KilledWorkerStopsTheRunWithAReportAndLeavesNoProcess) {
   TempDir tmp;
   const std::string run_dir = tmp.Path("run");
