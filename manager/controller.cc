@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/overloaded.h"
 #include "common/strings.h"
 #include "manager/progress.h"
 #include "manager/worker_env.h"
@@ -20,13 +21,6 @@ std::string Seconds(double s) { return FormatSeconds(std::round(s * 10) / 10) + 
 std::string Shape(int stages, int replicas) {
   return std::to_string(stages) + " x " + std::to_string(replicas);
 }
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 }  // namespace
 

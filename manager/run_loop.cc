@@ -9,7 +9,9 @@
 #include "checkpoint/store.h"
 #include "common/free_port.h"
 #include "common/signal_watcher.h"
+#include "common/overloaded.h"
 #include "common/strings.h"
+#include "manager/run_command.h"
 #include "manager/run_records.h"
 
 namespace mitra::manager {
@@ -19,14 +21,6 @@ namespace {
 constexpr double kMaxWaitS = 0.25;
 // Rendezvous ports on machines where the manager cannot ask the kernel for a free one.
 constexpr int kRemoteRendezvousBasePort = 29500;
-constexpr int kFailedExitCode = 1;  // kExitFailed of run_command.h
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 bool IsLoopback(const std::string& host) { return StartsWith(host, "127.") || host == "localhost"; }
 
@@ -77,7 +71,7 @@ int RunLoop::Run(const MachineList& machines, const std::vector<std::string>& un
                },
                *event);
   }
-  return exit_code_ < 0 ? kFailedExitCode : exit_code_;
+  return exit_code_ < 0 ? kExitFailed : exit_code_;
 }
 
 void RunLoop::Handle(const ControllerInput& input) {
@@ -413,7 +407,7 @@ void RunLoop::OnFinish(const FinishAction& finish) {
       break;
     case FinishAction::Outcome::kFailed:
       final_state_ = "failed";
-      exit_code_ = kFailedExitCode;
+      exit_code_ = kExitFailed;
       fields.SetString("reason", finish.reason);
       *err_ << "mitra: failed: " << finish.reason << " (" << summary << ")" << std::endl;
       break;

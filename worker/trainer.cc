@@ -123,9 +123,9 @@ int Trainer::Train(const Placement& placement) {
 
   const int64_t tokens_per_step = opts.global_batch * spec_.tokens_per_sample;
   std::string reason = "max_steps";
+  const std::function<bool()> stop_requested = [] { return g_stop_requested != 0; };
   while (step < max_steps) {
     const auto start = std::chrono::steady_clock::now();
-    const std::function<bool()> stop_requested = [] { return g_stop_requested != 0; };
     StepResult r = rt.Step(step, stop_requested);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

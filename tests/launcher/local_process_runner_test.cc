@@ -7,7 +7,7 @@
 
 #include <chrono>
 
-#include "common/blocking_queue.h"
+#include "tests/launcher/runner_events.h"
 #include "tests/manager/run_helpers.h"
 
 namespace mitra::launcher {
@@ -18,31 +18,14 @@ using testing::TempDir;
 class LocalProcessRunnerTest : public ::testing::Test {
  protected:
   ProcessSpec Shell(const std::string& script) {
-    ProcessSpec spec;
-    spec.program = "/bin/sh";
-    spec.args = {"-c", script};
-    spec.environment = {{"PATH", "/usr/bin:/bin"}, {"GREETING", "hello"}};
-    spec.log_path = dir_.Path("out.log");
-    return spec;
+    return testing::ShellSpec(script, dir_.Path("out.log"));
   }
-
-  ProcessEventSink Sink() {
-    return [this](ProcessEvent e) { events_.Push(std::move(e)); };
-  }
-
-  // Events until the exit (at most 10 s); the exit is the last element.
-  std::vector<ProcessEvent> UntilExit() {
-    std::vector<ProcessEvent> seen;
-    while (std::optional<ProcessEvent> e = events_.PopFor(std::chrono::seconds(10))) {
-      seen.push_back(std::move(*e));
-      if (seen.back().kind == ProcessEvent::Kind::kExited) break;
-    }
-    return seen;
-  }
+  ProcessEventSink Sink() { return events_.Sink(); }
+  std::vector<ProcessEvent> UntilExit() { return events_.UntilExit(); }
 
   TempDir dir_;
   PosixFileSystem fs_;
-  BlockingQueue<ProcessEvent> events_;
+  testing::RunnerEvents events_;
 };
 
 TEST_F(LocalProcessRunnerTest, LogsAllOutputAndForwardsMessagesBeforeTheExit) {

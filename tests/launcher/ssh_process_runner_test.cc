@@ -10,8 +10,8 @@
 #include <set>
 #include <thread>
 
-#include "common/blocking_queue.h"
 #include "common/strings.h"
+#include "tests/launcher/runner_events.h"
 #include "tests/launcher/sshd_fixture.h"
 #include "tests/manager/run_helpers.h"
 
@@ -59,45 +59,20 @@ class SshProcessRunnerTest : public ::testing::Test {
   }
 
   ProcessSpec Shell(const std::string& script) {
-    ProcessSpec spec;
-    spec.program = "/bin/sh";
-    spec.args = {"-c", script};
-    spec.environment = {{"PATH", "/usr/bin:/bin"}, {"GREETING", "hello"}};
-    spec.log_path = local_.Path("out.log");
-    return spec;
+    return testing::ShellSpec(script, local_.Path("out.log"));
   }
-
-  ProcessEventSink Sink() {
-    return [this](ProcessEvent e) { events_.Push(std::move(e)); };
-  }
-
-  // Events until the next exit (at most `timeout_s`); the exit is the last element.
+  ProcessEventSink Sink() { return events_.Sink(); }
   std::vector<ProcessEvent> UntilExit(double timeout_s = 10) {
-    std::vector<ProcessEvent> seen;
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::milliseconds(static_cast<int>(timeout_s * 1000));
-    while (std::optional<ProcessEvent> e =
-               events_.PopFor(deadline - std::chrono::steady_clock::now())) {
-      seen.push_back(std::move(*e));
-      if (seen.back().kind == ProcessEvent::Kind::kExited) break;
-    }
-    return seen;
+    return events_.UntilExit(timeout_s);
   }
-
-  // Waits for the message `text`; false after 10 s.
-  bool WaitForMessage(const std::string& text) {
-    while (std::optional<ProcessEvent> e = events_.PopFor(std::chrono::seconds(10))) {
-      if (e->kind == ProcessEvent::Kind::kMessage && e->message == text) return true;
-    }
-    return false;
-  }
+  bool WaitForMessage(const std::string& text) { return events_.WaitForMessage(text); }
 
   static inline TempDir* dir_ = nullptr;
   static inline SshdFixture* sshd_ = nullptr;
   static inline std::string* setup_error_ = nullptr;
   TempDir local_;
   PosixFileSystem fs_;
-  BlockingQueue<ProcessEvent> events_;
+  testing::RunnerEvents events_;
 };
 
 std::string CommandLineOf(int pid) {
@@ -224,7 +199,7 @@ TEST_F(SshProcessRunnerTest, DestructionLeavesRemoteProcessesRunningAndReportsNo
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     pid = p->pid;
   }
-  EXPECT_FALSE(events_.PopFor(std::chrono::milliseconds(300)).has_value());
+  EXPECT_TRUE(events_.QuietFor(0.3));
   EXPECT_FALSE(testing::ProcessGone(pid));
   ::kill(pid, SIGKILL);  // same machine: clean up by hand
 }
@@ -238,7 +213,7 @@ TEST_F(SshProcessRunnerTest, AStartThatFailsOnTheHostReturnsItsError) {
   EXPECT_EQ(p.status().code(), Status::Code::kUnavailable);
   EXPECT_NE(p.status().message().find("missing"), std::string::npos) << p.status().ToString();
   EXPECT_NE(p.status().message().find(kHost), std::string::npos) << p.status().ToString();
-  EXPECT_FALSE(events_.PopFor(std::chrono::milliseconds(200)).has_value());
+  EXPECT_TRUE(events_.QuietFor(0.2));
 }
 
 TEST_F(SshProcessRunnerTest, RefusesASpecThatCannotBeQuotedSafely) {

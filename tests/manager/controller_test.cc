@@ -8,14 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/manager/machine_lists.h"
+
 namespace mitra::manager {
 namespace {
 
-MachineList List(const std::string& text) {
-  Result<MachineList> list = ParseMachineList(text, "machines.txt", 1);
-  EXPECT_TRUE(list.ok()) << list.status().message();
-  return list.ok() ? *list : MachineList{};
-}
+using testing::List;
 
 class ControllerTest : public ::testing::Test {
  protected:

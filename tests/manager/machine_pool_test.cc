@@ -3,14 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/manager/machine_lists.h"
+
 namespace mitra::manager {
 namespace {
 
-MachineList List(const std::string& text) {
-  Result<MachineList> list = ParseMachineList(text, "machines.txt", 1);
-  EXPECT_TRUE(list.ok()) << list.status().message();
-  return list.ok() ? *list : MachineList{};
-}
+using testing::List;
 
 std::vector<std::string> Addresses(const std::vector<Machine>& machines) {
   std::vector<std::string> out;
