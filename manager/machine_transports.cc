@@ -58,7 +58,9 @@ MachineTransports::MachineTransports(MachineTransportsOptions options,
 MachineTransports::~MachineTransports() = default;
 
 std::string MachineTransports::WorkerAddress(const Machine& machine) const {
-  return machine.IsLocal() ? "127.0.0.1" : machine.host;
+  // `localhost` in any form (also an SSH entry such as root@localhost:2222) is this machine's
+  // loopback address, which the rendezvous can bind and every local rank reach.
+  return machine.IsLocal() || machine.host == "localhost" ? "127.0.0.1" : machine.host;
 }
 
 Result<launcher::ProcessRunner*> MachineTransports::RunnerFor(const Machine& machine) {

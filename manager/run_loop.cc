@@ -22,7 +22,7 @@ constexpr double kMaxWaitS = 0.25;
 // Rendezvous ports on machines where the manager cannot ask the kernel for a free one.
 constexpr int kRemoteRendezvousBasePort = 29500;
 
-bool IsLoopback(const std::string& host) { return StartsWith(host, "127.") || host == "localhost"; }
+bool IsLoopback(const std::string& address) { return StartsWith(address, "127."); }
 
 }  // namespace
 
@@ -219,9 +219,7 @@ void RunLoop::Launch(const LaunchAction& launch) {
 
 Result<int> RunLoop::RendezvousPort(const Machine& machine, int64_t generation) {
   const std::string address = transports_->WorkerAddress(machine);
-  if (machine.IsLocal() || IsLoopback(address)) {
-    return PickFreeTcpPort(address == "localhost" ? "127.0.0.1" : address);
-  }
+  if (IsLoopback(address)) return PickFreeTcpPort(address);
   // On another machine the manager cannot ask for a free port; a port taken there makes rank 0
   // fail, and the next generation tries the next port.
   return kRemoteRendezvousBasePort + static_cast<int>(generation % 1000);

@@ -31,7 +31,8 @@ class Transports {
   // died, to leave no orphan.
   virtual Status KillOrphan(const Machine& machine, int64_t pid, const std::string& run_dir) = 0;
 
-  // The address a worker on `machine` binds to and others reach it at (MITRA_HOST).
+  // The address a worker on `machine` binds to and others reach it at (MITRA_HOST); an IPv4
+  // address for every machine on this one (127.x.y.z).
   virtual std::string WorkerAddress(const Machine& machine) const = 0;
 };
 
