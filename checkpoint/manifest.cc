@@ -72,8 +72,13 @@ std::string Manifest::Serialize() const {
       << "partition " << partition << "\n"
       << "schedule " << schedule << "\n"
       << "global_batch " << global_batch << "\n"
-      << "seed " << seed << "\n"
-      << "segments";
+      << "seed " << seed << "\n";
+  if (chunk_size > 0) {
+    out << "chunk_size " << chunk_size << "\n"
+        << "micro_batch_independent " << (micro_batch_independent ? 1 : 0) << "\n";
+  }
+  if (!optimizer.empty()) out << "optimizer " << optimizer << "\n";
+  out << "segments";
   for (const auto& s : segments) out << " " << s;
   out << "\n";
   for (const auto& f : files) out << FileLines(f);
@@ -124,6 +129,9 @@ Result<Manifest> Manifest::Parse(std::string_view text, const std::string& where
     }
     else if (key == "global_batch") fields >> m.global_batch;
     else if (key == "seed") fields >> m.seed;
+    else if (key == "chunk_size") fields >> m.chunk_size;
+    else if (key == "micro_batch_independent") fields >> m.micro_batch_independent;
+    else if (key == "optimizer") fields >> m.optimizer;
     else if (key == "segments") {
       for (std::string s; fields >> s;) m.segments.push_back(s);
       fields.clear();  // reading to the end of the line set failbit

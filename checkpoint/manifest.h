@@ -10,6 +10,9 @@
 //   schedule 1f1b
 //   global_batch 32
 //   seed 1234
+//   chunk_size 8
+//   micro_batch_independent 0
+//   optimizer adamw
 //   segments embed block0 block1 head
 //   file seg-embed.pt 1048893 9a3c01f2
 //   tensor param/wte.weight f32 [256,128] 192
@@ -51,6 +54,11 @@ struct Manifest {
   std::string schedule;
   int64_t global_batch = 0;
   uint64_t seed = 0;
+  // The micro-batch size; 0 when not recorded (checkpoints before it was). Part of the job's
+  // math unless the model is micro-batch independent.
+  int64_t chunk_size = 0;
+  bool micro_batch_independent = false;
+  std::string optimizer;  // its Name(); empty when not recorded (then it was AdamW)
   std::vector<std::string> segments;
   std::vector<FileEntry> files;
 

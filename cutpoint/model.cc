@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/utils.h>
 
 namespace mitra::cutpoint {
@@ -59,6 +60,40 @@ std::shared_ptr<Segment> BuildSegment(const ModelSpec& spec, int index, uint64_t
   TORCH_CHECK(segment, "the factory of segment '", spec.segments[index].name,
               "' returned no segment");
   return segment;
+}
+
+std::vector<std::string> MicroBatchDependentModules(const Segment& segment) {
+  std::vector<std::string> found;
+  for (const auto& item : segment.named_modules("", /*include_self=*/true)) {
+    const torch::nn::Module& m = *item.value();
+    std::string kind;
+    if (dynamic_cast<const torch::nn::BatchNorm1dImpl*>(&m)) {
+      kind = "BatchNorm1d";
+    } else if (dynamic_cast<const torch::nn::BatchNorm2dImpl*>(&m)) {
+      kind = "BatchNorm2d";
+    } else if (dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m)) {
+      kind = "BatchNorm3d";
+    } else {
+      for (const auto& buffer : m.named_buffers(/*recurse=*/false)) {
+        if (buffer.key() == "running_mean" || buffer.key() == "num_batches_tracked") {
+          kind = "keeps running statistics";
+          break;
+        }
+      }
+    }
+    if (!kind.empty()) found.push_back((item.key().empty() ? m.name() : item.key()) + " (" + kind + ")");
+  }
+  return found;
+}
+
+Status CheckMicroBatchIndependence(const ModelSpec& spec, int index, const Segment& segment) {
+  if (!spec.micro_batch_independent) return Status::Ok();
+  const std::vector<std::string> found = MicroBatchDependentModules(segment);
+  if (found.empty()) return Status::Ok();
+  return Status::InvalidArgument(
+      "the model declares micro_batch_independent, but segment '" + spec.segments[index].name +
+      "' holds " + found.front() + ", whose result depends on the other samples of its "
+      "micro-batch: remove the declaration (the micro-batch size is then fixed for the job)");
 }
 
 std::vector<int64_t> CountSegmentParameters(const ModelSpec& spec) {

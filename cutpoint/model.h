@@ -12,7 +12,8 @@
 // Segments are built by factories, so a stage constructs only its own segments: no stage ever
 // allocates another stage's layers. Factories are called with the global RNG seeded from
 // (seed, segment index), so a segment's initial weights do not depend on which stage builds it.
-// Parameters are named "<segment>.<parameter>" everywhere (checkpoints, tied weights, dumps).
+// Parameters and buffers are named "<segment>.<name>" everywhere (checkpoints, tied weights,
+// dumps).
 #pragma once
 
 #include <cstdint>
@@ -32,8 +33,11 @@ namespace mitra::cutpoint {
 class Segment : public torch::nn::Module {
  public:
   // Maps the previous segment's outputs (or, for the first segment, the batch) to this
-  // segment's outputs. Must be deterministic given its inputs and parameters: the runtime may
-  // run it twice (activation recomputation).
+  // segment's outputs. The runtime may run it twice (activation recomputation): it restores the
+  // buffers and the random generator for the second run, so random operations (dropout) that
+  // draw from the default generator repeat their choices, and buffers are updated once. In
+  // training mode every forward seeds that generator from (seed, step, the micro-batch's index
+  // in the step, segment), so the same job draws the same numbers in every shape.
   virtual Activations Forward(const Activations& inputs) = 0;
 };
 
@@ -60,7 +64,15 @@ struct ModelSpec {
   std::vector<SegmentDef> segments;
   LossFn loss;
   std::vector<TiedWeight> tied_weights;
-  int64_t tokens_per_sample = 1;  // for throughput reporting only
+  // Tokens in one sample, for a language model's throughput (tokens/s); 0 reports samples/s
+  // only.
+  int64_t tokens_per_sample = 0;
+  // Declares that the model computes the same whatever samples share its micro-batches (no
+  // BatchNorm: every sample's loss and gradient depend on that sample alone). Then the
+  // micro-batch size may change from one shape to the next; otherwise it is fixed when the job
+  // starts and kept across morphs and resumes. Refused for a model that holds a module whose
+  // result depends on its micro-batch (MicroBatchDependentModules).
+  bool micro_batch_independent = false;
 
   void AddSegment(std::string name, SegmentFactory factory);
   void TieWeights(std::string name, std::vector<std::string> members);
@@ -76,6 +88,15 @@ std::shared_ptr<Segment> BuildSegment(const ModelSpec& spec, int index, uint64_t
 
 // Splits "segment.param.path" into the segment name and the parameter path inside it.
 std::pair<std::string, std::string> SplitQualifiedName(const std::string& qualified);
+
+// The modules of `segment` whose results depend on the other samples of their micro-batch:
+// BatchNorm (and any module keeping running statistics: a `running_mean` or
+// `num_batches_tracked` buffer), as "<path> (<kind>)"; empty when there are none.
+std::vector<std::string> MicroBatchDependentModules(const Segment& segment);
+
+// OK unless the spec declares micro_batch_independent and segment `index` (as built) holds a
+// module that MicroBatchDependentModules names; the error names it and the fix.
+Status CheckMicroBatchIndependence(const ModelSpec& spec, int index, const Segment& segment);
 
 // Parameter count of every segment. Builds each segment once, one at a time, and frees it:
 // only the `params` partition method needs this, and only at start-up.

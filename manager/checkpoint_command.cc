@@ -20,14 +20,15 @@ std::string Megabytes(uint64_t bytes) {
   return buf;
 }
 
-// The key a tensor of `file` gets in the exported state dict: parameters under "model" by their
-// full names, optimizer state under "optimizer/<kind>", the trainer's state under "trainer".
+// The key a tensor of `file` gets in the exported state dict: parameters and buffers under
+// "model" by their full names (a state dict, as torch's), optimizer state under
+// "optimizer/<kind>", the trainer's state under "trainer".
 std::string ExportKey(const std::string& segment, const std::string& name) {
   if (segment.empty()) return "trainer/" + name;
   const size_t slash = name.find('/');
   const std::string kind = name.substr(0, slash);
   const std::string full = segment + "." + name.substr(slash + 1);
-  return kind == "param" ? "model/" + full : "optimizer/" + kind + "/" + full;
+  return kind == "param" || kind == "buffer" ? "model/" + full : "optimizer/" + kind + "/" + full;
 }
 
 // Copies the tensors of checkpoint `path` (verified: `manifest`) into one file at `target`,

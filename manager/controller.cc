@@ -82,7 +82,7 @@ double Controller::NextDeadline() const {
       next = std::min(next, launch_time_ + options_.startup_timeout_s);
     }
     for (const Rank& r : ranks_) {
-      if (r.running && r.heartbeats) {
+      if (r.running && r.heartbeats && !r.stopped) {
         next = std::min(next, r.last_heard + options_.heartbeat_timeout_s);
       }
     }
@@ -232,6 +232,12 @@ void Controller::OnReport(const RankReport& in) {
     case RankReport::Kind::kStopped:
       if (r.stopped) return;
       r.stopped = true;
+      r.finished = in.finished;
+      if (!training_done_ &&
+          std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.finished; })) {
+        training_done_ = true;
+        Record("training_done", JsonObject().SetInt("step", in.step));
+      }
       if (stopped_step_ < 0) {
         stopped_step_ = in.step;
       } else if (stopped_step_ != in.step) {
@@ -376,7 +382,8 @@ void Controller::OnTimers() {
   if (generation_live_ && ending_ != Ending::kRecover && ending_ != Ending::kFinish) {
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const Rank& r = ranks_[i];
-      if (r.running && r.heartbeats && now_ - r.last_heard >= options_.heartbeat_timeout_s) {
+      if (r.running && r.heartbeats && !r.stopped &&
+          now_ - r.last_heard >= options_.heartbeat_timeout_s) {
         Fail(static_cast<int>(i),
              RankWhere(static_cast<int>(i)) + " sent no heartbeat for " +
                  Seconds(now_ - r.last_heard) + " (hung, stopped, or cut off)",
@@ -399,17 +406,20 @@ void Controller::OnTimers() {
   }
   if (finish_deadline_ && now_ >= *finish_deadline_) {
     finish_deadline_.reset();
+    // Ranks that reported `stopped` have left training and may take their time.
     std::vector<std::string> running;
     for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i].running) running.push_back(std::to_string(i));
+      if (ranks_[i].running && !ranks_[i].stopped) running.push_back(std::to_string(i));
     }
-    const std::string why = "rank(s) " + Join(running, ", ") + " still running " +
-                            Seconds(options_.finish_timeout_s) +
-                            " after other ranks exited normally";
-    Record("finish_timeout", JsonObject().SetString("reason", why), "mitra: " + why, true);
-    final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
-    ending_ = Ending::kFinish;
-    Terminate(why);
+    if (!running.empty()) {
+      const std::string why = "rank(s) " + Join(running, ", ") + " still running " +
+                              Seconds(options_.finish_timeout_s) +
+                              " after other ranks exited normally";
+      Record("finish_timeout", JsonObject().SetString("reason", why), "mitra: " + why, true);
+      final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+      ending_ = Ending::kFinish;
+      Terminate(why);
+    }
   }
   if (kill_deadline_ && now_ >= *kill_deadline_) {
     kill_deadline_.reset();
@@ -527,6 +537,11 @@ void Controller::TryLaunch() {
 }
 
 void Controller::BeginMorph(const std::string& why) {
+  if (training_done_) {
+    // The job has trained its last step; the ranks only finish their own work.
+    Record("morph_skipped", JsonObject().SetString("reason", why));
+    return;
+  }
   ending_ = Ending::kMorph;
   phase_ = Phase::kMorphing;
   reason_ = why;
@@ -595,6 +610,11 @@ void Controller::Terminate(const std::string& why) {
 }
 
 void Controller::Fail(int rank, const std::string& what, bool blame_machine) {
+  if (training_done_) {
+    FailAfterTraining(rank, what);
+    if (rank >= 0 && ranks_[rank].running) Signal(rank, SIGKILL);
+    return;
+  }
   JsonObject fields;
   fields.SetString("reason", what).SetInt("step", last_step_);
   std::string address;
@@ -664,6 +684,15 @@ void Controller::Fail(int rank, const std::string& what, bool blame_machine) {
     }
     abandon_deadline_ = now_ + options_.abandon_s;
   }
+}
+
+void Controller::FailAfterTraining(int rank, const std::string& what) {
+  const std::string why = what + " after training finished at step " + std::to_string(last_step_) +
+                          " (checkpointed); nothing is relaunched";
+  Record("failure_after_training",
+         JsonObject().SetString("reason", why).SetInt("rank", rank).SetInt("step", last_step_),
+         "mitra: " + why, true);
+  if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
 }
 
 void Controller::MaybeEndGeneration() {

@@ -19,6 +19,10 @@
 //   stopping    the user asked to stop: like morphing, but nothing is relaunched
 //   finished    done, stopped or failed; the Finish action has been returned
 //
+// A rank that has reported `stopped` has left training; it may go on working (evaluating,
+// exporting) for as long as it needs: it is not expected to send heartbeats, and once every
+// rank has stopped at the last step the job is complete and is never relaunched.
+//
 // Not thread-safe: one loop owns it.
 #pragma once
 
@@ -100,6 +104,10 @@ struct RankReport {
   int rank = 0;
   Kind kind = Kind::kHeartbeat;
   int64_t step = 0;  // kStep, kCheckpoint, kStopped
+  // kStopped: the rank left training because it reached its last step (reason `max_steps`).
+  // Once every rank has said so, the job's training is complete and checkpointed: the job is
+  // never relaunched after it, whatever the ranks do next.
+  bool finished = false;
 };
 
 struct RankExited {
@@ -204,7 +212,8 @@ class Controller {
     int64_t pid = 0;
     bool running = false;  // started and not yet exited
     bool ready = false;
-    bool stopped = false;      // printed `stopped`
+    bool stopped = false;      // printed `stopped`: may keep working, no heartbeats expected
+    bool finished = false;     // ... at the job's last step
     bool heartbeats = false;   // has sent a heartbeat: hang detection is on
     double last_heard = 0;
   };
@@ -232,6 +241,9 @@ class Controller {
   static std::string KillHint(const StopInput& in);  // " (SIGINT again kills them)" or ""
 
   void Fail(int rank, const std::string& what, bool blame_machine);
+  // A rank failed after the job's training was complete: nothing is relaunched, the others
+  // may finish their own work, and the job ends as failed.
+  void FailAfterTraining(int rank, const std::string& what);
   // SIGUSR1 to every running rank, or SIGTERM when not all are ready (before `ready` a worker
   // may not have its SIGUSR1 handler yet).
   void AskRanksToStop();
@@ -270,6 +282,7 @@ class Controller {
   std::vector<Machine> launched_machines_;
   std::vector<Rank> ranks_;
   int64_t last_step_ = 0;
+  bool training_done_ = false;  // every rank reported `stopped` at the last step
   int64_t stopped_step_ = -1;  // the step every rank reported in `stopped`, if they agree
   bool stopped_steps_agree_ = true;
   bool first_step_seen_ = false;

@@ -99,20 +99,28 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
   ProgramDescription description;
   description.segments = static_cast<int>(*segments);
   description.tokens_per_sample = record->GetNumber("tokens_per_sample").value_or(0);
-  if (std::optional<std::string> parameters = record->GetString("parameters")) {
-    auto parsed = ParseParameters(*parameters);
+  const JsonValue* independent = record->Find("micro_batch_independent");
+  description.micro_batch_independent = independent != nullptr && independent->bool_value();
+  for (const char* key : {"parameters", "buffers"}) {
+    std::optional<std::string> text = record->GetString(key);
+    if (!text) continue;
+    auto parsed = ParseParameters(*text);
     if (!parsed.ok()) {
-      return Status::InvalidArgument(asked + " printed a describe record with bad \"parameters\": " +
-                                     parsed.status().message());
+      return Status::InvalidArgument(asked + " printed a describe record with bad \"" + key +
+                                     "\": " + parsed.status().message());
     }
-    description.parameters = std::move(parsed).value();
+    if (std::string(key) == "parameters") {
+      description.parameters = std::move(parsed).value();
+    } else {
+      description.buffers = std::move(parsed).value();
+      description.buffers_known = true;
+    }
   }
   return description;
 }
 
-Result<std::vector<std::pair<std::string, std::vector<int64_t>>>> ParseParameters(
-    const std::string& text) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+Result<NamedShapes> ParseParameters(const std::string& text) {
+  NamedShapes out;
   std::istringstream in(text);
   for (std::string item; in >> item;) {
     const size_t open = item.find('[');
@@ -143,39 +151,50 @@ Status CheckCheckpointMatches(const ProgramDescription& description,
     return Status::InvalidArgument("checkpoint " + path + " was written by another model: " +
                                    what + fix);
   };
-  // Per segment, the program's parameters (in its order, so the first difference is the one
-  // named) against the param/ tensors of the segment's file, in any order.
-  std::map<std::string, std::vector<std::pair<std::string, std::vector<int64_t>>>> program;
-  for (const auto& [name, dims] : description.parameters) {
-    const size_t dot = name.find('.');
-    program[name.substr(0, dot)].emplace_back(name.substr(dot + 1), dims);
-  }
-  for (const auto& [segment, params] : program) {
-    if (std::find(manifest.segments.begin(), manifest.segments.end(), segment) ==
-        manifest.segments.end()) {
-      return another("it has no segment '" + segment + "' (its segments are named differently)");
+  // Per segment, the program's parameters and buffers (in its order, so the first difference
+  // is the one named) against the param/ and buffer/ tensors of the segment's file.
+  struct Kind {
+    std::string prefix, word;
+    const NamedShapes* listed;
+  };
+  std::vector<Kind> kinds{{"param/", "parameter", &description.parameters}};
+  if (description.buffers_known) kinds.push_back({"buffer/", "buffer", &description.buffers});
+  for (const Kind& kind : kinds) {
+    std::map<std::string, NamedShapes> program;  // segment -> its tensors of this kind
+    for (const auto& [name, dims] : *kind.listed) {
+      const size_t dot = name.find('.');
+      program[name.substr(0, dot)].emplace_back(name.substr(dot + 1), dims);
     }
-  }
-  for (const std::string& segment : manifest.segments) {
-    const std::string file = checkpoint::SegmentFileName(segment);
-    const checkpoint::FileEntry* entry = manifest.FindFile(file);
-    if (!entry) return another("it has no " + file + " for segment '" + segment + "'");
-    for (const auto& [local, dims] : program[segment]) {
-      const checkpoint::TensorRecord* t = entry->FindTensor("param/" + local);
-      if (!t) return another("the program's parameter '" + segment + "." + local + "' is not in it");
-      if (t->shape != dims) {
-        return another("parameter '" + segment + "." + local + "' is " + t->ShapeString() +
-                       " in it but " + shape(dims) + " in the program");
+    for (const auto& [segment, tensors] : program) {
+      if (std::find(manifest.segments.begin(), manifest.segments.end(), segment) ==
+          manifest.segments.end()) {
+        return another("it has no segment '" + segment + "' (its segments are named differently)");
       }
     }
-    for (const checkpoint::TensorRecord& t : entry->tensors) {
-      if (t.name.rfind("param/", 0) != 0) continue;
-      const std::string local = t.name.substr(6);
-      bool known = false;
-      for (const auto& p : program[segment]) known = known || p.first == local;
-      if (!known) {
-        return another("it has parameter '" + segment + "." + local + "' " + t.ShapeString() +
-                       ", which the program does not have");
+    for (const std::string& segment : manifest.segments) {
+      const std::string file = checkpoint::SegmentFileName(segment);
+      const checkpoint::FileEntry* entry = manifest.FindFile(file);
+      if (!entry) return another("it has no " + file + " for segment '" + segment + "'");
+      for (const auto& [local, dims] : program[segment]) {
+        const checkpoint::TensorRecord* t = entry->FindTensor(kind.prefix + local);
+        if (!t) {
+          return another("the program's " + kind.word + " '" + segment + "." + local +
+                         "' is not in it");
+        }
+        if (t->shape != dims) {
+          return another(kind.word + " '" + segment + "." + local + "' is " + t->ShapeString() +
+                         " in it but " + shape(dims) + " in the program");
+        }
+      }
+      for (const checkpoint::TensorRecord& t : entry->tensors) {
+        if (t.name.rfind(kind.prefix, 0) != 0) continue;
+        const std::string local = t.name.substr(kind.prefix.size());
+        bool known = false;
+        for (const auto& p : program[segment]) known = known || p.first == local;
+        if (!known) {
+          return another("it has " + kind.word + " '" + segment + "." + local + "' " +
+                         t.ShapeString() + ", which the program does not have");
+        }
       }
     }
   }

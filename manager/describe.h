@@ -2,10 +2,13 @@
 //
 // The manager runs the program once with MITRA_DESCRIBE=1; a mitra program prints
 //   @mitra {"event":"describe","segments":N,"tokens_per_sample":T,
-//           "parameters":"embed.wte.weight[256,128] embed.wpe.weight[128,128] ..."}
-// and exits 0 without training. The segment count bounds --nstages; the parameters (each
-// "<segment>.<name>[shape]", in segment order) let `mitra run` refuse another model's
-// checkpoint before it starts or creates anything.
+//           "micro_batch_independent":false,
+//           "parameters":"embed.wte.weight[256,128] embed.wpe.weight[128,128] ...",
+//           "buffers":"stem.bn.running_mean[16] ..."}
+// and exits 0 without training. The segment count bounds --nstages; the parameters and
+// buffers (each "<segment>.<name>[shape]", in segment order) let `mitra run` refuse another
+// model's checkpoint before it starts or creates anything; whether the model is micro-batch
+// independent decides whether the micro-batch size is fixed for the job.
 #pragma once
 
 #include <cstdint>
@@ -20,21 +23,27 @@
 
 namespace mitra::manager {
 
+using NamedShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
 struct ProgramDescription {
   int segments = 0;
   double tokens_per_sample = 0;  // 0 when the program does not say
+  bool micro_batch_independent = false;
   // Qualified parameter names ("embed.wte.weight") and shapes, in segment order; empty when
   // the program does not say (then only the segment count is compared with a checkpoint).
-  std::vector<std::pair<std::string, std::vector<int64_t>>> parameters;
+  NamedShapes parameters;
+  // Likewise for buffers ("stem.bn.running_mean"); `buffers_known` when the program said.
+  NamedShapes buffers;
+  bool buffers_known = false;
 };
 
-// Parses the describe record's "parameters" text. InvalidArgument names the bad entry.
-Result<std::vector<std::pair<std::string, std::vector<int64_t>>>> ParseParameters(
-    const std::string& text);
+// Parses the describe record's "parameters" or "buffers" text. InvalidArgument names the bad
+// entry.
+Result<NamedShapes> ParseParameters(const std::string& text);
 
 // Whether the checkpoint at `path` (its verified `manifest`) was written by the program that
-// gave `description`: same segments, and in each segment's file the same parameter names and
-// shapes. InvalidArgument otherwise, naming the first difference and the fix.
+// gave `description`: same segments, and in each segment's file the same parameter and buffer
+// names and shapes. InvalidArgument otherwise, naming the first difference and the fix.
 Status CheckCheckpointMatches(const ProgramDescription& description,
                               const checkpoint::Manifest& manifest, const std::string& path);
 

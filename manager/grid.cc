@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include "planner/batch_split.h"
+
 namespace mitra::manager {
 
 std::string StageToRankMap(int stages, int replicas) {
@@ -17,12 +19,9 @@ std::string StageToRankMap(int stages, int replicas) {
   return map;
 }
 
-int64_t ReplicaBatch(int64_t global_batch, int replicas, int replica) {
-  return global_batch / replicas + (replica < global_batch % replicas ? 1 : 0);
-}
-
-int DefaultChunkSize(int64_t min_replica_batch, int stages) {
-  const int64_t chunk = stages <= 1 ? min_replica_batch : min_replica_batch / (4 * int64_t{stages});
+int DefaultChunkSize(int64_t global_batch, int stages, int replicas, bool kept) {
+  const int64_t per_replica = stages <= 1 && !kept ? 1 : 4 * int64_t{std::max(1, stages)};
+  const int64_t chunk = planner::ChunkSizeFor(global_batch, replicas, per_replica);
   return static_cast<int>(std::clamp<int64_t>(chunk, 1, 1 << 30));
 }
 
@@ -50,28 +49,35 @@ Result<GridPlan> PlanGrid(const GridRequest& request) {
   GridPlan plan;
   plan.stages = p;
   plan.replicas = slots / p;
+  plan.global_batch = request.global_batch;
+  const int64_t b = request.global_batch;
+  if (b < plan.replicas) {
+    return Status::InvalidArgument(
+        "--batch-size " + std::to_string(b) + " is smaller than the " +
+        std::to_string(plan.replicas) + " replicas (" + std::to_string(slots) + " slots / " +
+        std::to_string(p) + (p == 1 ? " stage" : " stages") +
+        "), so a replica would get no samples; use --batch-size " +
+        std::to_string(plan.replicas) + " or more");
+  }
+  if (request.chunk_size > b) {
+    return Status::InvalidArgument("--chunk-size " + std::to_string(request.chunk_size) +
+                                   " is larger than --batch-size " + std::to_string(b) +
+                                   "; use --chunk-size " + std::to_string(b) + " or less");
+  }
+  plan.chunk_size = request.chunk_size > 0
+                        ? request.chunk_size
+                        : DefaultChunkSize(b, p, plan.replicas, request.chunk_kept);
+  // Every replica takes whole micro-batches of the global batch.
+  const int64_t micro_batches = planner::NumMicroBatches(b, plan.chunk_size);
+  if (micro_batches < plan.replicas) {
+    plan.idle_reason = "a batch of " + std::to_string(b) + " in micro-batches of " +
+                       std::to_string(plan.chunk_size) + " feeds at most " +
+                       std::to_string(micro_batches) + " replicas";
+    plan.replicas = static_cast<int>(micro_batches);
+  }
   plan.total_slots = slots;
   plan.idle_slots = slots - plan.world_size();
-  plan.global_batch = request.global_batch;
-  const int d = plan.replicas;
-  if (request.global_batch < d) {
-    return Status::InvalidArgument(
-        "--batch-size " + std::to_string(request.global_batch) + " is smaller than the " +
-        std::to_string(d) + " replicas (" + std::to_string(slots) + " slots / " +
-        std::to_string(p) + (p == 1 ? " stage" : " stages") +
-        "), so a replica would get no samples; use --batch-size " + std::to_string(d) + " or more");
-  }
-  const int64_t min_replica_batch = ReplicaBatch(request.global_batch, d, d - 1);
-  plan.chunk_size =
-      request.chunk_size > 0 ? request.chunk_size : DefaultChunkSize(min_replica_batch, p);
-  if (plan.chunk_size > min_replica_batch) {
-    return Status::InvalidArgument(
-        "--chunk-size " + std::to_string(plan.chunk_size) +
-        " is larger than the smallest per-replica batch (" + std::to_string(min_replica_batch) +
-        " samples = " + std::to_string(request.global_batch) + " / " + std::to_string(d) +
-        " replicas); use --chunk-size " + std::to_string(min_replica_batch) + " or less");
-  }
-  plan.stage_to_rank_map = StageToRankMap(p, d);
+  plan.stage_to_rank_map = StageToRankMap(p, plan.replicas);
   int machine = 0;
   int local_rank = 0;
   for (int rank = 0; rank < plan.world_size(); ++rank) {
@@ -85,7 +91,6 @@ Result<GridPlan> PlanGrid(const GridRequest& request) {
     placement.local_rank = local_rank++;
     placement.stage = rank % p;
     placement.replica = rank / p;
-    placement.replica_batch = ReplicaBatch(request.global_batch, d, placement.replica);
     plan.ranks.push_back(placement);
   }
   return plan;

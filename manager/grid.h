@@ -4,7 +4,9 @@
 // ranks are consecutive and land on the same machine when it has room. Ranks fill the machines
 // in list order, slot by slot; slots beyond P x D stay idle.
 //
-// Everything here is a pure function.
+// The global batch is cut into micro-batches of the chunk size in the same way in every shape
+// (planner/batch_split.h), and each replica takes whole micro-batches: D is at most the number
+// of micro-batches. Everything here is a pure function.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +22,10 @@ struct GridRequest {
   int stages = 1;                      // P
   int segments = 0;                    // the program's segment count (P may not exceed it)
   int64_t global_batch = 0;            // B
-  int chunk_size = 0;                  // 0: DefaultChunkSize
+  int chunk_size = 0;                  // 0: DefaultChunkSize for the shape
+  // The default chunk will be kept for the rest of the job (a model whose math depends on its
+  // micro-batches): it leaves room for the job to grow (DefaultChunkSize).
+  bool chunk_kept = false;
 };
 
 struct RankPlacement {
@@ -29,7 +34,6 @@ struct RankPlacement {
   int local_rank = 0;  // index among the ranks on that machine
   int stage = 0;
   int replica = 0;
-  int64_t replica_batch = 0;  // samples of B that this rank's replica takes
 };
 
 struct GridPlan {
@@ -39,27 +43,27 @@ struct GridPlan {
   int chunk_size = 0;
   int total_slots = 0;
   int idle_slots = 0;  // total_slots - P * D
+  // Why slots are idle beyond the P x D grid's remainder (D limited by the micro-batches); "".
+  std::string idle_reason;
   std::string stage_to_rank_map;
   std::vector<RankPlacement> ranks;  // indexed by rank
 
   int world_size() const { return stages * replicas; }
 };
 
-// Checks the request and plans the grid: D = floor(slots / P). InvalidArgument, naming the flag
-// to change, when P exceeds the segments or the slots, when B < D, or when the chunk size
-// exceeds the smallest per-replica batch.
+// Checks the request and plans the grid: D = floor(slots / P), at most the number of
+// micro-batches. InvalidArgument, naming the flag to change, when P exceeds the segments or the
+// slots, when B < D, or when the chunk size exceeds B.
 Result<GridPlan> PlanGrid(const GridRequest& request);
 
 // Varuna's stage-to-rank map for the default layout: stage s holds ranks s, s+P, s+2P, ...;
 // "0,2;1,3;" for P = 2, D = 2 (stage-major, ';' after every stage).
 std::string StageToRankMap(int stages, int replicas);
 
-// Samples of B that replica `replica` of D takes: floor(B/D), plus one for the first B mod D.
-int64_t ReplicaBatch(int64_t global_batch, int replicas, int replica);
-
-// The micro-batch size when --chunk-size is not given, from the smallest per-replica batch b:
-// b for P = 1 (no pipeline, so one micro-batch is best), else max(1, b / (4 P)) so that each
-// pipeline runs at least 4 P micro-batches and the fill/drain bubble stays under ~20%.
-int DefaultChunkSize(int64_t min_replica_batch, int stages);
+// The micro-batch size when --chunk-size is not given, for B samples, P stages and D replicas:
+// about 4 P micro-batches per replica so that a pipeline's fill and drain bubble stays under
+// ~20%; for P = 1 one micro-batch per replica (nothing to fill), unless the chunk is kept for
+// the job (`kept`), when 4 per replica leave the job room to grow to 4 times the replicas.
+int DefaultChunkSize(int64_t global_batch, int stages, int replicas, bool kept);
 
 }  // namespace mitra::manager

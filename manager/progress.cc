@@ -19,14 +19,16 @@ std::optional<StepRecord> StepRecord::FromJson(const JsonObject& record) {
   out.loss = record.GetNumber("loss").value_or(0);
   out.tokens_per_s = record.GetNumber("tokens_per_s").value_or(0);
   out.step_time_s = record.GetNumber("step_time_s").value_or(0);
+  out.samples_per_s = record.GetNumber("samples_per_s").value_or(
+      out.step_time_s > 0 ? record.GetNumber("samples").value_or(0) / out.step_time_s : 0);
   return out;
 }
 
 void StepStats::Add(const StepRecord& record, double now_s) {
   if (steps_seen_ == 0) {
-    first_tokens_per_s_ = record.tokens_per_s;
+    first_throughput_ = record.Throughput();
   } else {
-    later_tokens_per_s_sum_ += record.tokens_per_s;
+    later_throughput_sum_ += record.Throughput();
   }
   ++steps_seen_;
   if (last_arrival_s_) {
@@ -37,10 +39,10 @@ void StepStats::Add(const StepRecord& record, double now_s) {
   last_ = record;
 }
 
-double StepStats::MeanTokensPerSecond() const {
+double StepStats::MeanThroughput() const {
   if (steps_seen_ == 0) return 0;
-  if (steps_seen_ == 1) return first_tokens_per_s_;
-  return later_tokens_per_s_sum_ / static_cast<double>(steps_seen_ - 1);
+  if (steps_seen_ == 1) return first_throughput_;
+  return later_throughput_sum_ / static_cast<double>(steps_seen_ - 1);
 }
 
 std::optional<double> StepStats::EtaSeconds(int64_t max_steps) const {
@@ -88,7 +90,7 @@ std::string FormatProgressLine(const StepRecord& record, int64_t max_steps,
   char buffer[64];
   std::snprintf(buffer, sizeof(buffer), "  loss %.4f", record.loss);
   line += buffer;
-  line += "  " + FormatCount(record.tokens_per_s) + " tokens/s";
+  line += "  " + FormatCount(record.Throughput()) + " " + record.ThroughputUnit();
   std::snprintf(buffer, sizeof(buffer), "  %.2f s/step", record.step_time_s);
   line += buffer;
   if (eta_s) line += "  ETA " + FormatDuration(*eta_s);
@@ -101,9 +103,29 @@ std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats) 
     char loss[32];
     std::snprintf(loss, sizeof(loss), "%.4f", stats.last()->loss);
     summary += ", final loss " + std::string(loss) + ", mean " +
-               FormatCount(stats.MeanTokensPerSecond()) + " tokens/s";
+               FormatCount(stats.MeanThroughput()) + " " + stats.last()->ThroughputUnit();
   }
   return summary;
+}
+
+std::string FormatEvalLine(const JsonObject& eval) {
+  char buffer[96];
+  std::snprintf(buffer, sizeof(buffer), "eval after step %lld: loss %.4f",
+                static_cast<long long>(eval.GetNumber("step").value_or(0)),
+                eval.GetNumber("loss").value_or(0));
+  std::string line = buffer;
+  for (const auto& [key, value] : eval.fields()) {
+    if (!value.is_number() || key == "step" || key == "samples" || key == "loss" ||
+        key == "seconds" || key == "generation" || key == "time") {
+      continue;
+    }
+    std::snprintf(buffer, sizeof(buffer), "  %s %.4f", key.c_str(), value.number_value());
+    line += buffer;
+  }
+  std::snprintf(buffer, sizeof(buffer), "  (%s samples, %.1f s)",
+                FormatCount(eval.GetNumber("samples").value_or(0)).c_str(),
+                eval.GetNumber("seconds").value_or(0));
+  return line + buffer;
 }
 
 std::string FormatFailureReport(const std::string& what, const std::string& log_name,

@@ -17,8 +17,13 @@ namespace mitra::manager {
 struct StepRecord {
   int64_t step = 0;  // completed steps, 1-based
   double loss = 0;
-  double tokens_per_s = 0;
+  double samples_per_s = 0;
+  double tokens_per_s = 0;  // 0: the program reports no tokens (not a language model)
   double step_time_s = 0;
+
+  // Tokens/s for a program that reports tokens, else samples/s; and its unit.
+  double Throughput() const { return tokens_per_s > 0 ? tokens_per_s : samples_per_s; }
+  const char* ThroughputUnit() const { return tokens_per_s > 0 ? "tokens/s" : "samples/s"; }
 
   // nullopt when `step` is missing or not a positive whole number; other fields default to 0.
   static std::optional<StepRecord> FromJson(const JsonObject& record);
@@ -33,17 +38,18 @@ class StepStats {
 
   int64_t steps_seen() const { return steps_seen_; }
   const std::optional<StepRecord>& last() const { return last_; }
-  // Mean tokens/s over the steps after the first (the first includes warm-up); over the first
-  // step when it is the only one; 0 before any.
-  double MeanTokensPerSecond() const;
+  // Mean throughput (StepRecord::Throughput, in the last record's unit) over the steps after
+  // the first (the first includes warm-up); over the first step when it is the only one; 0
+  // before any.
+  double MeanThroughput() const;
   // Seconds until step `max_steps` at the recent pace; nullopt when unknown.
   std::optional<double> EtaSeconds(int64_t max_steps) const;
 
  private:
   int64_t steps_seen_ = 0;
   std::optional<StepRecord> last_;
-  double first_tokens_per_s_ = 0;
-  double later_tokens_per_s_sum_ = 0;
+  double first_throughput_ = 0;
+  double later_throughput_sum_ = 0;
   std::optional<double> last_arrival_s_;
   std::deque<double> intervals_s_;  // the most recent arrival intervals
 };
@@ -52,12 +58,15 @@ class StepStats {
 std::string FormatDuration(double seconds);
 // Whole number with thousands separators: "12,345".
 std::string FormatCount(double value);
-// "step 12/100  loss 2.3456  12,345 tokens/s  0.52 s/step  ETA 0:45"; without "/100" and ETA
-// when max_steps is 0.
+// "step 12/100  loss 2.3456  12,345 tokens/s  0.52 s/step  ETA 0:45" (samples/s for a program
+// without tokens); without "/100" and ETA when max_steps is 0.
 std::string FormatProgressLine(const StepRecord& record, int64_t max_steps,
                                std::optional<double> eta_s);
 // "5 steps in 0:12, final loss 2.0000, mean 8,960 tokens/s" (no loss part before any step).
 std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats);
+// "eval after step 100: loss 0.4123  accuracy 0.8512  (10,000 samples, 2.1 s)" from an `eval`
+// record (its numeric fields other than step, samples, loss and seconds are metrics).
+std::string FormatEvalLine(const JsonObject& eval_record);
 // What a failed rank did and the end of its log, one "mitra: " line each, then the log lines:
 //   mitra: rank 1 (pid 4242) exited with code 7 after step 3
 //   mitra: last 2 lines of logs/gen-0/rank-1.log:

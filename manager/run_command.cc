@@ -16,6 +16,7 @@
 #include "manager/run_journal.h"
 #include "manager/orphans.h"
 #include "manager/run_loop.h"
+#include "planner/batch_split.h"
 
 namespace mitra::manager {
 namespace {
@@ -73,8 +74,9 @@ void PrintPlan(RunContext& c, const MachineList& machines, const GridPlan& plan,
   for (const Machine& m : machines.machines) {
     names.push_back(m.Address() + " (" + Plural(m.slots, "slot") + ")");
   }
-  const int64_t most = ReplicaBatch(plan.global_batch, plan.replicas, 0);
-  const int64_t least = ReplicaBatch(plan.global_batch, plan.replicas, plan.replicas - 1);
+  const int64_t most = planner::ShareOf(plan.global_batch, plan.chunk_size, plan.replicas, 0).samples;
+  const int64_t least =
+      planner::ShareOf(plan.global_batch, plan.chunk_size, plan.replicas, plan.replicas - 1).samples;
   const std::string per_replica =
       least == most ? std::to_string(most) : std::to_string(least) + "-" + std::to_string(most);
   std::ostream& out = *c.out;
@@ -86,25 +88,31 @@ void PrintPlan(RunContext& c, const MachineList& machines, const GridPlan& plan,
   out << "\n";
   out << "mitra: shape " << Plural(plan.stages, "stage") << " x "
       << Plural(plan.replicas, "replica") << " = " << Plural(plan.world_size(), "worker")
-      << "; batch " << plan.global_batch << " = " << per_replica << " per replica; chunk "
-      << plan.chunk_size << "\n";
+      << "; batch " << plan.global_batch << " = " << per_replica
+      << " per replica; micro-batches of " << plan.chunk_size
+      << (description.micro_batch_independent ? "" : " (kept for the job: the model's results "
+                                                      "depend on its micro-batches)")
+      << "\n";
   if (plan.idle_slots > 0) {
     out << "mitra: " << Plural(plan.idle_slots, "slot") << " left idle (" << plan.total_slots
-        << " slots, " << plan.stages << " x " << plan.replicas << " uses " << plan.world_size()
-        << ")\n";
+        << " slots, " << plan.stages << " x " << plan.replicas << " uses " << plan.world_size();
+    if (!plan.idle_reason.empty()) out << "; " << plan.idle_reason;
+    out << ")\n";
   }
   out << "mitra: run directory " << run_dir.path() << std::endl;
 }
 
-// The newest checkpoint that verifies (0: none, start fresh). Damaged newer ones are reported
-// and skipped; another model's checkpoint (segments, parameter names or shapes) is refused.
-Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
-                               const ProgramDescription& description, const RunOptions& options,
-                               std::vector<std::string>* reported) {
+// The newest checkpoint that verifies (nullopt: none, start fresh). Damaged newer ones are
+// reported and skipped; another model's checkpoint (segments, parameter or buffer names or
+// shapes) is refused.
+Result<std::optional<checkpoint::Found>> FindResumePoint(RunContext& c, const std::string& dir,
+                                                        const ProgramDescription& description,
+                                                        const RunOptions& options,
+                                                        std::vector<std::string>* reported) {
   std::vector<std::string>& skipped = *reported;
   Result<checkpoint::Found> found = checkpoint::FindNewestValid(dir, &skipped);
   for (const std::string& why : skipped) *c.err << "mitra run: " << why << "\n";
-  if (!found.ok()) return int64_t{0};
+  if (!found.ok()) return std::optional<checkpoint::Found>();
   if (Status s = CheckCheckpointMatches(description, found->manifest, found->path); !s.ok()) {
     return s;
   }
@@ -117,7 +125,27 @@ Result<int64_t> FindResumeStep(RunContext& c, const std::string& dir,
            << "--batch-size " << found->manifest.global_batch << " to continue it unchanged)"
            << std::endl;
   }
-  return found->step;
+  return std::optional<checkpoint::Found>(std::move(found).value());
+}
+
+// The micro-batch size the job keeps, for a model whose math depends on it: --chunk-size, else
+// the one the checkpoint was written with, else the default of the first shape. A --chunk-size
+// that differs from the checkpoint's is warned about, like --batch-size. 0 for a model that is
+// micro-batch independent and no --chunk-size: each shape takes its own default.
+int KeptChunkSize(RunContext& c, const RunOptions& options, const ProgramDescription& description,
+                  const std::optional<checkpoint::Found>& resume, const GridPlan& first) {
+  if (description.micro_batch_independent) return options.chunk_size;
+  const int64_t written = resume ? resume->manifest.chunk_size : 0;
+  if (options.chunk_size > 0) {
+    if (written > 0 && written != options.chunk_size) {
+      *c.err << "mitra run: warning: " << resume->path << " was written with --chunk-size "
+             << written << " and this run uses " << options.chunk_size << ": the model's "
+             << "results depend on its micro-batches, so from here on it trains differently "
+             << "(pass --chunk-size " << written << " to continue it unchanged)" << std::endl;
+    }
+    return options.chunk_size;
+  }
+  return written > 0 ? static_cast<int>(written) : first.chunk_size;
 }
 
 // --identity and --known-hosts name files that must exist when SSH machines are listed.
@@ -229,14 +257,22 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   if (!description.ok()) return BadInput(c, description.status().message());
   const double describe_s = c.clock->MonotonicSeconds() - describe_start_s;
   request.segments = description->segments;
+  request.chunk_kept = !description->micro_batch_independent;
   Result<GridPlan> plan = PlanGrid(request);
   if (!plan.ok()) return BadInput(c, plan.status().message());
   std::vector<std::string> reported;  // damaged checkpoints named on the terminal
-  Result<int64_t> resume_step =
-      FindResumeStep(c, checkpoint_dir, *description, options, &reported);
-  if (!resume_step.ok()) return BadInput(c, resume_step.status().message());
-  if (options.max_steps > 0 && *resume_step >= options.max_steps) {
-    *c.out << "mitra: the job is already at step " << *resume_step << " of --max-steps "
+  Result<std::optional<checkpoint::Found>> resume =
+      FindResumePoint(c, checkpoint_dir, *description, options, &reported);
+  if (!resume.ok()) return BadInput(c, resume.status().message());
+  const int64_t resume_step = *resume ? (*resume)->step : 0;
+  const int chunk_size = KeptChunkSize(c, options, *description, *resume, *plan);
+  if (chunk_size != request.chunk_size) {
+    request.chunk_size = chunk_size;
+    plan = PlanGrid(request);
+    if (!plan.ok()) return BadInput(c, plan.status().message());
+  }
+  if (options.max_steps > 0 && resume_step >= options.max_steps) {
+    *c.out << "mitra: the job is already at step " << resume_step << " of --max-steps "
            << options.max_steps << ": nothing to train (raise --max-steps to go on)" << std::endl;
     return kExitOk;
   }
@@ -281,7 +317,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   LaunchSettings settings;
   settings.generation = run_dir.NextGeneration(*c.fs);
   settings.max_steps = options.max_steps;
-  settings.resume_step = *resume_step;
+  settings.resume_step = resume_step;
   settings.checkpoint_dir = checkpoint_dir;
   settings.checkpoint_every = options.checkpoint_every;
   settings.keep_checkpoints = options.keep_checkpoints;
@@ -319,14 +355,14 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   controller_options.stages = options.stages;
   controller_options.segments = description->segments;
   controller_options.global_batch = options.batch_size;
-  controller_options.chunk_size = options.chunk_size;
+  controller_options.chunk_size = chunk_size;
   controller_options.max_steps = options.max_steps;
   controller_options.stop_timeout_s = options.stop_timeout_s;
   controller_options.finish_timeout_s = std::max(60.0, 2 * *timeout_s);
   controller_options.startup_timeout_s = std::max(120.0, 4 * *timeout_s);
   controller_options.heartbeat_timeout_s = options.heartbeat_timeout_s;
   controller_options.max_restarts = options.max_restarts;
-  controller_options.start_step = *resume_step;
+  controller_options.start_step = resume_step;
 
   RunLoopOptions loop_options;
   loop_options.program = *program;

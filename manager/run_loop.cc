@@ -277,7 +277,34 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
   } else if (kind == "stopped") {
     report.kind = RankReport::Kind::kStopped;
     report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
+    report.finished = parsed->GetString("reason") == "max_steps";
     if (generation == ranks_generation_ && ranks_.count(rank)) ranks_[rank].stopped_record = true;
+  } else if (kind == "eval" && rank == 0) {
+    if (generation == ranks_generation_) {
+      JsonObject record = *parsed;
+      record.Erase("event");
+      record.SetInt("generation", RunGeneration(generation));
+      // metrics.jsonl: evaluation records carry eval_loss and eval_<metric>, never "loss".
+      JsonObject metrics;
+      for (const auto& [key, value] : record.fields()) {
+        const bool plain = key == "step" || key == "generation";
+        metrics.Set(plain ? key : "eval_" + key, value);
+      }
+      Warn(journal_->RecordStep(metrics));
+      Warn(journal_->RecordEvent("eval", record));
+      *out_ << FormatEvalLine(record) << std::endl;
+    }
+    return;
+  } else if (kind == "settings" && rank == 0) {
+    const std::string text = parsed->GetString("text").value_or("");
+    if (text != settings_) {  // once, and again only when a launch brings other settings
+      settings_ = text;
+      Warn(journal_->RecordEvent("settings", JsonObject()
+                                                 .SetInt("generation", RunGeneration(generation))
+                                                 .SetString("text", text)));
+      *out_ << "mitra: training with " << text << std::endl;
+    }
+    return;
   } else if (kind == "warning") {
     Warn(journal_->RecordEvent(
         "worker_warning", JsonObject()
@@ -389,7 +416,8 @@ void RunLoop::OnFinish(const FinishAction& finish) {
   fields.SetInt("step", step).SetNumber("wall_s", RoundedSeconds(wall_s));
   if (stats_.last()) {
     fields.SetNumber("loss", stats_.last()->loss)
-        .SetNumber("mean_tokens_per_s", stats_.MeanTokensPerSecond());
+        .SetNumber(stats_.last()->tokens_per_s > 0 ? "mean_tokens_per_s" : "mean_samples_per_s",
+                   stats_.MeanThroughput());
   }
   const std::string summary = FormatSummary(step, wall_s, stats_);
   switch (finish.outcome) {

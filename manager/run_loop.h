@@ -110,6 +110,7 @@ class RunLoop {
   std::map<int, LiveRank> ranks_;       // of the current generation
   int64_t ranks_generation_ = -1;
   StepStats stats_;
+  std::string settings_;  // the last `settings` text shown
   int64_t max_steps_ = 0;
   double start_s_ = 0;
   double last_state_write_s_ = -1e18;

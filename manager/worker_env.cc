@@ -32,7 +32,6 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   env["MITRA_STAGE_TO_RANK_MAP"] = plan.stage_to_rank_map;
   env["MITRA_CHUNK_SIZE"] = std::to_string(plan.chunk_size);
   env["MITRA_GLOBAL_BATCH"] = std::to_string(plan.global_batch);
-  env["MITRA_REPLICA_BATCH"] = std::to_string(placement.replica_batch);
   env["MITRA_MAX_STEPS"] = std::to_string(settings.max_steps);
   env["MITRA_RESUME_STEP"] = std::to_string(settings.resume_step);
   env["MITRA_RDZV_HOST"] = settings.rdzv_host;

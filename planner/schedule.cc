@@ -92,6 +92,12 @@ std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int st
   return b.Take();
 }
 
+std::vector<Instruction> BuildForwardOnlySchedule(int num_stages, int stage, int num_micro_batches) {
+  Builder b(num_stages, stage, /*discard=*/true, /*recompute_early=*/false);
+  for (int i = 0; i < num_micro_batches; ++i) b.Forward(i);
+  return b.Take();
+}
+
 std::string ToString(const std::vector<Instruction>& schedule) {
   std::string out;
   for (const auto& ins : schedule) {

@@ -50,6 +50,9 @@ const char* OpName(Op op);
 std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int stage,
                                        int num_micro_batches, bool recompute);
 
+// Forward only, without autograd graphs (evaluation): receive, forward, send each micro-batch.
+std::vector<Instruction> BuildForwardOnlySchedule(int num_stages, int stage, int num_micro_batches);
+
 // "F0 S0 F1 ..." for logs and tests.
 std::string ToString(const std::vector<Instruction>& schedule);
 

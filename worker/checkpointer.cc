@@ -29,20 +29,23 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string ParamKey(const torch::Tensor& p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
-}
-
 }  // namespace
 
-std::string DescribeParameters(const cutpoint::ModelSpec& spec) {
-  std::string out;
+ModelDescription DescribeModel(const cutpoint::ModelSpec& spec) {
+  ModelDescription out;
+  auto add = [](std::string* list, const std::string& name, const torch::Tensor& t) {
+    checkpoint::TensorRecord shape{name, checkpoint::DType::kFloat32, t.sizes().vec(), 0};
+    if (!list->empty()) *list += ' ';
+    *list += name + shape.ShapeString();
+  };
   for (int i = 0; i < spec.num_segments(); ++i) {
-    for (const auto& p : cutpoint::BuildSegment(spec, i, 0)->named_parameters()) {
-      checkpoint::TensorRecord shape{p.key(), checkpoint::DType::kFloat32, p.value().sizes().vec(), 0};
-      if (!out.empty()) out += ' ';
-      out += spec.segments[i].name + "." + p.key() + shape.ShapeString();
+    const auto segment = cutpoint::BuildSegment(spec, i, 0);
+    const std::string prefix = spec.segments[i].name + ".";
+    for (const auto& p : segment->named_parameters()) add(&out.parameters, prefix + p.key(), p.value());
+    for (const auto& b : segment->named_buffers()) {
+      if (b.value().defined()) add(&out.buffers, prefix + b.key(), b.value());
     }
+    if (out.independence.ok()) out.independence = cutpoint::CheckMicroBatchIndependence(spec, i, *segment);
   }
   return out;
 }
@@ -107,26 +110,31 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
   auto snap = std::make_unique<Snapshot>();
   snap->step = steps_done;
   snap->started = Now();
-  auto& state = runtime_.optimizer().state();
+  const Optimizer& optimizer = runtime_.optimizer();
   for (int i : SegmentsThisRankWrites()) {
     const std::string prefix = spec_.segments[i].name + ".";
     TensorList tensors;
-    auto add = [&](const std::string& key, const torch::Tensor& t) { tensors.emplace_back(key, t); };
-    // A live tensor, copied into a staging buffer later (CopyAndRelease).
-    auto stage = [&](const std::string& key, const torch::Tensor& source) {
-      snap->copies.push_back({snap->files.size(), tensors.size(), prefix + key, source});
+    // Parameters and optimizer state change only in the next optimizer step: they are copied
+    // into staging buffers while the next forward and backward run (CopyAndRelease). Buffers
+    // change in the forward (running statistics): they, and scalars, are copied now.
+    auto add = [&](const std::string& key, const torch::Tensor& source, bool now = false) {
+      if (now || source.dim() == 0) {
+        tensors.emplace_back(key, source.detach().clone());
+        return;
+      }
+      snap->copies.push_back({snap->files.size(), tensors.size(), prefix + key, source.detach()});
       tensors.emplace_back(key, source);
     };
     for (const auto& p : runtime_.stage().parameters()) {
       if (p.name.rfind(prefix, 0) != 0) continue;
       const std::string local = p.name.substr(prefix.size());
-      stage("param/" + local, p.tensor.detach());
-      auto it = state.find(ParamKey(p.tensor));
-      if (it == state.end()) continue;
-      auto& adam = static_cast<torch::optim::AdamWParamState&>(*it->second);
-      stage("exp_avg/" + local, adam.exp_avg());
-      stage("exp_avg_sq/" + local, adam.exp_avg_sq());
-      add("step/" + local, torch::scalar_tensor(adam.step(), torch::kInt64));
+      add("param/" + local, p.tensor);
+      for (const auto& [name, t] : optimizer.State(p.tensor)) add(name + "/" + local, t);
+    }
+    for (const auto& b : runtime_.stage().buffers()) {
+      if (b.name.rfind(prefix, 0) == 0) {
+        add("buffer/" + b.name.substr(prefix.size()), b.tensor, /*now=*/true);
+      }
     }
     snap->files.emplace_back(checkpoint::SegmentFileName(spec_.segments[i].name), std::move(tensors));
   }
@@ -138,6 +146,7 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
         TensorList{{"step", torch::scalar_tensor(steps_done, torch::kInt64)},
                   {"rng_state", at::Tensor(gen->get_state())},
                   {"global_batch", torch::scalar_tensor(o.global_batch, torch::kInt64)},
+                  {"chunk_size", torch::scalar_tensor(int64_t{o.chunk_size}, torch::kInt64)},
                   {"seed", torch::scalar_tensor(static_cast<int64_t>(o.seed), torch::kInt64)},
                   {"lr_base", torch::scalar_tensor(o.lr.base, torch::kFloat64)},
                   {"lr_warmup_steps", torch::scalar_tensor(o.lr.warmup_steps, torch::kInt64)},
@@ -305,6 +314,9 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   m.schedule = o.schedule;
   m.global_batch = o.global_batch;
   m.seed = o.seed;
+  m.chunk_size = o.chunk_size;
+  m.micro_batch_independent = spec_.micro_batch_independent;
+  m.optimizer = runtime_.optimizer().Name();
   for (const auto& s : spec_.segments) m.segments.push_back(s.name);
   for (int r = 0; r < world; ++r) {
     const std::vector<uint8_t> raw = store_->get(Key(step, "files/" + std::to_string(r)));
@@ -319,6 +331,16 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   return checkpoint::Prune(options_.dir, options_.keep);
 }
 
+namespace {
+
+Status AnotherModel(const std::string& path, const std::string& file, const std::string& why) {
+  return Status::InvalidArgument(path + "/" + file + ": " + why +
+                                 ": the checkpoint was written by another model; use another "
+                                 "--checkpoint-dir");
+}
+
+}  // namespace
+
 Status Checkpointer::Restore(int64_t step) {
   const std::string path = checkpoint::StepDirectory(options_.dir, step);
   auto manifest = checkpoint::VerifyFiles(path, {""});  // the manifest; files as they are read
@@ -330,90 +352,117 @@ Status Checkpointer::Restore(int64_t step) {
                                    "segments differ from this program's): use another "
                                    "--checkpoint-dir");
   }
-  auto entry_of = [&](const std::string& name) -> Result<const checkpoint::FileEntry*> {
-    const checkpoint::FileEntry* entry = manifest->FindFile(name);
-    if (!entry) {
-      return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " + name +
-                             " (the checkpoint is incomplete)");
-    }
-    return entry;
-  };
-  auto another_model = [&](const std::string& file, const std::string& why) {
-    return Status::InvalidArgument(path + "/" + file + ": " + why +
-                                   ": the checkpoint was written by another model; use another "
-                                   "--checkpoint-dir");
-  };
-
-  // Each file is read once, every tensor straight into the memory it is restored to, the
-  // file's checksum checked over all its bytes as they are read. Names and shapes are checked
-  // against the model from the manifest first, so nothing is read for another model.
+  // Checkpoints from before the optimizer was recorded were all written with AdamW.
+  const std::string written_by = manifest->optimizer.empty() ? "adamw" : manifest->optimizer;
+  const bool same_optimizer = written_by == runtime_.optimizer().Name();
+  if (!same_optimizer && runtime_.placement().rank == 0) {
+    Warn("resuming from " + path + ", written with the " + written_by + " optimizer, with " +
+         runtime_.optimizer().Name() + ": the optimizer's state starts afresh");
+  }
   const Stage& stage = runtime_.stage();
-  auto& state = runtime_.optimizer().state();
-  torch::NoGradGuard no_grad;
   for (int i = stage.first_segment(); i < stage.end_segment(); ++i) {
     const std::string file = checkpoint::SegmentFileName(spec_.segments[i].name);
-    auto entry = entry_of(file);
-    if (!entry.ok()) return entry.status();
-    const std::string prefix = spec_.segments[i].name + ".";
-    std::map<std::string, torch::Tensor> into;  // tensor name -> where it is read to
-    std::vector<std::pair<torch::Tensor, std::string>> adam_of;  // parameter, local name
-    for (const auto& p : stage.parameters()) {
-      if (p.name.rfind(prefix, 0) != 0) continue;
-      const std::string local = p.name.substr(prefix.size());
-      const checkpoint::TensorRecord* t = (*entry)->FindTensor("param/" + local);
-      if (!t || t->shape != p.tensor.sizes().vec() ||
-          checkpoint::ToScalarType(t->dtype) != p.tensor.scalar_type()) {
-        return another_model(file, "parameter '" + local + "' is " +
-                                       (t ? "of another shape or type (" + t->ShapeString() + ")"
-                                          : std::string("missing")));
-      }
-      // Parameters are read in place; a non-contiguous one (never, for nn modules) via a copy.
-      into[t->name] = p.tensor.is_contiguous() ? p.tensor : checkpoint::EmptyFor(*t);
-      if ((*entry)->FindTensor("exp_avg/" + local)) {
-        for (const char* kind : {"exp_avg/", "exp_avg_sq/", "step/"}) {
-          const checkpoint::TensorRecord* s = (*entry)->FindTensor(kind + local);
-          if (!s || (std::string(kind) != "step/" && s->shape != t->shape)) {
-            return another_model(file, std::string(kind) + local + " is missing or of another shape");
-          }
-          into[s->name] = checkpoint::EmptyFor(*s);
-        }
-        adam_of.emplace_back(p.tensor, local);
-      }
+    const checkpoint::FileEntry* entry = manifest->FindFile(file);
+    if (entry == nullptr) {
+      return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " + file +
+                             " (the checkpoint is incomplete)");
     }
-    if (into.size() != (*entry)->tensors.size()) {
-      return another_model(file, "it holds tensors this model does not have");
+    if (Status s = RestoreSegment(path, *entry, i, same_optimizer); !s.ok()) return s;
+  }
+  return RestoreTrainerState(path, *manifest);
+}
+
+// Each file is read once, every tensor straight into the memory it is restored to, the file's
+// checksum checked over all its bytes as they are read. Names and shapes are checked against
+// the model from the manifest first, so nothing is read for another model.
+Status ReadSegmentFile(const std::string& dir, const checkpoint::FileEntry& entry,
+                       const std::map<std::string, torch::Tensor>& live, OptimizerStates* state) {
+  const std::string& file = entry.name;
+  torch::NoGradGuard no_grad;
+  std::map<std::string, torch::Tensor> into;  // tensor name -> where it is read to
+  for (const auto& [name, tensor] : live) {
+    const checkpoint::TensorRecord* t = entry.FindTensor(name);
+    if (!t || t->shape != tensor.sizes().vec() ||
+        checkpoint::ToScalarType(t->dtype) != tensor.scalar_type()) {
+      const std::string what = name.rfind("param/", 0) == 0 ? "parameter" : "buffer";
+      return AnotherModel(dir, file, what + " '" + name.substr(name.find('/') + 1) + "' is " +
+                                         (t ? "of another shape or type (" + t->ShapeString() + ")"
+                                            : std::string("missing")));
     }
-    Status read = checkpoint::ReadTensorFile(
-        (fs::path(path) / file).string(), (*entry)->bytes, (*entry)->crc32c, (*entry)->tensors,
-        [&](const checkpoint::TensorRecord& t) { return into.at(t.name).data_ptr(); });
-    if (!read.ok()) return read;
-    for (const auto& p : stage.parameters()) {
-      if (p.name.rfind(prefix, 0) != 0) continue;
-      const torch::Tensor& read_into = into.at("param/" + p.name.substr(prefix.size()));
-      if (!read_into.is_same(p.tensor)) p.tensor.copy_(read_into);
+    // Read in place; a non-contiguous tensor (never, for nn modules) via a copy.
+    into[name] = tensor.is_contiguous() ? tensor : checkpoint::EmptyFor(*t);
+  }
+  // The rest is optimizer state, "<state>/<parameter>", of parameters of this segment.
+  for (const checkpoint::TensorRecord& t : entry.tensors) {
+    if (live.count(t.name)) continue;
+    const size_t slash = t.name.find('/');
+    const std::string kind = t.name.substr(0, slash == std::string::npos ? 0 : slash);
+    const std::string local = slash == std::string::npos ? "" : t.name.substr(slash + 1);
+    if (kind.empty() || kind == "param" || kind == "buffer" || !live.count("param/" + local)) {
+      return AnotherModel(dir, file, "it holds '" + t.name + "', which this model does not have");
     }
-    for (const auto& [param, local] : adam_of) {
-      auto adam = std::make_unique<torch::optim::AdamWParamState>();
-      adam->exp_avg(into.at("exp_avg/" + local));  // read fresh: owned, no copy
-      adam->exp_avg_sq(into.at("exp_avg_sq/" + local));
-      adam->step(into.at("step/" + local).item<int64_t>());
-      state[ParamKey(param)] = std::move(adam);
+    if (state == nullptr) continue;
+    into[t.name] = checkpoint::EmptyFor(t);
+    (*state)[local][kind] = into[t.name];
+  }
+  Status read = checkpoint::ReadTensorFile(
+      (std::filesystem::path(dir) / file).string(), entry.bytes, entry.crc32c, entry.tensors,
+      [&](const checkpoint::TensorRecord& t) -> void* {
+        auto it = into.find(t.name);
+        return it == into.end() ? nullptr : it->second.data_ptr();
+      });
+  if (!read.ok()) return read;
+  for (const auto& [name, tensor] : live) {
+    if (!into.at(name).is_same(tensor)) tensor.copy_(into.at(name));
+  }
+  return Status::Ok();
+}
+
+std::map<std::string, torch::Tensor> SegmentTensors(const Stage& stage, const std::string& segment) {
+  const std::string prefix = segment + ".";
+  std::map<std::string, torch::Tensor> live;
+  for (const auto& p : stage.parameters()) {
+    if (p.name.rfind(prefix, 0) == 0) live["param/" + p.name.substr(prefix.size())] = p.tensor;
+  }
+  for (const auto& b : stage.buffers()) {
+    if (b.name.rfind(prefix, 0) == 0) live["buffer/" + b.name.substr(prefix.size())] = b.tensor;
+  }
+  return live;
+}
+
+Status Checkpointer::RestoreSegment(const std::string& path, const checkpoint::FileEntry& entry,
+                                    int segment, bool with_optimizer_state) {
+  const auto live = SegmentTensors(runtime_.stage(), spec_.segments[segment].name);
+  OptimizerStates state;
+  Status read = ReadSegmentFile(path, entry, live, with_optimizer_state ? &state : nullptr);
+  if (!read.ok()) return read;
+  for (const auto& [local, tensors] : state) {
+    if (Status s = runtime_.optimizer().SetState(live.at("param/" + local), tensors); !s.ok()) {
+      return AnotherModel(path, entry.name, "parameter '" + local + "': " + s.message());
     }
   }
-  auto trainer = entry_of(kTrainerFile);
-  if (!trainer.ok()) return trainer.status();
-  const checkpoint::TensorRecord* rng = (*trainer)->FindTensor("rng_state");
+  return Status::Ok();
+}
+
+Status Checkpointer::RestoreTrainerState(const std::string& path,
+                                         const checkpoint::Manifest& manifest) {
+  const checkpoint::FileEntry* trainer = manifest.FindFile(kTrainerFile);
+  if (trainer == nullptr) {
+    return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " +
+                           kTrainerFile + " (the checkpoint is incomplete)");
+  }
+  const checkpoint::TensorRecord* rng = trainer->FindTensor("rng_state");
   if (!rng || rng->dtype != checkpoint::DType::kUInt8) {
     return Status::IoError(path + "/" + kTrainerFile + " holds no rng_state (the checkpoint is damaged)");
   }
   torch::Tensor rng_state = checkpoint::EmptyFor(*rng);
   std::map<std::string, torch::Tensor> settings;  // the training settings it was written with
-  for (const checkpoint::TensorRecord& t : (*trainer)->tensors) {
+  for (const checkpoint::TensorRecord& t : trainer->tensors) {
     if (t.name != "rng_state") settings[t.name] = checkpoint::EmptyFor(t);
   }
   Status read = checkpoint::ReadTensorFile(
-      (fs::path(path) / kTrainerFile).string(), (*trainer)->bytes, (*trainer)->crc32c,
-      (*trainer)->tensors, [&](const checkpoint::TensorRecord& t) -> void* {
+      (std::filesystem::path(path) / kTrainerFile).string(), trainer->bytes, trainer->crc32c,
+      trainer->tensors, [&](const checkpoint::TensorRecord& t) -> void* {
         if (t.name == "rng_state") return rng_state.data_ptr();
         auto it = settings.find(t.name);
         return it == settings.end() ? nullptr : it->second.data_ptr();
@@ -430,13 +479,15 @@ void Checkpointer::WarnAboutChangedSettings(
   // Changing these on resume is allowed (a new learning-rate schedule, say), but it is never
   // silent: the job no longer equals the one that was checkpointed.
   const RuntimeOptions& o = runtime_.options();
-  const std::vector<std::pair<std::string, double>> now = {
+  std::vector<std::pair<std::string, double>> now = {
       {"seed", static_cast<double>(o.seed)},
       {"global_batch", static_cast<double>(o.global_batch)},
       {"lr_base", o.lr.base},
       {"lr_warmup_steps", static_cast<double>(o.lr.warmup_steps)},
       {"lr_total_steps", static_cast<double>(o.lr.total_steps)},
       {"lr_min_ratio", o.lr.min_ratio}};
+  // The micro-batch is part of the math only for a model that depends on it.
+  if (!spec_.micro_batch_independent) now.emplace_back("chunk_size", o.chunk_size);
   std::vector<std::string> changed;
   for (const auto& [name, value] : now) {
     auto it = written.find(name);
@@ -451,9 +502,11 @@ void Checkpointer::WarnAboutChangedSettings(
   if (changed.empty()) return;
   std::string text;
   for (const std::string& c : changed) text += (text.empty() ? "" : ", ") + c;
-  const std::string message = "resuming from " + path + " with other training settings than it " +
-                              "was written with (" + text + "): the job continues, but not as " +
-                              "the checkpointed one would have";
+  Warn("resuming from " + path + " with other training settings than it was written with (" +
+       text + "): the job continues, but not as the checkpointed one would have");
+}
+
+void Checkpointer::Warn(const std::string& message) const {
   spdlog::warn("{}", message);
   Record("warning").Add("message", message).Emit();
 }

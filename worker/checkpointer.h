@@ -1,14 +1,15 @@
 // Checkpointer: saves and restores one rank's share of a checkpoint (docs/checkpoint-format.md).
 //
-// Files are keyed by segment and parameter name, never by rank, so a checkpoint written in one
+// Files are keyed by segment and parameter or buffer name, never by rank, so a checkpoint written in one
 // shape loads into any other. Each segment is written once: the segments of a stage are spread
 // over its replicas (segment i of the stage goes to replica i mod D). Rank 0 also writes
 // trainer.pt and, once every rank has reported its files through the rendezvous store, the
 // manifest; then it renames step-N.partial to step-N and prunes old checkpoints.
 //
-// Save() hardly blocks the training loop: it notes which tensors to save and returns; a
-// background thread copies them into staging buffers while the next step's forward and backward
-// run (they change neither the parameters nor the optimizer state), then writes, fsyncs and
+// Save() hardly blocks the training loop: it copies the buffers (small, and changed by the next
+// forward), notes which other tensors to save and returns; a background thread copies those
+// into staging buffers while the next step's forward and backward run (they change neither the
+// parameters nor the optimizer state), then writes, fsyncs and
 // reports. The next optimizer step waits for the copy if it is not done yet
 // (Runtime::BeforeNextUpdate); the checkpoint record's blocked_s counts that wait and the time
 // in Save(). A new Save() first waits for the previous one, so the copies go into the same
@@ -25,6 +26,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "checkpoint/manifest.h"
 #include "checkpoint/tensor_file.h"
 #include "common/status.h"
 #include "worker/runtime.h"
@@ -38,11 +40,32 @@ struct CheckpointOptions {
   bool async = true;    // write in the background
 };
 
-// Every parameter of the model as "<segment>.<name>[d0,d1,...]", space-separated, in segment
-// order: what the describe record reports so that `mitra run` can refuse another model's
-// checkpoint before it starts anything (docs/worker-contract.md). Builds each segment once, one
-// at a time, and frees it.
-std::string DescribeParameters(const cutpoint::ModelSpec& spec);
+// The model's parameters and buffers, as the describe record reports them so that `mitra run`
+// can refuse another model's checkpoint before it starts anything (docs/worker-contract.md):
+// each "<segment>.<name>[d0,d1,...]", space-separated, in segment order. `independence` says
+// whether a declared micro_batch_independent holds (cutpoint/model.h). Builds each segment
+// once, one at a time, and frees it.
+struct ModelDescription {
+  std::string parameters;
+  std::string buffers;
+  Status independence;
+};
+ModelDescription DescribeModel(const cutpoint::ModelSpec& spec);
+
+// Optimizer state read from a checkpoint: parameter (its name inside the segment) -> state
+// name -> tensor.
+using OptimizerStates = std::map<std::string, std::map<std::string, torch::Tensor>>;
+
+// Reads the segment file `entry` of the checkpoint directory `dir`: each tensor named in `live`
+// ("param/<name>", "buffer/<name>") into that tensor, after checking that the file holds it with
+// the same shape and type; the optimizer state ("<state>/<parameter>") into `state`, unless
+// null. The file's checksum is checked as it is read. InvalidArgument, naming the difference,
+// for another model's file.
+Status ReadSegmentFile(const std::string& dir, const checkpoint::FileEntry& entry,
+                       const std::map<std::string, torch::Tensor>& live, OptimizerStates* state);
+
+// The parameters and buffers of `segment` held by `stage`, under their names in a segment file.
+std::map<std::string, torch::Tensor> SegmentTensors(const Stage& stage, const std::string& segment);
 
 class Checkpointer {
  public:
@@ -54,8 +77,10 @@ class Checkpointer {
   // Waits for the save in flight; its status (OK when there is none).
   Status Wait();
 
-  // Restores parameters, optimizer state and RNG from the checkpoint of step `step`: checks
-  // the checksums of the files this rank reads, and that the names and shapes match the model.
+  // Restores parameters, buffers, optimizer state and RNG from the checkpoint of step `step`:
+  // checks the checksums of the files this rank reads, and that the names and shapes match the
+  // model. Optimizer state written by another optimizer is left out (rank 0 warns): the
+  // optimizer starts afresh.
   Status Restore(int64_t step);
 
   const CheckpointOptions& options() const { return options_; }
@@ -74,10 +99,14 @@ class Checkpointer {
   Status Write(const Snapshot& snapshot);
   Status CommitAsRankZero(int64_t step, double started);
   std::vector<int> SegmentsThisRankWrites() const;
-  // Rank 0, after a restore: says which of trainer.pt's settings (seed, batch, learning-rate
-  // schedule) differ from this run's, in its log and as a `warning` record for the manager.
+  Status RestoreSegment(const std::string& path, const checkpoint::FileEntry& entry, int segment,
+                        bool with_optimizer_state);
+  Status RestoreTrainerState(const std::string& path, const checkpoint::Manifest& manifest);
+  // Rank 0, after a restore: says which of trainer.pt's settings (seed, batch, micro-batch,
+  // learning-rate schedule) differ from this run's, in its log and as a `warning` record.
   void WarnAboutChangedSettings(const std::string& path,
                                 const std::map<std::string, torch::Tensor>& written) const;
+  void Warn(const std::string& message) const;  // rank 0's log and a `warning` record
   // The staging buffer kept under `key` for `source` (allocated on first use). Used by one
   // thread at a time: the writer while a save is in flight, else the training thread.
   torch::Tensor Staging(const std::string& key, const torch::Tensor& source);

@@ -4,31 +4,54 @@
 #include <torch/torch.h>
 
 namespace mitra::worker {
+namespace {
 
-Sampler::Sampler(int64_t dataset_size, int64_t global_batch, uint64_t seed)
-    : size_(dataset_size), global_batch_(global_batch), seed_(seed) {
-  TORCH_CHECK(size_ > 0, "the dataset is empty: give it at least one sample");
-  TORCH_CHECK(global_batch_ > 0, "the global batch must be at least 1");
-}
+class ShuffledSampler : public Sampler {
+ public:
+  ShuffledSampler(int64_t size, uint64_t seed) : size_(size), seed_(seed) {}
 
-const torch::Tensor& Sampler::Permutation(int64_t epoch) {
-  if (epoch != cached_epoch_) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ULL +
-                                                        static_cast<uint64_t>(epoch));
-    cached_ = torch::randperm(size_, gen, torch::kInt64);
-    cached_epoch_ = epoch;
+  int64_t IndexAt(int64_t position) override {
+    const int64_t epoch = position / size_;
+    if (epoch != cached_epoch_) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ULL +
+                                                          static_cast<uint64_t>(epoch));
+      cached_ = torch::randperm(size_, gen, torch::kInt64);
+      cached_epoch_ = epoch;
+    }
+    return cached_.data_ptr<int64_t>()[position % size_];
   }
-  return cached_;
-}
 
-std::vector<int64_t> Sampler::Indices(int64_t step, int64_t offset, int64_t count) {
-  std::vector<int64_t> out;
-  out.reserve(count);
-  for (int64_t j = 0; j < count; ++j) {
-    const int64_t position = step * global_batch_ + offset + j;
-    out.push_back(Permutation(position / size_).data_ptr<int64_t>()[position % size_]);
+ private:
+  int64_t size_;
+  uint64_t seed_;
+  int64_t cached_epoch_ = -1;
+  torch::Tensor cached_;
+};
+
+class SequentialSampler : public Sampler {
+ public:
+  explicit SequentialSampler(int64_t size) : size_(size) {}
+  int64_t IndexAt(int64_t position) override { return position % size_; }
+
+ private:
+  int64_t size_;
+};
+
+}  // namespace
+
+Result<SamplerFactory> SamplerNamed(const std::string& name) {
+  if (name == "shuffled") {
+    return SamplerFactory([](int64_t size, uint64_t seed) -> std::unique_ptr<Sampler> {
+      return std::make_unique<ShuffledSampler>(size, seed);
+    });
   }
-  return out;
+  if (name == "sequential") {
+    return SamplerFactory([](int64_t size, uint64_t) -> std::unique_ptr<Sampler> {
+      return std::make_unique<SequentialSampler>(size);
+    });
+  }
+  return Status::InvalidArgument("unknown sampler '" + name +
+                                 "' (expected shuffled or sequential, or supply your own)");
 }
 
 cutpoint::Activations Collate(const Dataset& dataset, const std::vector<int64_t>& indices) {

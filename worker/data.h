@@ -1,25 +1,30 @@
-// Data: a dataset of samples addressed by global index, and the sampler that decides which
+// Data: a dataset of samples addressed by global index, and the samplers that decide which
 // samples every step consumes.
 //
-// The order is a pure function of (seed, epoch, step): step k consumes positions
-// [k*B, (k+1)*B) of the concatenation of per-epoch permutations, whatever the shape of the job.
-// Replica d takes a contiguous slice of those B samples (ShareOf), and each replica cuts its
-// slice into micro-batches. A resumed or reshaped job therefore sees exactly the samples the
-// uninterrupted job would have seen.
+// Step k consumes positions [k B, (k + 1) B) of an endless stream of samples; a Sampler says
+// which dataset index sits at each position, as a pure function of the position (given the
+// dataset's size and the job's seed), whatever the shape of the job. The step's batch is cut
+// into micro-batches and shared among the replicas as planner/batch_split.h says. A resumed or
+// reshaped job therefore sees exactly the samples the uninterrupted job would have seen.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <torch/types.h>
 
+#include "common/status.h"
 #include "cutpoint/activations.h"
 
 namespace mitra::worker {
 
-// Implementations must be safe to call from the training thread while nothing else mutates
-// them; Get() is called for every sample of every step this rank needs.
+// Get() is called for every sample of every step this rank needs, and only for those: only the
+// first and last stages of a pipeline load data, each its own replica's samples. A dataset that
+// reads its storage lazily (on the first Get, or per sample) therefore costs the stages in
+// between nothing. Called from the training thread only.
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -30,22 +35,20 @@ class Dataset {
 
 class Sampler {
  public:
-  Sampler(int64_t dataset_size, int64_t global_batch, uint64_t seed);
-
-  // Dataset indices of samples [offset, offset+count) of step `step`'s global batch.
-  std::vector<int64_t> Indices(int64_t step, int64_t offset, int64_t count);
-
-  int64_t global_batch() const { return global_batch_; }
-
- private:
-  const torch::Tensor& Permutation(int64_t epoch);
-
-  int64_t size_;
-  int64_t global_batch_;
-  uint64_t seed_;
-  int64_t cached_epoch_ = -1;
-  torch::Tensor cached_;
+  virtual ~Sampler() = default;
+  // The dataset index at `position` of the stream, in [0, dataset size). Must depend on nothing
+  // but the position (and what the sampler was made with); may cache.
+  virtual int64_t IndexAt(int64_t position) = 0;
 };
+
+// Makes the job's sampler for a dataset of `dataset_size` samples (>= 1) and the job's seed.
+using SamplerFactory =
+    std::function<std::unique_ptr<Sampler>(int64_t dataset_size, uint64_t seed)>;
+
+// "shuffled" (the default): every epoch a new permutation of the dataset, torch::randperm seeded
+// by (seed, epoch). "sequential": 0, 1, 2, ... wrapping around at the end of the dataset.
+// InvalidArgument for another name.
+Result<SamplerFactory> SamplerNamed(const std::string& name);
 
 // Stacks samples into a batch (a new leading dimension).
 cutpoint::Activations Collate(const Dataset& dataset, const std::vector<int64_t>& indices);

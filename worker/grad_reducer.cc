@@ -4,7 +4,7 @@
 
 namespace mitra::worker {
 
-GradReducer::GradReducer(const std::vector<NamedParameter>& parameters, c10d::ProcessGroup* group,
+GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::ProcessGroup* group,
                          Comm* comm, int64_t bucket_elements)
     : group_(group), comm_(comm) {
   for (const auto& p : parameters) params_.push_back(p.tensor);

@@ -22,7 +22,7 @@ namespace mitra::worker {
 
 class GradReducer {
  public:
-  GradReducer(const std::vector<NamedParameter>& parameters, c10d::ProcessGroup* group, Comm* comm,
+  GradReducer(const std::vector<NamedTensor>& parameters, c10d::ProcessGroup* group, Comm* comm,
               int64_t bucket_elements);
 
   // The next backward is the step's last one: feed its gradients to the buckets.

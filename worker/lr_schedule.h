@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace mitra::worker {
 
@@ -13,6 +14,8 @@ struct LrSchedule {
 
   // Learning rate of 0-based step `step`.
   double At(int64_t step) const;
+  // "lr 0.0003, warm-up 100 steps, cosine to 3e-05 at step 1000" (or "..., then constant").
+  std::string Describe() const;
 };
 
 }  // namespace mitra::worker

@@ -17,13 +17,17 @@ struct MicroBatchState {
   Activations outputs;
   torch::Tensor loss;  // last stage
   std::vector<torch::Tensor> output_grads;
+  std::vector<torch::Tensor> buffers_seen;  // buffers before a forward that will be recomputed
 };
 
 class Executor {
  public:
-  Executor(const PipelineContext& ctx, int num_micro_batches, const MicroBatchFn& micro_batch)
+  // `metrics` non-null: an evaluation pass (forward only, sums of loss and metrics).
+  Executor(const PipelineContext& ctx, int num_micro_batches, const MicroBatchFn& micro_batch,
+           const std::vector<MetricFn>* metrics = nullptr)
       : ctx_(ctx), first_(ctx.prev_rank < 0), last_(ctx.next_rank < 0),
-        mbs_(num_micro_batches), micro_batch_(micro_batch) {}
+        mbs_(num_micro_batches), micro_batch_(micro_batch), metrics_(metrics),
+        sums_(metrics ? metrics->size() + 1 : 0, 0.0) {}
 
   void Execute(const planner::Instruction& ins, bool final_backward) {
     MicroBatchState& mb = mbs_[ins.micro_batch];
@@ -31,8 +35,10 @@ class Executor {
       case Op::kRecvActivations:
         mb.inputs = ctx_.comm->RecvActivations(ctx_.prev_rank,
                                                TagOf(ins.micro_batch, kActivationTag));
-        for (auto& [name, t] : mb.inputs) {
-          if (t.is_floating_point()) t.requires_grad_(true);
+        if (metrics_ == nullptr) {
+          for (auto& [name, t] : mb.inputs) {
+            if (t.is_floating_point()) t.requires_grad_(true);
+          }
         }
         break;
       case Op::kForward:
@@ -41,15 +47,32 @@ class Executor {
         if (first_) mb.inputs = mb.batch;
         const bool discard = ins.op == Op::kForwardDiscard;
         torch::AutoGradMode grad_mode(!discard);
-        Forward(mb);
-        loss_sum_ += last_ ? mb.loss.item<double>() : 0.0;
+        if (discard && metrics_ == nullptr && !ctx_.stage->buffers().empty()) {
+          mb.buffers_seen = ctx_.stage->CopyBuffers();
+        }
+        Forward(mb, ins.micro_batch);
+        if (metrics_ == nullptr) {
+          loss_sum_ += last_ ? mb.loss.item<double>() : 0.0;
+        } else if (last_) {
+          Accumulate(mb);
+          mb = MicroBatchState();
+        }
         break;
       }
       case Op::kRecompute:
-        Forward(mb);
+        if (!mb.buffers_seen.empty()) {
+          const std::vector<torch::Tensor> now = ctx_.stage->CopyBuffers();
+          ctx_.stage->RestoreBuffers(mb.buffers_seen);
+          Forward(mb, ins.micro_batch);
+          ctx_.stage->RestoreBuffers(now);
+          mb.buffers_seen.clear();
+        } else {
+          Forward(mb, ins.micro_batch);
+        }
         break;
       case Op::kSendActivations:
         ctx_.comm->SendActivations(mb.outputs, ctx_.next_rank, TagOf(ins.micro_batch, kActivationTag));
+        if (metrics_ != nullptr) mb = MicroBatchState();
         break;
       case Op::kRecvGradients: {
         mb.output_grads.clear();
@@ -78,11 +101,22 @@ class Executor {
   }
 
   double loss_sum() const { return loss_sum_; }
+  const std::vector<double>& sums() const { return sums_; }
 
  private:
-  void Forward(MicroBatchState& mb) {
-    mb.outputs = ctx_.stage->Forward(mb.inputs);
-    if (last_) mb.loss = ctx_.spec->loss(mb.outputs, mb.batch) * ctx_.loss_scale;
+  void Forward(MicroBatchState& mb, int micro_batch) {
+    mb.outputs = ctx_.stage->Forward(mb.inputs, {ctx_.step, ctx_.first_micro_batch + micro_batch});
+    if (last_ && metrics_ == nullptr) {
+      mb.loss = ctx_.spec->loss(mb.outputs, mb.batch) * ctx_.loss_scale;
+    }
+  }
+
+  // Evaluation, last stage: the micro-batch's loss and metric sums, in float64.
+  void Accumulate(const MicroBatchState& mb) {
+    sums_[0] += ctx_.spec->loss(mb.outputs, mb.batch).item<double>();
+    for (size_t i = 0; i < metrics_->size(); ++i) {
+      sums_[i + 1] += (*metrics_)[i](mb.outputs, mb.batch).to(torch::kFloat64).sum().item<double>();
+    }
   }
 
   void Backward(MicroBatchState& mb) {
@@ -111,7 +145,9 @@ class Executor {
   bool first_, last_;
   std::vector<MicroBatchState> mbs_;
   const MicroBatchFn& micro_batch_;
+  const std::vector<MetricFn>* metrics_;
   double loss_sum_ = 0;
+  std::vector<double> sums_;  // evaluation: loss, then each metric
 };
 
 }  // namespace
@@ -125,6 +161,16 @@ double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::In
   }
   for (size_t i = 0; i < schedule.size(); ++i) executor.Execute(schedule[i], i == last_backward);
   return executor.loss_sum();
+}
+
+std::vector<double> RunEvalPipeline(const PipelineContext& ctx,
+                                    const std::vector<planner::Instruction>& schedule,
+                                    int num_micro_batches, const MicroBatchFn& micro_batch,
+                                    const std::vector<MetricFn>& metrics) {
+  torch::NoGradGuard no_grad;
+  Executor executor(ctx, num_micro_batches, micro_batch, &metrics);
+  for (const auto& ins : schedule) executor.Execute(ins, /*final_backward=*/false);
+  return executor.sums();
 }
 
 }  // namespace mitra::worker

@@ -1,10 +1,15 @@
-// PipelineStep: runs one stage's instruction list for one training step.
+// PipelineStep: runs one stage's instruction list for one training step or evaluation pass.
 //
 // The executor owns the per-micro-batch state of a step (stashed inputs, outputs, gradients)
 // and nothing across steps. Activations received from the previous stage become leaf tensors
 // (floating ones require grad); after a micro-batch's backward their gradients go back, one per
 // floating activation, in name order (zeros where a tensor got no gradient), so sender and
 // receiver always agree on the messages without a header.
+//
+// A micro-batch forwarded without its graph (kForwardDiscard) is recomputed later from its
+// stashed inputs with the same random numbers (ForwardKey) and, when the stage has buffers,
+// from the buffers it first saw, which are put back afterwards: a recomputation computes what
+// the first forward computed and updates no buffer a second time.
 #pragma once
 
 #include <functional>
@@ -18,14 +23,21 @@
 
 namespace mitra::worker {
 
+// A metric of an evaluation: the SUM over a micro-batch's samples of a per-sample quantity
+// (correct predictions, say), like the loss.
+using MetricFn = std::function<torch::Tensor(const cutpoint::Activations& outputs,
+                                             const cutpoint::Activations& batch)>;
+
 struct PipelineContext {
   const cutpoint::ModelSpec* spec;
   Stage* stage;
   Comm* comm;
-  GradReducer* reducer;   // null without data parallelism
-  int prev_rank = -1;     // -1 on the first stage
-  int next_rank = -1;     // -1 on the last stage
-  double loss_scale = 1;  // 1 / global batch
+  GradReducer* reducer = nullptr;  // null without data parallelism (or when evaluating)
+  int prev_rank = -1;              // -1 on the first stage
+  int next_rank = -1;              // -1 on the last stage
+  double loss_scale = 1;           // 1 / global batch
+  int64_t step = 0;                // of ForwardKey: the step, or ForwardKey::kEvalStep
+  int64_t first_micro_batch = 0;   // global index of this replica's first micro-batch
 };
 
 // Micro-batch `i` of this replica's share of the step (first and last stages only).
@@ -36,5 +48,13 @@ using MicroBatchFn = std::function<cutpoint::Activations(int micro_batch)>;
 // reducer (if any) has been armed for the final backward and must be finished by the caller.
 double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::Instruction>& schedule,
                        int num_micro_batches, const MicroBatchFn& micro_batch);
+
+// Executes a forward-only `schedule` (planner::BuildForwardOnlySchedule) without autograd. On
+// the last stage returns the sums over this replica's samples of the loss (unscaled) and of
+// each metric, in that order, as float64; zeros elsewhere.
+std::vector<double> RunEvalPipeline(const PipelineContext& ctx,
+                                    const std::vector<planner::Instruction>& schedule,
+                                    int num_micro_batches, const MicroBatchFn& micro_batch,
+                                    const std::vector<MetricFn>& metrics);
 
 }  // namespace mitra::worker

@@ -92,10 +92,4 @@ Result<Placement> Placement::FromEnvironment() {
   return p;
 }
 
-ReplicaShare ShareOf(int64_t global_batch, int num_replicas, int replica) {
-  const int64_t base = global_batch / num_replicas;
-  const int64_t extra = global_batch % num_replicas;
-  return {replica * base + std::min<int64_t>(replica, extra), base + (replica < extra ? 1 : 0)};
-}
-
 }  // namespace mitra::worker

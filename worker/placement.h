@@ -46,12 +46,4 @@ struct Placement {
 // True when the manager asked the program only to describe itself (MITRA_DESCRIBE=1).
 bool DescribeRequested();
 
-// Samples of the global batch that replica `replica` of `num_replicas` takes: the first
-// B mod D replicas take one more. Offset is where its slice starts in the step's batch.
-struct ReplicaShare {
-  int64_t offset;
-  int64_t count;
-};
-ReplicaShare ShareOf(int64_t global_batch, int num_replicas, int replica);
-
 }  // namespace mitra::worker

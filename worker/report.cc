@@ -16,6 +16,11 @@ Record& Record::Add(const std::string& key, double value) {
   return *this;
 }
 
+Record& Record::Add(const std::string& key, bool value) {
+  object_.SetBool(key, value);
+  return *this;
+}
+
 Record& Record::Add(const std::string& key, const std::string& value) {
   object_.SetString(key, value);
   return *this;

@@ -19,6 +19,7 @@ class Record {
   Record& Add(const std::string& key, int64_t value);
   Record& Add(const std::string& key, int value) { return Add(key, static_cast<int64_t>(value)); }
   Record& Add(const std::string& key, double value);
+  Record& Add(const std::string& key, bool value);
   Record& Add(const std::string& key, const std::string& value);
   Record& Add(const std::string& key, const char* value) { return Add(key, std::string(value)); }
   void Emit();

@@ -1,10 +1,9 @@
 #include "worker/runtime.h"
 
-#include "worker/pipeline.h"
-
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <sstream>
 #include <utility>
 
 #include <torch/torch.h>
@@ -24,19 +23,28 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (!kind.ok()) return kind.status();
   auto backend = ParseBackend(options.backend);
   if (!backend.ok()) return backend.status();
+  SamplerFactory make_sampler = options.custom_sampler;
+  if (!make_sampler) {
+    auto named = SamplerNamed(options.sampler);
+    if (!named.ok()) return named.status();
+    make_sampler = *named;
+  }
 
   std::unique_ptr<Runtime> rt(new Runtime(spec, std::move(dataset), placement, options));
   RuntimeOptions& opts = rt->options_;
   if (placement.global_batch > 0) opts.global_batch = placement.global_batch;
   if (placement.chunk_size > 0) opts.chunk_size = placement.chunk_size;
   const int stages = placement.num_stages(), replicas = placement.num_replicas();
-  if (opts.global_batch < replicas) {
-    return Status::InvalidArgument("global batch " + std::to_string(opts.global_batch) +
-                                   " is smaller than the " + std::to_string(replicas) +
-                                   " data-parallel replicas: use a batch of at least " +
-                                   std::to_string(replicas));
-  }
+  if (opts.global_batch < 1) return Status::InvalidArgument("the global batch must be >= 1");
   if (opts.chunk_size < 1) return Status::InvalidArgument("the micro-batch size must be >= 1");
+  const int64_t micro_batches = planner::NumMicroBatches(opts.global_batch, opts.chunk_size);
+  if (micro_batches < replicas) {
+    return Status::InvalidArgument(
+        "a batch of " + std::to_string(opts.global_batch) + " in micro-batches of " +
+        std::to_string(opts.chunk_size) + " makes " + std::to_string(micro_batches) +
+        " micro-batches, fewer than the " + std::to_string(replicas) +
+        " data-parallel replicas: use a smaller micro-batch or a larger batch");
+  }
   if (rt->dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
   auto partition = cutpoint::MakePartition(
@@ -45,17 +53,27 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (!partition.ok()) return partition.status();
   rt->partition_ = *partition;
 
-  rt->share_ = ShareOf(opts.global_batch, replicas, placement.replica());
-  rt->num_micro_batches_ =
-      static_cast<int>((rt->share_.count + opts.chunk_size - 1) / opts.chunk_size);
-  rt->schedule_ = planner::BuildSchedule(*kind, stages, placement.stage(), rt->num_micro_batches_,
+  rt->share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, replicas, placement.replica());
+  rt->schedule_ = planner::BuildSchedule(*kind, stages, placement.stage(),
+                                         static_cast<int>(rt->share_.micro_batches),
                                          opts.recompute);
-  rt->sampler_.emplace(rt->dataset_->Size(), opts.global_batch, opts.seed);
+  rt->sampler_ = make_sampler(rt->dataset_->Size(), opts.seed);
+  if (!rt->sampler_) return Status::InvalidArgument("the program's sampler factory returned none");
 
   rt->stage_ = std::make_unique<Stage>(spec, rt->partition_, placement.stage(), opts.seed);
+  for (int i = rt->stage_->first_segment(); i < rt->stage_->end_segment(); ++i) {
+    const auto& segment = *rt->stage_->segments()[i - rt->stage_->first_segment()];
+    if (Status s = cutpoint::CheckMicroBatchIndependence(spec, i, segment); !s.ok()) return s;
+  }
   auto tied = TiedWeights::Create(spec, rt->partition_, rt->placement_, *rt->stage_);
   if (!tied.ok()) return tied.status();
   rt->tied_ = std::make_unique<TiedWeights>(std::move(*tied));
+
+  std::vector<torch::Tensor> params;
+  for (const auto& p : rt->stage_->parameters()) params.push_back(p.tensor);
+  auto optimizer = MakeOptimizer(opts.optimizer, params);
+  if (!optimizer.ok()) return optimizer.status();
+  rt->optimizer_ = std::move(*optimizer);
 
   rt->comm_ = Comm::Connect(placement, *backend);  // throws PeerError
   if (rt->comm_->data_parallel()) {
@@ -63,22 +81,24 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
                                                  rt->comm_->data_parallel(), rt->comm_.get(),
                                                  opts.bucket_elements);
   }
+  rt->buffer_sync_ = BufferSync::Create(*rt->stage_, rt->comm_.get());
   rt->tied_->SyncInitialValues(*rt->comm_);
-
-  std::vector<torch::Tensor> params;
-  for (const auto& p : rt->stage_->parameters()) params.push_back(p.tensor);
-  rt->optimizer_ = std::make_unique<torch::optim::AdamW>(
-      params, torch::optim::AdamWOptions(opts.lr.base)
-                  .betas({opts.beta1, opts.beta2})
-                  .eps(opts.eps)
-                  .weight_decay(opts.weight_decay));
   return rt;
 }
 
+std::vector<int64_t> Runtime::Indices(int64_t step, int64_t offset, int64_t count) {
+  std::vector<int64_t> out;
+  out.reserve(count);
+  for (int64_t j = 0; j < count; ++j) {
+    out.push_back(sampler_->IndexAt(step * options_.global_batch + offset + j));
+  }
+  return out;
+}
+
 cutpoint::Activations Runtime::MicroBatch(int64_t step, int micro_batch) {
-  const int64_t begin = static_cast<int64_t>(micro_batch) * options_.chunk_size;
-  const int64_t count = std::min<int64_t>(options_.chunk_size, share_.count - begin);
-  return Collate(*dataset_, sampler_->Indices(step, share_.offset + begin, count));
+  const planner::SampleRange range = planner::MicroBatchSamples(
+      options_.global_batch, options_.chunk_size, share_.first_micro_batch + micro_batch);
+  return Collate(*dataset_, Indices(step, range.begin, range.end - range.begin));
 }
 
 void Runtime::TraceSamples(int64_t step) {
@@ -88,8 +108,21 @@ void Runtime::TraceSamples(int64_t step) {
                         ".rank-" + std::to_string(placement_.rank),
                     std::ios::app);
   out << step << " " << placement_.replica();
-  for (int64_t index : sampler_->Indices(step, share_.offset, share_.count)) out << " " << index;
+  for (int64_t index : Indices(step, share_.offset, share_.samples)) out << " " << index;
   out << "\n";
+}
+
+PipelineContext Runtime::Context(int64_t step, int64_t first_micro_batch) {
+  const int s = placement_.stage(), d = placement_.replica();
+  PipelineContext ctx;
+  ctx.spec = &spec_;
+  ctx.stage = stage_.get();
+  ctx.comm = comm_.get();
+  ctx.prev_rank = s > 0 ? placement_.stage_map.RankOf(s - 1, d) : -1;
+  ctx.next_rank = s + 1 < placement_.num_stages() ? placement_.stage_map.RankOf(s + 1, d) : -1;
+  ctx.step = step;
+  ctx.first_micro_batch = first_micro_batch;
+  return ctx;
 }
 
 StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_requested) {
@@ -97,25 +130,21 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   for (const auto& p : stage_->parameters()) {
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
   }
-  const int s = placement_.stage(), d = placement_.replica();
-  PipelineContext ctx;
-  ctx.spec = &spec_;
-  ctx.stage = stage_.get();
-  ctx.comm = comm_.get();
+  if (buffer_sync_) buffer_sync_->BeginStep();
+  PipelineContext ctx = Context(step, share_.first_micro_batch);
   ctx.reducer = reducer_.get();
-  ctx.prev_rank = s > 0 ? placement_.stage_map.RankOf(s - 1, d) : -1;
-  ctx.next_rank = s + 1 < placement_.num_stages() ? placement_.stage_map.RankOf(s + 1, d) : -1;
   ctx.loss_scale = 1.0 / static_cast<double>(options_.global_batch);
-  const double loss = RunPipelineStep(ctx, schedule_, num_micro_batches_,
+  const double loss = RunPipelineStep(ctx, schedule_, num_micro_batches(),
                                       [&](int mb) { return MicroBatch(step, mb); });
   comm_->WaitSends();
   if (reducer_) reducer_->Finish();
   tied_->SumGradients(*comm_);
+  if (buffer_sync_) buffer_sync_->EndStep();
 
   // One all-reduce per step carries the squared gradient norm (replica 0 of every stage, tied
   // copies once), the loss (last stages) and the stop wishes (everyone).
   double squared_norm = 0;
-  if (d == 0) {
+  if (placement_.replica() == 0) {
     for (const auto& p : stage_->parameters()) {
       if (!p.tensor.grad().defined() || tied_->IsSecondaryCopy(p.name)) continue;
       const double n = p.tensor.grad().norm().item<double>();
@@ -141,12 +170,73 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
       }
     }
   }
-  for (auto& group : optimizer_->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(result.lr);
-  }
   if (before_update_) std::exchange(before_update_, nullptr)();
-  optimizer_->step();
+  optimizer_->Step(result.lr);
   return result;
+}
+
+EvalResult Runtime::Evaluate(const Dataset& dataset,
+                             const std::vector<std::pair<std::string, MetricFn>>& metrics,
+                             int64_t max_samples, int64_t chunk_size) {
+  int64_t n = dataset.Size();
+  if (max_samples > 0) n = std::min(n, max_samples);
+  const int64_t chunk = chunk_size > 0 ? chunk_size : options_.chunk_size;
+  std::vector<MetricFn> fns;
+  for (const auto& [name, fn] : metrics) fns.push_back(fn);
+
+  // The samples in order, cut as a training batch would be; with fewer micro-batches than
+  // replicas, the last replicas have nothing to do.
+  planner::BatchShare share;
+  const int replicas = placement_.num_replicas();
+  if (n > 0) {
+    const int busy = static_cast<int>(std::min<int64_t>(replicas, planner::NumMicroBatches(n, chunk)));
+    if (placement_.replica() < busy) share = planner::ShareOf(n, chunk, busy, placement_.replica());
+  }
+  const auto schedule = planner::BuildForwardOnlySchedule(
+      placement_.num_stages(), placement_.stage(), static_cast<int>(share.micro_batches));
+  const PipelineContext ctx = Context(ForwardKey::kEvalStep, share.first_micro_batch);
+  const bool was_training = stage_->training();
+  stage_->SetTraining(false);
+  std::vector<double> sums = RunEvalPipeline(
+      ctx, schedule, static_cast<int>(share.micro_batches),
+      [&](int mb) {
+        const planner::SampleRange range =
+            planner::MicroBatchSamples(n, chunk, share.first_micro_batch + mb);
+        std::vector<int64_t> indices;
+        for (int64_t i = range.begin; i < range.end; ++i) indices.push_back(i);
+        return Collate(dataset, indices);
+      },
+      fns);
+  comm_->WaitSends();
+  stage_->SetTraining(was_training);
+
+  auto totals = torch::tensor(sums, torch::kFloat64);
+  std::vector<torch::Tensor> buffers{totals};
+  comm_->Wait(comm_->global().allreduce(buffers), "the evaluation's all-reduce of its sums");
+  EvalResult result;
+  result.samples = n;
+  const double per = n > 0 ? 1.0 / static_cast<double>(n) : 0.0;
+  result.loss = totals[0].item<double>() * per;
+  for (size_t i = 0; i < metrics.size(); ++i) {
+    result.metrics.emplace_back(metrics[i].first, totals[i + 1].item<double>() * per);
+  }
+  return result;
+}
+
+std::string Runtime::DescribeSettings() const {
+  std::ostringstream out;
+  out << "optimizer " << optimizer_->Describe() << "; " << options_.lr.Describe() << "; clip ";
+  if (options_.clip_norm > 0) {
+    out << "global norm " << options_.clip_norm;
+  } else {
+    out << "off";
+  }
+  out << "; batch " << options_.global_batch << " in micro-batches of " << options_.chunk_size
+      << (spec_.micro_batch_independent ? "" : " (fixed for the job)") << "; schedule "
+      << options_.schedule << (options_.recompute ? " with recompute" : "") << "; sampler "
+      << (options_.custom_sampler ? "the program's own" : options_.sampler) << "; seed "
+      << options_.seed;
+  return out.str();
 }
 
 }  // namespace mitra::worker

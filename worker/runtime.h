@@ -4,11 +4,14 @@
 // makes tied weights identical and sets up the optimizer. Step(k) then trains global step k:
 // it runs the schedule over this replica's micro-batches, reduces gradients across replicas
 // (bucketed, overlapped with backward), sums tied-weight gradients across stages, clips by the
-// global norm over all stages, and takes the optimizer step with the scheduled learning rate.
+// global norm over all stages, makes the replicas' buffers equal again, and takes the optimizer
+// step with the scheduled learning rate. Evaluate() runs a forward-only pass over a dataset.
 //
-// Every shape P x D computes the same update: the loss is normalised by the global batch and
-// the sample order depends only on (seed, step). For users who own their loop, Step() is the
-// whole API; the Trainer (trainer.h) wraps it in a loop with logging and stop handling.
+// Every shape P x D computes the same update: the loss is normalised by the global batch, the
+// sample order depends only on (seed, step), micro-batches are cut from the global batch the
+// same way in every shape (planner/batch_split.h) and random numbers are drawn per micro-batch
+// and segment. For users who own their loop, Step() and Evaluate() are the whole API; the
+// Trainer (trainer.h) wraps them in a loop with logging, checkpoints and stop handling.
 // Not thread-safe. Communication failures throw PeerError.
 #pragma once
 
@@ -16,16 +19,20 @@
 #include <memory>
 #include <optional>
 #include <string>
-
-#include <torch/optim/adamw.h>
+#include <utility>
+#include <vector>
 
 #include "cutpoint/model.h"
 #include "cutpoint/partition.h"
+#include "planner/batch_split.h"
 #include "planner/schedule.h"
+#include "worker/buffer_sync.h"
 #include "worker/comm.h"
 #include "worker/data.h"
 #include "worker/grad_reducer.h"
 #include "worker/lr_schedule.h"
+#include "worker/optimizer.h"
+#include "worker/pipeline.h"
 #include "worker/placement.h"
 #include "worker/stage.h"
 #include "worker/tied_weights.h"
@@ -37,13 +44,14 @@ struct RuntimeOptions {
   bool recompute = false;           // activation recomputation for gpipe and 1f1b
   std::string partition = "uniform";  // uniform | params | 1,4,4,3
   std::string backend = "gloo";
-  uint64_t seed = 1234;             // model initialisation and sample order
+  uint64_t seed = 1234;             // model initialisation, sample order, random numbers
   int64_t global_batch = 32;        // overridden by the placement when the manager sets it
   int chunk_size = 8;               // micro-batch size; likewise
-  double weight_decay = 0.01;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  OptimizerOptions optimizer;       // AdamW unless said otherwise
   double clip_norm = 1.0;           // global gradient norm; <= 0 disables clipping
   LrSchedule lr;
+  std::string sampler = "shuffled";  // shuffled | sequential (data.h)
+  SamplerFactory custom_sampler;     // the program's own sampler, used instead when set
   int64_t bucket_elements = 1 << 18;  // data-parallel bucket size (elements)
   // Debugging aid: when set, the first stage of every replica appends a line
   // "<step> <replica> <dataset index>..." per step to <sample_trace>.rank-<R>.
@@ -55,6 +63,13 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool stop = false;     // some rank asked to stop: every rank sees the same value
+};
+
+// What an evaluation pass found; every rank gets the same.
+struct EvalResult {
+  int64_t samples = 0;
+  double loss = 0;  // mean over the samples of the model's loss
+  std::vector<std::pair<std::string, double>> metrics;  // each metric's mean over the samples
 };
 
 class Runtime {
@@ -77,13 +92,25 @@ class Runtime {
   // std::function: a plain lambda would also convert to bool.)
   StepResult Step(int64_t step, const std::function<bool()>& stop_requested);
 
+  // Forward-only pass in evaluation mode over samples [0, n) of `dataset` (n = its size, or
+  // `max_samples` when that is smaller and > 0), in micro-batches of `chunk_size` (0: the
+  // training chunk) shared among the replicas: the mean loss and the mean of each metric (a sum
+  // over a micro-batch's samples, like the loss). A collective: every rank calls it with the
+  // same arguments. The result is the same in every shape; training mode is restored after.
+  EvalResult Evaluate(const Dataset& dataset,
+                      const std::vector<std::pair<std::string, MetricFn>>& metrics,
+                      int64_t max_samples = 0, int64_t chunk_size = 0);
+
   const Placement& placement() const { return placement_; }
   const Stage& stage() const { return *stage_; }
   const cutpoint::Partition& partition() const { return partition_; }
   const RuntimeOptions& options() const { return options_; }
-  int num_micro_batches() const { return num_micro_batches_; }
+  int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
   Comm& comm() { return *comm_; }
-  torch::optim::AdamW& optimizer() { return *optimizer_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  // The effective training settings in one line: optimizer, learning-rate schedule, clipping,
+  // batch and micro-batch, schedule, sampler.
+  std::string DescribeSettings() const;
 
   // Runs `hook` once, on the training thread, just before the next optimizer step changes the
   // parameters and optimizer state (or never, if no step follows). A checkpoint that is still
@@ -95,7 +122,9 @@ class Runtime {
           const Placement& placement, const RuntimeOptions& options);
 
   cutpoint::Activations MicroBatch(int64_t step, int micro_batch);
+  std::vector<int64_t> Indices(int64_t step, int64_t offset, int64_t count);
   void TraceSamples(int64_t step);
+  PipelineContext Context(int64_t step, int64_t first_micro_batch);
 
   const cutpoint::ModelSpec& spec_;
   std::shared_ptr<const Dataset> dataset_;
@@ -103,14 +132,14 @@ class Runtime {
   RuntimeOptions options_;
   cutpoint::Partition partition_;
   std::vector<planner::Instruction> schedule_;
-  ReplicaShare share_{0, 0};
-  int num_micro_batches_ = 0;
-  std::optional<Sampler> sampler_;
+  planner::BatchShare share_;
+  std::unique_ptr<Sampler> sampler_;
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Stage> stage_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<TiedWeights> tied_;
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<BufferSync> buffer_sync_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::function<void()> before_update_;  // see BeforeNextUpdate
 };
 

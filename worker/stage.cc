@@ -1,22 +1,77 @@
 #include "worker/stage.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/torch.h>
+
 namespace mitra::worker {
+namespace {
+
+// SplitMix64's finaliser: neighbouring inputs give unrelated outputs.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Lends the default CPU generator to the segments and gives it back as it was.
+class BorrowedGenerator {
+ public:
+  BorrowedGenerator() : gen_(at::detail::getDefaultCPUGenerator()) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    saved_ = gen_.get_state();
+  }
+  ~BorrowedGenerator() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_state(saved_);
+  }
+  void Seed(uint64_t seed) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_current_seed(seed);
+  }
+
+ private:
+  at::Generator gen_;
+  torch::Tensor saved_;
+};
+
+}  // namespace
+
+uint64_t ForwardSeed(uint64_t seed, const ForwardKey& key, int segment) {
+  return Mix(Mix(Mix(Mix(seed) ^ static_cast<uint64_t>(key.step)) ^
+                 static_cast<uint64_t>(key.micro_batch)) ^
+             static_cast<uint64_t>(segment));
+}
 
 Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
              uint64_t seed)
-    : index_(stage), first_(partition.FirstSegment(stage)), end_(partition.EndSegment(stage)) {
+    : index_(stage), first_(partition.FirstSegment(stage)), end_(partition.EndSegment(stage)),
+      seed_(seed) {
   for (int i = first_; i < end_; ++i) {
     segments_.push_back(cutpoint::BuildSegment(spec, i, seed));
     for (const auto& item : segments_.back()->named_parameters(/*recurse=*/true)) {
       parameters_.push_back({spec.segments[i].name + "." + item.key(), item.value()});
     }
+    for (const auto& item : segments_.back()->named_buffers(/*recurse=*/true)) {
+      if (!item.value().defined()) continue;  // e.g. BatchNorm without running statistics
+      buffers_.push_back({spec.segments[i].name + "." + item.key(), item.value()});
+    }
   }
 }
 
-cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs) {
+cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const ForwardKey& key) {
+  BorrowedGenerator generator;
   cutpoint::Activations acts = inputs;
-  for (auto& segment : segments_) acts = segment->Forward(acts);
+  for (size_t i = 0; i < segments_.size(); ++i) {
+    generator.Seed(ForwardSeed(seed_, key, first_ + static_cast<int>(i)));
+    acts = segments_[i]->Forward(acts);
+  }
   return acts;
+}
+
+void Stage::SetTraining(bool training) {
+  for (auto& segment : segments_) segment->train(training);
+  training_ = training;
 }
 
 torch::Tensor Stage::Find(const std::string& qualified_name) const {
@@ -30,6 +85,22 @@ int64_t Stage::ParameterCount() const {
   int64_t n = 0;
   for (const auto& p : parameters_) n += p.tensor.numel();
   return n;
+}
+
+std::vector<torch::Tensor> Stage::CopyBuffers() const {
+  std::vector<torch::Tensor> out;
+  out.reserve(buffers_.size());
+  for (const auto& b : buffers_) out.push_back(b.tensor.detach().clone());
+  return out;
+}
+
+void Stage::RestoreBuffers(const std::vector<torch::Tensor>& values) {
+  // Through .data(), which shares the memory but not the version counter: autograd graphs of
+  // micro-batches still in flight saved these buffers (BatchNorm saves its running statistics,
+  // though training mode never reads them back), and a visible in-place write would make their
+  // backward refuse to run.
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].tensor.data().copy_(values[i]);
 }
 
 }  // namespace mitra::worker

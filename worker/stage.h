@@ -1,8 +1,14 @@
 // Stage: the consecutive segments one pipeline stage holds, and nothing else.
 //
 // Only the stage's own segments are ever constructed here (by their factories, seeded per
-// segment), so its memory holds only its own parameters. Parameters are exposed in a stable
-// order with qualified names "<segment>.<parameter>", identical on every replica.
+// segment), so its memory holds only its own parameters and buffers. Both are exposed in a
+// stable order with qualified names "<segment>.<name>", identical on every replica.
+//
+// Forward() runs the segments in order and owns their randomness: each segment's forward draws
+// from the default generator seeded by (seed, step, micro-batch, segment), so the same job makes
+// the same random choices in every shape and schedule, and a recomputation repeats them. The
+// generator's own state is put back afterwards: the program's draws outside segments go on as
+// if no forward had run. Not thread-safe.
 #pragma once
 
 #include <memory>
@@ -14,9 +20,17 @@
 
 namespace mitra::worker {
 
-struct NamedParameter {
-  std::string name;  // "<segment>.<parameter>"
+struct NamedTensor {
+  std::string name;  // "<segment>.<name>"
   torch::Tensor tensor;
+};
+
+// Which forward this is: its random numbers are a function of it. `step` is the training step;
+// evaluation passes use kEvalStep. `micro_batch` is the index in the step's global batch.
+struct ForwardKey {
+  static constexpr int64_t kEvalStep = -1;
+  int64_t step = 0;
+  int64_t micro_batch = 0;
 };
 
 class Stage {
@@ -24,12 +38,23 @@ class Stage {
   Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
         uint64_t seed);
 
-  cutpoint::Activations Forward(const cutpoint::Activations& inputs);
+  cutpoint::Activations Forward(const cutpoint::Activations& inputs, const ForwardKey& key);
 
-  const std::vector<NamedParameter>& parameters() const { return parameters_; }
+  // Training or evaluation mode for every module of every segment (torch's train()/eval()).
+  void SetTraining(bool training);
+  bool training() const { return training_; }
+
+  const std::vector<NamedTensor>& parameters() const { return parameters_; }
+  const std::vector<NamedTensor>& buffers() const { return buffers_; }
+  const std::vector<std::shared_ptr<cutpoint::Segment>>& segments() const { return segments_; }
   // The parameter with this qualified name, or an undefined tensor if this stage lacks it.
   torch::Tensor Find(const std::string& qualified_name) const;
   int64_t ParameterCount() const;
+
+  // Copies of the buffers' values, and putting such copies back (a recomputation must leave
+  // the buffers as the first forward left them).
+  std::vector<torch::Tensor> CopyBuffers() const;
+  void RestoreBuffers(const std::vector<torch::Tensor>& values);
 
   int index() const { return index_; }
   int first_segment() const { return first_; }
@@ -37,8 +62,14 @@ class Stage {
 
  private:
   int index_, first_, end_;
+  uint64_t seed_;
+  bool training_ = true;
   std::vector<std::shared_ptr<cutpoint::Segment>> segments_;
-  std::vector<NamedParameter> parameters_;
+  std::vector<NamedTensor> parameters_;
+  std::vector<NamedTensor> buffers_;
 };
+
+// The seed of segment `segment`'s random numbers in the forward `key` of a job seeded `seed`.
+uint64_t ForwardSeed(uint64_t seed, const ForwardKey& key, int segment);
 
 }  // namespace mitra::worker

@@ -53,10 +53,17 @@ Trainer::Trainer(cutpoint::ModelSpec spec, std::shared_ptr<const Dataset> datase
 
 int Trainer::Run() {
   if (DescribeRequested()) {
+    const ModelDescription model = DescribeModel(spec_);
+    if (!model.independence.ok()) {
+      spdlog::error("{}", model.independence.message());
+      return 2;
+    }
     Record("describe")
         .Add("segments", spec_.num_segments())
         .Add("tokens_per_sample", spec_.tokens_per_sample)
-        .Add("parameters", DescribeParameters(spec_))
+        .Add("micro_batch_independent", spec_.micro_batch_independent)
+        .Add("parameters", model.parameters)
+        .Add("buffers", model.buffers)
         .Emit();
     return 0;
   }
@@ -104,6 +111,11 @@ int Trainer::Train(const Placement& placement) {
       .Add("replicas", placement.num_replicas())
       .Add("generation", placement.generation)
       .Emit();
+  if (placement.rank == 0) {
+    const std::string settings = rt.DescribeSettings();
+    spdlog::info("settings: {}", settings);
+    Record("settings").Add("text", settings).Emit();
+  }
 
   CheckpointOptions ck = options_.checkpoint;
   if (!placement.checkpoint_dir.empty()) ck.dir = placement.checkpoint_dir;
@@ -122,6 +134,7 @@ int Trainer::Train(const Placement& placement) {
   int64_t saved_step = step;
 
   const int64_t tokens_per_step = opts.global_batch * spec_.tokens_per_sample;
+  const EvalOptions& eval = options_.eval;
   std::string reason = "max_steps";
   const std::function<bool()> stop_requested = [] { return g_stop_requested != 0; };
   while (step < max_steps) {
@@ -131,13 +144,16 @@ int Trainer::Train(const Placement& placement) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     if (placement.rank == 0) {
-      Record("step")
-          .Add("step", step)
+      Record record("step");
+      record.Add("step", step)
           .Add("loss", r.loss)
           .Add("samples", opts.global_batch)
-          .Add("tokens", tokens_per_step)
-          .Add("tokens_per_s", tokens_per_step / seconds)
-          .Add("step_time_s", seconds)
+          .Add("samples_per_s", static_cast<double>(opts.global_batch) / seconds);
+      if (tokens_per_step > 0) {
+        record.Add("tokens", tokens_per_step)
+            .Add("tokens_per_s", static_cast<double>(tokens_per_step) / seconds);
+      }
+      record.Add("step_time_s", seconds)
           .Add("stages", placement.num_stages())
           .Add("replicas", placement.num_replicas())
           .Add("generation", placement.generation)
@@ -148,6 +164,10 @@ int Trainer::Train(const Placement& placement) {
     if (options_.log_every > 0 && step % options_.log_every == 0) {
       spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s", step, r.loss,
                    r.grad_norm, r.lr, seconds);
+    }
+    if (eval.dataset && ((eval.every > 0 && step % eval.every == 0) ||
+                         (step == max_steps && !r.stop))) {
+      Evaluate(rt, step);
     }
     if (checkpointer && ck.every > 0 && step % ck.every == 0 && step < max_steps && !r.stop) {
       checkpointer->Save(step);
@@ -166,10 +186,12 @@ int Trainer::Train(const Placement& placement) {
       return 1;
     }
   }
-  if (!options_.dump_params.empty() && placement.replica() == 0) {
+  if (!options_.dump_params.empty() &&
+      (options_.dump_replica < 0 || placement.replica() == options_.dump_replica)) {
     std::filesystem::create_directories(options_.dump_params);
-    SaveParameters(rt.stage(), options_.dump_params + "/stage-" +
-                                   std::to_string(placement.stage()) + ".pt");
+    std::string name = "stage-" + std::to_string(placement.stage());
+    if (options_.dump_replica < 0) name += ".replica-" + std::to_string(placement.replica());
+    SaveParameters(rt.stage(), options_.dump_params + "/" + name + ".pt");
   }
   Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
   return 0;
@@ -206,9 +228,30 @@ int64_t Trainer::Resume(const Placement& placement, Checkpointer* checkpointer) 
   return step;
 }
 
+void Trainer::Evaluate(Runtime& rt, int64_t step) {
+  const auto start = std::chrono::steady_clock::now();
+  const EvalResult result =
+      rt.Evaluate(*options_.eval.dataset, options_.eval.metrics, options_.eval.max_samples,
+                  options_.eval.chunk_size);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (rt.placement().rank != 0) return;
+  Record record("eval");
+  record.Add("step", step).Add("samples", result.samples).Add("loss", result.loss);
+  std::string text;
+  for (const auto& [name, value] : result.metrics) {
+    record.Add(name, value);
+    text += fmt::format("  {} {:.4f}", name, value);
+  }
+  record.Add("seconds", seconds).Emit();
+  spdlog::info("eval after step {}: loss {:.4f}{} ({} samples, {:.2f} s)", step, result.loss, text,
+               result.samples, seconds);
+}
+
 void SaveParameters(const Stage& stage, const std::string& path) {
   c10::Dict<std::string, torch::Tensor> dict;
   for (const auto& p : stage.parameters()) dict.insert(p.name, p.tensor.detach().clone());
+  for (const auto& b : stage.buffers()) dict.insert(b.name, b.tensor.detach().clone());
   const std::vector<char> bytes = torch::pickle_save(dict);
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

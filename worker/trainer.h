@@ -7,11 +7,15 @@
 //
 // Run() reads the placement (Placement::FromEnvironment), answers the manager's describe
 // request, restores the checkpoint it is told to resume from, trains steps
-// [resume_step, max_steps), checkpoints every N steps and at the end, and reports each one on stdout as an
+// [resume_step, max_steps), checkpoints every N steps and at the end, evaluates every N steps
+// and at the end when given an evaluation dataset, and reports each step on stdout as an
 // `@mitra {"event":"step",...}` record (rank 0) plus a human log line. SIGUSR1 (and SIGINT)
 // ask for a stop: the wish is combined across ranks at the next step boundary, so every rank
 // stops after the same step. A lost peer ends the worker with exit code 1 and a message naming
 // it; bad configuration with exit code 2.
+//
+// After Run() returns the program may go on working (evaluate, export, save) as long as it
+// needs: the manager knows from the `stopped` record that it finished training.
 #pragma once
 
 #include <memory>
@@ -24,12 +28,26 @@
 
 namespace mitra::worker {
 
+// Evaluation during training: a forward-only pass in evaluation mode over `dataset`, shared
+// among the replicas, after every `every` steps and after the last one. The mean loss and the
+// mean of each metric go to the manager (metrics.jsonl, the terminal) as an `eval` record.
+struct EvalOptions {
+  std::shared_ptr<const Dataset> dataset;  // null: no evaluation
+  int64_t every = 0;        // 0: only after the last step
+  int64_t max_samples = 0;  // evaluate samples [0, max_samples) only; 0: all of them
+  int64_t chunk_size = 0;   // micro-batch of the pass; 0: the training one
+  std::vector<std::pair<std::string, MetricFn>> metrics;  // name, sum over a micro-batch
+};
+
 struct TrainerOptions {
   RuntimeOptions runtime;
+  EvalOptions eval;
   int64_t max_steps = 100;    // overridden by the placement when the manager sets it
   int64_t log_every = 1;      // human log line every N steps (records are always written)
-  std::string dump_params;    // after training, replica 0 of each stage writes its parameters
-                              // to <dump_params>/stage-<s>.pt (torch.load-able dict)
+  std::string dump_params;    // after training, replica <dump_replica> of each stage writes its
+                              // parameters and buffers to <dump_params>/stage-<s>.pt
+                              // (torch.load-able dict)
+  int dump_replica = 0;       // -1: every replica, to stage-<s>.replica-<r>.pt
   CheckpointOptions checkpoint;  // the placement's MITRA_CHECKPOINT_* settings override these
 };
 
@@ -46,13 +64,16 @@ class Trainer {
   // Which step to start from: the placement's resume step, or for a program run alone, the
   // newest valid checkpoint in its checkpoint directory. Restores it; -1 on failure (logged).
   int64_t Resume(const Placement& placement, Checkpointer* checkpointer);
+  // Runs the evaluation after step `step` and reports it (rank 0).
+  void Evaluate(Runtime& rt, int64_t step);
 
   cutpoint::ModelSpec spec_;
   std::shared_ptr<const Dataset> dataset_;
   TrainerOptions options_;
 };
 
-// Writes a stage's parameters as a dict {qualified name: tensor} in LibTorch's pickle format.
+// Writes a stage's parameters and buffers as a dict {qualified name: tensor} in LibTorch's
+// pickle format.
 void SaveParameters(const Stage& stage, const std::string& path);
 
 }  // namespace mitra::worker

@@ -38,6 +38,7 @@ class Block : public cutpoint::Segment {
  public:
   explicit Block(const GptConfig& c)
       : heads_(c.heads),
+        dropout_(c.dropout),
         ln1_(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
         qkv_(register_module("qkv", torch::nn::Linear(c.width, 3 * c.width))),
         proj_(register_module("proj", torch::nn::Linear(c.width, c.width))),
@@ -49,8 +50,9 @@ class Block : public cutpoint::Segment {
 
   Activations Forward(const Activations& in) override {
     torch::Tensor x = in.at("hidden");
-    x = x + Attention(ln1_(x));
-    x = x + out_(torch::gelu(fc_(ln2_(x))));
+    // Dropout draws from the generator the runtime seeds per micro-batch and segment.
+    x = x + torch::dropout(Attention(ln1_(x)), dropout_, is_training());
+    x = x + torch::dropout(out_(torch::gelu(fc_(ln2_(x)))), dropout_, is_training());
     return {{"hidden", x}};
   }
 
@@ -67,6 +69,7 @@ class Block : public cutpoint::Segment {
   }
 
   int64_t heads_;
+  double dropout_;
   torch::nn::LayerNorm ln1_;
   torch::nn::Linear qkv_, proj_;
   torch::nn::LayerNorm ln2_;
@@ -131,6 +134,7 @@ cutpoint::ModelSpec MakeGptSpec(const GptConfig& config) {
     return per_token.view({targets.size(0), targets.size(1)}).mean(1).sum();
   };
   spec.tokens_per_sample = config.context;
+  spec.micro_batch_independent = true;
   return spec;
 }
 

@@ -17,6 +17,7 @@ struct GptConfig {
   int64_t heads = 4;
   int64_t layers = 8;
   int64_t mlp_width = 512;
+  double dropout = 0;  // after the attention and the MLP of every block, in training
 
   // "bench": fixed so others can reproduce it (see the README). "tiny": for tests. "large":
   // the bench model at width 1024 (16 heads, MLP 4096), ~101 M parameters.
@@ -25,6 +26,8 @@ struct GptConfig {
 
 // Segments "embed", "block0" .. "block<N-1>", "head". Batches hold int64 "tokens" and
 // "targets" of shape [batch, context]. The loss is the per-sample mean cross-entropy, summed.
+// Every sample is computed on its own (LayerNorm, no BatchNorm): the model declares itself
+// micro-batch independent.
 cutpoint::ModelSpec MakeGptSpec(const GptConfig& config);
 
 }  // namespace mitra::examples

@@ -27,13 +27,18 @@ constexpr const char* kUsage = R"(usage: gpt_train [options]
   --lr X                 peak learning rate (default 3e-4)
   --warmup N             warm-up steps (default 0)
   --cosine-steps N       cosine decay horizon (default 0: constant after warm-up)
-  --weight-decay X       AdamW weight decay (default 0.01)
+  --optimizer NAME       sgd | adam | adamw (default adamw)
+  --weight-decay X       weight decay (default 0.01; decoupled for adamw, L2 otherwise)
+  --momentum X           SGD momentum (default 0)
+  --nesterov             SGD with Nesterov momentum
+  --dropout P            dropout after attention and MLP (default 0)
+  --sampler NAME         shuffled | sequential (default shuffled)
   --clip X               global gradient norm clip, 0 disables (default 1.0)
   --backend NAME         gloo | nccl (default gloo)
   --dump-params DIR      after training, write each stage's parameters to DIR
 )";
 
-bool ParseArgs(int argc, char** argv, std::string* model, std::string* data,
+bool ParseArgs(int argc, char** argv, std::string* model, std::string* data, double* dropout,
                mitra::worker::TrainerOptions* o) {
   auto& rt = o->runtime;
   for (int i = 1; i < argc; ++i) {
@@ -42,8 +47,8 @@ bool ParseArgs(int argc, char** argv, std::string* model, std::string* data,
       std::cout << kUsage;
       std::exit(0);
     }
-    if (flag == "--recompute") {
-      rt.recompute = true;
+    if (flag == "--recompute" || flag == "--nesterov") {
+      (flag == "--recompute" ? rt.recompute : rt.optimizer.nesterov) = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -63,7 +68,11 @@ bool ParseArgs(int argc, char** argv, std::string* model, std::string* data,
       else if (flag == "--lr") rt.lr.base = std::stod(v);
       else if (flag == "--warmup") rt.lr.warmup_steps = std::stoll(v);
       else if (flag == "--cosine-steps") rt.lr.total_steps = std::stoll(v);
-      else if (flag == "--weight-decay") rt.weight_decay = std::stod(v);
+      else if (flag == "--optimizer") rt.optimizer.name = v;
+      else if (flag == "--weight-decay") rt.optimizer.weight_decay = std::stod(v);
+      else if (flag == "--momentum") rt.optimizer.momentum = std::stod(v);
+      else if (flag == "--dropout") *dropout = std::stod(v);
+      else if (flag == "--sampler") rt.sampler = v;
       else if (flag == "--clip") rt.clip_norm = std::stod(v);
       else if (flag == "--backend") rt.backend = v;
       else if (flag == "--dump-params") o->dump_params = v;
@@ -83,13 +92,19 @@ bool ParseArgs(int argc, char** argv, std::string* model, std::string* data,
 
 int main(int argc, char** argv) {
   std::string model = "bench", data = mitra::examples::kDefaultTextPath;
+  double dropout = 0;
   mitra::worker::TrainerOptions options;
-  if (!ParseArgs(argc, argv, &model, &data, &options)) return 2;
+  if (!ParseArgs(argc, argv, &model, &data, &dropout, &options)) return 2;
   auto config = mitra::examples::GptConfig::Named(model);
   if (!config.ok()) {
     std::cerr << "gpt_train: " << config.status().message() << "\n";
     return 2;
   }
+  if (dropout < 0 || dropout >= 1) {
+    std::cerr << "gpt_train: --dropout " << dropout << " is not in [0, 1)\n";
+    return 2;
+  }
+  config->dropout = dropout;
   std::shared_ptr<const mitra::worker::Dataset> dataset;
   if (!mitra::worker::DescribeRequested()) {  // describing needs the model, not the data
     auto loaded = mitra::examples::TextDataset::Load(data, config->context);

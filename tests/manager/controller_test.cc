@@ -355,6 +355,50 @@ TEST_F(ControllerTest, AHungRankIsFoundByItsMissingHeartbeats) {
   EXPECT_NE(controller_->reason().find("no heartbeat"), std::string::npos);
 }
 
+TEST_F(ControllerTest, RanksThatStoppedTrainingMayWorkOnWithoutHeartbeats) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  RunGeneration(100);
+  RankReport stopped{0, 0, RankReport::Kind::kStopped, 100};
+  stopped.finished = true;
+  Feed(stopped);
+  EXPECT_FALSE(Recorded("training_done"));
+  stopped.rank = 1;
+  Feed(stopped);
+  EXPECT_TRUE(Recorded("training_done"));
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, 0}});
+  // Rank 0 evaluates for minutes after training: no heartbeat, past the finish timeout.
+  Advance(300);
+  EXPECT_FALSE(Recorded("failure"));
+  EXPECT_FALSE(Recorded("finish_timeout"));
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  // A list edit now changes nothing: the job is trained.
+  Feed(MachinesChanged{List("localhost slots=1\n")});
+  EXPECT_TRUE(SignalsOf(SIGUSR1).empty());
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, 0}});
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kDone);
+}
+
+TEST_F(ControllerTest, AFailureAfterTrainingFinishedIsReportedAndNeverRelaunched) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  RunGeneration(100);
+  for (int r = 0; r < 2; ++r) {
+    RankReport stopped{0, r, RankReport::Kind::kStopped, 100};
+    stopped.finished = true;
+    Feed(stopped);
+  }
+  Feed(RankExited{0, 1, launcher::ExitStatus{3, 0}});
+  EXPECT_TRUE(Recorded("failure_after_training"));
+  EXPECT_TRUE(SignalsOf(SIGKILL).empty()) << "rank 0 may finish its own work";
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, 0}});
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kFailed);
+  EXPECT_NE(All<FinishAction>()[0].reason.find("after training finished at step 100"),
+            std::string::npos)
+      << All<FinishAction>()[0].reason;
+}
+
 TEST_F(ControllerTest, TooManyFailuresWithinTheWindowFailTheJob) {
   ControllerOptions o = Options();
   o.max_restarts = 2;

@@ -38,6 +38,23 @@ TEST_F(DescribeTest, ReadsTheDescribeRecord) {
   ASSERT_TRUE(d.ok()) << d.status().message();
   EXPECT_EQ(d->segments, 6);
   EXPECT_EQ(d->tokens_per_sample, 512);
+  EXPECT_FALSE(d->micro_batch_independent);
+  EXPECT_FALSE(d->buffers_known);
+}
+
+TEST_F(DescribeTest, ReadsBuffersAndTheMicroBatchDeclaration) {
+  runner_.on_start = [](ScriptedProcessRunner& r, int) {
+    r.Message(0, R"({"event":"describe","segments":2,"micro_batch_independent":true,)"
+                 R"("parameters":"a.w[2,3] b.w[3]","buffers":"a.bn.running_mean[3]"})");
+    r.Exit(0, 0);
+  };
+  Result<ProgramDescription> d = Describe();
+  ASSERT_TRUE(d.ok()) << d.status().message();
+  EXPECT_TRUE(d->micro_batch_independent);
+  ASSERT_TRUE(d->buffers_known);
+  ASSERT_EQ(d->buffers.size(), 1u);
+  EXPECT_EQ(d->buffers[0].first, "a.bn.running_mean");
+  EXPECT_EQ(d->buffers[0].second, (std::vector<int64_t>{3}));
 }
 
 TEST_F(DescribeTest, AFailingProgramIsQuoted) {
@@ -85,6 +102,57 @@ TEST_F(DescribeTest, AProgramThatDoesNotExitIsKilled) {
 TEST_F(DescribeTest, AStartFailureIsReported) {
   runner_.fail_start_at = 0;
   EXPECT_NE(Error().find("cannot run '/bin/train' to ask for its shape"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mitra::manager
+
+namespace mitra::manager {
+namespace {
+
+checkpoint::Manifest TwoSegmentManifest() {
+  checkpoint::Manifest m;
+  m.segments = {"a", "b"};
+  checkpoint::FileEntry a{"seg-a.pt", 0, 0, {}};
+  a.tensors.push_back({"param/w", checkpoint::DType::kFloat32, {2, 3}, 0});
+  a.tensors.push_back({"exp_avg/w", checkpoint::DType::kFloat32, {2, 3}, 0});
+  a.tensors.push_back({"buffer/bn.running_mean", checkpoint::DType::kFloat32, {3}, 0});
+  checkpoint::FileEntry b{"seg-b.pt", 0, 0, {}};
+  b.tensors.push_back({"param/w", checkpoint::DType::kFloat32, {3}, 0});
+  m.files = {a, b};
+  return m;
+}
+
+ProgramDescription TwoSegmentProgram(const std::string& buffers) {
+  ProgramDescription d;
+  d.segments = 2;
+  d.parameters = *ParseParameters("a.w[2,3] b.w[3]");
+  d.buffers = *ParseParameters(buffers);
+  d.buffers_known = true;
+  return d;
+}
+
+TEST(CheckpointMatch, ComparesBuffersLikeParameters) {
+  const checkpoint::Manifest m = TwoSegmentManifest();
+  EXPECT_TRUE(CheckCheckpointMatches(TwoSegmentProgram("a.bn.running_mean[3]"), m, "ck").ok());
+  Status other_shape = CheckCheckpointMatches(TwoSegmentProgram("a.bn.running_mean[4]"), m, "ck");
+  EXPECT_NE(other_shape.message().find("buffer 'a.bn.running_mean' is [3] in it but [4] in the program"),
+            std::string::npos)
+      << other_shape.message();
+  Status missing = CheckCheckpointMatches(TwoSegmentProgram(""), m, "ck");
+  EXPECT_NE(missing.message().find("it has buffer 'a.bn.running_mean' [3], which the program "
+                                   "does not have"),
+            std::string::npos)
+      << missing.message();
+  Status extra = CheckCheckpointMatches(
+      TwoSegmentProgram("a.bn.running_mean[3] b.bn.running_var[3]"), m, "ck");
+  EXPECT_NE(extra.message().find("the program's buffer 'b.bn.running_var' is not in it"),
+            std::string::npos)
+      << extra.message();
+  // A program that does not list its buffers is compared on parameters only.
+  ProgramDescription silent = TwoSegmentProgram("");
+  silent.buffers_known = false;
+  EXPECT_TRUE(CheckCheckpointMatches(silent, m, "ck").ok());
 }
 
 }  // namespace

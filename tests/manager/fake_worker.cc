@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
 
   for (const char* name :
        {"MITRA_RANK", "MITRA_LOCAL_RANK", "MITRA_WORLD_SIZE", "MITRA_STAGE_TO_RANK_MAP",
-        "MITRA_CHUNK_SIZE", "MITRA_GLOBAL_BATCH", "MITRA_REPLICA_BATCH", "MITRA_MAX_STEPS",
+        "MITRA_CHUNK_SIZE", "MITRA_GLOBAL_BATCH", "MITRA_MAX_STEPS",
         "MITRA_RESUME_STEP", "MITRA_RDZV_HOST", "MITRA_RDZV_PORT", "MITRA_GENERATION", "MITRA_HOST",
         "MITRA_THREADS", "MITRA_TIMEOUT_S", "MITRA_RUN_DIR", "MITRA_DESCRIBE"}) {
     const char* value = std::getenv(name);

@@ -30,21 +30,15 @@ TEST(Grid, StageToRankMapIsStageMajor) {
   EXPECT_EQ(StageToRankMap(3, 2), "0,3;1,4;2,5;");
 }
 
-TEST(Grid, SplitsAnUnevenBatchOverTheFirstReplicas) {
-  EXPECT_EQ(ReplicaBatch(10, 3, 0), 4);
-  EXPECT_EQ(ReplicaBatch(10, 3, 1), 3);
-  EXPECT_EQ(ReplicaBatch(10, 3, 2), 3);
-  EXPECT_EQ(ReplicaBatch(9, 3, 2), 3);
-  int64_t total = 0;
-  for (int d = 0; d < 7; ++d) total += ReplicaBatch(100, 7, d);
-  EXPECT_EQ(total, 100);
-}
-
 TEST(Grid, DefaultChunkSize) {
-  EXPECT_EQ(DefaultChunkSize(32, 1), 32);  // no pipeline: one micro-batch
-  EXPECT_EQ(DefaultChunkSize(32, 2), 4);   // 8 micro-batches = 4 P
-  EXPECT_EQ(DefaultChunkSize(5, 2), 1);    // never below 1
-  EXPECT_EQ(DefaultChunkSize(64, 4), 4);
+  EXPECT_EQ(DefaultChunkSize(32, 1, 1, false), 32);  // no pipeline: one micro-batch
+  EXPECT_EQ(DefaultChunkSize(32, 1, 3, false), 11);  // 11, 11, 10
+  EXPECT_EQ(DefaultChunkSize(32, 2, 1, false), 4);   // 8 micro-batches = 4 P
+  EXPECT_EQ(DefaultChunkSize(5, 2, 1, false), 1);    // never below 1
+  EXPECT_EQ(DefaultChunkSize(64, 4, 1, false), 4);
+  // Kept for the job: room to grow to 4 times the replicas even without a pipeline.
+  EXPECT_EQ(DefaultChunkSize(32, 1, 1, true), 8);
+  EXPECT_EQ(DefaultChunkSize(64, 1, 2, true), 8);
 }
 
 TEST(Grid, PlansAFullGrid) {
@@ -55,11 +49,10 @@ TEST(Grid, PlansAFullGrid) {
   EXPECT_EQ(plan->world_size(), 4);
   EXPECT_EQ(plan->idle_slots, 0);
   EXPECT_EQ(plan->stage_to_rank_map, "0,2;1,3;");
-  EXPECT_EQ(plan->chunk_size, 1);  // 5 / (4 * 2) -> 1
+  EXPECT_EQ(plan->chunk_size, 1);  // 10 / (2 replicas * 4 * 2) -> 1
   ASSERT_EQ(plan->ranks.size(), 4u);
   EXPECT_EQ(plan->ranks[3].stage, 1);
   EXPECT_EQ(plan->ranks[3].replica, 1);
-  EXPECT_EQ(plan->ranks[3].replica_batch, 5);
 }
 
 TEST(Grid, LeavesLeftoverSlotsIdleAndFillsMachinesInOrder) {
@@ -71,9 +64,6 @@ TEST(Grid, LeavesLeftoverSlotsIdleAndFillsMachinesInOrder) {
   EXPECT_EQ(plan->ranks[2].local_rank, 2);
   EXPECT_EQ(plan->ranks[3].machine, 1);
   EXPECT_EQ(plan->ranks[3].local_rank, 0);
-  EXPECT_EQ(plan->ranks[0].replica_batch, 4);  // replica 0 takes the extra sample
-  EXPECT_EQ(plan->ranks[1].replica_batch, 4);
-  EXPECT_EQ(plan->ranks[2].replica_batch, 3);
 }
 
 TEST(Grid, RejectsMoreStagesThanSegments) {
@@ -97,13 +87,21 @@ TEST(Grid, RejectsABatchSmallerThanTheReplicas) {
   EXPECT_TRUE(Contains(plan.status().message(), "use --batch-size 4 or more"));
 }
 
-TEST(Grid, RejectsAChunkLargerThanTheSmallestReplicaBatch) {
-  Result<GridPlan> plan = PlanGrid(Request({2}, 1, 7, /*chunk=*/4));
+TEST(Grid, ReplicasTakeWholeMicroBatchesSoAFixedChunkLimitsThem) {
+  // 7 samples in micro-batches of 4: 2 micro-batches, so 2 of the 3 slots train.
+  Result<GridPlan> plan = PlanGrid(Request({3}, 1, 7, /*chunk=*/4));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->replicas, 2);
+  EXPECT_EQ(plan->idle_slots, 1);
+  EXPECT_TRUE(Contains(plan->idle_reason, "a batch of 7 in micro-batches of 4 feeds at most 2"));
+  EXPECT_TRUE(PlanGrid(Request({3}, 1, 7, 3))->idle_reason.empty());
+}
+
+TEST(Grid, RejectsAChunkLargerThanTheBatch) {
+  Result<GridPlan> plan = PlanGrid(Request({2}, 1, 7, /*chunk=*/8));
   ASSERT_FALSE(plan.ok());
   EXPECT_TRUE(Contains(plan.status().message(),
-                       "--chunk-size 4 is larger than the smallest "
-                       "per-replica batch (3 samples"));
-  EXPECT_TRUE(PlanGrid(Request({2}, 1, 7, 3)).ok());
+                       "--chunk-size 8 is larger than --batch-size 7; use --chunk-size 7"));
 }
 
 TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
@@ -126,7 +124,7 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
   EXPECT_EQ(env.at("MITRA_WORLD_SIZE"), "4");
   EXPECT_EQ(env.at("MITRA_STAGE_TO_RANK_MAP"), "0,2;1,3;");
   EXPECT_EQ(env.at("MITRA_GLOBAL_BATCH"), "7");
-  EXPECT_EQ(env.at("MITRA_REPLICA_BATCH"), "3");
+  EXPECT_EQ(env.count("MITRA_REPLICA_BATCH"), 0u);
   EXPECT_EQ(env.at("MITRA_CHUNK_SIZE"), "1");
   EXPECT_EQ(env.at("MITRA_MAX_STEPS"), "10");
   EXPECT_EQ(env.at("MITRA_RESUME_STEP"), "0");

@@ -74,7 +74,7 @@ TEST_F(MitraRunTest, CleanRunWritesTheRunDirectory) {
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_TRUE(Contains(r.out,
                        "mitra: shape 2 stages x 2 replicas = 4 workers; batch 8 = 4 per "
-                       "replica; chunk 1"))
+                       "replica; micro-batches of 1"))
       << r.out;
   EXPECT_TRUE(Contains(r.out, "step 5/5  loss 2.0000")) << r.out;
   EXPECT_TRUE(Contains(r.out, "mitra: done: 5 steps in")) << r.out;
@@ -105,7 +105,7 @@ TEST_F(MitraRunTest, CleanRunWritesTheRunDirectory) {
     const std::string log = Log(rank);
     EXPECT_TRUE(Contains(log, "MITRA_RANK=" + std::to_string(rank) + "\n")) << log;
     EXPECT_TRUE(Contains(log, "MITRA_STAGE_TO_RANK_MAP=0,2;1,3;\n")) << log;
-    EXPECT_TRUE(Contains(log, "MITRA_REPLICA_BATCH=4\n")) << log;
+    EXPECT_TRUE(Contains(log, "MITRA_GLOBAL_BATCH=8\n")) << log;
     EXPECT_TRUE(Contains(log, "MITRA_THREADS=3\n")) << log;  // passed through
     EXPECT_TRUE(Contains(log, "MITRA_RUN_DIR=" + RunDir() + "\n")) << log;
     EXPECT_TRUE(Contains(log, "MITRA_DESCRIBE=<unset>")) << log;
@@ -120,8 +120,7 @@ TEST_F(MitraRunTest, UnevenBatchAndIdleSlotsAreReported) {
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_TRUE(Contains(r.out, "batch 7 = 3-4 per replica")) << r.out;
   EXPECT_TRUE(Contains(r.out, "mitra: 1 slot left idle (5 slots, 2 x 2 uses 4)")) << r.out;
-  EXPECT_TRUE(Contains(Log(1), "MITRA_REPLICA_BATCH=4\n"));
-  EXPECT_TRUE(Contains(Log(2), "MITRA_REPLICA_BATCH=3\n"));
+  EXPECT_TRUE(Contains(Log(1), "MITRA_CHUNK_SIZE=1\n"));
   EXPECT_FALSE(std::filesystem::exists(RunDir() + "/logs/gen-0/rank-4.log"));
 }
 
@@ -311,9 +310,9 @@ INSTANTIATE_TEST_SUITE_P(
                                    "--batch-size 3 is smaller than the 4 replicas"},
                       BadInputCase{"ChunkTooLarge",
                                    "localhost slots=4\n",
-                                   {"--batch-size", "8", "--chunk-size", "3"},
+                                   {"--batch-size", "8", "--chunk-size", "9"},
                                    {},
-                                   "--chunk-size 3 is larger than the smallest per-replica batch"},
+                                   "--chunk-size 9 is larger than --batch-size 8"},
                       BadInputCase{"ZeroChunk",
                                    "localhost slots=4\n",
                                    {"--batch-size", "8", "--chunk-size", "0"},

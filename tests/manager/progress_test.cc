@@ -48,14 +48,35 @@ TEST(Progress, ReadsStepRecords) {
   EXPECT_FALSE(StepRecord::FromJson(*JsonObject::Parse(R"({"loss":1})")).has_value());
 }
 
+TEST(Progress, ProgramsWithoutTokensAreShownInSamplesPerSecond) {
+  Result<JsonObject> o = JsonObject::Parse(
+      R"({"event":"step","step":4,"loss":0.5,"samples":64,"samples_per_s":320,"step_time_s":0.2})");
+  ASSERT_TRUE(o.ok());
+  const std::optional<StepRecord> r = StepRecord::FromJson(*o);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(FormatProgressLine(*r, 0, std::nullopt),
+            "step 4  loss 0.5000  320 samples/s  0.20 s/step");
+  StepStats stats;
+  stats.Add(*r, 0);
+  EXPECT_EQ(FormatSummary(4, 1, stats), "4 steps in 0:01, final loss 0.5000, mean 320 samples/s");
+}
+
+TEST(Progress, FormatsEvaluations) {
+  Result<JsonObject> o = JsonObject::Parse(
+      R"({"event":"eval","step":100,"samples":10000,"loss":0.41234,"accuracy":0.85123,"seconds":2.14})");
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(FormatEvalLine(*o),
+            "eval after step 100: loss 0.4123  accuracy 0.8512  (10,000 samples, 2.1 s)");
+}
+
 TEST(Progress, MeanThroughputLeavesOutTheWarmUpStep) {
   StepStats stats;
-  EXPECT_EQ(stats.MeanTokensPerSecond(), 0);
+  EXPECT_EQ(stats.MeanThroughput(), 0);
   stats.Add(Step(1, 10), 0);
-  EXPECT_EQ(stats.MeanTokensPerSecond(), 10);
+  EXPECT_EQ(stats.MeanThroughput(), 10);
   stats.Add(Step(2, 100), 1);
   stats.Add(Step(3, 200), 2);
-  EXPECT_EQ(stats.MeanTokensPerSecond(), 150);
+  EXPECT_EQ(stats.MeanThroughput(), 150);
   EXPECT_EQ(stats.last()->step, 3);
 }
 

@@ -96,6 +96,13 @@ TEST(Schedule, RecomputeWithOneFOneBWaitsForTheGradientFirst) {
   EXPECT_EQ(ToString(BuildSchedule(ScheduleKind::k1F1B, 2, 0, 1, true)), "f0 Sa0 Rg0 R0 B0");
 }
 
+TEST(Schedule, ForwardOnlyReceivesForwardsAndSendsEachMicroBatch) {
+  EXPECT_EQ(ToString(BuildForwardOnlySchedule(3, 0, 2)), "f0 Sa0 f1 Sa1");
+  EXPECT_EQ(ToString(BuildForwardOnlySchedule(3, 1, 2)), "Ra0 f0 Sa0 Ra1 f1 Sa1");
+  EXPECT_EQ(ToString(BuildForwardOnlySchedule(3, 2, 1)), "Ra0 f0");
+  EXPECT_EQ(ToString(BuildForwardOnlySchedule(1, 0, 0)), "");
+}
+
 TEST(Schedule, UnknownScheduleNamesTheChoices) {
   auto kind = ParseScheduleKind("pipedream");
   ASSERT_FALSE(kind.ok());

@@ -1,4 +1,5 @@
-// The GPT job of the elastic end-to-end tests, and its uninterrupted reference: whatever happens
+// The jobs of the elastic end-to-end tests (the GPT example unless said otherwise), and their
+// uninterrupted references: whatever happens
 // to a run (list edits, killed or hung workers, lost machines, a restarted manager), every step
 // it trains must have the reference's loss, and the steps together the reference's samples.
 #pragma once
@@ -9,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -24,6 +26,11 @@ inline constexpr double kElasticLossTolerance = 2e-5;  // fp32 reordering, see f
 struct ElasticJob {
   int64_t batch_size = 16;
   int64_t steps = 40;
+  std::vector<std::string> program = GptArgs();  // the training program and its arguments
+  int chunk_size = 4;                            // --chunk-size; 0: not given
+  // How far a step's loss (and an evaluation) may be from the uninterrupted job's: fp32
+  // reordering, which a change of shape brings, and how much the job amplifies it.
+  double loss_tolerance = kElasticLossTolerance;
 };
 
 // `mitra run` arguments for the job on `machines` with `stages` stages, plus `flags`.
@@ -33,12 +40,12 @@ inline std::vector<std::string> RunArgs(const ElasticJob& job, const std::string
   std::vector<std::string> args{"run",          "--machines", machines,
                                 "--batch-size", std::to_string(job.batch_size),
                                 "--nstages",    std::to_string(stages),
-                                "--chunk-size", "4",
                                 "--max-steps",  std::to_string(job.steps),
                                 "--run-dir",    run_dir};
+  if (job.chunk_size > 0) args.insert(args.end(), {"--chunk-size", std::to_string(job.chunk_size)});
   args.insert(args.end(), flags.begin(), flags.end());
   args.push_back("--");
-  for (const std::string& a : GptArgs()) args.push_back(a);
+  args.insert(args.end(), job.program.begin(), job.program.end());
   return args;
 }
 
@@ -50,6 +57,7 @@ inline void RewriteFile(const TempDir& tmp, const std::string& name, const std::
 
 struct Reference {
   std::vector<double> losses;  // by step - 1
+  std::vector<JsonObject> evals;  // the evaluation records of metrics.jsonl
   std::map<int64_t, std::vector<int64_t>> samples;
 };
 
@@ -57,12 +65,14 @@ struct Reference {
 // with the same run, so it is kept on disk for the test processes that follow (keyed by the job
 // and by the gpt_train and mitra binaries it ran, so a rebuild runs it again).
 inline const Reference& Uninterrupted(const ElasticJob& job) {
-  static std::map<std::pair<int64_t, int64_t>, Reference> cache;
-  const auto key = std::make_pair(job.batch_size, job.steps);
+  static std::map<std::string, Reference> cache;
+  std::string key = std::to_string(job.batch_size) + " " + std::to_string(job.steps) + " " +
+                    std::to_string(job.chunk_size);
+  for (const std::string& a : job.program) key += " " + a;
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   namespace fs = std::filesystem;
-  std::string stamp;
-  for (const char* binary : {MITRA_GPT_TRAIN, MITRA_BINARY}) {
+  std::string stamp = "-" + std::to_string(std::hash<std::string>()(key));
+  for (const std::string& binary : {job.program.front(), std::string(MITRA_BINARY)}) {
     std::error_code ec;
     const auto time = fs::last_write_time(binary, ec).time_since_epoch().count();
     stamp += "-" + std::to_string(time) + "-" + std::to_string(fs::file_size(binary, ec));
@@ -86,7 +96,11 @@ inline const Reference& Uninterrupted(const ElasticJob& job) {
     }
   }
   Reference& ref = cache[key];
-  ref.losses = Losses(ReadJsonLines((kept / "run" / "metrics.jsonl").string()));
+  const std::vector<JsonObject> metrics = ReadJsonLines((kept / "run" / "metrics.jsonl").string());
+  ref.losses = Losses(metrics);
+  for (const JsonObject& m : metrics) {
+    if (m.Has("eval_loss")) ref.evals.push_back(m);
+  }
   ref.samples = ReadSampleTrace((kept / "trace").string());
   return ref;
 }
@@ -98,8 +112,23 @@ inline void ExpectSameTraining(const ElasticJob& job, const std::string& run_dir
                                const std::string& trace, bool consecutive) {
   const Reference& ref = Uninterrupted(job);
   ASSERT_EQ(ref.losses.size(), static_cast<size_t>(job.steps));
-  const std::vector<JsonObject> metrics = ReadJsonLines(run_dir + "/metrics.jsonl");
+  const std::vector<JsonObject> all = ReadJsonLines(run_dir + "/metrics.jsonl");
+  const std::vector<JsonObject> metrics = StepRecords(all);
   ASSERT_FALSE(metrics.empty());
+  // Evaluations: the last one of each step (a step trained again is evaluated again).
+  std::map<double, JsonObject> evals;
+  for (const JsonObject& m : all) {
+    if (m.Has("eval_loss")) evals[m.GetNumber("step").value_or(0)] = m;
+  }
+  ASSERT_EQ(evals.size(), ref.evals.size());
+  for (const JsonObject& expected : ref.evals) {
+    const JsonObject& got = evals[expected.GetNumber("step").value_or(0)];
+    for (const auto& [key, value] : expected.fields()) {
+      if (key.rfind("eval_", 0) != 0 || key == "eval_seconds") continue;
+      EXPECT_NEAR(got.GetNumber(key).value_or(-1), value.number_value(), job.loss_tolerance)
+          << key << " after step " << expected.GetNumber("step").value_or(0);
+    }
+  }
   if (consecutive) {
     ASSERT_EQ(metrics.size(), static_cast<size_t>(job.steps));
   }
@@ -111,7 +140,7 @@ inline void ExpectSameTraining(const ElasticJob& job, const std::string& run_dir
     if (consecutive) {
       EXPECT_EQ(step, expected_step++) << "a step was lost or repeated";
     }
-    EXPECT_NEAR(m.GetNumber("loss").value_or(-1), ref.losses[step - 1], kElasticLossTolerance)
+    EXPECT_NEAR(m.GetNumber("loss").value_or(-1), ref.losses[step - 1], job.loss_tolerance)
         << "step " << step;
   }
   EXPECT_EQ(metrics.back().GetNumber("step"), job.steps);

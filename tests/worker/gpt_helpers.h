@@ -23,9 +23,18 @@ inline std::vector<std::string> GptArgs(const std::vector<std::string>& extra = 
   return args;
 }
 
+// The step records of metrics.jsonl (evaluation records carry eval_loss instead of loss).
+inline std::vector<JsonObject> StepRecords(const std::vector<JsonObject>& metrics) {
+  std::vector<JsonObject> out;
+  for (const auto& m : metrics) {
+    if (!m.Has("eval_loss")) out.push_back(m);
+  }
+  return out;
+}
+
 inline std::vector<double> Losses(const std::vector<JsonObject>& metrics) {
   std::vector<double> out;
-  for (const auto& m : metrics) out.push_back(m.GetNumber("loss").value_or(-1));
+  for (const auto& m : StepRecords(metrics)) out.push_back(m.GetNumber("loss").value_or(-1));
   return out;
 }
 
@@ -65,6 +74,32 @@ inline std::map<int64_t, std::vector<int64_t>> ReadSampleTrace(const std::string
     }
   }
   return out;
+}
+
+struct RunOutcome {
+  testing::MitraResult result;
+  std::vector<JsonObject> metrics;
+};
+
+// `mitra run` on `slots` local slots with `stages` stages, batch 16 in micro-batches of 4, into
+// run directory `run_dir`. (MITRA_BINARY: defined by the test that includes this.)
+inline RunOutcome MitraRun(const TempDir& tmp, const std::string& run_dir, int slots, int stages,
+                           int64_t max_steps, const std::vector<std::string>& mitra_flags,
+                           const std::vector<std::string>& program,
+                           const std::map<std::string, std::string>& env = {}) {
+  const std::string machines =
+      tmp.Write("machines-" + std::to_string(slots) + ".txt",
+                "localhost slots=" + std::to_string(slots) + "\n");
+  std::vector<std::string> args{"run", "--machines", machines, "--batch-size", "16",
+                                "--nstages", std::to_string(stages), "--chunk-size", "4",
+                                "--max-steps", std::to_string(max_steps), "--run-dir", run_dir};
+  args.insert(args.end(), mitra_flags.begin(), mitra_flags.end());
+  args.push_back("--");
+  args.insert(args.end(), program.begin(), program.end());
+  RunOutcome run;
+  run.result = testing::RunProgram(MITRA_BINARY, args, tmp.path(), 180, env);
+  run.metrics = testing::ReadJsonLines(run_dir + "/metrics.jsonl");
+  return run;
 }
 
 }  // namespace mitra::testing

@@ -27,33 +27,11 @@ using testing::ExpectNoProcessLeft;
 using testing::GptArgs;
 using testing::Losses;
 using testing::ReadSampleTrace;
+using testing::MitraRun;
+using testing::RunOutcome;
 
 constexpr double kLossTolerance = 2e-5;   // fp32 reordering, see fidelity_test.cc
 constexpr double kParamTolerance = 2e-6;
-
-struct RunOutcome {
-  testing::MitraResult result;
-  std::vector<JsonObject> metrics;
-};
-
-// `mitra run` on `slots` local slots with `stages` stages, into run directory `run_dir`.
-RunOutcome MitraRun(const TempDir& tmp, const std::string& run_dir, int slots, int stages,
-             int64_t max_steps, const std::vector<std::string>& mitra_flags,
-             const std::vector<std::string>& program, const std::map<std::string, std::string>& env = {}) {
-  const std::string machines =
-      tmp.Write("machines-" + std::to_string(slots) + ".txt",
-                "localhost slots=" + std::to_string(slots) + "\n");
-  std::vector<std::string> args{"run", "--machines", machines, "--batch-size", "16",
-                                "--nstages", std::to_string(stages), "--chunk-size", "4",
-                                "--max-steps", std::to_string(max_steps), "--run-dir", run_dir};
-  args.insert(args.end(), mitra_flags.begin(), mitra_flags.end());
-  args.push_back("--");
-  args.insert(args.end(), program.begin(), program.end());
-  RunOutcome run;
-  run.result = testing::RunProgram(MITRA_BINARY, args, tmp.path(), 180, env);
-  run.metrics = testing::ReadJsonLines(run_dir + "/metrics.jsonl");
-  return run;
-}
 
 TEST(MitraRunGpt, TrainsAcrossTwoStagesAndTwoReplicasToCompletion) {
   TempDir tmp;

@@ -108,8 +108,10 @@ JobResult RunJob(const std::string& program, int stages, int replicas,
   std::istringstream lines(result.rank_output[0]);
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
-    if (line.rfind("@mitra ", 0) == 0 && std::regex_search(line, m, loss_re)) {
-      result.losses.push_back(std::stod(m[1]));
+    if (line.rfind("@mitra ", 0) != 0) continue;
+    if (std::regex_search(line, m, loss_re)) result.losses.push_back(std::stod(m[1]));
+    if (Result<JsonObject> record = JsonObject::Parse(line.substr(7)); record.ok()) {
+      result.records.push_back(std::move(record).value());
     }
   }
   fs::remove_all(dir);

@@ -8,11 +8,14 @@
 
 #include <torch/torch.h>
 
+#include "common/json.h"
+
 namespace mitra::testing {
 
 struct JobResult {
   std::vector<int> exit_codes;          // per rank; 128+signal for a signalled rank
   std::vector<double> losses;           // rank 0's step records, in order
+  std::vector<JsonObject> records;      // rank 0's @mitra records, in order
   std::vector<std::string> rank_output; // each rank's stdout+stderr
   bool ok() const;
 };

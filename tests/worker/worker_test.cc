@@ -1,68 +1,85 @@
-// Unit tests of the worker's pure parts: sampler, replica shares, LR schedule, stage memory.
+// Unit tests of the worker's pure parts: samplers, LR schedule, stages, optimizers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <set>
 
+#include "examples/fashion/classifier_model.h"
 #include "examples/gpt/gpt_model.h"
+#include "worker/checkpointer.h"
+#include "worker/optimizer.h"
 #include "worker/data.h"
 #include "worker/lr_schedule.h"
-#include "worker/placement.h"
+#include "planner/batch_split.h"
 #include "worker/stage.h"
 
 namespace mitra::worker {
 namespace {
 
-TEST(Sampler, OrderIsAPureFunctionOfSeedAndStep) {
-  Sampler a(1000, 32, 7), b(1000, 32, 7), c(1000, 32, 8);
-  EXPECT_EQ(a.Indices(5, 0, 32), b.Indices(5, 0, 32));
-  EXPECT_NE(a.Indices(5, 0, 32), c.Indices(5, 0, 32));
-  // Asking out of order gives the same answers.
-  auto late = b.Indices(40, 0, 32);
-  b.Indices(0, 0, 32);
-  EXPECT_EQ(b.Indices(40, 0, 32), late);
+// The dataset indices at positions [step B + offset, + count) of a sampler's stream.
+std::vector<int64_t> Indices(Sampler& sampler, int64_t batch, int64_t step, int64_t offset,
+                             int64_t count) {
+  std::vector<int64_t> out;
+  for (int64_t j = 0; j < count; ++j) out.push_back(sampler.IndexAt(step * batch + offset + j));
+  return out;
 }
 
-TEST(Sampler, ReplicaSlicesTileTheGlobalBatchForAnyReplicaCount) {
-  Sampler sampler(500, 30, 3);
-  const auto whole = sampler.Indices(2, 0, 30);
-  for (int replicas : {1, 2, 3, 4, 7, 30}) {
-    std::vector<int64_t> joined;
-    for (int d = 0; d < replicas; ++d) {
-      auto share = ShareOf(30, replicas, d);
-      auto part = sampler.Indices(2, share.offset, share.count);
-      joined.insert(joined.end(), part.begin(), part.end());
+std::unique_ptr<Sampler> Shuffled(int64_t size, uint64_t seed) {
+  return (*SamplerNamed("shuffled"))(size, seed);
+}
+
+TEST(Sampler, OrderIsAPureFunctionOfSeedAndStep) {
+  auto a = Shuffled(1000, 7), b = Shuffled(1000, 7), c = Shuffled(1000, 8);
+  EXPECT_EQ(Indices(*a, 32, 5, 0, 32), Indices(*b, 32, 5, 0, 32));
+  EXPECT_NE(Indices(*a, 32, 5, 0, 32), Indices(*c, 32, 5, 0, 32));
+  // Asking out of order gives the same answers.
+  auto late = Indices(*b, 32, 40, 0, 32);
+  Indices(*b, 32, 0, 0, 32);
+  EXPECT_EQ(Indices(*b, 32, 40, 0, 32), late);
+}
+
+TEST(Sampler, ReplicaSharesTileTheGlobalBatchForAnyReplicaCount) {
+  auto sampler = Shuffled(500, 3);
+  const auto whole = Indices(*sampler, 30, 2, 0, 30);
+  for (int64_t chunk : {1, 4, 7, 30}) {
+    for (int replicas = 1; replicas <= planner::NumMicroBatches(30, chunk); ++replicas) {
+      std::vector<int64_t> joined;
+      for (int d = 0; d < replicas; ++d) {
+        auto share = planner::ShareOf(30, chunk, replicas, d);
+        auto part = Indices(*sampler, 30, 2, share.offset, share.samples);
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      EXPECT_EQ(joined, whole) << replicas << " replicas, chunk " << chunk;
     }
-    EXPECT_EQ(joined, whole) << replicas << " replicas";
   }
 }
 
 TEST(Sampler, EachEpochVisitsEverySampleOnce) {
-  Sampler sampler(100, 10, 1);
+  auto sampler = Shuffled(100, 1);
   std::vector<int64_t> epoch;
   for (int step = 0; step < 10; ++step) {
-    auto part = sampler.Indices(step, 0, 10);
+    auto part = Indices(*sampler, 10, step, 0, 10);
     epoch.insert(epoch.end(), part.begin(), part.end());
   }
   std::sort(epoch.begin(), epoch.end());
   for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(epoch[i], i);
   // The next epoch is another permutation.
-  EXPECT_NE(sampler.Indices(10, 0, 10), sampler.Indices(0, 0, 10));
+  EXPECT_NE(Indices(*sampler, 10, 10, 0, 10), Indices(*sampler, 10, 0, 0, 10));
 }
 
 TEST(Sampler, BatchesStraddleEpochBoundaries) {
-  Sampler sampler(25, 10, 1);  // step 2 takes positions 20..29: 5 from epoch 0, 5 from epoch 1
-  auto straddle = sampler.Indices(2, 0, 10);
+  auto sampler = Shuffled(25, 1);  // step 2 takes positions 20..29: 5 from epoch 0, 5 from 1
+  auto straddle = Indices(*sampler, 10, 2, 0, 10);
   std::set<int64_t> first(straddle.begin(), straddle.begin() + 5);
   EXPECT_EQ(first.size(), 5u);
 }
 
-TEST(ReplicaShare, FirstReplicasTakeTheRemainder) {
-  EXPECT_EQ(ShareOf(32, 3, 0).count, 11);
-  EXPECT_EQ(ShareOf(32, 3, 1).count, 11);
-  EXPECT_EQ(ShareOf(32, 3, 2).count, 10);
-  EXPECT_EQ(ShareOf(32, 3, 2).offset, 22);
-  EXPECT_EQ(ShareOf(8, 8, 7).count, 1);
+TEST(Sampler, SequentialWrapsAroundAndUnknownNamesAreRefused) {
+  auto sequential = (*SamplerNamed("sequential"))(7, 1);
+  EXPECT_EQ(Indices(*sequential, 5, 1, 0, 5), (std::vector<int64_t>{5, 6, 0, 1, 2}));
+  auto unknown = SamplerNamed("random");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("shuffled or sequential"), std::string::npos);
 }
 
 TEST(LrSchedule, WarmsUpLinearlyThenDecaysToTheFloor) {
@@ -111,6 +128,124 @@ TEST(Stage, SegmentWeightsDoNotDependOnWhichStageBuildsThem) {
   for (const auto& p : split.parameters()) {
     EXPECT_TRUE(torch::equal(p.tensor, alone.Find(p.name))) << p.name;
   }
+}
+
+TEST(LrSchedule, DescribesItself) {
+  EXPECT_EQ((LrSchedule{3e-4, 0, 0, 0.1}.Describe()), "lr 0.0003 constant");
+  EXPECT_EQ((LrSchedule{0.1, 10, 100, 0.1}.Describe()), "lr 0.1, warm-up 10 steps, cosine to 0.01 at step 100");
+  EXPECT_EQ((LrSchedule{0.1, 10, 0, 0.1}.Describe()), "lr 0.1, warm-up 10 steps, then constant");
+}
+
+TEST(Stage, HoldsItsSegmentsBuffersUnderQualifiedNames) {
+  auto spec = examples::MakeClassifierSpec({4, 0});
+  Stage stage(spec, *cutpoint::MakePartition("2,2", 4, 2), 0, 1);
+  std::set<std::string> names;
+  for (const auto& b : stage.buffers()) names.insert(b.name);
+  EXPECT_TRUE(names.count("stem.bn.running_mean"));
+  EXPECT_TRUE(names.count("block1.bn_shortcut.num_batches_tracked"));
+  EXPECT_FALSE(names.count("block2.bn1.running_var")) << "a buffer of another stage";
+  auto copies = stage.CopyBuffers();
+  torch::NoGradGuard no_grad;
+  stage.buffers()[0].tensor.add_(1);
+  stage.RestoreBuffers(copies);
+  EXPECT_TRUE(torch::equal(stage.buffers()[0].tensor, copies[0]));
+}
+
+TEST(Stage, RandomNumbersFollowTheForwardKeyAndLeaveTheProgramsGeneratorAlone) {
+  auto config = *examples::GptConfig::Named("tiny");
+  config.dropout = 0.5;
+  auto spec = examples::MakeGptSpec(config);
+  Stage stage(spec, *cutpoint::MakePartition("4", 4, 1), 0, 7);
+  const cutpoint::Activations batch{{"tokens", torch::randint(0, 256, {2, 32}, torch::kInt64)}};
+  torch::manual_seed(99);
+  const torch::Tensor a = stage.Forward(batch, {3, 1}).at("logits");
+  const torch::Tensor after_forward = torch::rand({4});
+  torch::manual_seed(99);
+  const torch::Tensor untouched = torch::rand({4});
+  EXPECT_TRUE(torch::equal(after_forward, untouched)) << "the forward moved the program's generator";
+  EXPECT_TRUE(torch::equal(stage.Forward(batch, {3, 1}).at("logits"), a));
+  EXPECT_FALSE(torch::equal(stage.Forward(batch, {3, 2}).at("logits"), a));
+  EXPECT_FALSE(torch::equal(stage.Forward(batch, {4, 1}).at("logits"), a));
+  stage.SetTraining(false);  // no dropout: the key no longer matters
+  EXPECT_TRUE(torch::equal(stage.Forward(batch, {3, 1}).at("logits"),
+                           stage.Forward(batch, {4, 2}).at("logits")));
+}
+
+TEST(MicroBatchIndependence, IsRefusedForAModelWithBatchNormNamingTheModule) {
+  auto spec = examples::MakeClassifierSpec({4, 0});
+  EXPECT_TRUE(DescribeModel(spec).independence.ok());
+  spec.micro_batch_independent = true;
+  const ModelDescription d = DescribeModel(spec);
+  ASSERT_FALSE(d.independence.ok());
+  EXPECT_NE(d.independence.message().find("segment 'stem' holds bn (BatchNorm2d)"),
+            std::string::npos)
+      << d.independence.message();
+  EXPECT_NE(d.independence.message().find("remove the declaration"), std::string::npos);
+  EXPECT_NE(d.buffers.find("stem.bn.running_mean[4]"), std::string::npos) << d.buffers;
+  EXPECT_TRUE(DescribeModel(examples::MakeGptSpec(*examples::GptConfig::Named("tiny")))
+                  .independence.ok());
+}
+
+// Two steps of `options` on fresh parameters, given the same gradients each time.
+std::vector<torch::Tensor> Params() {
+  torch::manual_seed(3);
+  return {torch::randn({4, 3}).requires_grad_(), torch::randn({5}).requires_grad_()};
+}
+
+void SetGrads(const std::vector<torch::Tensor>& params, int step) {
+  torch::manual_seed(100 + step);
+  for (const auto& p : params) p.mutable_grad() = torch::randn(p.sizes());
+}
+
+TEST(Optimizer, StateCarriedByNameContinuesExactlyInAFreshOptimizer) {
+  std::vector<OptimizerOptions> all(4);
+  all[0].name = "sgd";
+  all[0].momentum = 0.9;
+  all[1].name = "sgd";
+  all[1].momentum = 0.9;
+  all[1].nesterov = true;
+  all[2].name = "adam";
+  all[3].name = "adamw";
+  for (const OptimizerOptions& o : all) {
+    auto a_params = Params();
+    auto a = std::move(MakeOptimizer(o, a_params)).value();
+    for (int step = 0; step < 2; ++step) {
+      SetGrads(a_params, step);
+      a->Step(0.01);
+    }
+    // A new optimizer over copies of the parameters, given the state by name.
+    std::vector<torch::Tensor> b_params;
+    for (const auto& p : a_params) b_params.push_back(p.detach().clone().requires_grad_());
+    auto b = std::move(MakeOptimizer(o, b_params)).value();
+    for (size_t i = 0; i < a_params.size(); ++i) {
+      std::map<std::string, torch::Tensor> state;
+      for (const auto& [name, t] : a->State(a_params[i])) state[name] = t.clone();
+      ASSERT_FALSE(state.empty()) << a->Name();
+      ASSERT_TRUE(b->SetState(b_params[i], state).ok()) << a->Name();
+    }
+    SetGrads(a_params, 2);
+    SetGrads(b_params, 2);
+    a->Step(0.01);
+    b->Step(0.01);
+    for (size_t i = 0; i < a_params.size(); ++i) {
+      EXPECT_TRUE(torch::equal(a_params[i], b_params[i])) << a->Describe();
+    }
+    EXPECT_FALSE(b->SetState(b_params[0], {}).ok());
+  }
+}
+
+TEST(Optimizer, BadSettingsAreRefusedWithTheFix) {
+  OptimizerOptions o;
+  o.name = "lamb";
+  EXPECT_NE(MakeOptimizer(o, Params()).status().message().find("expected sgd, adam or adamw"),
+            std::string::npos);
+  o.name = "sgd";
+  o.nesterov = true;
+  EXPECT_NE(MakeOptimizer(o, Params()).status().message().find("needs momentum > 0"),
+            std::string::npos);
+  o.momentum = 0.9;
+  EXPECT_EQ((*MakeOptimizer(o, Params()))->Describe(),
+            "SGD (momentum 0.9; Nesterov; weight decay 0.01)");
 }
 
 }  // namespace

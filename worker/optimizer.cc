@@ -1,0 +1,176 @@
+#include "worker/optimizer.h"
+
+#include <sstream>
+
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+
+namespace mitra::worker {
+namespace {
+
+std::string Number(double x) {
+  std::ostringstream out;  // shortest form: 0.9, 1e-08
+  out << x;
+  return out.str();
+}
+
+// LibTorch keys an optimizer's state by the parameter's TensorImpl address.
+std::string StateKey(const torch::Tensor& param) {
+  return c10::guts::to_string(param.unsafeGetTensorImpl());
+}
+
+Status Check(const std::map<std::string, torch::Tensor>& state, const std::string& name,
+             const torch::Tensor& param, bool scalar) {
+  auto it = state.find(name);
+  if (it == state.end()) return Status::InvalidArgument("optimizer state '" + name + "' is missing");
+  if (!scalar && !it->second.sizes().equals(param.sizes())) {
+    return Status::InvalidArgument("optimizer state '" + name + "' is of another shape");
+  }
+  return Status::Ok();
+}
+
+// An Optimizer over one of LibTorch's optimizers, whose per-parameter state is a `ParamState`.
+template <typename TorchOptimizer, typename ParamState>
+class LibTorchOptimizer : public Optimizer {
+ public:
+  template <typename Options>
+  LibTorchOptimizer(const std::vector<torch::Tensor>& parameters, const Options& options)
+      : optimizer_(parameters, options) {}
+
+  void Step(double lr) override {
+    for (auto& group : optimizer_.param_groups()) group.options().set_lr(lr);
+    optimizer_.step();
+  }
+
+ protected:
+  // The state of `param`, or null before its first update.
+  const ParamState* Find(const torch::Tensor& param) const {
+    auto it = optimizer_.state().find(StateKey(param));
+    return it == optimizer_.state().end() ? nullptr
+                                          : static_cast<const ParamState*>(it->second.get());
+  }
+  void Put(const torch::Tensor& param, std::unique_ptr<ParamState> state) {
+    optimizer_.state()[StateKey(param)] = std::move(state);
+  }
+
+  TorchOptimizer optimizer_;
+};
+
+class Sgd : public LibTorchOptimizer<torch::optim::SGD, torch::optim::SGDParamState> {
+ public:
+  Sgd(const std::vector<torch::Tensor>& parameters, const torch::optim::SGDOptions& options)
+      : LibTorchOptimizer(parameters, options), options_(options) {}
+
+  std::string Name() const override { return "sgd"; }
+  std::string Describe() const override {
+    std::string out = "SGD (momentum " + Number(options_.momentum());
+    if (options_.dampening() != 0) out += "; dampening " + Number(options_.dampening());
+    if (options_.nesterov()) out += "; Nesterov";
+    return out + "; weight decay " + Number(options_.weight_decay()) + ")";
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> State(
+      const torch::Tensor& param) const override {
+    const auto* s = Find(param);
+    if (s == nullptr || !s->momentum_buffer().defined()) return {};
+    return {{"momentum_buffer", s->momentum_buffer()}};
+  }
+  Status SetState(const torch::Tensor& param,
+                  const std::map<std::string, torch::Tensor>& state) override {
+    if (Status s = Check(state, "momentum_buffer", param, false); !s.ok()) return s;
+    auto s = std::make_unique<torch::optim::SGDParamState>();
+    s->momentum_buffer(state.at("momentum_buffer"));
+    Put(param, std::move(s));
+    return Status::Ok();
+  }
+
+ private:
+  torch::optim::SGDOptions options_;
+};
+
+// Adam and AdamW keep the same state.
+template <typename TorchOptimizer, typename ParamState, typename Options>
+class AdamFamily : public LibTorchOptimizer<TorchOptimizer, ParamState> {
+ public:
+  AdamFamily(std::string name, std::string title, const std::vector<torch::Tensor>& parameters,
+             const Options& options)
+      : LibTorchOptimizer<TorchOptimizer, ParamState>(parameters, options),
+        name_(std::move(name)), title_(std::move(title)), options_(options) {}
+
+  std::string Name() const override { return name_; }
+  std::string Describe() const override {
+    return title_ + " (betas " + Number(std::get<0>(options_.betas())) + ", " +
+           Number(std::get<1>(options_.betas())) + "; eps " + Number(options_.eps()) +
+           "; weight decay " + Number(options_.weight_decay()) + ")";
+  }
+  std::vector<std::pair<std::string, torch::Tensor>> State(
+      const torch::Tensor& param) const override {
+    const auto* s = this->Find(param);
+    if (s == nullptr) return {};
+    return {{"exp_avg", s->exp_avg()},
+            {"exp_avg_sq", s->exp_avg_sq()},
+            {"step", torch::scalar_tensor(s->step(), torch::kInt64)}};
+  }
+  Status SetState(const torch::Tensor& param,
+                  const std::map<std::string, torch::Tensor>& state) override {
+    for (const char* name : {"exp_avg", "exp_avg_sq"}) {
+      if (Status s = Check(state, name, param, false); !s.ok()) return s;
+    }
+    if (Status s = Check(state, "step", param, true); !s.ok()) return s;
+    auto s = std::make_unique<ParamState>();
+    s->exp_avg(state.at("exp_avg"));
+    s->exp_avg_sq(state.at("exp_avg_sq"));
+    s->step(state.at("step").template item<int64_t>());
+    this->Put(param, std::move(s));
+    return Status::Ok();
+  }
+
+ private:
+  std::string name_, title_;
+  Options options_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& o,
+                                                 const std::vector<torch::Tensor>& parameters) {
+  if (o.custom) {
+    std::unique_ptr<Optimizer> custom = o.custom(parameters);
+    if (!custom) return Status::InvalidArgument("the program's optimizer factory returned none");
+    return custom;
+  }
+  const double lr = 1e-3;  // replaced by the schedule's value before every step
+  if (o.name == "sgd") {
+    if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+      return Status::InvalidArgument(
+          "SGD with Nesterov momentum needs momentum > 0 and dampening 0: set a momentum "
+          "(e.g. 0.9) or turn Nesterov off");
+    }
+    return std::unique_ptr<Optimizer>(std::make_unique<Sgd>(
+        parameters, torch::optim::SGDOptions(lr)
+                        .momentum(o.momentum)
+                        .dampening(o.dampening)
+                        .nesterov(o.nesterov)
+                        .weight_decay(o.weight_decay)));
+  }
+  if (o.name == "adam") {
+    using Adam = AdamFamily<torch::optim::Adam, torch::optim::AdamParamState,
+                            torch::optim::AdamOptions>;
+    return std::unique_ptr<Optimizer>(std::make_unique<Adam>(
+        "adam", "Adam", parameters,
+        torch::optim::AdamOptions(lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(
+            o.weight_decay)));
+  }
+  if (o.name == "adamw") {
+    using AdamW = AdamFamily<torch::optim::AdamW, torch::optim::AdamWParamState,
+                             torch::optim::AdamWOptions>;
+    return std::unique_ptr<Optimizer>(std::make_unique<AdamW>(
+        "adamw", "AdamW", parameters,
+        torch::optim::AdamWOptions(lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(
+            o.weight_decay)));
+  }
+  return Status::InvalidArgument("unknown optimizer '" + o.name +
+                                 "' (expected sgd, adam or adamw, or supply your own)");
+}
+
+}  // namespace mitra::worker
