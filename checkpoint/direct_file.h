@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::checkpoint {
 

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "checkpoint/torch_zip.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::checkpoint {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "checkpoint/manifest.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::checkpoint {
 

@@ -7,7 +7,7 @@
 #include <torch/types.h>
 
 #include "checkpoint/torch_zip.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::checkpoint {
 

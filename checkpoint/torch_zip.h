@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "checkpoint/direct_file.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::checkpoint {
 

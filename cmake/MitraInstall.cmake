@@ -9,11 +9,22 @@ endif()
 install(TARGETS ${MITRA_INSTALL_TARGETS} EXPORT mitraTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mitra)
-foreach(dir common planner checkpoint cutpoint worker)
-  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mitra/${dir}
-          FILES_MATCHING PATTERN "*.h")
-endforeach()
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# The public API, as <mitra/<folder>/<name>.h>: what a training program includes, and what those
+# headers include (they include each other only). Everything else stays inside the libraries.
+set(MITRA_PUBLIC_HEADERS
+  common/status.h
+  cutpoint/activations.h cutpoint/model.h cutpoint/partition.h cutpoint/stage_map.h
+  planner/batch_split.h
+  worker/checkpoint_options.h worker/data.h worker/inference.h worker/lr_schedule.h
+  worker/optimizer.h worker/placement.h worker/runtime.h worker/stage.h worker/trainer.h)
+if(MITRA_WITH_TORCH)
+  foreach(header ${MITRA_PUBLIC_HEADERS})
+    get_filename_component(folder ${header} DIRECTORY)
+    install(FILES ${PROJECT_SOURCE_DIR}/${header}
+            DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mitra/${folder})
+  endforeach()
+endif()
 if(TARGET mitra)
   install(TARGETS mitra RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra {
 

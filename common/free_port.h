@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra {
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra {
 

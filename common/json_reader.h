@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "common/json.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::detail {
 

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra {
 

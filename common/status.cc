@@ -1,4 +1,4 @@
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra {
 

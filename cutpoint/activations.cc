@@ -1,4 +1,4 @@
-#include "cutpoint/activations.h"
+#include "mitra/cutpoint/activations.h"
 
 #include <c10/util/Exception.h>
 

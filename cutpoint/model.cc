@@ -1,4 +1,4 @@
-#include "cutpoint/model.h"
+#include "mitra/cutpoint/model.h"
 
 #include <set>
 

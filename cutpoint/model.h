@@ -24,8 +24,8 @@
 
 #include <torch/nn/module.h>
 
-#include "common/status.h"
-#include "cutpoint/activations.h"
+#include "mitra/common/status.h"
+#include "mitra/cutpoint/activations.h"
 
 namespace mitra::cutpoint {
 
@@ -46,6 +46,10 @@ using SegmentFactory = std::function<std::shared_ptr<Segment>()>;
 // Loss of a micro-batch: the SUM over its samples of each sample's loss. The runtime divides by
 // the global batch size, so any pipeline x data-parallel shape computes the same update.
 using LossFn = std::function<torch::Tensor(const Activations& outputs, const Activations& batch)>;
+
+// A metric of an evaluation: like the loss, the SUM over a micro-batch's samples of a per-sample
+// quantity (correct predictions, say); reported divided by the number of samples evaluated.
+using MetricFn = LossFn;
 
 // Copies of one weight held by several segments (tied input/output embeddings). Members are
 // qualified parameter names; the first member's initial value is copied to the others, and the

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::cutpoint {
 

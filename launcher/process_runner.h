@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::launcher {
 

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <thread>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 #include "launcher/process_runner.h"
 #include "launcher/ssh_session.h"
 

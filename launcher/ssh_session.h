@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 struct ssh_session_struct;  // libssh's session; only ssh_session.cc and its users see libssh
 

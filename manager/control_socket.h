@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "common/json.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::manager {
 

@@ -18,7 +18,7 @@
 
 #include "checkpoint/manifest.h"
 #include "common/clock.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 #include "launcher/process_runner.h"
 
 namespace mitra::manager {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 
 namespace mitra::manager {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::manager {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/file_system.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::manager {
 

@@ -31,7 +31,7 @@
 #include <string>
 #include <thread>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::manager {
 

@@ -16,7 +16,7 @@
 #include "manager/run_journal.h"
 #include "manager/orphans.h"
 #include "manager/run_loop.h"
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 
 namespace mitra::manager {
 namespace {

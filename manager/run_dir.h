@@ -12,7 +12,7 @@
 #include <string>
 
 #include "common/file_system.h"
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::manager {
 

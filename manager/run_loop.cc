@@ -486,7 +486,10 @@ void RunLoop::PublishStatus() {
       .SetNumber("updated_at", clock_->WallSeconds());
   if (stats_.last()) {
     status.SetNumber("loss", stats_.last()->loss)
-        .SetNumber("tokens_per_s", stats_.last()->tokens_per_s);
+        .SetNumber("samples_per_s", stats_.last()->samples_per_s);
+    if (stats_.last()->tokens_per_s > 0) {
+      status.SetNumber("tokens_per_s", stats_.last()->tokens_per_s);
+    }
   }
   const double wall_offset = clock_->WallSeconds() - clock_->MonotonicSeconds();
   std::vector<std::string> machines;

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::manager {
 

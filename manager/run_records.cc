@@ -58,7 +58,10 @@ JsonObject StateRecord(const JsonObject& fixed, const GridPlan& plan, int64_t ge
   o.SetInt("step", snapshot.step).SetInt("max_steps", snapshot.max_steps);
   if (snapshot.last_step) {
     o.SetNumber("loss", snapshot.last_step->loss)
-        .SetNumber("tokens_per_s", snapshot.last_step->tokens_per_s);
+        .SetNumber("samples_per_s", snapshot.last_step->samples_per_s);
+    if (snapshot.last_step->tokens_per_s > 0) {
+      o.SetNumber("tokens_per_s", snapshot.last_step->tokens_per_s);
+    }
   }
   o.SetInt("ready_workers", snapshot.ready_workers)
       .SetInt("running_workers", snapshot.running_workers)

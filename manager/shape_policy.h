@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 #include "manager/grid.h"
 
 namespace mitra::manager {

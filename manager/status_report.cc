@@ -102,6 +102,7 @@ JsonObject StatusReport::ToJson() const {
   SetIfPresent(&json, "step", step);
   SetIfPresent(&json, "max_steps", max_steps);
   SetIfPresent(&json, "loss", loss);
+  SetIfPresent(&json, "samples_per_s", samples_per_s);
   SetIfPresent(&json, "tokens_per_s", tokens_per_s);
   SetIfPresent(&json, "elapsed_s", elapsed_s);
   SetIfPresent(&json, "updated_at", updated_at);
@@ -133,6 +134,7 @@ StatusReport StatusReport::FromJson(const JsonObject& json) {
   r.step = GetInt(json, "step");
   r.max_steps = GetInt(json, "max_steps");
   r.loss = json.GetNumber("loss");
+  r.samples_per_s = json.GetNumber("samples_per_s");
   r.tokens_per_s = json.GetNumber("tokens_per_s");
   r.elapsed_s = json.GetNumber("elapsed_s");
   r.updated_at = json.GetNumber("updated_at");
@@ -193,7 +195,11 @@ std::string FormatStatus(const StatusReport& r, double now) {
                      (r.max_steps && *r.max_steps > 0 ? " / " + std::to_string(*r.max_steps) : ""));
   }
   if (r.loss) line("loss", FormatNumber(*r.loss, 4));
-  if (r.tokens_per_s) line("throughput", FormatNumber(*r.tokens_per_s, 0) + " tokens/s");
+  if (r.tokens_per_s) {
+    line("throughput", FormatNumber(*r.tokens_per_s, 0) + " tokens/s");
+  } else if (r.samples_per_s) {
+    line("throughput", FormatNumber(*r.samples_per_s, 0) + " samples/s");
+  }
   if (r.elapsed_s) line("elapsed", HumanDuration(*r.elapsed_s));
   if (!r.machines.empty()) {
     int64_t slots = 0, used = 0, idle = 0;

@@ -61,7 +61,8 @@ struct StatusReport {
   std::optional<int64_t> step;
   std::optional<int64_t> max_steps;
   std::optional<double> loss;
-  std::optional<double> tokens_per_s;
+  std::optional<double> samples_per_s;
+  std::optional<double> tokens_per_s;  // programs that declare tokens per sample
   std::optional<double> elapsed_s;
   std::optional<double> updated_at;
   std::vector<MachineStatus> machines;
@@ -79,7 +80,7 @@ struct StatusReport {
 //   running: generation 3, shape 2 x 2 (2 stages x 2 replicas)
 //     step        120 / 500
 //     loss        2.3100
-//     throughput  5400 tokens/s
+//     throughput  5400 tokens/s   (samples/s for a program without tokens)
 //     machines    3 machines, 5 slots: 4 in use, 1 idle
 //       127.0.0.2  2 slots  in use
 //       127.0.0.3  1 slot   failed until 14:02:05 (in 40 s): ssh exited with 255

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 #include "launcher/process_runner.h"
 #include "manager/machine_list.h"
 

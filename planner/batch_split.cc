@@ -1,4 +1,4 @@
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 
 #include <algorithm>
 #include <cassert>

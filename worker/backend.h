@@ -14,7 +14,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::worker {
 

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "worker/comm.h"
-#include "worker/stage.h"
+#include "mitra/worker/stage.h"
 
 namespace mitra::worker {
 

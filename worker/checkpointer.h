@@ -28,17 +28,12 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/tensor_file.h"
-#include "common/status.h"
-#include "worker/runtime.h"
+#include "mitra/common/status.h"
+#include "mitra/worker/checkpoint_options.h"
+#include "mitra/worker/runtime.h"
+#include "mitra/worker/stage.h"
 
 namespace mitra::worker {
-
-struct CheckpointOptions {
-  std::string dir;      // empty: no checkpoints
-  int64_t every = 0;    // save every N steps (0: only at the end and on stop)
-  int keep = 3;         // complete checkpoints kept; < 1 keeps all
-  bool async = true;    // write in the background
-};
 
 // The model's parameters and buffers, as the describe record reports them so that `mitra run`
 // can refuse another model's checkpoint before it starts anything (docs/worker-contract.md):

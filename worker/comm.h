@@ -16,9 +16,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "cutpoint/activations.h"
+#include "mitra/cutpoint/activations.h"
 #include "worker/backend.h"
-#include "worker/placement.h"
+#include "mitra/worker/placement.h"
 
 namespace mitra::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/data.h"
+#include "mitra/worker/data.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>

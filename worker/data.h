@@ -16,8 +16,8 @@
 
 #include <torch/types.h>
 
-#include "common/status.h"
-#include "cutpoint/activations.h"
+#include "mitra/common/status.h"
+#include "mitra/cutpoint/activations.h"
 
 namespace mitra::worker {
 

@@ -16,7 +16,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "worker/comm.h"
-#include "worker/stage.h"
+#include "mitra/worker/stage.h"
 
 namespace mitra::worker {
 

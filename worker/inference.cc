@@ -1,4 +1,4 @@
-#include "worker/inference.h"
+#include "mitra/worker/inference.h"
 
 #include <filesystem>
 #include <fstream>

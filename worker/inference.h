@@ -16,12 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "common/status.h"
-#include "cutpoint/model.h"
-#include "worker/data.h"
-#include "worker/pipeline.h"
-#include "worker/runtime.h"
-#include "worker/stage.h"
+#include "mitra/common/status.h"
+#include "mitra/cutpoint/model.h"
+#include "mitra/worker/data.h"
+#include "mitra/worker/runtime.h"
+#include "mitra/worker/stage.h"
 
 namespace mitra::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/lr_schedule.h"
+#include "mitra/worker/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "worker/optimizer.h"
+#include "mitra/worker/optimizer.h"
 
 #include <sstream>
 

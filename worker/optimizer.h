@@ -18,7 +18,7 @@
 
 #include <torch/types.h>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 
 namespace mitra::worker {
 

@@ -15,18 +15,15 @@
 #include <functional>
 #include <vector>
 
-#include "cutpoint/model.h"
+#include "mitra/cutpoint/model.h"
 #include "planner/schedule.h"
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"
-#include "worker/stage.h"
+#include "mitra/worker/stage.h"
 
 namespace mitra::worker {
 
-// A metric of an evaluation: the SUM over a micro-batch's samples of a per-sample quantity
-// (correct predictions, say), like the loss.
-using MetricFn = std::function<torch::Tensor(const cutpoint::Activations& outputs,
-                                             const cutpoint::Activations& batch)>;
+using cutpoint::MetricFn;
 
 struct PipelineContext {
   const cutpoint::ModelSpec* spec;

@@ -1,4 +1,4 @@
-#include "worker/placement.h"
+#include "mitra/worker/placement.h"
 
 #include "common/free_port.h"
 

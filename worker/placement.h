@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "common/status.h"
-#include "cutpoint/stage_map.h"
+#include "mitra/common/status.h"
+#include "mitra/cutpoint/stage_map.h"
 
 namespace mitra::worker {
 

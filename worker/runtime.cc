@@ -1,4 +1,4 @@
-#include "worker/runtime.h"
+#include "mitra/worker/runtime.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,11 +8,21 @@
 
 #include <torch/torch.h>
 
+#include "planner/schedule.h"
+#include "worker/buffer_sync.h"
+#include "worker/comm.h"
+#include "worker/grad_reducer.h"
+#include "worker/pipeline.h"
+#include "mitra/worker/stage.h"
+#include "worker/tied_weights.h"
+
 namespace mitra::worker {
 
 Runtime::Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset> dataset,
                  const Placement& placement, const RuntimeOptions& options)
     : spec_(spec), dataset_(std::move(dataset)), placement_(placement), options_(options) {}
+
+Runtime::~Runtime() = default;
 
 Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec,
                                                  std::shared_ptr<const Dataset> dataset,

@@ -12,7 +12,7 @@
 // same way in every shape (planner/batch_split.h) and random numbers are drawn per micro-batch
 // and segment. For users who own their loop, Step() and Evaluate() are the whole API; the
 // Trainer (trainer.h) wraps them in a loop with logging, checkpoints and stop handling.
-// Not thread-safe. Communication failures throw PeerError.
+// Not thread-safe. Communication failures throw PeerError (worker/comm.h, a std::runtime_error).
 #pragma once
 
 #include <functional>
@@ -22,22 +22,27 @@
 #include <utility>
 #include <vector>
 
-#include "cutpoint/model.h"
-#include "cutpoint/partition.h"
-#include "planner/batch_split.h"
-#include "planner/schedule.h"
-#include "worker/buffer_sync.h"
-#include "worker/comm.h"
-#include "worker/data.h"
-#include "worker/grad_reducer.h"
-#include "worker/lr_schedule.h"
-#include "worker/optimizer.h"
-#include "worker/pipeline.h"
-#include "worker/placement.h"
-#include "worker/stage.h"
-#include "worker/tied_weights.h"
+#include "mitra/cutpoint/model.h"
+#include "mitra/cutpoint/partition.h"
+#include "mitra/planner/batch_split.h"
+#include "mitra/worker/data.h"
+#include "mitra/worker/lr_schedule.h"
+#include "mitra/worker/optimizer.h"
+#include "mitra/worker/placement.h"
+
+namespace mitra::planner {
+struct Instruction;
+}  // namespace mitra::planner
 
 namespace mitra::worker {
+
+class BufferSync;
+class Comm;
+class GradReducer;
+class Stage;
+class TiedWeights;
+struct PipelineContext;
+using cutpoint::MetricFn;
 
 struct RuntimeOptions {
   std::string schedule = "1f1b";    // gpipe | 1f1b | varuna
@@ -80,6 +85,7 @@ class Runtime {
                                                  std::shared_ptr<const Dataset> dataset,
                                                  const Placement& placement,
                                                  const RuntimeOptions& options);
+  ~Runtime();
 
   // Trains global step `step` (0-based). `stop_requested` is this rank's wish to stop after it;
   // the result's `stop` combines the wishes of all ranks.
@@ -102,11 +108,10 @@ class Runtime {
                       int64_t max_samples = 0, int64_t chunk_size = 0);
 
   const Placement& placement() const { return placement_; }
-  const Stage& stage() const { return *stage_; }
+  const Stage& stage() const { return *stage_; }  // worker/stage.h
   const cutpoint::Partition& partition() const { return partition_; }
   const RuntimeOptions& options() const { return options_; }
   int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
-  Comm& comm() { return *comm_; }
   Optimizer& optimizer() { return *optimizer_; }
   // The effective training settings in one line: optimizer, learning-rate schedule, clipping,
   // batch and micro-batch, schedule, sampler.

@@ -1,4 +1,4 @@
-#include "worker/stage.h"
+#include "mitra/worker/stage.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>

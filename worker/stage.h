@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "cutpoint/model.h"
-#include "cutpoint/partition.h"
+#include "mitra/cutpoint/model.h"
+#include "mitra/cutpoint/partition.h"
 
 namespace mitra::worker {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "cutpoint/model.h"
-#include "cutpoint/partition.h"
+#include "mitra/cutpoint/model.h"
+#include "mitra/cutpoint/partition.h"
 #include "worker/comm.h"
-#include "worker/placement.h"
-#include "worker/stage.h"
+#include "mitra/worker/placement.h"
+#include "mitra/worker/stage.h"
 
 namespace mitra::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/trainer.h"
+#include "mitra/worker/trainer.h"
 
 #include <malloc.h>
 
@@ -15,6 +15,9 @@
 #include <torch/torch.h>
 
 #include "checkpoint/store.h"
+#include "worker/checkpointer.h"
+#include "worker/comm.h"
+#include "mitra/worker/stage.h"
 #include "worker/heartbeat.h"
 #include "worker/report.h"
 
@@ -178,7 +181,6 @@ int Trainer::Train(const Placement& placement) {
       break;
     }
   }
-  rt.comm().WaitSends();
   if (checkpointer) {
     if (saved_step != step) checkpointer->Save(step);  // the final save is synchronous:
     if (Status s = checkpointer->Wait(); !s.ok()) {    // Wait() returns when it is on disk

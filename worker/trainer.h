@@ -21,12 +21,15 @@
 #include <memory>
 #include <string>
 
-#include "cutpoint/model.h"
-#include "worker/checkpointer.h"
-#include "worker/data.h"
-#include "worker/runtime.h"
+#include "mitra/cutpoint/model.h"
+#include "mitra/worker/checkpoint_options.h"
+#include "mitra/worker/data.h"
+#include "mitra/worker/runtime.h"
 
 namespace mitra::worker {
+
+class Checkpointer;
+class Stage;
 
 // Evaluation during training: a forward-only pass in evaluation mode over `dataset`, shared
 // among the replicas, after every `every` steps and after the last one. The mean loss and the

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "cutpoint/model.h"
+#include "mitra/cutpoint/model.h"
 #include "worker/pipeline.h"
 
 namespace mitra::examples {

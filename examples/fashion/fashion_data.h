@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
-#include "worker/data.h"
+#include "mitra/common/status.h"
+#include "mitra/worker/data.h"
 
 namespace mitra::examples {
 

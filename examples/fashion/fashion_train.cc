@@ -15,8 +15,8 @@
 #include "examples/fashion/classifier_model.h"
 #include "examples/fashion/fashion_data.h"
 #include "examples/fashion/lion.h"
-#include "worker/inference.h"
-#include "worker/trainer.h"
+#include "mitra/worker/inference.h"
+#include "mitra/worker/trainer.h"
 
 namespace {
 
@@ -26,11 +26,11 @@ constexpr const char* kUsage = R"(usage: fashion_train [options]
   --data DIR             Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
   --train-samples N      train on the first N training images only (default: all 60,000)
   --test-samples N       evaluate on the first N test images only (default: all 10,000)
-  --eval-every N         evaluate every N steps (default 0: after the last step only)
+  --eval-every N         evaluate every N steps, and after the last (default 250; 0: the last only)
   --test-after           after training, rank 0 loads the newest checkpoint into the whole
                          model in one process and reports its test accuracy
   --seed N               initialisation, sample order and dropout (default 1234)
-  --steps N              steps to train when mitra run gives no --max-steps (default 300)
+  --steps N              steps to train when mitra run gives no --max-steps (default 1000)
   --batch-size N         global batch when run alone (default 64)
   --chunk-size N         micro-batch size when run alone (default 16)
   --optimizer NAME       sgd | adam | adamw | lion (default sgd; lion is the program's own)
@@ -38,8 +38,8 @@ constexpr const char* kUsage = R"(usage: fashion_train [options]
   --momentum X           SGD momentum (default 0.9)
   --nesterov             SGD with Nesterov momentum
   --weight-decay X       weight decay (default 5e-4)
-  --warmup N             warm-up steps (default 0)
-  --cosine-steps N       cosine decay horizon (default 0: constant after warm-up)
+  --warmup N             warm-up steps (default 50)
+  --cosine-steps N       cosine decay horizon (default 1000; 0: constant after warm-up)
   --clip X               global gradient norm clip, 0 disables (default 0)
   --schedule NAME        gpipe | 1f1b | varuna (default 1f1b)
   --recompute            recompute activations in the backward (gpipe, 1f1b)
@@ -67,7 +67,10 @@ bool Parse(int argc, char** argv, Args* a) {
   rt.optimizer.weight_decay = 5e-4;
   rt.lr.base = 0.05;
   rt.clip_norm = 0;
-  a->trainer.max_steps = 300;
+  rt.lr.warmup_steps = 50;
+  rt.lr.total_steps = 1000;
+  a->trainer.max_steps = 1000;
+  a->trainer.eval.every = 250;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {

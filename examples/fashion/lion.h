@@ -8,7 +8,7 @@
 #include <memory>
 #include <vector>
 
-#include "worker/optimizer.h"
+#include "mitra/worker/optimizer.h"
 
 namespace mitra::examples {
 

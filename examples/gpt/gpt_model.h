@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "common/status.h"
-#include "cutpoint/model.h"
+#include "mitra/common/status.h"
+#include "mitra/cutpoint/model.h"
 
 namespace mitra::examples {
 

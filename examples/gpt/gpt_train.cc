@@ -10,7 +10,7 @@
 
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/text_dataset.h"
-#include "worker/trainer.h"
+#include "mitra/worker/trainer.h"
 
 namespace {
 

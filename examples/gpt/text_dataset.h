@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "common/status.h"
-#include "worker/data.h"
+#include "mitra/common/status.h"
+#include "mitra/worker/data.h"
 
 namespace mitra::examples {
 

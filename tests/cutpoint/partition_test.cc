@@ -1,4 +1,4 @@
-#include "cutpoint/partition.h"
+#include "mitra/cutpoint/partition.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "cutpoint/stage_map.h"
+#include "mitra/cutpoint/stage_map.h"
 
 #include <gtest/gtest.h>
 

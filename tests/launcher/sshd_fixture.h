@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/status.h"
+#include "mitra/common/status.h"
 #include "launcher/ssh_session.h"
 #include "tests/manager/run_helpers.h"
 

@@ -65,6 +65,14 @@ TEST(StatusReport, FormatsEveryPart) {
   EXPECT_TRUE(Contains(text, "  last event  morph 12 s ago: machine list changed\n")) << text;
 }
 
+TEST(StatusReport, AProgramWithoutTokensShowsSamplesPerSecond) {
+  StatusReport r = FullReport();
+  r.tokens_per_s.reset();
+  r.samples_per_s = 812;
+  const StatusReport back = StatusReport::FromJson(*JsonObject::Parse(r.ToJson().ToJson()));
+  EXPECT_TRUE(Contains(FormatStatus(back, 1000.0), "  throughput  812 samples/s\n"));
+}
+
 TEST(StatusReport, FormatsAnAlmostEmptyReport) {
   StatusReport r;
   EXPECT_EQ(FormatStatus(r, 0), "unknown state\n");

@@ -84,7 +84,8 @@ TEST_F(ElasticGpt, GrowingTheMachineListMorphsIntoTheLargerShape) {
 const testing::ElasticJob kClassifierJob{
     16, 100,
     {MITRA_FASHION_TRAIN, "--width", "16", "--train-samples", "1024", "--test-samples", "64",
-     "--dropout", "0.2", "--eval-every", "50", "--lr", "0.001", "--seed", "3"},
+     "--dropout", "0.2", "--eval-every", "50", "--lr", "0.001", "--warmup", "0",
+     "--cosine-steps", "0", "--seed", "3"},
     /*chunk_size=*/0, /*loss_tolerance=*/2e-3};
 
 TEST_F(ElasticGpt, AClassifierWithBatchNormAndDropoutGrowsKeepingItsMicroBatches) {

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/free_port.h"
-#include "cutpoint/stage_map.h"
+#include "mitra/cutpoint/stage_map.h"
 
 namespace mitra::testing {
 namespace fs = std::filesystem;

@@ -29,7 +29,7 @@
 #include "tests/manager/run_helpers.h"
 #include "tests/worker/gpt_helpers.h"
 #include "tests/worker/job_runner.h"
-#include "worker/inference.h"
+#include "mitra/worker/inference.h"
 
 namespace mitra {
 namespace {
@@ -45,7 +45,8 @@ constexpr int64_t kTestSamples = 128;
 // The classifier's arguments (small: 4 channels, 512 training images), plus `extra`.
 std::vector<std::string> ClassifierArgs(const std::vector<std::string>& extra = {}) {
   std::vector<std::string> args{"--width", "4", "--train-samples", "512", "--test-samples",
-                                std::to_string(kTestSamples), "--seed", "5", "--lr", "0.01"};
+                                std::to_string(kTestSamples), "--seed", "5", "--lr", "0.01",
+                                "--warmup", "0", "--cosine-steps", "0"};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

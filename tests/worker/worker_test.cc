@@ -7,11 +7,11 @@
 #include "examples/fashion/classifier_model.h"
 #include "examples/gpt/gpt_model.h"
 #include "worker/checkpointer.h"
-#include "worker/optimizer.h"
-#include "worker/data.h"
-#include "worker/lr_schedule.h"
-#include "planner/batch_split.h"
-#include "worker/stage.h"
+#include "mitra/worker/optimizer.h"
+#include "mitra/worker/data.h"
+#include "mitra/worker/lr_schedule.h"
+#include "mitra/planner/batch_split.h"
+#include "mitra/worker/stage.h"
 
 namespace mitra::worker {
 namespace {
