@@ -36,12 +36,18 @@
 
 #include "common/json.h"
 #include "launcher/process_runner.h"
-#include "manager/grid.h"
+#include "planner/grid.h"
 #include "manager/machine_list.h"
 #include "manager/machine_pool.h"
-#include "manager/shape_policy.h"
+#include "planner/shape_policy.h"
 
 namespace mitra::manager {
+
+using planner::FixedStagesPolicy;
+using planner::GridPlan;
+using planner::RankPlacement;
+using planner::ShapePolicy;
+using planner::ShapeRequest;
 
 struct ControllerOptions {
   int stages = 1;            // P, as the user set it (--nstages), for the default policy

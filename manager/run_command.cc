@@ -9,7 +9,7 @@
 #include "checkpoint/store.h"
 #include "manager/control_socket.h"
 #include "manager/describe.h"
-#include "manager/grid.h"
+#include "planner/grid.h"
 #include "manager/machine_list.h"
 #include "manager/progress.h"
 #include "manager/run_dir.h"
@@ -20,6 +20,9 @@
 
 namespace mitra::manager {
 namespace {
+
+using planner::GridRequest;
+using planner::PlanGrid;
 
 constexpr double kDescribeTimeoutS = 60;
 constexpr double kMachineCheckTimeoutS = 10;

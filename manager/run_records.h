@@ -9,10 +9,12 @@
 
 #include "common/json.h"
 #include "launcher/process_runner.h"
-#include "manager/grid.h"
+#include "planner/grid.h"
 #include "manager/progress.h"
 
 namespace mitra::manager {
+
+using planner::GridPlan;
 
 // events.jsonl "launch": the shape and every rank's pid (0 for a rank that did not start).
 JsonObject LaunchRecord(const GridPlan& plan, int64_t generation, const std::string& program,

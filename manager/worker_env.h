@@ -7,9 +7,12 @@
 #include <map>
 #include <string>
 
-#include "manager/grid.h"
+#include "planner/grid.h"
 
 namespace mitra::manager {
+
+using planner::GridPlan;
+using planner::RankPlacement;
 
 using Environment = std::map<std::string, std::string>;
 

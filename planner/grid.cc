@@ -1,11 +1,11 @@
-#include "manager/grid.h"
+#include "planner/grid.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "mitra/planner/batch_split.h"
 
-namespace mitra::manager {
+namespace mitra::planner {
 
 std::string StageToRankMap(int stages, int replicas) {
   std::string map;
@@ -96,4 +96,4 @@ Result<GridPlan> PlanGrid(const GridRequest& request) {
   return plan;
 }
 
-}  // namespace mitra::manager
+}  // namespace mitra::planner

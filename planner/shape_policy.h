@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "mitra/common/status.h"
-#include "manager/grid.h"
+#include "planner/grid.h"
 
-namespace mitra::manager {
+namespace mitra::planner {
 
 struct ShapeRequest {
   std::vector<int> slots_per_machine;  // of the usable machines, in list order
@@ -41,4 +41,4 @@ class FixedStagesPolicy : public ShapePolicy {
   int stages_;
 };
 
-}  // namespace mitra::manager
+}  // namespace mitra::planner

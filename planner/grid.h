@@ -15,7 +15,7 @@
 
 #include "mitra/common/status.h"
 
-namespace mitra::manager {
+namespace mitra::planner {
 
 struct GridRequest {
   std::vector<int> slots_per_machine;  // in machine-list order
@@ -66,4 +66,4 @@ std::string StageToRankMap(int stages, int replicas);
 // the job (`kept`), when 4 per replica leave the job room to grow to 4 times the replicas.
 int DefaultChunkSize(int64_t global_batch, int stages, int replicas, bool kept);
 
-}  // namespace mitra::manager
+}  // namespace mitra::planner

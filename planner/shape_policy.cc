@@ -1,9 +1,9 @@
-#include "manager/shape_policy.h"
+#include "planner/shape_policy.h"
 
 #include <numeric>
 #include <string>
 
-namespace mitra::manager {
+namespace mitra::planner {
 
 Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
   const int slots =
@@ -24,4 +24,4 @@ Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
   return PlanGrid(grid);
 }
 
-}  // namespace mitra::manager
+}  // namespace mitra::planner

@@ -1,0 +1,107 @@
+// Profile: what one training program costs on the machines of a list, as `mitra profile`
+// measures it and the simulator and planner read it (docs/planner.md).
+//
+// Per machine (one process alone on it): every segment's forward, forward without autograd,
+// backward and update time at each profiled micro-batch size, its activation bytes at the cut
+// after it and the memory its forward keeps for the backward, its parameter, buffer and
+// optimizer-state bytes; the time to load a sample; and how fast each process runs when k of
+// the machine's processes compute at once (a machine's cores are shared). Between machines and
+// within one: point-to-point latency and bandwidth. Across processes: all-reduce time by bytes.
+//
+// Costs at a micro-batch size that was not profiled are interpolated linearly between the two
+// nearest profiled sizes (extrapolated from the two nearest at the ends): compute and memory are
+// close to affine in the micro-batch size. Plain data, thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mitra/common/status.h"
+
+namespace mitra::planner {
+
+// One segment at one micro-batch size, measured alone on a machine.
+struct SegmentCost {
+  int64_t micro_batch = 0;
+  double forward_s = 0;         // keeping the autograd graph
+  double forward_nograd_s = 0;  // without it (a forward whose activations are discarded)
+  double backward_s = 0;        // from its output's gradients (the last segment: from its loss)
+  int64_t output_bytes = 0;     // the activations it hands on (what a stage boundary after it sends)
+  int64_t graph_bytes = 0;      // memory its forward keeps until the backward
+};
+
+struct SegmentProfile {
+  std::string name;
+  int64_t parameters = 0;       // elements
+  int64_t parameter_bytes = 0;
+  int64_t buffer_bytes = 0;
+  int64_t optimizer_bytes = 0;  // optimizer state after a step
+  double update_s = 0;          // zeroing, clipping and the optimizer step over its parameters
+  std::vector<SegmentCost> costs;  // ascending micro-batch sizes
+};
+
+struct MachineProfile {
+  std::string address;
+  int slots = 1;
+  int64_t memory_bytes = 0;  // available to the workers of the machine, together
+  double sample_s = 0;       // loading one sample (a first and a last stage load each one)
+  // speed[k - 1]: each computing process's speed relative to one alone, while k of the
+  // machine's processes compute at once (speed[0] = 1).
+  std::vector<double> speed;
+  std::vector<SegmentProfile> segments;  // in model order
+
+  // Speed with `k` processes computing; beyond the measured k, the last value scaled by the
+  // share of the cores (measured k / k).
+  double SpeedAt(int k) const;
+};
+
+// Point-to-point messages between two machines (`from` == `to`: within one machine).
+struct LinkProfile {
+  std::string from, to;
+  double latency_s = 0;
+  double bytes_per_s = 0;
+  std::vector<std::pair<int64_t, double>> samples;  // bytes, one-way seconds (measured)
+};
+
+// All-reduce over `group` processes: time = latency_s + bytes / bytes_per_s, fitted to samples.
+struct AllreduceProfile {
+  int group = 0;
+  double latency_s = 0;
+  double bytes_per_s = 0;
+  std::vector<std::pair<int64_t, double>> samples;
+};
+
+struct Profile {
+  static constexpr int kFormat = 1;
+  std::string program;
+  std::vector<std::string> program_args;
+  std::vector<int64_t> micro_batches;  // profiled sizes, ascending
+  std::vector<MachineProfile> machines;
+  std::vector<LinkProfile> links;
+  std::vector<AllreduceProfile> allreduce;  // by group size, ascending
+  double step_sync_s = 0;  // the step's small all-reduce (loss, norm, stop) over every process
+
+  // JSON as written by `mitra profile` (profile.json). InvalidArgument names what is wrong.
+  static Result<Profile> FromJson(const std::string& text, const std::string& where);
+  std::string ToJson() const;  // pretty-printed
+  // One row per machine, segment and micro-batch size, for spreadsheets.
+  std::string SegmentsCsv() const;
+
+  int num_segments() const;
+  // The machine profiled under `address`, or the first one (the list's typical machine) when
+  // it was not profiled.
+  const MachineProfile& Machine(const std::string& address) const;
+  // Segment `segment`'s costs on `machine` at micro-batch size `micro_batch`.
+  SegmentCost CostAt(const MachineProfile& machine, int segment, int64_t micro_batch) const;
+  double P2pSeconds(const std::string& from, const std::string& to, int64_t bytes) const;
+  // All-reduce of `bytes` over `group` processes (1: free). Group sizes beyond the profiled ones
+  // follow a ring all-reduce: 2 (g - 1) / g of the data crosses each link.
+  double AllreduceSeconds(int group, int64_t bytes) const;
+};
+
+// Least squares fit of seconds = latency + bytes / bandwidth; latency >= 0.
+std::pair<double, double> FitLatencyBandwidth(const std::vector<std::pair<int64_t, double>>& samples);
+
+}  // namespace mitra::planner
