@@ -1,0 +1,61 @@
+// Planner: the fastest shapes of a job on the machines at hand, from a profile.
+//
+// It enumerates P (every depth up to the segments and slots, not only divisors), D (every
+// count up to the slots P leaves, or a spread of counts on large machine lists), the
+// micro-batch (the profiled sizes, plus the one that shares the batch evenly, or only the job's
+// fixed one), the schedule (GPipe, 1F1B, Varuna; with recomputation where activations would not
+// fit otherwise) and, for each, the partition that balances the stages' measured time on the
+// machines they run on. Each candidate is simulated (planner/simulator.h); those that do not fit
+// a machine's memory are dropped, and the rest are ranked by predicted step time, fewer busy
+// slots first among equals. Pure and thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mitra/common/status.h"
+#include "planner/profile.h"
+#include "planner/simulator.h"
+
+namespace mitra::planner {
+
+struct MachineSlots {
+  std::string address;  // as the profile names machines
+  int slots = 1;
+};
+
+struct PlanRequest {
+  const Profile* profile = nullptr;
+  int64_t global_batch = 0;
+  std::vector<MachineSlots> machines;  // the usable machines, in list order
+  int64_t chunk_size = 0;  // > 0: the job's micro-batch is fixed; only it is tried
+  int stages = 0;          // > 0: only this P
+  std::vector<std::string> schedules = {"1f1b", "gpipe", "varuna"};
+};
+
+struct PlannedShape {
+  Candidate candidate;
+  int idle_slots = 0;
+  Prediction prediction;  // without its trace
+};
+
+struct PlanResult {
+  std::vector<PlannedShape> candidates;  // fastest first
+  int simulated = 0;
+  int too_big = 0;  // dropped because a machine's memory would not hold them
+};
+
+// InvalidArgument names what is wrong (no machines, a batch too small for any shape, ...);
+// NotFound when no shape fits the machines' memory.
+Result<PlanResult> PlanShapes(const PlanRequest& request);
+
+// The contiguous split of segments (costs in model order) into stages whose largest
+// cost / speed is the smallest; `stage_speed` has one entry per stage.
+std::vector<int> BalancedPartition(const std::vector<double>& segment_cost,
+                                   const std::vector<double>& stage_speed);
+
+// The machine of each of `world` ranks: machines filled slot by slot in list order.
+std::vector<std::string> PlaceRanks(const std::vector<MachineSlots>& machines, int world);
+
+}  // namespace mitra::planner

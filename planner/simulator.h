@@ -1,0 +1,70 @@
+// Simulator: predicts one training step of a shape from a profile, by replaying the very
+// instruction lists the workers execute (planner/schedule.h) with the profiled costs.
+//
+// What it models, as the runtime does it (docs/planner.md):
+//  - every rank runs its stage's list in order: forwards (with or without the autograd graph),
+//    recomputations and backwards cost the sum of the stage's segments at the micro-batch's size,
+//    plus loading the samples on the first and last stages; receives wait for the message, sends
+//    do not block (the message arrives after the link's latency plus bytes / bandwidth);
+//  - a machine's cores are shared: while k of its processes compute, each runs at the machine's
+//    profiled speed for k (processor sharing, re-evaluated at every event);
+//  - the data-parallel all-reduce is bucketed and overlapped with the last backward: it ends at
+//    the later of (last backward's end + the last bucket's all-reduce) and (last backward's start
+//    + the whole all-reduce), over the stage's replicas; buffers are exchanged after it;
+//  - the step's small all-reduce synchronises every rank; each then updates its parameters.
+// The step time is rank 0's, from the start of its step to the end of its update, with every
+// rank starting where the previous step's update left it.
+//
+// Replicas that share no machine only meet in the all-reduce, so each group of replicas linked
+// by shared machines is simulated on its own, and identical groups once. A group of more than
+// kMaxSharedRanks ranks (a shape whose pipelines straddle machines in a long chain) is
+// simulated replica by replica with each machine's speed fixed at its number of ranks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mitra/common/status.h"
+#include "planner/profile.h"
+
+namespace mitra::planner {
+
+struct Candidate {
+  int stages = 1;    // P
+  int replicas = 1;  // D
+  int64_t chunk_size = 1;
+  std::string schedule = "1f1b";  // gpipe | 1f1b | varuna
+  bool recompute = false;
+  std::vector<int> partition;     // segments per stage, as --partition takes them
+
+  std::string PartitionText() const;  // "1,4,4,3"
+  std::string ToString() const;       // "2 x 1, micro-batch 4, 1f1b, partition 5,5"
+};
+
+struct SimulationInput {
+  const Profile* profile = nullptr;
+  Candidate candidate;
+  int64_t global_batch = 0;
+  // The machine of each rank (rank r is stage r mod P of replica r div P), as the profile names
+  // machines; a machine it does not know is costed as its first.
+  std::vector<std::string> rank_machines;
+  int64_t bucket_bytes = int64_t{1} << 20;  // data-parallel bucket (the runtime's default)
+  bool trace = false;                       // fill Prediction::trace
+};
+
+struct Prediction {
+  double step_s = 0;
+  double bubble_fraction = 0;         // the ranks' idle share of the pipeline phase
+  std::vector<int64_t> memory_bytes;  // peak per rank: parameters, gradients, optimizer, activations
+  int64_t max_memory_bytes = 0;
+  std::string trace;                  // chrome://tracing / Perfetto JSON of the step, when asked
+};
+
+inline constexpr int kMaxSharedRanks = 64;
+
+// InvalidArgument for an inconsistent input (partition, machines, batch smaller than D
+// micro-batches).
+Result<Prediction> Simulate(const SimulationInput& input);
+
+}  // namespace mitra::planner

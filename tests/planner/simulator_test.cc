@@ -1,0 +1,234 @@
+// The simulator against closed forms, and the planner's enumeration, on made-up profiles.
+#include "planner/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "planner/planner.h"
+#include "planner/profile.h"
+
+namespace mitra::planner {
+namespace {
+
+// `segments` identical segments: forward f, backward b per sample-free micro-batch (the same at
+// every size), graph bytes g per micro-batch, no communication cost, one speed for any load.
+Profile Uniform(int segments, double f, double b, int64_t graph = 1000,
+                std::vector<double> speed = {1.0}) {
+  Profile p;
+  p.micro_batches = {1, 2, 4, 8};
+  MachineProfile m;
+  m.address = "m0";
+  m.slots = 1;
+  m.speed = std::move(speed);
+  for (int s = 0; s < segments; ++s) {
+    SegmentProfile seg;
+    seg.name = "s" + std::to_string(s);
+    seg.parameters = 100;
+    seg.parameter_bytes = 400;
+    for (int64_t mb : p.micro_batches) {
+      seg.costs.push_back({mb, f, f, b, 64, graph});
+    }
+    m.segments.push_back(seg);
+  }
+  p.machines.push_back(m);
+  p.links.push_back({"m0", "m1", 0, 1e18, {}});
+  p.links.push_back({"m0", "m0", 0, 1e18, {}});
+  p.allreduce.push_back({2, 0, 1e18, {}});
+  return p;
+}
+
+SimulationInput Input(const Profile& p, int stages, int replicas, int64_t batch, int64_t chunk,
+                      const std::string& schedule, std::vector<std::string> machines = {}) {
+  SimulationInput in;
+  in.profile = &p;
+  in.global_batch = batch;
+  in.candidate.stages = stages;
+  in.candidate.replicas = replicas;
+  in.candidate.chunk_size = chunk;
+  in.candidate.schedule = schedule;
+  const int per = p.num_segments() / stages;
+  in.candidate.partition.assign(stages, per);
+  if (machines.empty()) {  // every rank on a machine of its own
+    for (int r = 0; r < stages * replicas; ++r) machines.push_back("m" + std::to_string(r + 1));
+  }
+  in.rank_machines = machines;
+  return in;
+}
+
+TEST(Simulator, PipelineBubbleMatchesTheClosedFormForGPipeAndOneFOneB) {
+  const double f = 0.01, b = 0.02;
+  for (int stages : {2, 3, 4}) {
+    const Profile p = Uniform(stages, f, b);
+    for (int micro_batches : {1, 4, 8}) {
+      for (const char* schedule : {"gpipe", "1f1b"}) {
+        auto in = Input(p, stages, 1, micro_batches, 1, schedule);
+        Result<Prediction> got = Simulate(in);
+        ASSERT_TRUE(got.ok()) << got.status().message();
+        const double m = micro_batches, pp = stages;
+        EXPECT_NEAR(got->step_s, (m + pp - 1) * (f + b), 1e-9) << schedule << " P" << stages;
+        EXPECT_NEAR(got->bubble_fraction, (pp - 1) / (m + pp - 1), 1e-9) << schedule;
+      }
+    }
+  }
+}
+
+TEST(Simulator, ActivationMemoryFollowsTheSchedule) {
+  const int64_t graph = 1000;
+  const Profile p = Uniform(4, 0.01, 0.02, graph);
+  const int64_t fixed = 2 * 400;  // parameters and gradients of the stage's one segment
+  auto memory = [&](const char* schedule, bool recompute) {
+    auto in = Input(p, 4, 1, 8, 1, schedule);
+    in.candidate.recompute = recompute;
+    return Simulate(in)->memory_bytes;
+  };
+  // GPipe keeps every micro-batch's graph; 1F1B at most P - s; recomputation only inputs
+  // (64 bytes each) and one graph at a time.
+  EXPECT_EQ(memory("gpipe", false)[0], fixed + 8 * graph);
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(memory("1f1b", false)[s], fixed + (4 - s) * graph + (s > 0 ? (4 - s) * 64 : 0))
+        << "stage " << s;
+  }
+  EXPECT_EQ(memory("1f1b", true)[0], fixed + graph);
+  EXPECT_EQ(memory("varuna", false)[1], fixed + 3 * 64 + graph);
+}
+
+TEST(Simulator, ProcessesOnOneMachineShareItsCores) {
+  // Two replicas on one machine whose processes run at half speed when both compute.
+  const Profile p = Uniform(1, 0.01, 0.02, 1000, {1.0, 0.5});
+  auto shared = Input(p, 1, 2, 8, 1, "1f1b", {"m0", "m0"});
+  auto apart = Input(p, 1, 2, 8, 1, "1f1b");
+  EXPECT_NEAR(Simulate(apart)->step_s, 4 * 0.03, 1e-9);
+  EXPECT_NEAR(Simulate(shared)->step_s, 2 * 4 * 0.03, 1e-9);
+  // A 2-stage pipeline on one such machine: the stages overlap only part of the time, so the
+  // step lies between the two bounds.
+  const Profile two = Uniform(2, 0.01, 0.02, 1000, {1.0, 0.5});
+  const double pipelined = Simulate(Input(two, 2, 1, 4, 1, "1f1b", {"m0", "m0"}))->step_s;
+  EXPECT_GT(pipelined, 5 * 0.03);
+  EXPECT_LT(pipelined, 2 * 5 * 0.03);
+}
+
+TEST(Simulator, TheAllReduceOverlapsTheLastBackward) {
+  Profile p = Uniform(1, 0.01, 0.02);
+  p.allreduce = {{2, 0.0, 400 / 0.05, {}}};  // the stage's 400 gradient bytes take 50 ms
+  auto in = Input(p, 1, 2, 4, 1, "1f1b");
+  in.bucket_bytes = 1 << 20;  // one bucket: it starts when the last backward ends
+  EXPECT_NEAR(Simulate(in)->step_s, 2 * 0.03 + 0.05, 1e-9);
+  in.bucket_bytes = 100;  // four buckets: all but the last overlap the backward
+  EXPECT_NEAR(Simulate(in)->step_s, 0.03 + 0.01 + std::max(0.05, 0.02 + 0.05 / 4), 1e-9);
+}
+
+TEST(Simulator, WritesAChromeTraceOfTheStep) {
+  const Profile p = Uniform(2, 0.01, 0.02);
+  auto in = Input(p, 2, 1, 2, 1, "1f1b");
+  in.trace = true;
+  const std::string trace = Simulate(in)->trace;
+  EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
+  EXPECT_NE(trace.find("\"name\":\"F1\""), std::string::npos);
+  EXPECT_NE(trace.find("rank 1 (stage 1, replica 0)"), std::string::npos);
+}
+
+TEST(Simulator, BadShapesAreRefusedWithTheReason) {
+  const Profile p = Uniform(4, 0.01, 0.02);
+  auto in = Input(p, 2, 1, 8, 1, "1f1b");
+  in.candidate.partition = {3, 3};
+  EXPECT_NE(Simulate(in).status().message().find("does not split the 4 segments"),
+            std::string::npos);
+  auto wide = Input(p, 1, 3, 4, 2, "1f1b");  // 2 micro-batches for 3 replicas
+  EXPECT_NE(Simulate(wide).status().message().find("cannot feed 3 replicas"), std::string::npos);
+}
+
+TEST(Planner, BalancedPartitionEvensOutStageTimes) {
+  EXPECT_EQ(BalancedPartition({1, 1, 1, 1, 4}, {1, 1}), (std::vector<int>{4, 1}));
+  EXPECT_EQ(BalancedPartition({1, 1, 1, 1}, {1, 1, 1, 1}), (std::vector<int>{1, 1, 1, 1}));
+  // A stage on a machine twice as fast takes twice the work.
+  EXPECT_EQ(BalancedPartition({1, 1, 1, 1, 1, 1}, {2, 1}), (std::vector<int>{4, 2}));
+}
+
+TEST(Planner, EveryCandidateIsAShapeTheRuntimeAcceptsAndFitsMemory) {
+  Profile p = Uniform(4, 0.01, 0.02);
+  p.machines[0].slots = 4;
+  p.machines[0].memory_bytes = 4 * (2 * 400 + 3 * 1000);  // room for 3 graphs per rank or so
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 16;
+  request.machines = {{"m0", 4}};
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_GT(plan->too_big, 0);
+  ASSERT_FALSE(plan->candidates.empty());
+  double previous = 0;
+  for (const PlannedShape& s : plan->candidates) {
+    const Candidate& c = s.candidate;
+    EXPECT_GE(s.prediction.step_s, previous);
+    previous = s.prediction.step_s;
+    int total = 0;
+    for (int n : c.partition) total += n;
+    EXPECT_EQ(total, 4) << c.ToString();
+    EXPECT_LE(c.stages * c.replicas, 4);
+    EXPECT_GE((16 + c.chunk_size - 1) / c.chunk_size, c.replicas) << c.ToString();
+    EXPECT_LE(s.prediction.max_memory_bytes * c.stages * c.replicas, 4 * p.machines[0].memory_bytes);
+  }
+}
+
+TEST(Planner, AFixedMicroBatchOrDepthIsKept) {
+  const Profile p = Uniform(4, 0.01, 0.02);
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 16;
+  request.machines = {{"m0", 2}, {"m1", 2}};
+  request.chunk_size = 2;
+  request.stages = 2;
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const PlannedShape& s : plan->candidates) {
+    EXPECT_EQ(s.candidate.chunk_size, 2);
+    EXPECT_EQ(s.candidate.stages, 2);
+  }
+}
+
+TEST(Planner, BadRequestsSayWhatIsMissing) {
+  PlanRequest none;
+  EXPECT_NE(PlanShapes(none).status().message().find("run `mitra profile` first"),
+            std::string::npos);
+  const Profile p = Uniform(4, 0.01, 0.02);
+  PlanRequest deep;
+  deep.profile = &p;
+  deep.global_batch = 8;
+  deep.machines = {{"m0", 8}};
+  deep.stages = 5;
+  EXPECT_NE(PlanShapes(deep).status().message().find("more than the 4 segments"),
+            std::string::npos);
+}
+
+TEST(Profile, RoundTripsThroughJsonAndInterpolatesBetweenSizes) {
+  Profile p = Uniform(2, 0.01, 0.02);
+  p.program = "/bin/train";
+  p.program_args = {"--model", "tiny"};
+  p.machines[0].segments[0].costs = {{1, 0.01, 0.008, 0.02, 64, 100}, {4, 0.04, 0.03, 0.08, 256, 400}};
+  Result<Profile> back = Profile::FromJson(p.ToJson(), "profile.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->ToJson(), p.ToJson());
+  const SegmentCost c = back->CostAt(back->machines[0], 0, 2);
+  EXPECT_NEAR(c.forward_s, 0.02, 1e-12);
+  EXPECT_EQ(c.output_bytes, 128);
+  EXPECT_NEAR(back->CostAt(back->machines[0], 0, 8).backward_s, 0.16, 1e-12);  // extrapolated
+  EXPECT_NE(back->SegmentsCsv().find("m0,s0,4,0.04,0.03,0.08,256,400,100,0"), std::string::npos);
+  EXPECT_NE(Profile::FromJson("{}", "p.json").status().message().find("p.json is not a valid profile"),
+            std::string::npos);
+}
+
+TEST(Profile, RingAllReduceExtendsTheMeasuredGroups) {
+  Profile p = Uniform(1, 0, 0);
+  p.allreduce = {{2, 0.001, 1e9, {}}};
+  EXPECT_NEAR(p.AllreduceSeconds(2, 1000000), 0.001 + 0.001, 1e-12);
+  // 4 processes: 3 rounds of latency, 1.5 times the volume of 2.
+  EXPECT_NEAR(p.AllreduceSeconds(4, 1000000), 0.003 + 0.0015, 1e-12);
+  EXPECT_EQ(p.AllreduceSeconds(1, 1000000), 0);
+  const auto [latency, bandwidth] = FitLatencyBandwidth({{1000, 0.0011}, {2000, 0.0012}});
+  EXPECT_NEAR(latency, 0.001, 1e-9);
+  EXPECT_NEAR(bandwidth, 1e7, 1);
+}
+
+}  // namespace
+}  // namespace mitra::planner
