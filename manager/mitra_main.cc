@@ -19,6 +19,7 @@
 #include "manager/control_socket.h"
 #include "manager/machine_list_watcher.h"
 #include "manager/machine_transports.h"
+#include "manager/planner_commands.h"
 #include "manager/run_loop.h"
 #include "manager/status_report.h"
 #include "manager/run_command.h"
@@ -139,6 +140,47 @@ int Run(const mitra::manager::RunOptions& options) {
   return code;
 }
 
+// `mitra profile` and `mitra plan`, with the real seams.
+int Planning(mitra::manager::CommandKind kind, const std::vector<std::string>& args) {
+  using namespace mitra;
+  const bool profile = kind == manager::CommandKind::kProfile;
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::cout << (profile ? manager::ProfileUsage() : manager::PlanUsage());
+    return manager::kExitOk;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  PosixFileSystem fs;
+  SystemClock clock;
+  manager::CommandContext context;
+  context.fs = &fs;
+  context.clock = &clock;
+  context.environment = ProcessEnvironment();
+  context.working_directory = WorkingDirectory();
+  context.out = &std::cout;
+  context.err = &std::cerr;
+  if (!profile) {
+    Result<manager::PlanCommandOptions> options = manager::ParsePlanCommand(args);
+    if (!options.ok()) {
+      std::cerr << options.status().message() << std::endl;
+      return manager::kExitBadInput;
+    }
+    return manager::PlanCommand(*options, context);
+  }
+  Result<manager::ProfileCommandOptions> options = manager::ParseProfileCommand(args);
+  if (!options.ok()) {
+    std::cerr << options.status().message() << std::endl;
+    return manager::kExitBadInput;
+  }
+  launcher::LocalProcessRunner runner(&fs);
+  manager::MachineTransportsOptions transport_options;
+  transport_options.known_hosts = options->known_hosts;
+  transport_options.identity = options->identity;
+  manager::MachineTransports transports(transport_options, &runner, &fs);
+  context.runner = &runner;
+  context.transports = &transports;
+  return manager::ProfileCommand(*options, context);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -163,6 +205,9 @@ int main(int argc, char** argv) {
       return Run(command->run);
     case CommandKind::kCheckpoint:
       return mitra::manager::CheckpointCommand(command->checkpoint, std::cout, std::cerr);
+    case CommandKind::kProfile:
+    case CommandKind::kPlan:
+      return Planning(command->kind, command->args);
   }
   return mitra::manager::kExitFailed;
 }

@@ -1,6 +1,8 @@
 #include "manager/run_command.h"
 
 #include <algorithm>
+#include <cmath>
+#include <memory>
 #include <filesystem>
 #include <thread>
 
@@ -15,7 +17,10 @@
 #include "manager/run_dir.h"
 #include "manager/run_journal.h"
 #include "manager/orphans.h"
+#include "manager/planner_commands.h"
+#include "manager/profile_job.h"
 #include "manager/run_loop.h"
+#include "planner/shape_policy.h"
 #include "mitra/planner/batch_split.h"
 
 namespace mitra::manager {
@@ -207,6 +212,52 @@ Status CheckRunDirSocket(const RunDir& run_dir) {
                                  " bytes; pass a shorter --run-dir");
 }
 
+// The profile a planned run plans from: the one kept in the run directory when it was made for
+// this program, else a new one, measured now on `machines` and kept there.
+Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
+    RunContext& c, const RunOptions& options, const std::string& program, const RunDir& run_dir,
+    const MachineList& machines, const ProgramDescription& description, int threads,
+    double timeout_s) {
+  const std::string dir = JoinPath(run_dir.path(), "profile");
+  const std::string file = JoinPath(dir, "profile.json");
+  if (Result<planner::Profile> kept = LoadProfile(file);
+      kept.ok() && kept->program == program && kept->program_args == options.program_args &&
+      kept->num_segments() == description.segments) {
+    *c.out << "mitra: planning from " << file << std::endl;
+    return std::shared_ptr<const planner::Profile>(
+        std::make_shared<planner::Profile>(std::move(kept).value()));
+  }
+  if (machines.machines.empty()) {
+    return Status::Unavailable("no machine answers to profile the program on: add machines");
+  }
+  *c.out << "mitra: profiling the program on " << machines.TotalSlots() << " slots to plan its "
+         << "shapes (once: kept in " << dir << "; --profile DIR gives one)" << std::endl;
+  if (Status s = c.fs->CreateDirectories(JoinPath(dir, "logs")); !s.ok()) return s;
+  ProfileJobOptions job;
+  job.program = program;
+  job.program_args = options.program_args;
+  job.environment = c.environment;
+  job.remote_environment = RemoteEnvironment(c.environment);
+  for (const auto& [key, value] : options.env) {
+    job.environment[key] = value;
+    job.remote_environment[key] = value;
+  }
+  job.working_directory = c.working_directory;
+  job.code_dir = options.code_dir;
+  job.global_batch = options.batch_size;
+  job.threads = threads;
+  job.timeout_s = std::max(600.0, timeout_s);
+  job.log_dir = JoinPath(dir, "logs");
+  const double start = c.clock->MonotonicSeconds();
+  Result<planner::Profile> profile = ProfileProgram(*c.transports, machines, job, *c.clock);
+  if (!profile.ok()) return profile.status();
+  if (Status s = c.fs->WriteFileAtomically(file, profile->ToJson()); !s.ok()) return s;
+  *c.out << "mitra: profiled in " << FormatSeconds(std::round((c.clock->MonotonicSeconds() - start) * 10) / 10)
+         << " s" << std::endl;
+  return std::shared_ptr<const planner::Profile>(
+      std::make_shared<planner::Profile>(std::move(profile).value()));
+}
+
 }  // namespace
 
 int RunCommand(const RunOptions& options, RunContext& c) {
@@ -232,14 +283,27 @@ int RunCommand(const RunOptions& options, RunContext& c) {
       c.runner->ResolveProgram(options.program, search_path ? *search_path : "");
   if (!program.ok()) return BadInput(c, program.status().message());
 
+  const bool planned = options.stages == 0;  // the planner chooses the shapes
   GridRequest request;
   for (const Machine& m : machines->machines) request.slots_per_machine.push_back(m.slots);
-  request.stages = options.stages;
-  request.segments = options.stages;  // unknown yet: checked after the program describes itself
+  request.stages = planned ? 1 : options.stages;
+  request.segments = request.stages;  // unknown yet: checked after the program describes itself
   request.global_batch = options.batch_size;
   request.chunk_size = options.chunk_size;
+  request.replicas = planned ? 1 : 0;  // a planned job may use fewer replicas than slots
   if (Result<GridPlan> early = PlanGrid(request); !early.ok()) {
     return BadInput(c, early.status().message());
+  }
+  std::shared_ptr<const planner::Profile> given_profile;
+  if (!options.profile_dir.empty()) {
+    if (!planned) {
+      return BadInput(c, "--profile is for planned shapes: leave out --nstages to let the "
+                         "planner choose them, or leave out --profile");
+    }
+    Result<planner::Profile> loaded =
+        LoadProfile(JoinPath(c.working_directory, options.profile_dir));
+    if (!loaded.ok()) return BadInput(c, loaded.status().message());
+    given_profile = std::make_shared<planner::Profile>(std::move(loaded).value());
   }
   const RunDir run_dir(NormalizePath(JoinPath(c.working_directory, options.run_dir)));
   if (Status s = run_dir.CheckUsable(*c.fs); !s.ok()) return BadInput(c, s.message());
@@ -263,13 +327,25 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   request.chunk_kept = !description->micro_batch_independent;
   Result<GridPlan> plan = PlanGrid(request);
   if (!plan.ok()) return BadInput(c, plan.status().message());
+  if (given_profile && given_profile->num_segments() != description->segments) {
+    return BadInput(c, "--profile " + options.profile_dir + " profiles a model of " +
+                           std::to_string(given_profile->num_segments()) +
+                           " segments but the program has " +
+                           std::to_string(description->segments) +
+                           ": profile this program (mitra profile) or leave out --profile");
+  }
   std::vector<std::string> reported;  // damaged checkpoints named on the terminal
   Result<std::optional<checkpoint::Found>> resume =
       FindResumePoint(c, checkpoint_dir, *description, options, &reported);
   if (!resume.ok()) return BadInput(c, resume.status().message());
   const int64_t resume_step = *resume ? (*resume)->step : 0;
-  const int chunk_size = KeptChunkSize(c, options, *description, *resume, *plan);
-  if (chunk_size != request.chunk_size) {
+  // A planned job keeps a chunk only once it is known: given, or from the checkpoint; else
+  // the first plan's, below.
+  int chunk_size = KeptChunkSize(c, options, *description, *resume, *plan);
+  if (planned && options.chunk_size == 0 && !(*resume && (*resume)->manifest.chunk_size > 0)) {
+    chunk_size = 0;
+  }
+  if (!planned && chunk_size != request.chunk_size) {
     request.chunk_size = chunk_size;
     plan = PlanGrid(request);
     if (!plan.ok()) return BadInput(c, plan.status().message());
@@ -334,6 +410,40 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   if (!journal.ok()) {
     return BadInput(c, journal.status().message() + "; pass --run-dir with a writable directory");
   }
+  std::shared_ptr<const planner::ShapePolicy> policy;
+  if (planned) {
+    // The planner's first shape, on the machines that answered; the chunk it picks is kept
+    // when the model's results depend on it.
+    MachineList usable;
+    for (const Machine& m : machines->machines) {
+      if (std::find(unreachable.begin(), unreachable.end(), m.Address()) == unreachable.end()) {
+        usable.machines.push_back(m);
+      }
+    }
+    Result<std::shared_ptr<const planner::Profile>> profile =
+        given_profile ? Result<std::shared_ptr<const planner::Profile>>(given_profile)
+                      : ProfileForRun(c, options, *program, run_dir, usable, *description,
+                                      *threads, *timeout_s);
+    if (!profile.ok()) {
+      *c.err << "mitra run: " << profile.status().message() << std::endl;
+      return profile.status().code() == Status::Code::kInvalidArgument ? kExitBadInput
+                                                                        : kExitFailed;
+    }
+    auto planned_policy = std::make_shared<planner::PlannedShapePolicy>(*profile);
+    planner::ShapeRequest first;
+    for (const Machine& m : usable.machines) {
+      first.slots_per_machine.push_back(m.slots);
+      first.addresses.push_back(m.Address());
+    }
+    first.segments = description->segments;
+    first.global_batch = options.batch_size;
+    first.chunk_size = chunk_size;
+    Result<GridPlan> chosen = planned_policy->Plan(first);
+    if (!chosen.ok()) return BadInput(c, "the planner found no shape: " + chosen.status().message());
+    if (chunk_size == 0 && !description->micro_batch_independent) chunk_size = chosen->chunk_size;
+    plan = std::move(chosen);
+    policy = planned_policy;
+  }
   PrintPlan(c, *machines, *plan, *description, run_dir);
 
   JsonObject job_fields;
@@ -356,6 +466,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
 
   ControllerOptions controller_options;
   controller_options.stages = options.stages;
+  controller_options.policy = policy;
   controller_options.segments = description->segments;
   controller_options.global_batch = options.batch_size;
   controller_options.chunk_size = chunk_size;

@@ -131,6 +131,9 @@ void RunLoop::Launch(const LaunchAction& launch) {
                                                 .SetInt("resume_step", settings.resume_step)));
   }
   if (mitra::Status s = run_dir_->Create(*fs_, generation); !s.ok()) Warn(s);
+  // Every worker traces one step into its log directory (`mitra plan --validate` reads them);
+  // only local ones, where the manager reads their files.
+  settings.trace_dir = JoinPath(run_dir_->path(), "logs/gen-" + std::to_string(generation));
 
   const Machine& first = launch.machines[launch.plan.ranks[0].machine];
   settings.rdzv_host = transports_->WorkerAddress(first);
@@ -164,6 +167,7 @@ void RunLoop::Launch(const LaunchAction& launch) {
     spec.environment = WorkerEnvironment(
         machine.IsLocal() ? options_.environment : options_.remote_environment, launch.plan,
         placement, transports_->WorkerAddress(machine), settings);
+    if (!machine.IsLocal()) spec.environment.erase("MITRA_STEP_TRACE");  // not our disk
     spec.working_directory = machine.IsLocal() || options_.code_dir.empty()
                                  ? options_.working_directory
                                  : options_.code_dir;

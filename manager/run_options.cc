@@ -11,18 +11,12 @@ namespace {
 
 constexpr const char* kSeeHelp = "; see `mitra run --help`";
 
-// Flags of the design that arrive in later versions: named so the message can say so.
-const std::vector<std::string>& LaterFlags() {
-  static const std::vector<std::string> flags = {"--profile"};
-  return flags;
-}
-
 const std::vector<std::string>& KnownFlags() {
   static const std::vector<std::string> flags = {
       "--machines",  "--batch-size", "--nstages", "--chunk-size", "--gpus-per-node",
       "--max-steps", "--run-dir",    "--threads", "--timeout",    "--stop-timeout",
       "--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints", "--max-restarts",
-      "--heartbeat-timeout", "--code-dir", "--env", "--known-hosts", "--identity"};
+      "--heartbeat-timeout", "--code-dir", "--env", "--known-hosts", "--identity", "--profile"};
   return flags;
 }
 
@@ -95,6 +89,9 @@ Status SetFlag(const std::string& flag, const std::string& value, RunOptions* o)
   } else if (flag == "--run-dir") {
     if (value.empty()) return BadValue(flag, value, "a directory name", "mitra-run");
     o->run_dir = value;
+  } else if (flag == "--profile") {
+    if (value.empty()) return BadValue(flag, value, "a directory name", "profile");
+    o->profile_dir = value;
   } else if (flag == "--checkpoint-dir") {
     if (value.empty()) return BadValue(flag, value, "a directory name", "checkpoints");
     o->checkpoint_dir = value;
@@ -171,10 +168,6 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
     }
     const size_t eq = arg.find('=');
     const std::string flag = arg.substr(0, eq);
-    if (std::find(LaterFlags().begin(), LaterFlags().end(), flag) != LaterFlags().end()) {
-      return Status::InvalidArgument("mitra run: " + flag +
-                                     " is not available yet in this version; leave it out");
-    }
     if (std::find(KnownFlags().begin(), KnownFlags().end(), flag) == KnownFlags().end()) {
       return Status::InvalidArgument(UnknownFlag(flag));
     }
@@ -244,14 +237,20 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
     return command;
   }
   if (name == "profile" || name == "plan") {
-    return Status::InvalidArgument("mitra " + name + " is not available yet");
+    // Parsed by planner_commands.h, whose usage --help prints.
+    command.kind = name == "profile" ? CommandKind::kProfile : CommandKind::kPlan;
+    command.args.assign(args.begin() + 1, args.end());
+    return command;
   }
   return Status::InvalidArgument("mitra: unknown command '" + name +
-                                 "'; the commands are run, checkpoint, status, stop (see `mitra --help`)");
+                                 "'; the commands are run, profile, plan, checkpoint, status, "
+                                 "stop (see `mitra --help`)");
 }
 
 std::string MainUsage() {
   return "usage: mitra run --machines FILE --batch-size B [flags] -- PROGRAM [ARGS...]\n"
+         "       mitra profile --machines FILE --batch-size B --out DIR -- PROGRAM [ARGS...]\n"
+         "       mitra plan --profile DIR --batch-size B (--slots N | --machines FILE)\n"
          "       mitra checkpoint list|verify DIR | export DIR OUT.pt\n"
          "       mitra status | stop [--run-dir DIR]\n"
          "       mitra --help | run --help | --version\n"
@@ -282,9 +281,13 @@ std::string RunUsage() {
          "                        slots=N` for SSH machines ('#' comments); edit it while the\n"
          "                        job runs to grow or shrink it\n"
          "  --batch-size B        global batch, samples per step (split over the replicas)\n"
-         "  --nstages P           pipeline stages (default 1); replicas D = slots / P\n"
-         "  --chunk-size M        micro-batch size (default: per-replica batch for P = 1,\n"
-         "                        else max(1, per-replica batch / (4 P)))\n"
+         "  --nstages P           pipeline stages; replicas D = slots / P. Without it the\n"
+         "                        planner chooses P, D, micro-batch, schedule and partition\n"
+         "                        at every launch, from a profile (--profile)\n"
+         "  --profile DIR         the profile to plan from (`mitra profile`); without it the\n"
+         "                        program is profiled once, into RUN_DIR/profile\n"
+         "  --chunk-size M        micro-batch size (default: planned, or about 4 P\n"
+         "                        micro-batches per replica with --nstages)\n"
          "  --gpus-per-node N     slots of a machine line without slots= (default 1)\n"
          "  --max-steps N         train N steps (default 0: the program's own default)\n"
          "  --run-dir DIR         run directory (default mitra-run); an existing run\n"

@@ -18,7 +18,8 @@ namespace mitra::manager {
 struct RunOptions {
   std::string machines_path;          // --machines (required)
   int64_t batch_size = 0;             // --batch-size: global batch B in samples (required)
-  int stages = 1;                     // --nstages: pipeline stages P
+  int stages = 0;                     // --nstages: pipeline stages P; 0 = planned (--profile)
+  std::string profile_dir;            // --profile: what the planner plans from
   int chunk_size = 0;                 // --chunk-size: micro-batch; 0 = DefaultChunkSize (grid.h)
   int gpus_per_node = 1;              // --gpus-per-node: slots of a machine line without slots=
   int64_t max_steps = 0;              // --max-steps: 0 = the program's own default
@@ -39,7 +40,7 @@ struct RunOptions {
   std::vector<std::string> program_args;
 };
 
-enum class CommandKind { kRun, kCheckpoint, kHelp, kVersion };
+enum class CommandKind { kRun, kCheckpoint, kProfile, kPlan, kHelp, kVersion };
 
 // `mitra checkpoint list|verify DIR`, `mitra checkpoint export DIR OUT.pt`
 struct CheckpointCommandOptions {
@@ -53,6 +54,7 @@ struct Command {
   CommandKind kind = CommandKind::kHelp;
   RunOptions run;         // kRun
   CheckpointCommandOptions checkpoint;  // kCheckpoint
+  std::vector<std::string> args;  // kProfile, kPlan: argv after the command's name
   std::string help_text;  // kHelp: what to print
 };
 

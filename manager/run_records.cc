@@ -21,6 +21,14 @@ JsonObject LaunchRecord(const GridPlan& plan, int64_t generation, const std::str
                         const std::vector<int64_t>& pids, double launch_s) {
   JsonObject o;
   SetShape(plan, generation, &o);
+  if (!plan.schedule.empty()) {
+    o.SetString("schedule", plan.schedule + (plan.recompute ? "+recompute" : ""))
+        .SetString("partition", plan.partition);
+  }
+  if (plan.predicted_step_s > 0) {
+    o.SetNumber("predicted_step_s", plan.predicted_step_s)
+        .SetInt("predicted_memory_bytes", plan.predicted_memory_bytes);
+  }
   o.Set("pids", JsonValue::IntArray(pids))
       .SetString("program", program)
       .SetNumber("launch_s", RoundedSeconds(launch_s));

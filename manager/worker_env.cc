@@ -12,6 +12,9 @@ constexpr const char* kContractVariables[] = {
     "MITRA_RESUME_STEP", "MITRA_RDZV_HOST",    "MITRA_RDZV_PORT",     "MITRA_GENERATION",
     "MITRA_HOST",        "MITRA_THREADS",      "MITRA_TIMEOUT_S",     "MITRA_RUN_DIR",
     "MITRA_DESCRIBE",    "MITRA_CHECKPOINT_DIR", "MITRA_CHECKPOINT_EVERY", "MITRA_KEEP_CHECKPOINTS",
+    "MITRA_SCHEDULE",    "MITRA_RECOMPUTE",    "MITRA_PARTITION",     "MITRA_PROFILE",
+    "MITRA_PROFILE_MACHINES", "MITRA_PROFILE_SLOTS", "MITRA_PROFILE_MICRO_BATCHES",
+    "MITRA_PROFILE_REPEATS", "MITRA_STEP_TRACE",
 };
 
 Environment WithoutContract(const Environment& base) {
@@ -44,6 +47,15 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   env["MITRA_CHECKPOINT_DIR"] = settings.checkpoint_dir;
   env["MITRA_CHECKPOINT_EVERY"] = std::to_string(settings.checkpoint_every);
   env["MITRA_KEEP_CHECKPOINTS"] = std::to_string(settings.keep_checkpoints);
+  if (!plan.schedule.empty()) {
+    env["MITRA_SCHEDULE"] = plan.schedule;
+    env["MITRA_RECOMPUTE"] = plan.recompute ? "1" : "0";
+  }
+  if (!plan.partition.empty()) env["MITRA_PARTITION"] = plan.partition;
+  if (!settings.trace_dir.empty()) {
+    env["MITRA_STEP_TRACE"] =
+        settings.trace_dir + "/rank-" + std::to_string(placement.rank) + ".trace.json";
+  }
   return env;
 }
 

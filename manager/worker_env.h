@@ -29,6 +29,7 @@ struct LaunchSettings {
   std::string checkpoint_dir;  // absolute
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 3;
+  std::string trace_dir;  // where each rank writes one step's trace; "": none
 };
 
 // `base` without the contract's variables (a MITRA_RANK left in the user's shell must not

@@ -48,7 +48,7 @@ Result<GridPlan> PlanGrid(const GridRequest& request) {
   }
   GridPlan plan;
   plan.stages = p;
-  plan.replicas = slots / p;
+  plan.replicas = request.replicas > 0 ? std::min(request.replicas, slots / p) : slots / p;
   plan.global_batch = request.global_batch;
   const int64_t b = request.global_batch;
   if (b < plan.replicas) {

@@ -23,6 +23,7 @@ struct GridRequest {
   int segments = 0;                    // the program's segment count (P may not exceed it)
   int64_t global_batch = 0;            // B
   int chunk_size = 0;                  // 0: DefaultChunkSize for the shape
+  int replicas = 0;                    // D; 0: as many as the slots allow
   // The default chunk will be kept for the rest of the job (a model whose math depends on its
   // micro-batches): it leaves room for the job to grow (DefaultChunkSize).
   bool chunk_kept = false;
@@ -47,6 +48,12 @@ struct GridPlan {
   std::string idle_reason;
   std::string stage_to_rank_map;
   std::vector<RankPlacement> ranks;  // indexed by rank
+  // What a planner chose besides the shape (planner/planner.h); empty: the program's own.
+  std::string schedule;   // gpipe | 1f1b | varuna
+  bool recompute = false;
+  std::string partition;  // segments per stage, "1,4,4,3"
+  double predicted_step_s = 0;  // 0: not predicted
+  int64_t predicted_memory_bytes = 0;
 
   int world_size() const { return stages * replicas; }
 };

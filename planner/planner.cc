@@ -82,15 +82,42 @@ Result<PlanResult> PlanShapes(const PlanRequest& request) {
     return Status::InvalidArgument("--nstages " + std::to_string(request.stages) + " is more than the " +
                                    std::to_string(segments) + " segments of the profiled program");
   }
+  double fastest = 1.0;  // the most a process's speed can be (speed per process <= this)
+  for (const MachineProfile& m : profile.machines) {
+    for (double v : m.speed) fastest = std::max(fastest, v);
+  }
 
+  // 1. Every option, with a lower bound of its step time: its busiest stage's compute, at the
+  //    fastest any machine runs it, with no bubble and no communication.
+  struct Option {
+    int p = 0, d = 0;
+    int64_t chunk = 0;
+    std::string schedule;
+    bool recompute = false;
+    std::vector<int> partition;
+    double bound = 0;
+  };
+  std::vector<Option> options;
   std::vector<int> depths;
   if (request.stages > 0) {
     depths.push_back(request.stages);
   } else {
     for (int p = 1; p <= std::min(segments, slots); ++p) depths.push_back(p);
   }
-  PlanResult result;
-  std::set<std::tuple<int, int, int64_t, std::string, bool>> seen;
+  std::map<int64_t, std::vector<double>> best_segment;  // chunk -> per segment (f, b) at best
+  auto segment_costs = [&](int64_t chunk) -> const std::vector<double>& {
+    auto it = best_segment.find(chunk);
+    if (it != best_segment.end()) return it->second;
+    std::vector<double> out(2 * segments, std::numeric_limits<double>::infinity());
+    for (const MachineProfile& m : profile.machines) {
+      for (int s = 0; s < segments; ++s) {
+        const SegmentCost c = profile.CostAt(m, s, chunk);
+        out[2 * s] = std::min(out[2 * s], c.forward_s);
+        out[2 * s + 1] = std::min(out[2 * s + 1], c.backward_s);
+      }
+    }
+    return best_segment.emplace(chunk, out).first->second;
+  };
   for (int p : depths) {
     if (p > slots) continue;
     for (int d : ReplicaCounts(slots / p)) {
@@ -101,77 +128,110 @@ Result<PlanResult> PlanShapes(const PlanRequest& request) {
         for (int64_t c : profile.micro_batches) chunks.insert(c);
         chunks.insert(ChunkSizeFor(batch, d, p == 1 ? 1 : 4 * p));
       }
-      const std::vector<std::string> machines = PlaceRanks(request.machines, p * d);
-      // Stage speeds for the partition: replica 0's machines, alone.
-      std::vector<const MachineProfile*> stage_machine(p);
-      for (int s = 0; s < p; ++s) stage_machine[s] = &profile.Machine(machines[s]);
+      const std::vector<std::string> first_machines = PlaceRanks(request.machines, std::min(p, slots));
       for (int64_t chunk : chunks) {
         if (chunk > batch || NumMicroBatches(batch, chunk) < d) continue;
-        // Balance forward + backward + update of each segment, weighted by its stage's
-        // machine (the first machine's costs, scaled by each machine's relative speed).
-        std::vector<double> cost(segments);
-        const MachineProfile& typical = *stage_machine[0];
         const int64_t per_replica = (NumMicroBatches(batch, chunk) + d - 1) / d;
+        // Balance forward + backward + update of each segment on its stage's machine (replica
+        // 0's), each machine weighted by its speed relative to the first.
+        const MachineProfile& typical = profile.Machine(first_machines[0]);
+        std::vector<double> cost(segments);
         for (int s = 0; s < segments; ++s) {
           const SegmentCost c = profile.CostAt(typical, s, chunk);
           cost[s] = static_cast<double>(per_replica) * (c.forward_s + c.backward_s) +
                     typical.segments[s].update_s;
         }
-        std::vector<double> speed(p);
+        std::vector<double> speed(p, 1.0);
+        const SegmentCost ref = profile.CostAt(typical, 0, chunk);
         for (int s = 0; s < p; ++s) {
-          const SegmentCost mine = profile.CostAt(*stage_machine[s], 0, chunk);
-          const SegmentCost ref = profile.CostAt(typical, 0, chunk);
-          speed[s] = (mine.forward_s + mine.backward_s) > 0
-                         ? (ref.forward_s + ref.backward_s) / (mine.forward_s + mine.backward_s)
-                         : 1.0;
+          const SegmentCost mine = profile.CostAt(profile.Machine(first_machines[s]), 0, chunk);
+          if (mine.forward_s + mine.backward_s > 0) {
+            speed[s] = (ref.forward_s + ref.backward_s) / (mine.forward_s + mine.backward_s);
+          }
         }
         const std::vector<int> partition = BalancedPartition(cost, speed);
+        const std::vector<double>& best = segment_costs(chunk);
         const std::vector<std::string> schedules =
             p == 1 ? std::vector<std::string>{"1f1b"} : request.schedules;
         for (const std::string& schedule : schedules) {
           for (bool recompute : {false, true}) {
             if (recompute && (p == 1 || schedule == "varuna")) continue;
-            if (!seen.insert({p, d, chunk, schedule, recompute}).second) continue;
-            SimulationInput in;
-            in.profile = &profile;
-            in.global_batch = batch;
-            in.rank_machines = machines;
-            in.candidate.stages = p;
-            in.candidate.replicas = d;
-            in.candidate.chunk_size = chunk;
-            in.candidate.schedule = schedule;
-            in.candidate.recompute = recompute;
-            in.candidate.partition = partition;
-            Result<Prediction> prediction = Simulate(in);
-            if (!prediction.ok()) return prediction.status();
-            ++result.simulated;
-            // Memory, machine by machine.
-            std::map<std::string, int64_t> used;
-            for (size_t r = 0; r < machines.size(); ++r) used[machines[r]] += prediction->memory_bytes[r];
-            bool fits = true;
-            for (const MachineSlots& m : request.machines) {
-              const int64_t capacity = profile.Machine(m.address).memory_bytes;
-              if (capacity > 0 && used[m.address] > capacity) fits = false;
+            const bool discards = recompute || schedule == "varuna";
+            double bound = 0;
+            for (int s = 0, seg = 0; s < p; ++s) {
+              double work = 0;
+              for (int k = 0; k < partition[s]; ++k, ++seg) {
+                work += best[2 * seg] * (discards && s + 1 < p ? 2 : 1) + best[2 * seg + 1];
+              }
+              bound = std::max(bound, static_cast<double>(per_replica) * work / fastest);
             }
-            if (!fits) {
-              ++result.too_big;
-              continue;  // recomputation, next, may fit
-            }
-            PlannedShape shape;
-            shape.candidate = in.candidate;
-            shape.idle_slots = slots - p * d;
-            shape.prediction = std::move(prediction).value();
-            result.candidates.push_back(std::move(shape));
-            break;  // recomputation only when needed to fit
+            options.push_back({p, d, chunk, schedule, recompute, partition, bound});
           }
         }
       }
     }
   }
+  std::stable_sort(options.begin(), options.end(),
+                   [](const Option& a, const Option& b) { return a.bound < b.bound; });
+
+  // 2. Simulate in the order of the bounds until no option left can beat the `keep`-th best
+  //    (an option with recomputation only when the same one without does not fit).
+  PlanResult result;
+  std::vector<double> found;  // predicted step times, to know the keep-th best
+  auto kth_best = [&] {
+    if (request.keep <= 0 || static_cast<int>(found.size()) < request.keep) {
+      return std::numeric_limits<double>::infinity();
+    }
+    std::nth_element(found.begin(), found.begin() + (request.keep - 1), found.end());
+    return found[request.keep - 1];
+  };
+  std::set<std::tuple<int, int, int64_t, std::string>> fitted;  // (p, d, chunk, schedule)
+  std::map<int, std::vector<std::string>> placed;  // world -> rank machines
+  for (const Option& option : options) {
+    if (option.bound >= kth_best()) break;
+    const auto shape = std::make_tuple(option.p, option.d, option.chunk, option.schedule);
+    if (option.recompute && fitted.count(shape)) continue;
+    const int world = option.p * option.d;
+    auto machines = placed.find(world);
+    if (machines == placed.end()) machines = placed.emplace(world, PlaceRanks(request.machines, world)).first;
+    SimulationInput in;
+    in.profile = &profile;
+    in.global_batch = batch;
+    in.rank_machines = machines->second;
+    in.candidate.stages = option.p;
+    in.candidate.replicas = option.d;
+    in.candidate.chunk_size = option.chunk;
+    in.candidate.schedule = option.schedule;
+    in.candidate.recompute = option.recompute;
+    in.candidate.partition = option.partition;
+    Result<Prediction> prediction = Simulate(in);
+    if (!prediction.ok()) return prediction.status();
+    ++result.simulated;
+    // Memory, machine by machine.
+    std::map<std::string, int64_t> used;
+    for (size_t r = 0; r < in.rank_machines.size(); ++r) used[in.rank_machines[r]] += prediction->memory_bytes[r];
+    bool fits = true;
+    for (const MachineSlots& m : request.machines) {
+      const int64_t capacity = profile.Machine(m.address).memory_bytes;
+      if (capacity > 0 && used[m.address] > capacity) fits = false;
+    }
+    if (!fits) {
+      ++result.too_big;
+      continue;
+    }
+    if (!option.recompute) fitted.insert(shape);
+    PlannedShape planned;
+    planned.candidate = in.candidate;
+    planned.idle_slots = slots - world;
+    planned.prediction = std::move(prediction).value();
+    found.push_back(planned.prediction.step_s);
+    result.candidates.push_back(std::move(planned));
+  }
+  result.considered = static_cast<int>(options.size());
   if (result.candidates.empty()) {
     if (result.too_big > 0) {
       return Status::NotFound("none of the " + std::to_string(result.simulated) +
-                              " shapes considered fits the machines' memory: add machines or "
+                              " shapes simulated fits the machines' memory: add machines or "
                               "memory, or use a smaller batch");
     }
     return Status::InvalidArgument("no shape of a batch of " + std::to_string(batch) + " fits " +

@@ -5,9 +5,10 @@
 // micro-batch (the profiled sizes, plus the one that shares the batch evenly, or only the job's
 // fixed one), the schedule (GPipe, 1F1B, Varuna; with recomputation where activations would not
 // fit otherwise) and, for each, the partition that balances the stages' measured time on the
-// machines they run on. Each candidate is simulated (planner/simulator.h); those that do not fit
-// a machine's memory are dropped, and the rest are ranked by predicted step time, fewer busy
-// slots first among equals. Pure and thread-compatible.
+// machines they run on. Candidates are simulated (planner/simulator.h) in the order of a lower
+// bound of their step time, until no candidate left can enter the best `keep`; those that do
+// not fit a machine's memory are dropped, and the rest are ranked by predicted step time, fewer
+// busy slots first among equals. Pure and thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,9 @@ struct PlanRequest {
   int64_t chunk_size = 0;  // > 0: the job's micro-batch is fixed; only it is tried
   int stages = 0;          // > 0: only this P
   std::vector<std::string> schedules = {"1f1b", "gpipe", "varuna"};
+  // How many of the best shapes must be exact: shapes whose lower bound (their busiest stage's
+  // compute alone) cannot beat the keep-th best found are not simulated. 0: simulate all.
+  int keep = 10;
 };
 
 struct PlannedShape {
@@ -42,6 +46,7 @@ struct PlannedShape {
 
 struct PlanResult {
   std::vector<PlannedShape> candidates;  // fastest first
+  int considered = 0;  // shapes enumerated
   int simulated = 0;
   int too_big = 0;  // dropped because a machine's memory would not hold them
 };

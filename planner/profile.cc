@@ -43,6 +43,16 @@ double MachineProfile::SpeedAt(int k) const {
   return speed.back() * measured / k;
 }
 
+double BusyLatency(const LinkProfile& link) {
+  std::vector<double> extra;
+  for (const auto& [bytes, seconds] : link.busy_samples) {
+    extra.push_back(std::max(0.0, seconds - static_cast<double>(bytes) / link.bytes_per_s));
+  }
+  if (extra.empty()) return 0;
+  std::sort(extra.begin(), extra.end());
+  return extra[extra.size() / 2];
+}
+
 std::pair<double, double> FitLatencyBandwidth(
     const std::vector<std::pair<int64_t, double>>& samples) {
   if (samples.empty()) return {0, 1e9};
@@ -102,7 +112,8 @@ SegmentCost Profile::CostAt(const MachineProfile& machine, int segment, int64_t 
   return out;
 }
 
-double Profile::P2pSeconds(const std::string& from, const std::string& to, int64_t bytes) const {
+double Profile::P2pSeconds(const std::string& from, const std::string& to, int64_t bytes,
+                           bool busy) const {
   const LinkProfile* best = nullptr;
   for (const LinkProfile& l : links) {
     const bool same = (l.from == from && l.to == to) || (l.from == to && l.to == from);
@@ -113,7 +124,11 @@ double Profile::P2pSeconds(const std::string& from, const std::string& to, int64
     // A link of the same kind (within a machine, or between two) stands in for one not measured.
     if (best == nullptr && (l.from == l.to) == (from == to)) best = &l;
   }
+  if (best == nullptr && !links.empty()) best = &links.front();  // the only kind measured
   if (best == nullptr) return 0;
+  if (busy && best->busy_latency_s > 0) {
+    return best->busy_latency_s + static_cast<double>(bytes) / best->bytes_per_s;
+  }
   return best->latency_s + static_cast<double>(bytes) / best->bytes_per_s;
 }
 
@@ -128,11 +143,143 @@ double Profile::AllreduceSeconds(int group, int64_t bytes) const {
     if (allreduce.empty()) return 0;
     nearest = &allreduce.front();
   }
-  // Ring all-reduce: each process sends 2 (g - 1) / g of the data in 2 (g - 1) rounds.
+  // Bandwidth as a ring all-reduce: each process sends 2 (g - 1) / g of the data. Latency as
+  // recursive halving and doubling: log2 g rounds (a ring's 2 (g - 1) rounds would make large
+  // groups latency-bound, which implementations avoid).
   const double g0 = nearest->group, g = group;
   const double volume = (2 * (g - 1) / g) / (2 * (g0 - 1) / g0);
-  const double rounds = (g - 1) / (g0 - 1);
+  const double rounds = std::ceil(std::log2(g)) / std::max(1.0, std::ceil(std::log2(g0)));
   return nearest->latency_s * rounds + static_cast<double>(bytes) * volume / nearest->bytes_per_s;
+}
+
+namespace {
+
+json MachineToJson(const MachineProfile& m) {
+  json jm = {{"address", m.address},   {"slots", m.slots}, {"memory_bytes", m.memory_bytes},
+             {"sample_s", m.sample_s}, {"speed", m.speed}, {"segments", json::array()}};
+  for (const SegmentProfile& s : m.segments) {
+    json js = {{"name", s.name},
+               {"parameters", s.parameters},
+               {"parameter_bytes", s.parameter_bytes},
+               {"buffer_bytes", s.buffer_bytes},
+               {"optimizer_bytes", s.optimizer_bytes},
+               {"update_s", s.update_s},
+               {"costs", json::array()}};
+    for (const SegmentCost& c : s.costs) {
+      js["costs"].push_back({{"micro_batch", c.micro_batch},
+                             {"forward_s", c.forward_s},
+                             {"forward_nograd_s", c.forward_nograd_s},
+                             {"backward_s", c.backward_s},
+                             {"output_bytes", c.output_bytes},
+                             {"graph_bytes", c.graph_bytes}});
+    }
+    jm["segments"].push_back(js);
+  }
+  return jm;
+}
+
+MachineProfile MachineFromJson(const json& jm) {  // throws json::exception
+  MachineProfile m;
+  m.address = jm.at("address").get<std::string>();
+  m.slots = jm.at("slots").get<int>();
+  m.memory_bytes = jm.at("memory_bytes").get<int64_t>();
+  m.sample_s = jm.at("sample_s").get<double>();
+  m.speed = jm.at("speed").get<std::vector<double>>();
+  for (const json& js : jm.at("segments")) {
+    SegmentProfile s;
+    s.name = js.at("name").get<std::string>();
+    s.parameters = js.at("parameters").get<int64_t>();
+    s.parameter_bytes = js.at("parameter_bytes").get<int64_t>();
+    s.buffer_bytes = js.at("buffer_bytes").get<int64_t>();
+    s.optimizer_bytes = js.at("optimizer_bytes").get<int64_t>();
+    s.update_s = js.at("update_s").get<double>();
+    for (const json& jc : js.at("costs")) {
+      SegmentCost c;
+      c.micro_batch = jc.at("micro_batch").get<int64_t>();
+      c.forward_s = jc.at("forward_s").get<double>();
+      c.forward_nograd_s = jc.at("forward_nograd_s").get<double>();
+      c.backward_s = jc.at("backward_s").get<double>();
+      c.output_bytes = jc.at("output_bytes").get<int64_t>();
+      c.graph_bytes = jc.at("graph_bytes").get<int64_t>();
+      s.costs.push_back(c);
+    }
+    m.segments.push_back(std::move(s));
+  }
+  return m;
+}
+
+json CommToJson(const CommProfile& c) {
+  json j;
+  j["step_sync_s"] = c.step_sync_s;
+  j["links"] = json::array();
+  for (const LinkProfile& l : c.links) {
+    j["links"].push_back({{"from", l.from},
+                          {"to", l.to},
+                          {"latency_s", l.latency_s},
+                          {"bytes_per_s", l.bytes_per_s},
+                          {"samples", Samples(l.samples)},
+                          {"busy_latency_s", l.busy_latency_s},
+                          {"busy_bytes_per_s", l.busy_bytes_per_s},
+                          {"busy_samples", Samples(l.busy_samples)}});
+  }
+  j["allreduce"] = json::array();
+  for (const AllreduceProfile& a : c.allreduce) {
+    j["allreduce"].push_back({{"group", a.group},
+                              {"latency_s", a.latency_s},
+                              {"bytes_per_s", a.bytes_per_s},
+                              {"samples", Samples(a.samples)}});
+  }
+  return j;
+}
+
+CommProfile CommFromJson(const json& j) {  // throws json::exception
+  CommProfile c;
+  c.step_sync_s = j.at("step_sync_s").get<double>();
+  for (const json& jl : j.at("links")) {
+    LinkProfile l;
+    l.from = jl.at("from").get<std::string>();
+    l.to = jl.at("to").get<std::string>();
+    l.latency_s = jl.at("latency_s").get<double>();
+    l.bytes_per_s = jl.at("bytes_per_s").get<double>();
+    l.samples = ReadSamples(jl.at("samples"));
+    l.busy_latency_s = jl.value("busy_latency_s", 0.0);
+    l.busy_bytes_per_s = jl.value("busy_bytes_per_s", 0.0);
+    if (jl.contains("busy_samples")) l.busy_samples = ReadSamples(jl.at("busy_samples"));
+    c.links.push_back(std::move(l));
+  }
+  for (const json& ja : j.at("allreduce")) {
+    AllreduceProfile a;
+    a.group = ja.at("group").get<int>();
+    a.latency_s = ja.at("latency_s").get<double>();
+    a.bytes_per_s = ja.at("bytes_per_s").get<double>();
+    a.samples = ReadSamples(ja.at("samples"));
+    c.allreduce.push_back(std::move(a));
+  }
+  return c;
+}
+
+}  // namespace
+
+std::string MachineProfileJson(const MachineProfile& machine) {
+  return MachineToJson(machine).dump();
+}
+
+Result<MachineProfile> ParseMachineProfile(const std::string& text) {
+  try {
+    return MachineFromJson(json::parse(text));
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("a malformed machine profile: ") + e.what());
+  }
+}
+
+std::string CommProfileJson(const CommProfile& comm) { return CommToJson(comm).dump(); }
+
+Result<CommProfile> ParseCommProfile(const std::string& text) {
+  try {
+    return CommFromJson(json::parse(text));
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string("a malformed communication profile: ") + e.what());
+  }
 }
 
 std::string Profile::ToJson() const {
@@ -141,46 +288,9 @@ std::string Profile::ToJson() const {
   j["program"] = program;
   j["program_args"] = program_args;
   j["micro_batches"] = micro_batches;
-  j["step_sync_s"] = step_sync_s;
   j["machines"] = json::array();
-  for (const MachineProfile& m : machines) {
-    json jm = {{"address", m.address},   {"slots", m.slots},     {"memory_bytes", m.memory_bytes},
-               {"sample_s", m.sample_s}, {"speed", m.speed}, {"segments", json::array()}};
-    for (const SegmentProfile& s : m.segments) {
-      json js = {{"name", s.name},
-                 {"parameters", s.parameters},
-                 {"parameter_bytes", s.parameter_bytes},
-                 {"buffer_bytes", s.buffer_bytes},
-                 {"optimizer_bytes", s.optimizer_bytes},
-                 {"update_s", s.update_s},
-                 {"costs", json::array()}};
-      for (const SegmentCost& c : s.costs) {
-        js["costs"].push_back({{"micro_batch", c.micro_batch},
-                               {"forward_s", c.forward_s},
-                               {"forward_nograd_s", c.forward_nograd_s},
-                               {"backward_s", c.backward_s},
-                               {"output_bytes", c.output_bytes},
-                               {"graph_bytes", c.graph_bytes}});
-      }
-      jm["segments"].push_back(js);
-    }
-    j["machines"].push_back(jm);
-  }
-  j["links"] = json::array();
-  for (const LinkProfile& l : links) {
-    j["links"].push_back({{"from", l.from},
-                          {"to", l.to},
-                          {"latency_s", l.latency_s},
-                          {"bytes_per_s", l.bytes_per_s},
-                          {"samples", Samples(l.samples)}});
-  }
-  j["allreduce"] = json::array();
-  for (const AllreduceProfile& a : allreduce) {
-    j["allreduce"].push_back({{"group", a.group},
-                              {"latency_s", a.latency_s},
-                              {"bytes_per_s", a.bytes_per_s},
-                              {"samples", Samples(a.samples)}});
-  }
+  for (const MachineProfile& m : machines) j["machines"].push_back(MachineToJson(m));
+  j["comm"] = CommToJson(CommProfile{links, allreduce, step_sync_s});
   return j.dump(1) + "\n";
 }
 
@@ -197,57 +307,11 @@ Result<Profile> Profile::FromJson(const std::string& text, const std::string& wh
     p.program = j.at("program").get<std::string>();
     p.program_args = j.at("program_args").get<std::vector<std::string>>();
     p.micro_batches = j.at("micro_batches").get<std::vector<int64_t>>();
-    p.step_sync_s = j.at("step_sync_s").get<double>();
-    for (const json& jm : j.at("machines")) {
-      MachineProfile m;
-      m.address = jm.at("address").get<std::string>();
-      m.slots = jm.at("slots").get<int>();
-      m.memory_bytes = jm.at("memory_bytes").get<int64_t>();
-      m.sample_s = jm.at("sample_s").get<double>();
-      m.speed = jm.at("speed").get<std::vector<double>>();
-      for (const json& js : jm.at("segments")) {
-        SegmentProfile s;
-        s.name = js.at("name").get<std::string>();
-        s.parameters = js.at("parameters").get<int64_t>();
-        s.parameter_bytes = js.at("parameter_bytes").get<int64_t>();
-        s.buffer_bytes = js.at("buffer_bytes").get<int64_t>();
-        s.optimizer_bytes = js.at("optimizer_bytes").get<int64_t>();
-        s.update_s = js.at("update_s").get<double>();
-        for (const json& jc : js.at("costs")) {
-          SegmentCost c;
-          c.micro_batch = jc.at("micro_batch").get<int64_t>();
-          c.forward_s = jc.at("forward_s").get<double>();
-          c.forward_nograd_s = jc.at("forward_nograd_s").get<double>();
-          c.backward_s = jc.at("backward_s").get<double>();
-          c.output_bytes = jc.at("output_bytes").get<int64_t>();
-          c.graph_bytes = jc.at("graph_bytes").get<int64_t>();
-          s.costs.push_back(c);
-        }
-        if (s.costs.empty()) {
-          return Status::InvalidArgument(where + ": segment '" + s.name + "' of " + m.address +
-                                         " has no costs");
-        }
-        m.segments.push_back(std::move(s));
-      }
-      p.machines.push_back(std::move(m));
-    }
-    for (const json& jl : j.at("links")) {
-      LinkProfile l;
-      l.from = jl.at("from").get<std::string>();
-      l.to = jl.at("to").get<std::string>();
-      l.latency_s = jl.at("latency_s").get<double>();
-      l.bytes_per_s = jl.at("bytes_per_s").get<double>();
-      l.samples = ReadSamples(jl.at("samples"));
-      p.links.push_back(std::move(l));
-    }
-    for (const json& ja : j.at("allreduce")) {
-      AllreduceProfile a;
-      a.group = ja.at("group").get<int>();
-      a.latency_s = ja.at("latency_s").get<double>();
-      a.bytes_per_s = ja.at("bytes_per_s").get<double>();
-      a.samples = ReadSamples(ja.at("samples"));
-      p.allreduce.push_back(std::move(a));
-    }
+    for (const json& jm : j.at("machines")) p.machines.push_back(MachineFromJson(jm));
+    CommProfile comm = CommFromJson(j.at("comm"));
+    p.links = std::move(comm.links);
+    p.allreduce = std::move(comm.allreduce);
+    p.step_sync_s = comm.step_sync_s;
   } catch (const json::exception& e) {
     return Status::InvalidArgument(where + " is not a valid profile (" + e.what() +
                                    "): profile the program again with `mitra profile`");
@@ -261,6 +325,12 @@ Result<Profile> Profile::FromJson(const std::string& text, const std::string& wh
                                      std::to_string(m.segments.size()) + " segments, " +
                                      p.machines[0].address + " " +
                                      std::to_string(p.machines[0].segments.size()));
+    }
+    for (const SegmentProfile& s : m.segments) {
+      if (s.costs.empty()) {
+        return Status::InvalidArgument(where + ": segment '" + s.name + "' of " + m.address +
+                                       " has no costs");
+      }
     }
   }
   std::sort(p.allreduce.begin(), p.allreduce.end(),

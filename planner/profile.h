@@ -63,6 +63,14 @@ struct LinkProfile {
   double latency_s = 0;
   double bytes_per_s = 0;
   std::vector<std::pair<int64_t, double>> samples;  // bytes, one-way seconds (measured)
+  // As a pipeline uses the link: both processes compute, the receiver then asks for a message
+  // while the sender still computes; seconds from asking to having it. On a machine whose cores
+  // are all busy this is dominated by when the processes' communication threads get a core,
+  // whatever the size: busy_latency_s is the median of the samples less their transfer at the
+  // idle bandwidth (BusyLatency). 0 when not measured (then the idle figures apply).
+  double busy_latency_s = 0;
+  double busy_bytes_per_s = 0;  // unused; kept for the format
+  std::vector<std::pair<int64_t, double>> busy_samples;
 };
 
 // All-reduce over `group` processes: time = latency_s + bytes / bytes_per_s, fitted to samples.
@@ -95,11 +103,29 @@ struct Profile {
   const MachineProfile& Machine(const std::string& address) const;
   // Segment `segment`'s costs on `machine` at micro-batch size `micro_batch`.
   SegmentCost CostAt(const MachineProfile& machine, int segment, int64_t micro_batch) const;
-  double P2pSeconds(const std::string& from, const std::string& to, int64_t bytes) const;
+  // A message between two machines (or within one): the link measured between them, else one
+  // of the same kind, else any. `busy`: while the sender computes (LinkProfile::busy_*).
+  double P2pSeconds(const std::string& from, const std::string& to, int64_t bytes,
+                    bool busy = false) const;
   // All-reduce of `bytes` over `group` processes (1: free). Group sizes beyond the profiled ones
   // follow a ring all-reduce: 2 (g - 1) / g of the data crosses each link.
   double AllreduceSeconds(int group, int64_t bytes) const;
 };
+
+// What `mitra profile` gathers from the workers: each machine's part (from its first process)
+// and the communication figures (from rank 0), as JSON.
+struct CommProfile {
+  std::vector<LinkProfile> links;
+  std::vector<AllreduceProfile> allreduce;
+  double step_sync_s = 0;
+};
+std::string MachineProfileJson(const MachineProfile& machine);
+Result<MachineProfile> ParseMachineProfile(const std::string& text);
+std::string CommProfileJson(const CommProfile& comm);
+Result<CommProfile> ParseCommProfile(const std::string& text);
+
+// The median of a link's busy samples less their transfer at its idle bandwidth.
+double BusyLatency(const LinkProfile& link);
 
 // Least squares fit of seconds = latency + bytes / bandwidth; latency >= 0.
 std::pair<double, double> FitLatencyBandwidth(const std::vector<std::pair<int64_t, double>>& samples);

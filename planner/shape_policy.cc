@@ -3,6 +3,8 @@
 #include <numeric>
 #include <string>
 
+#include "planner/planner.h"
+
 namespace mitra::planner {
 
 Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
@@ -22,6 +24,45 @@ Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
   grid.global_batch = request.global_batch;
   grid.chunk_size = request.chunk_size;
   return PlanGrid(grid);
+}
+
+Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
+  PlanRequest plan;
+  plan.profile = profile_.get();
+  plan.global_batch = request.global_batch;
+  plan.chunk_size = request.chunk_size;
+  for (size_t i = 0; i < request.slots_per_machine.size(); ++i) {
+    plan.machines.push_back({i < request.addresses.size() ? request.addresses[i] : "",
+                             request.slots_per_machine[i]});
+  }
+  if (profile_->num_segments() != request.segments) {
+    return Status::InvalidArgument("the profile holds " + std::to_string(profile_->num_segments()) +
+                                   " segments but the program has " +
+                                   std::to_string(request.segments) +
+                                   ": profile the program again (mitra profile)");
+  }
+  Result<PlanResult> planned = PlanShapes(plan);
+  if (!planned.ok()) return Status::Unavailable(planned.status().message());
+  const PlannedShape& best = planned->candidates.front();
+  GridRequest grid;
+  grid.slots_per_machine = request.slots_per_machine;
+  grid.stages = best.candidate.stages;
+  grid.replicas = best.candidate.replicas;
+  grid.segments = request.segments;
+  grid.global_batch = request.global_batch;
+  grid.chunk_size = static_cast<int>(best.candidate.chunk_size);
+  Result<GridPlan> out = PlanGrid(grid);
+  if (!out.ok()) return out.status();
+  out->schedule = best.candidate.schedule;
+  out->recompute = best.candidate.recompute;
+  out->partition = best.candidate.PartitionText();
+  out->predicted_step_s = best.prediction.step_s;
+  out->predicted_memory_bytes = best.prediction.max_memory_bytes;
+  if (out->idle_slots > 0 && out->idle_reason.empty()) {
+    out->idle_reason = "the planner predicts " + std::to_string(out->replicas) +
+                       (out->replicas == 1 ? " replica" : " replicas") + " to be fastest";
+  }
+  return out;
 }
 
 }  // namespace mitra::planner

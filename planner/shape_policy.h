@@ -1,25 +1,29 @@
 // ShapePolicy: which shape (P stages x D replicas) the job takes on the machines it can use.
 //
 // The controller asks at every launch (the first one, each morph, each recovery) with the
-// slots of the usable machines. This version has one policy, FixedStagesPolicy: P as the user
-// set it (--nstages), D = floor(slots / P), the global batch unchanged. Choosing P as well
-// (from profiles and a simulator, as Varuna's AutoConfig does) is another implementation of the
-// same interface.
+// usable machines. FixedStagesPolicy: P as the user set it (--nstages), D = floor(slots / P),
+// the global batch unchanged. PlannedShapePolicy: the planner's fastest shape for the machines
+// (planner/planner.h): P, D, micro-batch, schedule and partition, from a profile.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+#include <string>
+
 #include "mitra/common/status.h"
 #include "planner/grid.h"
+#include "planner/profile.h"
 
 namespace mitra::planner {
 
 struct ShapeRequest {
   std::vector<int> slots_per_machine;  // of the usable machines, in list order
+  std::vector<std::string> addresses;  // their addresses, in the same order
   int segments = 0;                    // the program's segment count
   int64_t global_batch = 0;            // B: the same in every shape
-  int chunk_size = 0;                  // 0: the default for each shape
+  int chunk_size = 0;                  // > 0: fixed for the job; 0: chosen for each shape
 };
 
 // Implementations are pure and thread-compatible.
@@ -39,6 +43,18 @@ class FixedStagesPolicy : public ShapePolicy {
 
  private:
   int stages_;
+};
+
+// The planner's fastest shape on the usable machines, re-planned at every launch. The plan
+// carries the schedule, partition and prediction to the workers and the records.
+class PlannedShapePolicy : public ShapePolicy {
+ public:
+  explicit PlannedShapePolicy(std::shared_ptr<const Profile> profile)
+      : profile_(std::move(profile)) {}
+  Result<GridPlan> Plan(const ShapeRequest& request) const override;
+
+ private:
+  std::shared_ptr<const Profile> profile_;
 };
 
 }  // namespace mitra::planner

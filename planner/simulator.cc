@@ -1,10 +1,12 @@
 #include "planner/simulator.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -49,53 +51,61 @@ class StepModel {
  public:
   StepModel(const SimulationInput& in, const Profile& profile) : in_(in), p_(profile) {}
 
-  double Work(const RankSpec& r, Op op, int64_t size) const {
-    double work = 0;
+  // A stage's costs at one micro-batch size (memoised: the same few sizes recur).
+  struct StageCost {
+    double forward = 0, nograd = 0, backward = 0;
+    int64_t input_bytes = 0, output_bytes = 0, graph_bytes = 0;
+  };
+  const StageCost& Cost(const RankSpec& r, int64_t size) const {
+    const auto key = std::make_tuple(r.profile, r.first_segment, r.end_segment, size);
+    auto it = costs_.find(key);
+    if (it != costs_.end()) return it->second;
+    StageCost c;
     for (int s = r.first_segment; s < r.end_segment; ++s) {
-      const SegmentCost c = p_.CostAt(*r.profile, s, size);
-      switch (op) {
-        case Op::kForward:
-        case Op::kRecompute:
-          work += c.forward_s;
-          break;
-        case Op::kForwardDiscard:
-          work += c.forward_nograd_s;
-          break;
-        case Op::kBackward:
-          work += c.backward_s;
-          break;
-        default:
-          break;
-      }
+      const SegmentCost seg = p_.CostAt(*r.profile, s, size);
+      c.forward += seg.forward_s;
+      c.nograd += seg.forward_nograd_s;
+      c.backward += seg.backward_s;
+      c.graph_bytes += seg.graph_bytes;
     }
-    if ((op == Op::kForward || op == Op::kForwardDiscard) && (r.first || r.last)) {
-      work += r.profile->sample_s * static_cast<double>(size);
+    if (r.first || r.last) {  // a first or last stage loads the micro-batch's samples
+      c.forward += r.profile->sample_s * static_cast<double>(size);
+      c.nograd += r.profile->sample_s * static_cast<double>(size);
     }
-    return work;
+    if (r.first_segment > 0) {
+      c.input_bytes = p_.CostAt(*r.profile, r.first_segment - 1, size).output_bytes;
+    }
+    c.output_bytes = p_.CostAt(*r.profile, r.end_segment - 1, size).output_bytes;
+    return costs_.emplace(key, c).first->second;
   }
 
-  // Bytes of the activations stage `stage` receives (the previous stage's output).
-  int64_t InputBytes(const RankSpec& r, int64_t size) const {
-    if (r.first_segment == 0) return 0;
-    return p_.CostAt(*r.profile, r.first_segment - 1, size).output_bytes;
-  }
-  int64_t OutputBytes(const RankSpec& r, int64_t size) const {
-    return p_.CostAt(*r.profile, r.end_segment - 1, size).output_bytes;
-  }
-  int64_t GraphBytes(const RankSpec& r, int64_t size) const {
-    int64_t bytes = 0;
-    for (int s = r.first_segment; s < r.end_segment; ++s) {
-      bytes += p_.CostAt(*r.profile, s, size).graph_bytes;
+  double Work(const RankSpec& r, Op op, int64_t size) const {
+    const StageCost& c = Cost(r, size);
+    switch (op) {
+      case Op::kForward:
+        return c.forward;
+      case Op::kForwardDiscard:
+        return c.nograd;
+      case Op::kRecompute:  // no loading: the inputs are stashed
+        return c.forward - ((r.first || r.last) ? r.profile->sample_s * static_cast<double>(size) : 0.0);
+      case Op::kBackward:
+        return c.backward;
+      default:
+        return 0;
     }
-    return bytes;
   }
+
+  int64_t InputBytes(const RankSpec& r, int64_t size) const { return Cost(r, size).input_bytes; }
+  int64_t OutputBytes(const RankSpec& r, int64_t size) const { return Cost(r, size).output_bytes; }
+  int64_t GraphBytes(const RankSpec& r, int64_t size) const { return Cost(r, size).graph_bytes; }
 
   // Processor sharing over `ranks` (indices into `specs`), which exchange messages only among
   // themselves. With `fixed_load`, a machine's speed is that for `fixed_load[m]` processes
   // whatever computes at the moment.
   std::vector<Timeline> Run(const std::vector<RankSpec>& specs, const std::vector<int>& ranks,
                             const std::vector<int>* fixed_load,
-                            const std::vector<std::string>& addresses) const {
+                            const std::vector<std::string>& addresses,
+                            const std::vector<int>& index) const {
     const size_t n = ranks.size();
     std::vector<Timeline> out(n);
     struct State {
@@ -103,10 +113,31 @@ class StepModel {
       bool computing = false, done = false;
       double remaining = 0, op_start = 0;
       bool waiting = false;
-      std::tuple<int, int, int, int> awaited;  // from, to, micro-batch, kind
+      std::array<int, 3> awaited{};  // receiving rank's position, kind, micro-batch
     };
     std::vector<State> st(n);
-    std::map<std::tuple<int, int, int, int>, double> arrivals;
+    // What rank i receives (kind 0: activations, 1: gradients), by micro-batch: when it was
+    // sent, when i asked for it, and how long moving it takes. Gloo moves a message once both
+    // sides have posted it (rendezvous), with the sender computing meanwhile: the busy link.
+    struct Mailbox {
+      std::array<std::vector<double>, 2> sent, posted, transfer;
+    };
+    std::vector<Mailbox> mail(n);
+    std::map<int, size_t> local;  // rank -> position in `ranks`
+    for (size_t i = 0; i < n; ++i) {
+      const RankSpec& r = specs[ranks[i]];
+      local[r.rank] = i;
+      for (int k = 0; k < 2; ++k) {
+        mail[i].sent[k].assign(r.sizes.size(), kInf);
+        mail[i].posted[k].assign(r.sizes.size(), kInf);
+        mail[i].transfer[k].assign(r.sizes.size(), 0.0);
+      }
+    }
+    auto arrival = [&](const std::array<int, 3>& a) {
+      const double sent = mail[a[0]].sent[a[1]][a[2]];
+      if (sent == kInf) return kInf;
+      return std::max(sent, mail[a[0]].posted[a[1]][a[2]]) + mail[a[0]].transfer[a[1]][a[2]];
+    };
     double t = kInf;
     for (int r : ranks) t = std::min(t, specs[r].start);
     size_t finished = 0;
@@ -124,17 +155,20 @@ class StepModel {
             const bool forward = ins.op == Op::kSendActivations;
             const int peer = forward ? r.rank + 1 : r.rank - 1;  // the next / previous stage
             const int64_t bytes = forward ? OutputBytes(r, size) : InputBytes(r, size);
-            arrivals[{r.rank, peer, ins.micro_batch, forward ? 0 : 1}] =
-                t + p_.P2pSeconds(addresses[r.machine], addresses[specs[peer].machine], bytes);
+            Mailbox& box = mail[local.at(peer)];
+            const int k = forward ? 0 : 1;
+            box.sent[k][ins.micro_batch] = t;
+            box.transfer[k][ins.micro_batch] = p_.P2pSeconds(
+                addresses[r.machine], addresses[specs[index[peer]].machine], bytes, /*busy=*/true);
             ++s.pc;
             continue;
           }
           if (ins.op == Op::kRecvActivations || ins.op == Op::kRecvGradients) {
-            const bool forward = ins.op == Op::kRecvActivations;
-            const int peer = forward ? r.rank - 1 : r.rank + 1;
-            s.awaited = {peer, r.rank, ins.micro_batch, forward ? 0 : 1};
-            auto it = arrivals.find(s.awaited);
-            if (it != arrivals.end() && it->second <= t + kEpsilon) {
+            const int k = ins.op == Op::kRecvActivations ? 0 : 1;
+            s.awaited = {static_cast<int>(i), k, ins.micro_batch};
+            double& posted = mail[i].posted[k][ins.micro_batch];
+            posted = std::min(posted, t);
+            if (arrival(s.awaited) <= t + kEpsilon) {
               s.waiting = false;
               ++s.pc;
               continue;
@@ -165,10 +199,7 @@ class StepModel {
         const RankSpec& r = specs[ranks[i]];
         const State& s = st[i];
         if (s.computing) next = std::min(next, t + s.remaining / speed(r));
-        if (s.waiting) {
-          auto it = arrivals.find(s.awaited);
-          if (it != arrivals.end()) next = std::min(next, it->second);
-        }
+        if (s.waiting) next = std::min(next, arrival(s.awaited));
         if (!s.done && !s.computing && !s.waiting && r.start > t) next = std::min(next, r.start);
       }
       if (next == kInf) break;  // cannot happen for the generated schedules (tested)
@@ -204,12 +235,8 @@ class StepModel {
  private:
   const SimulationInput& in_;
   const Profile& p_;
+  mutable std::map<std::tuple<const MachineProfile*, int, int, int64_t>, StageCost> costs_;
 };
-
-int Find(std::vector<int>& parent, int x) {
-  while (parent[x] != x) x = parent[x] = parent[parent[x]];
-  return x;
-}
 
 }  // namespace
 
@@ -252,42 +279,97 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   auto kind = ParseScheduleKind(c.schedule);
   if (!kind.ok()) return kind.status();
 
+  // Which replicas to simulate: all of them, or on a large list of like machines (each of S
+  // slots, the ranks filling them in order) only representatives. There the machines and the
+  // replicas on them repeat every q = S / gcd(P, S) replicas, so a whole period of replicas
+  // stands for every period whose replicas take as many micro-batches: the first period, the
+  // ones around where the replicas with an extra micro-batch end, and the last.
+  const int64_t micro_batches = NumMicroBatches(in.global_batch, c.chunk_size);
+  const int extra = static_cast<int>(micro_batches % D);
+  std::vector<int> replicas;
+  {
+    int slots = 0;
+    while (slots < R && in.rank_machines[slots] == in.rank_machines[0]) ++slots;
+    bool uniform = R > kRepresentativesAbove;
+    const MachineProfile* typical = &p.Machine(in.rank_machines[0]);
+    for (int r = 0; uniform && r < R; r += slots) {
+      const int end = std::min(R, r + slots);
+      uniform = &p.Machine(in.rank_machines[r]) == typical &&
+                in.rank_machines[end - 1] == in.rank_machines[r] &&
+                (end == R || in.rank_machines[end] != in.rank_machines[r]);
+    }
+    if (!uniform) {
+      replicas.resize(D);
+      std::iota(replicas.begin(), replicas.end(), 0);
+    } else {
+      const int q = slots / std::gcd(P, slots);
+      std::set<int> chosen;
+      auto window = [&](int start) {
+        start = std::max(0, std::min(start, D - 1)) / q * q;
+        for (int d = start; d < std::min(D, start + q); ++d) chosen.insert(d);
+      };
+      window(0);
+      window(extra - 1);
+      window(extra);
+      window((extra + q - 1) / q * q);
+      window(D - 1);
+      window(D - 1 - q);  // the last full period, before a partly filled last machine
+      replicas.assign(chosen.begin(), chosen.end());
+    }
+  }
+
   // Distinct machines, and how many ranks each holds.
   std::vector<std::string> addresses;
   std::map<std::string, int> machine_index;
-  std::vector<int> load;
-  std::vector<RankSpec> specs(R);
+  std::map<int, int> load;  // machine -> ranks on it
+  std::vector<int> index(R, -1);  // rank -> its spec, when simulated
+  std::vector<RankSpec> specs;
+  specs.reserve(replicas.size() * P);
   std::vector<int> first_segment(P + 1, 0);
   for (int s = 0; s < P; ++s) first_segment[s + 1] = first_segment[s] + c.partition[s];
   StepModel model(in, p);
-  for (int r = 0; r < R; ++r) {
-    RankSpec& spec = specs[r];
-    spec.rank = r;
-    spec.stage = r % P;
-    spec.replica = r / P;
-    auto [it, added] = machine_index.emplace(in.rank_machines[r], static_cast<int>(addresses.size()));
-    if (added) {
-      addresses.push_back(in.rank_machines[r]);
-      load.push_back(0);
+  std::map<std::tuple<int, int64_t>, std::vector<Instruction>> lists;  // (stage, M) -> list
+  for (int d : replicas) {
+    const BatchShare share = ShareOf(in.global_batch, c.chunk_size, D, d);
+    for (int stage = 0; stage < P; ++stage) {
+      const int r = d * P + stage;
+      index[r] = static_cast<int>(specs.size());
+      RankSpec& spec = specs.emplace_back();
+      spec.rank = r;
+      spec.stage = stage;
+      spec.replica = d;
+      auto [it, added] = machine_index.emplace(in.rank_machines[r], static_cast<int>(addresses.size()));
+      if (added) addresses.push_back(in.rank_machines[r]);
+      spec.machine = it->second;
+      spec.profile = &p.Machine(in.rank_machines[r]);
+      spec.first_segment = first_segment[stage];
+      spec.end_segment = first_segment[stage + 1];
+      spec.first = stage == 0;
+      spec.last = stage == P - 1;
+      for (int64_t m = 0; m < share.micro_batches; ++m) {
+        const SampleRange range =
+            MicroBatchSamples(in.global_batch, c.chunk_size, share.first_micro_batch + m);
+        spec.sizes.push_back(range.end - range.begin);
+      }
+      auto& list = lists[{stage, share.micro_batches}];
+      if (list.empty()) {
+        list = BuildSchedule(*kind, P, stage, static_cast<int>(share.micro_batches), c.recompute);
+      }
+      spec.list = list;
+      for (size_t i = 0; i < spec.list.size(); ++i) {
+        if (spec.list[i].op == Op::kBackward) spec.final_backward = static_cast<int>(i);
+      }
     }
-    spec.machine = it->second;
-    ++load[spec.machine];
-    spec.profile = &p.Machine(in.rank_machines[r]);
-    spec.first_segment = first_segment[spec.stage];
-    spec.end_segment = first_segment[spec.stage + 1];
-    spec.first = spec.stage == 0;
-    spec.last = spec.stage == P - 1;
-    const BatchShare share = ShareOf(in.global_batch, c.chunk_size, D, spec.replica);
-    for (int64_t m = 0; m < share.micro_batches; ++m) {
-      const SampleRange range = MicroBatchSamples(in.global_batch, c.chunk_size,
-                                                  share.first_micro_batch + m);
-      spec.sizes.push_back(range.end - range.begin);
-    }
-    spec.list = BuildSchedule(*kind, P, spec.stage, static_cast<int>(share.micro_batches),
-                              c.recompute);
-    for (size_t i = 0; i < spec.list.size(); ++i) {
-      if (spec.list[i].op == Op::kBackward) spec.final_backward = static_cast<int>(i);
-    }
+  }
+  // A machine's load: the ranks on it, counted over every rank (a representative's machine
+  // holds as many as its period's).
+  std::vector<int> machine_load(addresses.size(), 0);
+  for (const RankSpec& spec : specs) {  // ranks fill a machine's slots consecutively
+    if (machine_load[spec.machine] > 0) continue;
+    int lo = spec.rank, hi = spec.rank;
+    while (lo > 0 && in.rank_machines[lo - 1] == in.rank_machines[spec.rank]) --lo;
+    while (hi + 1 < R && in.rank_machines[hi + 1] == in.rank_machines[spec.rank]) ++hi;
+    machine_load[spec.machine] = hi - lo + 1;
   }
   // Each rank's update, while every rank of its machine updates too; each step begins where
   // the previous step's update ended (the step's all-reduce released every rank at once).
@@ -295,55 +377,60 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   for (RankSpec& spec : specs) {
     double work = 0;
     for (int s = spec.first_segment; s < spec.end_segment; ++s) work += spec.profile->segments[s].update_s;
-    spec.update_s = work / spec.profile->SpeedAt(load[spec.machine]);
+    spec.update_s = work / spec.profile->SpeedAt(machine_load[spec.machine]);
     earliest = std::min(earliest, spec.update_s);
   }
   for (RankSpec& spec : specs) spec.start = spec.update_s - earliest;
 
   // Replicas linked by a shared machine are simulated together.
-  std::vector<int> parent(D);
-  std::iota(parent.begin(), parent.end(), 0);
+  std::map<int, int> parent;  // replica -> parent replica
+  for (int d : replicas) parent[d] = d;
+  auto find = [&](int x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
   std::vector<int> owner(addresses.size(), -1);
   for (const RankSpec& spec : specs) {
     if (owner[spec.machine] < 0) {
       owner[spec.machine] = spec.replica;
     } else {
-      parent[Find(parent, spec.replica)] = Find(parent, owner[spec.machine]);
+      parent[find(spec.replica)] = find(owner[spec.machine]);
     }
   }
-  std::map<int, std::vector<int>> groups;  // root replica -> its ranks
-  for (const RankSpec& spec : specs) groups[Find(parent, spec.replica)].push_back(spec.rank);
+  std::map<int, std::vector<int>> groups;  // root replica -> its specs
+  for (size_t i = 0; i < specs.size(); ++i) groups[find(specs[i].replica)].push_back(static_cast<int>(i));
 
-  std::vector<Timeline> timeline(R);
+  std::vector<Timeline> timeline(specs.size());
   std::map<std::string, std::vector<Timeline>> memo;
-  auto signature = [&](const std::vector<int>& ranks) {
+  auto signature = [&](const std::vector<int>& members) {
     std::ostringstream key;
     std::map<int, int> relative;  // machine -> order of first use in the group
-    for (int r : ranks) {
-      const RankSpec& s = specs[r];
+    for (int i : members) {
+      const RankSpec& s = specs[i];
       auto [it, added] = relative.emplace(s.machine, static_cast<int>(relative.size()));
-      key << s.stage << ':' << it->second << ':' << s.profile << ':' << load[s.machine] << ':'
-          << s.start << ':';
+      key << s.stage << ':' << it->second << ':' << s.profile << ':' << machine_load[s.machine]
+          << ':' << s.start << ':';
       for (int64_t size : s.sizes) key << size << ',';
       key << ';';
     }
     return key.str();
   };
-  for (const auto& [root, ranks] : groups) {
+  for (const auto& [root, members] : groups) {
     std::vector<std::vector<int>> parts;
-    const bool shared = static_cast<int>(ranks.size()) <= kMaxSharedRanks;
+    const bool shared = static_cast<int>(members.size()) <= kMaxSharedRanks;
     if (shared) {
-      parts.push_back(ranks);
+      parts.push_back(members);
     } else {  // replica by replica, each machine at its full load
       std::map<int, std::vector<int>> by_replica;
-      for (int r : ranks) by_replica[specs[r].replica].push_back(r);
+      for (int i : members) by_replica[specs[i].replica].push_back(i);
       for (auto& [replica, rs] : by_replica) parts.push_back(rs);
     }
     for (const std::vector<int>& part : parts) {
       const std::string key = (shared ? "s" : "f") + signature(part);
       auto it = in.trace ? memo.end() : memo.find(key);
       if (it == memo.end()) {
-        it = memo.emplace(key, model.Run(specs, part, shared ? nullptr : &load, addresses)).first;
+        it = memo.emplace(key, model.Run(specs, part, shared ? nullptr : &machine_load, addresses, index))
+                 .first;
       }
       for (size_t i = 0; i < part.size(); ++i) timeline[part[i]] = it->second[i];
     }
@@ -351,17 +438,17 @@ Result<Prediction> Simulate(const SimulationInput& in) {
 
   // The data-parallel all-reduce of each stage, overlapped with the last backward, then the
   // buffers, then the step's all-reduce and every rank's update.
-  std::vector<double> ready(R);
+  std::vector<double> ready(specs.size());
   for (int s = 0; s < P; ++s) {
     int64_t gradient_bytes = 0, buffer_bytes = 0;
-    const MachineProfile& m = *specs[s].profile;
+    const MachineProfile& m = *specs[index[s]].profile;
     for (int seg = first_segment[s]; seg < first_segment[s + 1]; ++seg) {
       gradient_bytes += m.segments[seg].parameter_bytes;
       buffer_bytes += m.segments[seg].buffer_bytes;
     }
     double last_start = 0, last_end = 0, done = 0;
-    for (int d = 0; d < D; ++d) {
-      const Timeline& t = timeline[d * P + s];
+    for (int d : replicas) {
+      const Timeline& t = timeline[index[d * P + s]];
       last_start = std::max(last_start, t.final_backward_start);
       last_end = std::max(last_end, t.final_backward_end);
       done = std::max(done, t.done);
@@ -373,23 +460,29 @@ Result<Prediction> Simulate(const SimulationInput& in) {
            last_start + p.AllreduceSeconds(D, gradient_bytes)});
       reduced += p.AllreduceSeconds(D, buffer_bytes);
     }
-    for (int d = 0; d < D; ++d) ready[d * P + s] = std::max(timeline[d * P + s].done, reduced);
+    for (int d : replicas) {
+      const int i = index[d * P + s];
+      ready[i] = std::max(timeline[i].done, reduced);
+    }
   }
   const double synced = *std::max_element(ready.begin(), ready.end()) + p.step_sync_s;
 
   Prediction out;
-  out.step_s = synced + specs[0].update_s - specs[0].start;
+  out.step_s = synced + specs[index[0]].update_s - specs[index[0]].start;
   double span = 0, busy = 0, start = kInf;
-  for (int r = 0; r < R; ++r) {
-    span = std::max(span, timeline[r].done);
-    start = std::min(start, specs[r].start);
-    busy += timeline[r].busy;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    span = std::max(span, timeline[i].done);
+    start = std::min(start, specs[i].start);
+    busy += timeline[i].busy;
   }
   span -= start;
-  out.bubble_fraction = span > 0 ? std::max(0.0, 1.0 - busy / (R * span)) : 0.0;
+  out.bubble_fraction =
+      span > 0 ? std::max(0.0, 1.0 - busy / (static_cast<double>(specs.size()) * span)) : 0.0;
 
   // Memory: parameters, their gradients, optimizer state and buffers, the data-parallel
   // buckets, and the peak of the activations the schedule keeps (replayed from the list).
+  // Ranks not simulated hold what their period's representative holds.
+  std::map<std::tuple<int, int64_t, const MachineProfile*>, int64_t> peak_of;
   for (const RankSpec& spec : specs) {
     int64_t fixed = 0;
     for (int s = spec.first_segment; s < spec.end_segment; ++s) {
@@ -397,31 +490,51 @@ Result<Prediction> Simulate(const SimulationInput& in) {
       fixed += 2 * seg.parameter_bytes + seg.buffer_bytes + seg.optimizer_bytes +
                (D > 1 ? seg.parameter_bytes : 0);
     }
-    int64_t held = 0, peak = 0;
-    for (const Instruction& ins : spec.list) {
-      const int64_t size = spec.sizes[ins.micro_batch];
-      switch (ins.op) {
-        case Op::kRecvActivations:
-          held += model.InputBytes(spec, size);
-          break;
-        case Op::kForward:
-        case Op::kRecompute:
-          held += model.GraphBytes(spec, size);
-          break;
-        case Op::kBackward:
-          held -= model.GraphBytes(spec, size);
-          if (spec.first) held -= model.InputBytes(spec, size);
-          break;
-        case Op::kSendGradients:
-          held -= model.InputBytes(spec, size);
-          break;
-        default:
-          break;
+    auto key = std::make_tuple(spec.stage, static_cast<int64_t>(spec.sizes.size()), spec.profile);
+    auto found = peak_of.find(key);
+    if (found == peak_of.end()) {
+      int64_t held = 0, peak = 0;
+      for (const Instruction& ins : spec.list) {
+        const int64_t size = spec.sizes[ins.micro_batch];
+        switch (ins.op) {
+          case Op::kRecvActivations:
+            held += model.InputBytes(spec, size);
+            break;
+          case Op::kForward:
+          case Op::kRecompute:
+            held += model.GraphBytes(spec, size);
+            break;
+          case Op::kBackward:
+            held -= model.GraphBytes(spec, size);
+            if (spec.first) held -= model.InputBytes(spec, size);
+            break;
+          case Op::kSendGradients:
+            held -= model.InputBytes(spec, size);
+            break;
+          default:
+            break;
+        }
+        peak = std::max(peak, held);
       }
-      peak = std::max(peak, held);
+      found = peak_of.emplace(key, peak).first;
     }
-    out.memory_bytes.push_back(fixed + peak);
-    out.max_memory_bytes = std::max(out.max_memory_bytes, fixed + peak);
+    out.max_memory_bytes = std::max(out.max_memory_bytes, fixed + found->second);
+  }
+  out.memory_bytes.assign(R, 0);
+  for (int r = 0; r < R; ++r) {
+    if (index[r] >= 0) {
+      const RankSpec& spec = specs[index[r]];
+      int64_t fixed = 0;
+      for (int s = spec.first_segment; s < spec.end_segment; ++s) {
+        const SegmentProfile& seg = spec.profile->segments[s];
+        fixed += 2 * seg.parameter_bytes + seg.buffer_bytes + seg.optimizer_bytes +
+                 (D > 1 ? seg.parameter_bytes : 0);
+      }
+      out.memory_bytes[r] = fixed + peak_of.at({spec.stage, static_cast<int64_t>(spec.sizes.size()), spec.profile});
+    }
+  }
+  for (int r = 0; r < R; ++r) {  // not simulated: the same stage of replica 0 or the first chosen
+    if (out.memory_bytes[r] == 0) out.memory_bytes[r] = out.memory_bytes[(r % P) + replicas.front() * P];
   }
 
   if (in.trace) {
@@ -430,14 +543,15 @@ Result<Prediction> Simulate(const SimulationInput& in) {
       events.push_back({{"name", name}, {"ph", "X"}, {"pid", 0}, {"tid", r},
                         {"ts", from * 1e6}, {"dur", std::max(0.0, to - from) * 1e6}});
     };
-    for (int r = 0; r < R; ++r) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const int r = specs[i].rank;
       events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r},
                         {"args", {{"name", "rank " + std::to_string(r) + " (stage " +
-                                               std::to_string(specs[r].stage) + ", replica " +
-                                               std::to_string(specs[r].replica) + ")"}}}});
-      for (const TraceEvent& e : timeline[r].events) event(r, e.name, e.start, e.end);
-      if (ready[r] > timeline[r].done) event(r, "all-reduce", timeline[r].done, ready[r]);
-      event(r, "update", synced, synced + specs[r].update_s);
+                                               std::to_string(specs[i].stage) + ", replica " +
+                                               std::to_string(specs[i].replica) + ")"}}}});
+      for (const TraceEvent& e : timeline[i].events) event(r, e.name, e.start, e.end);
+      if (ready[i] > timeline[i].done) event(r, "all-reduce", timeline[i].done, ready[i]);
+      event(r, "update", synced, synced + specs[i].update_s);
     }
     out.trace = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
   }

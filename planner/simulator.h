@@ -18,7 +18,9 @@
 // Replicas that share no machine only meet in the all-reduce, so each group of replicas linked
 // by shared machines is simulated on its own, and identical groups once. A group of more than
 // kMaxSharedRanks ranks (a shape whose pipelines straddle machines in a long chain) is
-// simulated replica by replica with each machine's speed fixed at its number of ranks.
+// simulated replica by replica with each machine's speed fixed at its number of ranks. On a
+// large list of like machines only a few periods of replicas are simulated: the rest repeat
+// them exactly.
 #pragma once
 
 #include <cstdint>
@@ -62,6 +64,9 @@ struct Prediction {
 };
 
 inline constexpr int kMaxSharedRanks = 64;
+// Above this many ranks, on machines that are all alike, only representative replicas are
+// simulated (simulator.cc says which).
+inline constexpr int kRepresentativesAbove = 256;
 
 // InvalidArgument for an inconsistent input (partition, machines, batch smaller than D
 // micro-batches).

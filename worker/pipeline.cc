@@ -159,7 +159,15 @@ double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::In
   for (size_t i = 0; i < schedule.size(); ++i) {
     if (schedule[i].op == Op::kBackward) last_backward = i;
   }
-  for (size_t i = 0; i < schedule.size(); ++i) executor.Execute(schedule[i], i == last_backward);
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    const auto start = StepTrace::Clock::now();
+    executor.Execute(schedule[i], i == last_backward);
+    if (ctx.trace != nullptr) {
+      ctx.trace->Add(std::string(planner::OpName(schedule[i].op)) +
+                         std::to_string(schedule[i].micro_batch),
+                     start, StepTrace::Clock::now());
+    }
+  }
   return executor.loss_sum();
 }
 

@@ -20,6 +20,7 @@
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"
 #include "mitra/worker/stage.h"
+#include "worker/step_trace.h"
 
 namespace mitra::worker {
 
@@ -35,6 +36,7 @@ struct PipelineContext {
   double loss_scale = 1;           // 1 / global batch
   int64_t step = 0;                // of ForwardKey: the step, or ForwardKey::kEvalStep
   int64_t first_micro_batch = 0;   // global index of this replica's first micro-batch
+  StepTrace* trace = nullptr;      // records every instruction when set
 };
 
 // Micro-batch `i` of this replica's share of the step (first and last stages only).

@@ -81,6 +81,14 @@ Result<Placement> Placement::FromEnvironment() {
   if (const char* h = Env("MITRA_HOST")) p.host = h;
   if (const char* d = Env("MITRA_RUN_DIR")) p.run_dir = d;
   if (const char* d = Env("MITRA_CHECKPOINT_DIR")) p.checkpoint_dir = d;
+  if (const char* v = Env("MITRA_SCHEDULE")) p.schedule = v;
+  if (const char* v = Env("MITRA_PARTITION")) p.partition = v;
+  if (const char* v = Env("MITRA_RECOMPUTE")) {
+    if (std::strcmp(v, "0") != 0 && std::strcmp(v, "1") != 0) {
+      return Status::InvalidArgument(std::string("MITRA_RECOMPUTE='") + v + "' is not 0 or 1");
+    }
+    p.recompute = v[0] == '1';
+  }
   if (p.rdzv_port == 0) {
     if (!p.standalone) {
       return Status::InvalidArgument("MITRA_RDZV_PORT is not set: the manager passes it");

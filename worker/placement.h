@@ -32,6 +32,11 @@ struct Placement {
   int64_t checkpoint_every = -1;   // -1: the program's own setting
   int64_t keep_checkpoints = -1;   // -1: the program's own setting
   bool standalone = true;          // not started by the manager
+  // The planner's choices (MITRA_SCHEDULE, MITRA_RECOMPUTE, MITRA_PARTITION); empty or unset:
+  // the program's own settings.
+  std::string schedule;
+  int recompute = -1;  // -1 unset, else 0 or 1
+  std::string partition;
 
   int stage() const { return stage_map.PositionOf(rank).stage; }
   int replica() const { return stage_map.PositionOf(rank).replica; }

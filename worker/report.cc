@@ -26,6 +26,11 @@ Record& Record::Add(const std::string& key, const std::string& value) {
   return *this;
 }
 
+Record& Record::AddJson(const std::string& key, std::string json) {
+  object_.Set(key, JsonValue::Raw(std::move(json)));
+  return *this;
+}
+
 void Record::Emit() {
   const std::string out = "@mitra " + object_.ToJson() + "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);

@@ -22,6 +22,8 @@ class Record {
   Record& Add(const std::string& key, bool value);
   Record& Add(const std::string& key, const std::string& value);
   Record& Add(const std::string& key, const char* value) { return Add(key, std::string(value)); }
+  // `json`: one valid JSON value, written as it is (a nested object, say).
+  Record& AddJson(const std::string& key, std::string json);
   void Emit();
 
  private:

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -24,11 +25,20 @@ Runtime::Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset>
 
 Runtime::~Runtime() = default;
 
+namespace {
+constexpr int64_t kTracedStep = 2;  // the third step a process trains: after warm-up
+}  // namespace
+
 Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec,
                                                  std::shared_ptr<const Dataset> dataset,
                                                  const Placement& placement,
-                                                 const RuntimeOptions& options) {
+                                                 const RuntimeOptions& program_options) {
   if (Status s = spec.Validate(); !s.ok()) return s;
+  // The manager's plan, when it made one, wins over the program's own settings.
+  RuntimeOptions options = program_options;
+  if (!placement.schedule.empty()) options.schedule = placement.schedule;
+  if (placement.recompute >= 0) options.recompute = placement.recompute == 1;
+  if (!placement.partition.empty()) options.partition = placement.partition;
   auto kind = planner::ParseScheduleKind(options.schedule);
   if (!kind.ok()) return kind.status();
   auto backend = ParseBackend(options.backend);
@@ -140,16 +150,30 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   for (const auto& p : stage_->parameters()) {
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
   }
+  std::unique_ptr<StepTrace> trace;
+  if (!options_.trace_path.empty() && steps_run_ == kTracedStep) {
+    trace = std::make_unique<StepTrace>(placement_.rank, placement_.stage(), placement_.replica());
+  }
+  ++steps_run_;
+  // Times a phase of the step into the trace, when there is one.
+  auto phase = [&](const char* name, const std::function<void()>& run) {
+    const auto start = StepTrace::Clock::now();
+    run();
+    if (trace) trace->Add(name, start, StepTrace::Clock::now());
+  };
   if (buffer_sync_) buffer_sync_->BeginStep();
   PipelineContext ctx = Context(step, share_.first_micro_batch);
   ctx.reducer = reducer_.get();
   ctx.loss_scale = 1.0 / static_cast<double>(options_.global_batch);
+  ctx.trace = trace.get();
   const double loss = RunPipelineStep(ctx, schedule_, num_micro_batches(),
                                       [&](int mb) { return MicroBatch(step, mb); });
-  comm_->WaitSends();
-  if (reducer_) reducer_->Finish();
-  tied_->SumGradients(*comm_);
-  if (buffer_sync_) buffer_sync_->EndStep();
+  phase("reduce", [&] {
+    comm_->WaitSends();
+    if (reducer_) reducer_->Finish();
+  });
+  phase("tied", [&] { tied_->SumGradients(*comm_); });
+  if (buffer_sync_) phase("buffers", [&] { buffer_sync_->EndStep(); });
 
   // One all-reduce per step carries the squared gradient norm (replica 0 of every stage, tied
   // copies once), the loss (last stages) and the stop wishes (everyone).
@@ -164,7 +188,11 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   auto totals =
       torch::tensor({squared_norm, loss, stop_requested() ? 1.0 : 0.0}, torch::kFloat64);
   std::vector<torch::Tensor> buffers{totals};
-  comm_->Wait(comm_->global().allreduce(buffers), "the step's all-reduce of loss and gradient norm");
+  phase("sync", [&] {
+    comm_->Wait(comm_->global().allreduce(buffers),
+                "the step's all-reduce of loss and gradient norm");
+  });
+  const auto update_start = StepTrace::Clock::now();
 
   StepResult result;
   result.grad_norm = std::sqrt(totals[0].item<double>());
@@ -182,6 +210,12 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   }
   if (before_update_) std::exchange(before_update_, nullptr)();
   optimizer_->Step(result.lr);
+  if (trace) {
+    trace->Add("update", update_start, StepTrace::Clock::now());
+    if (Status s = trace->Write(options_.trace_path); !s.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", placement_.rank, s.message().c_str());
+    }
+  }
   return result;
 }
 

@@ -58,6 +58,9 @@ struct RuntimeOptions {
   std::string sampler = "shuffled";  // shuffled | sequential (data.h)
   SamplerFactory custom_sampler;     // the program's own sampler, used instead when set
   int64_t bucket_elements = 1 << 18;  // data-parallel bucket size (elements)
+  // When set, the runtime writes a chrome trace of one step (the third this process trains,
+  // after warm-up) to this file (worker/step_trace.h).
+  std::string trace_path;
   // Debugging aid: when set, the first stage of every replica appends a line
   // "<step> <replica> <dataset index>..." per step to <sample_trace>.rank-<R>.
   std::string sample_trace;
@@ -146,6 +149,7 @@ class Runtime {
   std::unique_ptr<BufferSync> buffer_sync_;
   std::unique_ptr<Optimizer> optimizer_;
   std::function<void()> before_update_;  // see BeforeNextUpdate
+  int64_t steps_run_ = 0;                // by this process
 };
 
 }  // namespace mitra::worker

@@ -19,6 +19,7 @@
 #include "worker/comm.h"
 #include "mitra/worker/stage.h"
 #include "worker/heartbeat.h"
+#include "worker/profiler.h"
 #include "worker/report.h"
 
 namespace mitra::worker {
@@ -83,6 +84,7 @@ int Trainer::Run() {
   const Heartbeat heartbeat(placement->rank,
                             placement->standalone ? 0 : Heartbeat::IntervalFromEnvironment());
   try {
+    if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, *placement);
     return Train(*placement);
   } catch (const PeerError& e) {
     spdlog::error("rank {}: {}; stopping", placement->rank, e.what());
@@ -93,6 +95,16 @@ int Trainer::Run() {
 int Trainer::Train(const Placement& placement) {
   RuntimeOptions runtime_options = options_.runtime;
   if (const char* trace = std::getenv("MITRA_TRACE_SAMPLES")) runtime_options.sample_trace = trace;
+  // One step's trace: where the manager asks for it, else where the program does (a file per
+  // rank when there are several).
+  if (const char* trace = std::getenv("MITRA_STEP_TRACE"); trace && *trace) {
+    runtime_options.trace_path = trace;
+  } else if (!runtime_options.trace_path.empty() && placement.world_size() > 1) {
+    std::string& path = runtime_options.trace_path;
+    const size_t dot = path.rfind(".json");
+    const std::string suffix = ".rank-" + std::to_string(placement.rank);
+    path = dot == std::string::npos ? path + suffix : path.insert(dot, suffix);
+  }
   auto created = Runtime::Create(spec_, dataset_, placement, runtime_options);
   if (!created.ok()) {
     spdlog::error("rank {}: {}", placement.rank, created.status().message());

@@ -48,6 +48,7 @@ constexpr const char* kUsage = R"(usage: fashion_train [options]
   --checkpoint-dir DIR   checkpoints when run alone (mitra run sets its own)
   --dump-params DIR      after training, write each stage's parameters and buffers to DIR
   --dump-replica R       the replica that writes them (default 0)
+  --trace FILE           a chrome trace of one step (the third), per rank (FILE.rank-R.json)
 )";
 
 struct Args {
@@ -111,6 +112,7 @@ bool Parse(int argc, char** argv, Args* a) {
       else if (flag == "--checkpoint-dir") a->trainer.checkpoint.dir = v;
       else if (flag == "--dump-params") a->trainer.dump_params = v;
       else if (flag == "--dump-replica") a->trainer.dump_replica = std::stoi(v);
+      else if (flag == "--trace") rt.trace_path = v;
       else {
         std::cerr << "fashion_train: unknown option " << flag << "\n" << kUsage;
         return false;

@@ -36,6 +36,7 @@ constexpr const char* kUsage = R"(usage: gpt_train [options]
   --clip X               global gradient norm clip, 0 disables (default 1.0)
   --backend NAME         gloo | nccl (default gloo)
   --dump-params DIR      after training, write each stage's parameters to DIR
+  --trace FILE           a chrome trace of one step (the third), per rank (FILE.rank-R.json)
 )";
 
 bool ParseArgs(int argc, char** argv, std::string* model, std::string* data, double* dropout,
@@ -76,6 +77,7 @@ bool ParseArgs(int argc, char** argv, std::string* model, std::string* data, dou
       else if (flag == "--clip") rt.clip_norm = std::stod(v);
       else if (flag == "--backend") rt.backend = v;
       else if (flag == "--dump-params") o->dump_params = v;
+      else if (flag == "--trace") rt.trace_path = v;
       else {
         std::cerr << "gpt_train: unknown option " << flag << "\n" << kUsage;
         return false;

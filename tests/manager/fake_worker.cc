@@ -19,6 +19,9 @@
 //
 // Every rank also logs its MITRA_* variables, so tests can check what the manager passed, and
 // prints a `heartbeat` record when it starts and after every step (none while it hangs).
+// Started by `mitra profile` (MITRA_PROFILE=1) it reports a made-up profile and exits: every
+// segment costs 1 ms + 1 ms per sample forward and twice that backward, any number of busy
+// processes runs at full speed, messages are free and an all-reduce costs 1 ms.
 #include <signal.h>
 #include <unistd.h>
 
@@ -26,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -106,6 +110,56 @@ void SleepMs(long ms) {
   if (ms > 0) ::usleep(static_cast<useconds_t>(ms) * 1000);
 }
 
+// The profile records of docs/planner.md, made up (see the top of the file).
+int Profile(const Flags& f, int rank) {
+  const char* machines = std::getenv("MITRA_PROFILE_MACHINES");
+  const char* slots = std::getenv("MITRA_PROFILE_SLOTS");
+  const char* sizes = std::getenv("MITRA_PROFILE_MICRO_BATCHES");
+  if (!machines || !slots || !sizes) return 66;
+  std::vector<std::string> names;
+  for (char* name = std::strtok(const_cast<char*>(std::string(machines).c_str()), " "); name;
+       name = std::strtok(nullptr, " ")) {
+    names.push_back(name);
+  }
+  std::vector<long> counts;
+  std::string slot_text = slots;
+  for (char* n = std::strtok(slot_text.data(), " "); n; n = std::strtok(nullptr, " ")) counts.push_back(std::atol(n));
+  long first = 0;
+  for (size_t m = 0; m < counts.size() && m < names.size(); ++m) {
+    if (rank == first) {
+      std::string costs;
+      std::string size_text = sizes;
+      for (char* n = std::strtok(size_text.data(), ","); n; n = std::strtok(nullptr, ",")) {
+        const long mb = std::atol(n);
+        char cost[256];
+        std::snprintf(cost, sizeof(cost),
+                      "%s{\"micro_batch\":%ld,\"forward_s\":%g,\"forward_nograd_s\":%g,"
+                      "\"backward_s\":%g,\"output_bytes\":%ld,\"graph_bytes\":%ld}",
+                      costs.empty() ? "" : ",", mb, 0.001 + 0.001 * mb, 0.001 + 0.001 * mb,
+                      0.002 + 0.002 * mb, 1024 * mb, 4096 * mb);
+        costs += cost;
+      }
+      std::string segments;
+      for (int s = 0; s < f.segments; ++s) {
+        segments += (s ? "," : "") + std::string("{\"name\":\"s") + std::to_string(s) +
+                    "\",\"parameters\":1000,\"parameter_bytes\":4000,\"buffer_bytes\":0,"
+                    "\"optimizer_bytes\":8000,\"update_s\":0.0001,\"costs\":[" + costs + "]}";
+      }
+      std::printf("@mitra {\"event\":\"profile_machine\",\"machine\":%zu,\"profile\":{"
+                  "\"address\":\"%s\",\"slots\":%ld,\"memory_bytes\":0,\"sample_s\":0,"
+                  "\"speed\":[1,1,1,1,1,1,1,1],\"segments\":[%s]}}\n",
+                  m, names[m].c_str(), counts[m], segments.c_str());
+    }
+    first += counts[m];
+  }
+  if (rank == 0) {
+    std::printf("@mitra {\"event\":\"profile_comm\",\"profile\":{\"step_sync_s\":0.0001,"
+                "\"links\":[],\"allreduce\":[{\"group\":2,\"latency_s\":0.001,"
+                "\"bytes_per_s\":1e12,\"samples\":[]}]}}\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,6 +192,9 @@ int main(int argc, char** argv) {
     return 65;
   }
   const int rank = std::atoi(rank_text);
+  if (const char* profile = std::getenv("MITRA_PROFILE"); profile && std::strcmp(profile, "1") == 0) {
+    return Profile(f, rank);
+  }
   const long world = EnvLong("MITRA_WORLD_SIZE", 0);
   const long generation = EnvLong("MITRA_GENERATION", 0);
   long stages = 0;  // one ';' after every stage
@@ -157,7 +214,8 @@ int main(int argc, char** argv) {
        {"MITRA_RANK", "MITRA_LOCAL_RANK", "MITRA_WORLD_SIZE", "MITRA_STAGE_TO_RANK_MAP",
         "MITRA_CHUNK_SIZE", "MITRA_GLOBAL_BATCH", "MITRA_MAX_STEPS",
         "MITRA_RESUME_STEP", "MITRA_RDZV_HOST", "MITRA_RDZV_PORT", "MITRA_GENERATION", "MITRA_HOST",
-        "MITRA_THREADS", "MITRA_TIMEOUT_S", "MITRA_RUN_DIR", "MITRA_DESCRIBE"}) {
+        "MITRA_THREADS", "MITRA_TIMEOUT_S", "MITRA_RUN_DIR", "MITRA_DESCRIBE", "MITRA_SCHEDULE",
+        "MITRA_PARTITION", "MITRA_RECOMPUTE"}) {
     const char* value = std::getenv(name);
     std::printf("fake_worker: %s=%s\n", name, value ? value : "<unset>");
   }

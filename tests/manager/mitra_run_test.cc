@@ -114,6 +114,44 @@ TEST_F(MitraRunTest, CleanRunWritesTheRunDirectory) {
   ExpectNoWorkerLeft();
 }
 
+TEST_F(MitraRunTest, WithoutNstagesThePlannerChoosesEveryShapeFromAProfileKeptInTheRunDir) {
+  dir_.Write("machines.txt", "localhost slots=4\n");
+  const MitraResult r = Run(Args({"--batch-size", "8", "--max-steps", "3"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: profiling the program on 4 slots")) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(RunDir() + "/profile/profile.json"));
+  // The made-up profile has free messages and busy-proof machines: 1 stage, 4 replicas.
+  EXPECT_TRUE(Contains(r.out, "mitra: shape 1 stage x 4 replicas")) << r.out;
+  const std::vector<JsonObject> launches = EventsNamed(RunDir(), "launch");
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].GetString("schedule"), "1f1b");
+  EXPECT_EQ(launches[0].GetString("partition"), "4");
+  EXPECT_GT(launches[0].GetNumber("predicted_step_s").value_or(0), 0);
+  EXPECT_TRUE(Contains(Log(0), "MITRA_SCHEDULE=1f1b\n")) << Log(0);
+  EXPECT_TRUE(Contains(Log(0), "MITRA_PARTITION=4\n")) << Log(0);
+
+  // Started again: the profile kept in the run directory is used.
+  const MitraResult again = Run(Args({"--batch-size", "8", "--max-steps", "5"}));
+  ASSERT_EQ(again.exit_code, 0) << again.output();
+  EXPECT_TRUE(Contains(again.out, "mitra: planning from " + RunDir() + "/profile/profile.json"))
+      << again.out;
+  EXPECT_FALSE(Contains(again.out, "profiling")) << again.out;
+}
+
+TEST_F(MitraRunTest, AProfileOfAnotherModelIsRefused) {
+  dir_.Write("machines.txt", "localhost slots=2\n");
+  const MitraResult made = Run(Args({"--batch-size", "8", "--max-steps", "1"}));
+  ASSERT_EQ(made.exit_code, 0) << made.output();
+  const MitraResult r = Run(Args({"--batch-size", "8", "--profile", RunDir() + "/profile"},
+                                 {"--segments", "6"}));
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_TRUE(Contains(r.err, "profiles a model of 4 segments but the program has 6")) << r.err;
+  const MitraResult fixed =
+      Run(Args({"--batch-size", "8", "--nstages", "1", "--profile", RunDir() + "/profile"}));
+  EXPECT_EQ(fixed.exit_code, 2);
+  EXPECT_TRUE(Contains(fixed.err, "--profile is for planned shapes")) << fixed.err;
+}
+
 TEST_F(MitraRunTest, UnevenBatchAndIdleSlotsAreReported) {
   dir_.Write("machines.txt", "# five slots\nlocalhost slots=5\n");
   const MitraResult r = Run(Args({"--batch-size", "7", "--nstages", "2", "--max-steps", "2"}));
@@ -305,7 +343,7 @@ INSTANTIATE_TEST_SUITE_P(
                                    "--nstages 4 is more than the 3 segments"},
                       BadInputCase{"BatchSmallerThanReplicas",
                                    "localhost slots=4\n",
-                                   {"--batch-size", "3"},
+                                   {"--batch-size", "3", "--nstages", "1"},
                                    {},
                                    "--batch-size 3 is smaller than the 4 replicas"},
                       BadInputCase{"ChunkTooLarge",

@@ -68,7 +68,8 @@ TEST(RunOptions, ParsesEveryFlagAndTheProgram) {
 
 TEST(RunOptions, HasDefaults) {
   const RunOptions o = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "p"}).run;
-  EXPECT_EQ(o.stages, 1);
+  EXPECT_EQ(o.stages, 0);  // planned
+  EXPECT_TRUE(o.profile_dir.empty());
   EXPECT_EQ(o.chunk_size, 0);
   EXPECT_EQ(o.gpus_per_node, 1);
   EXPECT_EQ(o.max_steps, 0);
@@ -87,8 +88,11 @@ TEST(RunOptions, UnknownFlagsSuggestTheNearestOne) {
             "mitra run: unknown flag '--frobnicate'; see `mitra run --help`");
 }
 
-TEST(RunOptions, FlagsOfLaterVersionsSaySo) {
-  EXPECT_TRUE(Contains(ParseError({"run", "--profile", "x"}), "not available yet"));
+TEST(RunOptions, TakesTheProfileToPlanFrom) {
+  const RunOptions o =
+      ParseOk({"run", "--machines", "m", "--batch-size", "8", "--profile", "prof", "--", "p"}).run;
+  EXPECT_EQ(o.profile_dir, "prof");
+  EXPECT_TRUE(Contains(ParseError({"run", "--profile="}), "--profile '' is not a directory name"));
 }
 
 TEST(RunOptions, RequiresTheSeparatorAndAProgram) {
@@ -131,7 +135,7 @@ TEST(RunOptions, RejectsBadNumbers) {
 
 TEST(RunOptions, AnUnknownCommandNamesTheCommands) {
   EXPECT_TRUE(Contains(ParseError({"frob"}), "unknown command 'frob'"));
-  EXPECT_TRUE(Contains(ParseError({"frob"}), "run, checkpoint, status, stop"));
+  EXPECT_TRUE(Contains(ParseError({"frob"}), "run, profile, plan, checkpoint, status, stop"));
 }
 
 TEST(RunOptions, ElasticFlags) {

@@ -9,7 +9,7 @@ using planner::GridRequest;
 using planner::PlanGrid;
 
 TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
-  Result<GridPlan> plan = PlanGrid(GridRequest{{5}, 2, 8, 7, 0, false});
+  Result<GridPlan> plan = PlanGrid(GridRequest{{5}, 2, 8, 7, 0, 0, false});
   ASSERT_TRUE(plan.ok());
   LaunchSettings settings;
   settings.rdzv_port = 29500;

@@ -32,8 +32,13 @@ Profile Uniform(int segments, double f, double b, int64_t graph = 1000,
     m.segments.push_back(seg);
   }
   p.machines.push_back(m);
-  p.links.push_back({"m0", "m1", 0, 1e18, {}});
-  p.links.push_back({"m0", "m0", 0, 1e18, {}});
+  for (const char* to : {"m1", "m0"}) {
+    LinkProfile link;  // free
+    link.from = "m0";
+    link.to = to;
+    link.bytes_per_s = 1e18;
+    p.links.push_back(link);
+  }
   p.allreduce.push_back({2, 0, 1e18, {}});
   return p;
 }
@@ -222,8 +227,8 @@ TEST(Profile, RingAllReduceExtendsTheMeasuredGroups) {
   Profile p = Uniform(1, 0, 0);
   p.allreduce = {{2, 0.001, 1e9, {}}};
   EXPECT_NEAR(p.AllreduceSeconds(2, 1000000), 0.001 + 0.001, 1e-12);
-  // 4 processes: 3 rounds of latency, 1.5 times the volume of 2.
-  EXPECT_NEAR(p.AllreduceSeconds(4, 1000000), 0.003 + 0.0015, 1e-12);
+  // 4 processes: 2 rounds of latency (halving and doubling), 1.5 times the volume of 2.
+  EXPECT_NEAR(p.AllreduceSeconds(4, 1000000), 0.002 + 0.0015, 1e-12);
   EXPECT_EQ(p.AllreduceSeconds(1, 1000000), 0);
   const auto [latency, bandwidth] = FitLatencyBandwidth({{1000, 0.0011}, {2000, 0.0012}});
   EXPECT_NEAR(latency, 0.001, 1e-9);

@@ -1,0 +1,423 @@
+#include "manager/planner_commands.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "common/strings.h"
+#include "common/file_system.h"
+#include "manager/machine_list.h"
+#include "manager/profile_job.h"
+#include "manager/run_command.h"
+#include "planner/planner.h"
+
+namespace mitra::manager {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A flag's value handler; returns an error message ("" when the value is good).
+using Handler = std::function<std::string(const std::string& value)>;
+
+std::string IntInto(const std::string& value, int64_t min, int64_t* out) {
+  const std::optional<int64_t> n = ParseInt64(value);
+  if (!n || *n < min) return "is not a whole number >= " + std::to_string(min);
+  *out = *n;
+  return "";
+}
+
+std::string IntInto(const std::string& value, int64_t min, int* out) {
+  int64_t n = 0;
+  std::string why = IntInto(value, min, &n);
+  if (why.empty()) *out = static_cast<int>(std::min<int64_t>(n, 1 << 30));
+  return why;
+}
+
+// Parses `--flag value`, `--flag=value`, the boolean flags in `switches`, and (with
+// `program`) `-- PROGRAM ARGS...`. `command` names the command in messages.
+Status ParseFlags(const std::string& command, const std::vector<std::string>& args,
+                  const std::map<std::string, Handler>& flags,
+                  const std::map<std::string, bool*>& switches, std::string* program,
+                  std::vector<std::string>* program_args) {
+  size_t i = 0;
+  while (i < args.size()) {
+    const std::string& arg = args[i++];
+    if (arg == "--") {
+      if (program == nullptr) {
+        return Status::InvalidArgument("mitra " + command + ": takes no program; see `mitra " +
+                                       command + " --help`");
+      }
+      if (i >= args.size()) {
+        return Status::InvalidArgument("mitra " + command + ": no program after `--`; give the "
+                                       "training program and its arguments");
+      }
+      *program = args[i++];
+      program_args->assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+      return Status::Ok();
+    }
+    const size_t eq = arg.find('=');
+    const std::string flag = arg.substr(0, eq);
+    if (auto s = switches.find(flag); s != switches.end() && eq == std::string::npos) {
+      *s->second = true;
+      continue;
+    }
+    auto handler = flags.find(flag);
+    if (handler == flags.end()) {
+      return Status::InvalidArgument("mitra " + command + ": unknown " +
+                                     (StartsWith(arg, "-") ? "flag '" : "argument '") + arg +
+                                     "'; see `mitra " + command + " --help`");
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i < args.size() && !StartsWith(args[i], "--")) {
+      value = args[i++];
+    } else {
+      return Status::InvalidArgument("mitra " + command + ": " + flag + " needs a value");
+    }
+    if (std::string why = handler->second(value); !why.empty()) {
+      return Status::InvalidArgument("mitra " + command + ": " + flag + " '" + value + "' " + why);
+    }
+  }
+  if (program != nullptr) {
+    return Status::InvalidArgument("mitra " + command + ": no program given; end the command "
+                                   "with `-- PROGRAM [ARGS...]`");
+  }
+  return Status::Ok();
+}
+
+std::string SizesInto(const std::string& value, std::vector<int64_t>* out) {
+  out->clear();
+  std::string text = value;
+  std::replace(text.begin(), text.end(), ',', ' ');
+  std::istringstream in(text);
+  for (std::string w; in >> w;) {
+    const std::optional<int64_t> n = ParseInt64(w);
+    if (!n || *n < 1) return "is not a list of whole numbers >= 1 (e.g. 1,2,4,8,16)";
+    out->push_back(*n);
+  }
+  if (out->empty()) return "is empty (e.g. 1,2,4,8,16)";
+  std::sort(out->begin(), out->end());
+  out->erase(std::unique(out->begin(), out->end()), out->end());
+  return "";
+}
+
+int BadInput(CommandContext& c, const std::string& command, const std::string& message) {
+  for (const std::string_view line : SplitLines(message)) {
+    *c.err << (StartsWith(std::string(line), "mitra ") ? "" : "mitra " + command + ": ") << line
+           << "\n";
+  }
+  c.err->flush();
+  return kExitBadInput;
+}
+
+std::string Fixed(double v, int digits) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof(buffer), "%.*f", digits, v);
+  return buffer;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return Status::IoError("cannot write " + path);
+  return Status::Ok();
+}
+
+std::string Quote(const std::string& s) { return JsonQuote(s); }
+
+std::string CandidateJson(const planner::PlannedShape& s) {
+  const planner::Candidate& c = s.candidate;
+  std::ostringstream out;
+  out << "{\"stages\":" << c.stages << ",\"replicas\":" << c.replicas
+      << ",\"chunk_size\":" << c.chunk_size << ",\"schedule\":" << Quote(c.schedule)
+      << ",\"recompute\":" << (c.recompute ? "true" : "false")
+      << ",\"partition\":" << Quote(c.PartitionText()) << ",\"idle_slots\":" << s.idle_slots
+      << ",\"predicted_step_s\":" << s.prediction.step_s
+      << ",\"predicted_memory_bytes\":" << s.prediction.max_memory_bytes
+      << ",\"bubble_fraction\":" << s.prediction.bubble_fraction << "}";
+  return out.str();
+}
+
+}  // namespace
+
+std::string ProfileUsage() {
+  return "usage: mitra profile --machines FILE --batch-size B --out DIR [flags] -- PROGRAM [ARGS...]\n"
+         "\n"
+         "Runs PROGRAM once per slot of the machines in FILE in profiling mode and writes what\n"
+         "it costs to DIR/profile.json (and DIR/segments.csv), for `mitra plan` and `mitra run`.\n"
+         "\n"
+         "  --machines FILE        machine list, as for `mitra run`\n"
+         "  --batch-size B         the job's global batch (micro-batches above it are left out)\n"
+         "  --out DIR              where the profile goes (created)\n"
+         "  --micro-batches LIST   sizes to measure (default 1,2,4,8,16)\n"
+         "  --repeats N            measurements per figure; the median is kept (default 5)\n"
+         "  --gpus-per-node N      slots of a machine line without slots= (default 1)\n"
+         "  --threads N            MITRA_THREADS for the processes (default 1)\n"
+         "  --timeout S            each wait of the processes (default 600)\n"
+         "  --code-dir DIR, --env KEY=VALUE, --known-hosts FILE, --identity FILE: as for run\n";
+}
+
+std::string PlanUsage() {
+  return "usage: mitra plan --profile DIR --batch-size B (--slots N | --machines FILE) [flags]\n"
+         "\n"
+         "Ranks the shapes (stages x replicas, micro-batch, schedule, partition) the profiled\n"
+         "program could train in on N slots or the machines of FILE, by predicted step time.\n"
+         "\n"
+         "  --profile DIR          a profile written by `mitra profile` (or its profile.json)\n"
+         "  --batch-size B         the global batch\n"
+         "  --slots N              N slots on machines like the profiled one, or\n"
+         "  --machines FILE        the machines of a list (named as when profiled)\n"
+         "  --top K                shapes to show (default 10)\n"
+         "  --json                 print {\"planning_s\", \"best\", \"candidates\"} instead\n"
+         "  --nstages P            only shapes of P stages\n"
+         "  --chunk-size M         only micro-batches of M samples\n"
+         "  --trace FILE           the best shape's predicted step as a chrome trace (Perfetto)\n"
+         "  --gpus-per-node N      slots of a machine line without slots= (default 1)\n";
+}
+
+Result<ProfileCommandOptions> ParseProfileCommand(const std::vector<std::string>& args) {
+  ProfileCommandOptions o;
+  std::map<std::string, Handler> flags = {
+      {"--machines", [&](const std::string& v) { o.machines_path = v; return std::string(); }},
+      {"--batch-size", [&](const std::string& v) { return IntInto(v, 1, &o.batch_size); }},
+      {"--out", [&](const std::string& v) { o.out_dir = v; return std::string(); }},
+      {"--micro-batches", [&](const std::string& v) { return SizesInto(v, &o.micro_batches); }},
+      {"--repeats", [&](const std::string& v) { return IntInto(v, 1, &o.repeats); }},
+      {"--gpus-per-node", [&](const std::string& v) { return IntInto(v, 1, &o.gpus_per_node); }},
+      {"--threads", [&](const std::string& v) { return IntInto(v, 1, &o.threads); }},
+      {"--timeout",
+       [&](const std::string& v) {
+         const std::optional<double> s = ParseDouble(v);
+         if (!s || *s <= 0) return std::string("is not a positive number of seconds");
+         o.timeout_s = *s;
+         return std::string();
+       }},
+      {"--code-dir", [&](const std::string& v) { o.code_dir = v; return std::string(); }},
+      {"--known-hosts", [&](const std::string& v) { o.known_hosts = v; return std::string(); }},
+      {"--identity", [&](const std::string& v) { o.identity = v; return std::string(); }},
+      {"--env",
+       [&](const std::string& v) {
+         const size_t eq = v.find('=');
+         if (eq == std::string::npos || eq == 0) return std::string("is not KEY=VALUE");
+         o.env.emplace_back(v.substr(0, eq), v.substr(eq + 1));
+         return std::string();
+       }},
+  };
+  if (Status s = ParseFlags("profile", args, flags, {}, &o.program, &o.program_args); !s.ok()) {
+    return s;
+  }
+  if (o.machines_path.empty() || o.batch_size == 0 || o.out_dir.empty()) {
+    return Status::InvalidArgument("mitra profile: --machines, --batch-size and --out are "
+                                   "required, e.g. mitra profile --machines machines.txt "
+                                   "--batch-size 32 --out profile -- ./train");
+  }
+  return o;
+}
+
+Result<PlanCommandOptions> ParsePlanCommand(const std::vector<std::string>& args) {
+  PlanCommandOptions o;
+  std::map<std::string, Handler> flags = {
+      {"--profile", [&](const std::string& v) { o.profile_dir = v; return std::string(); }},
+      {"--batch-size", [&](const std::string& v) { return IntInto(v, 1, &o.batch_size); }},
+      {"--slots", [&](const std::string& v) { return IntInto(v, 1, &o.slots); }},
+      {"--machines", [&](const std::string& v) { o.machines_path = v; return std::string(); }},
+      {"--gpus-per-node", [&](const std::string& v) { return IntInto(v, 1, &o.gpus_per_node); }},
+      {"--top", [&](const std::string& v) { return IntInto(v, 1, &o.top); }},
+      {"--nstages", [&](const std::string& v) { return IntInto(v, 1, &o.stages); }},
+      {"--chunk-size", [&](const std::string& v) { return IntInto(v, 1, &o.chunk_size); }},
+      {"--trace", [&](const std::string& v) { o.trace_path = v; return std::string(); }},
+  };
+  if (Status s = ParseFlags("plan", args, flags, {{"--json", &o.json}}, nullptr, nullptr); !s.ok()) {
+    return s;
+  }
+  if (o.profile_dir.empty() || o.batch_size == 0) {
+    return Status::InvalidArgument("mitra plan: --profile and --batch-size are required, e.g. "
+                                   "mitra plan --profile profile --batch-size 32 --slots 8");
+  }
+  if ((o.slots > 0) == !o.machines_path.empty()) {
+    return Status::InvalidArgument("mitra plan: give either --slots N or --machines FILE");
+  }
+  return o;
+}
+
+Result<planner::Profile> LoadProfile(const std::string& path) {
+  std::error_code ec;
+  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "profile.json").string() : path;
+  std::ifstream in(file);
+  if (!in) {
+    return Status::InvalidArgument("no profile at " + file +
+                                   ": write one with `mitra profile --out " + path + " ...`");
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return planner::Profile::FromJson(text.str(), file);
+}
+
+int ProfileCommand(const ProfileCommandOptions& o, CommandContext& c) {
+  Result<MachineList> machines = LoadMachineList(*c.fs, o.machines_path, o.gpus_per_node);
+  if (!machines.ok()) return BadInput(c, "profile", machines.status().message());
+  const std::string* path = nullptr;
+  if (auto it = c.environment.find("PATH"); it != c.environment.end()) path = &it->second;
+  Result<std::string> program = c.runner->ResolveProgram(o.program, path ? *path : "");
+  if (!program.ok()) return BadInput(c, "profile", program.status().message());
+  std::error_code ec;
+  fs::create_directories(fs::path(o.out_dir) / "logs", ec);
+  if (ec) return BadInput(c, "profile", "cannot create " + o.out_dir + ": " + ec.message());
+  const std::string out_dir = fs::absolute(o.out_dir).string();
+
+  ProfileJobOptions job;
+  job.program = *program;
+  job.program_args = o.program_args;
+  job.environment = c.environment;
+  job.remote_environment = RemoteEnvironment(c.environment);
+  for (const auto& [key, value] : o.env) {
+    job.environment[key] = value;
+    job.remote_environment[key] = value;
+  }
+  job.working_directory = c.working_directory;
+  job.code_dir = o.code_dir;
+  job.global_batch = o.batch_size;
+  job.micro_batches = o.micro_batches;
+  job.repeats = o.repeats;
+  job.threads = o.threads;
+  job.timeout_s = o.timeout_s;
+  job.log_dir = out_dir + "/logs";
+  std::vector<std::string> names;
+  for (const Machine& m : machines->machines) {
+    names.push_back(m.Address() + " (" + std::to_string(m.slots) + (m.slots == 1 ? " slot)" : " slots)"));
+  }
+  *c.out << "mitra: profiling '" << *program << "' on " << Join(names, ", ") << std::endl;
+  const double start = c.clock->MonotonicSeconds();
+  Result<planner::Profile> profile = ProfileProgram(*c.transports, *machines, job, *c.clock);
+  if (!profile.ok()) {
+    *c.err << "mitra profile: " << profile.status().message() << "\n";
+    return profile.status().code() == Status::Code::kInvalidArgument ? kExitBadInput : kExitFailed;
+  }
+  const std::string json = out_dir + "/profile.json";
+  for (const auto& [file, text] :
+       {std::make_pair(json, profile->ToJson()),
+        std::make_pair(out_dir + "/segments.csv", profile->SegmentsCsv())}) {
+    if (Status s = WriteFile(file, text); !s.ok()) {
+      *c.err << "mitra profile: " << s.message() << "\n";
+      return kExitFailed;
+    }
+  }
+  *c.out << "mitra: profile written to " << json << " (and segments.csv) in "
+         << Fixed(c.clock->MonotonicSeconds() - start, 1) << " s" << std::endl;
+  const int64_t size = profile->micro_batches.back();
+  for (const planner::MachineProfile& m : profile->machines) {
+    double step = 0;
+    for (int s = 0; s < profile->num_segments(); ++s) {
+      const planner::SegmentCost cost = profile->CostAt(m, s, size);
+      step += cost.forward_s + cost.backward_s;
+    }
+    std::string speeds;
+    for (size_t k = 1; k < m.speed.size(); ++k) {
+      speeds += (speeds.empty() ? "" : ", ") + std::to_string(k + 1) + " busy " + Fixed(m.speed[k], 2);
+    }
+    *c.out << "  " << m.address << ": " << profile->num_segments() << " segments, forward + "
+           << "backward of a micro-batch of " << size << ": " << Fixed(step * 1e3, 1) << " ms"
+           << (speeds.empty() ? "" : "; speed per process with " + speeds) << "\n";
+  }
+  for (const planner::LinkProfile& l : profile->links) {
+    *c.out << "  link " << l.from << " - " << l.to << ": " << Fixed(l.latency_s * 1e6, 0)
+           << " us + " << Fixed(l.bytes_per_s / 1e9, 2) << " GB/s\n";
+  }
+  for (const planner::AllreduceProfile& a : profile->allreduce) {
+    *c.out << "  all-reduce over " << a.group << ": " << Fixed(a.latency_s * 1e6, 0) << " us + "
+           << Fixed(a.bytes_per_s / 1e9, 2) << " GB/s\n";
+  }
+  c.out->flush();
+  return kExitOk;
+}
+
+int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
+  Result<planner::Profile> profile = LoadProfile(o.profile_dir);
+  if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
+  planner::PlanRequest request;
+  request.profile = &*profile;
+  request.global_batch = o.batch_size;
+  request.stages = o.stages;
+  request.chunk_size = o.chunk_size;
+  request.keep = o.top;
+  if (!o.machines_path.empty()) {
+    Result<MachineList> machines = LoadMachineList(*c.fs, o.machines_path, o.gpus_per_node);
+    if (!machines.ok()) return BadInput(c, "plan", machines.status().message());
+    for (const Machine& m : machines->machines) request.machines.push_back({m.Address(), m.slots});
+  } else {
+    // Machines like the profiled one, with as many slots as it had.
+    const planner::MachineProfile& typical = profile->machines.front();
+    const int per = std::max(1, typical.slots);
+    for (int left = o.slots, i = 0; left > 0; left -= per, ++i) {
+      request.machines.push_back(
+          {i == 0 ? typical.address : typical.address + "#" + std::to_string(i + 1), std::min(per, left)});
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  Result<planner::PlanResult> plan = planner::PlanShapes(request);
+  const double planning_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!plan.ok()) return BadInput(c, "plan", plan.status().message());
+  int slots = 0;
+  for (const planner::MachineSlots& m : request.machines) slots += m.slots;
+
+  if (!o.trace_path.empty()) {
+    planner::SimulationInput in;
+    in.profile = &*profile;
+    in.candidate = plan->candidates.front().candidate;
+    in.global_batch = o.batch_size;
+    in.rank_machines = planner::PlaceRanks(request.machines, in.candidate.stages * in.candidate.replicas);
+    in.trace = true;
+    Result<planner::Prediction> traced = planner::Simulate(in);
+    if (traced.ok()) {
+      if (Status s = WriteFile(o.trace_path, traced->trace); !s.ok()) {
+        return BadInput(c, "plan", s.message());
+      }
+    }
+  }
+  const size_t shown = std::min<size_t>(plan->candidates.size(), static_cast<size_t>(o.top));
+  if (o.json) {
+    std::ostringstream out;
+    out << "{\"planning_s\":" << planning_s << ",\"slots\":" << slots
+        << ",\"global_batch\":" << o.batch_size << ",\"considered\":" << plan->considered
+        << ",\"simulated\":" << plan->simulated
+        << ",\"too_big\":" << plan->too_big << ",\"best\":" << CandidateJson(plan->candidates[0])
+        << ",\"candidates\":[";
+    for (size_t i = 0; i < shown; ++i) out << (i ? "," : "") << CandidateJson(plan->candidates[i]);
+    out << "]}";
+    *c.out << out.str() << std::endl;
+    return kExitOk;
+  }
+  *c.out << "mitra plan: " << slots << (slots == 1 ? " slot" : " slots") << ", batch "
+         << o.batch_size << ": " << plan->considered << " shapes considered, "
+         << plan->simulated << " simulated in " << Fixed(planning_s, 3) << " s ("
+         << plan->too_big << " too big for memory)\n";
+  *c.out << "  #  shape      micro-batch  schedule          partition             idle  step s    "
+            "samples/s  memory MB  bubble\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const planner::PlannedShape& s = plan->candidates[i];
+    const planner::Candidate& k = s.candidate;
+    char line[256];
+    std::snprintf(line, sizeof(line), "%3zu  %-9s  %-11lld  %-16s  %-20s  %4d  %-8s  %-9s  %-9s  %.2f\n",
+                  i + 1, (std::to_string(k.stages) + " x " + std::to_string(k.replicas)).c_str(),
+                  static_cast<long long>(k.chunk_size),
+                  (k.schedule + (k.recompute ? "+recompute" : "")).c_str(),
+                  k.PartitionText().c_str(), s.idle_slots, Fixed(s.prediction.step_s, 4).c_str(),
+                  Fixed(static_cast<double>(o.batch_size) / s.prediction.step_s, 1).c_str(),
+                  Fixed(static_cast<double>(s.prediction.max_memory_bytes) / 1e6, 1).c_str(),
+                  s.prediction.bubble_fraction);
+    *c.out << line;
+  }
+  c.out->flush();
+  return kExitOk;
+}
+
+}  // namespace mitra::manager

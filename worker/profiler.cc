@@ -1,0 +1,461 @@
+#include "worker/profiler.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include "planner/profile.h"
+#include "worker/backend.h"
+#include "worker/comm.h"
+#include "worker/report.h"
+
+namespace mitra::worker {
+namespace {
+
+using cutpoint::Activations;
+using Clock = std::chrono::steady_clock;
+
+struct Settings {
+  std::vector<std::string> machines;
+  std::vector<int> slots;
+  std::vector<int64_t> micro_batches;
+  int repeats = 5;
+  int machine = 0;  // this rank's
+};
+
+std::vector<std::string> Words(const char* text) {
+  std::vector<std::string> out;
+  std::istringstream in(text ? text : "");
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+Result<Settings> ReadSettings(const Placement& placement, int64_t batch) {
+  Settings s;
+  s.machines = Words(std::getenv("MITRA_PROFILE_MACHINES"));
+  for (const std::string& w : Words(std::getenv("MITRA_PROFILE_SLOTS"))) s.slots.push_back(std::stoi(w));
+  std::string sizes = std::getenv("MITRA_PROFILE_MICRO_BATCHES") ? std::getenv("MITRA_PROFILE_MICRO_BATCHES") : "1,2,4,8,16";
+  std::replace(sizes.begin(), sizes.end(), ',', ' ');
+  for (const std::string& w : Words(sizes.c_str())) {
+    const int64_t m = std::stoll(w);
+    if (m >= 1 && m <= batch) s.micro_batches.push_back(m);
+  }
+  if (const char* r = std::getenv("MITRA_PROFILE_REPEATS")) s.repeats = std::max(1, std::atoi(r));
+  if (s.machines.empty() || s.machines.size() != s.slots.size() || s.micro_batches.empty()) {
+    return Status::InvalidArgument("MITRA_PROFILE_MACHINES, MITRA_PROFILE_SLOTS and "
+                                   "MITRA_PROFILE_MICRO_BATCHES are set by `mitra profile`; run "
+                                   "the program through it");
+  }
+  int first = 0;
+  for (size_t m = 0; m < s.slots.size(); ++m) {
+    if (placement.rank < first + s.slots[m]) {
+      s.machine = static_cast<int>(m);
+      break;
+    }
+    first += s.slots[m];
+  }
+  std::sort(s.micro_batches.begin(), s.micro_batches.end());
+  s.micro_batches.erase(std::unique(s.micro_batches.begin(), s.micro_batches.end()),
+                        s.micro_batches.end());
+  return s;
+}
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Heap bytes in use (the worker keeps large blocks in the heap: Trainer's malloc tuning).
+int64_t HeapInUse() { return static_cast<int64_t>(mallinfo2().uordblks); }
+
+int64_t Bytes(const Activations& acts) {
+  int64_t n = 0;
+  for (const auto& [name, t] : acts) n += static_cast<int64_t>(t.numel() * t.element_size());
+  return n;
+}
+
+int64_t MemoryAvailable() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string key; in >> key;) {
+    int64_t kb = 0;
+    in >> kb;
+    if (key == "MemAvailable:") return kb * 1024;
+    in.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+// Inputs of a segment other than the first, as a stage receives them: leaves that need grad.
+Activations AsReceived(const Activations& outputs) {
+  Activations in;
+  for (const auto& [name, t] : outputs) {
+    torch::Tensor copy = t.detach().clone();
+    if (copy.is_floating_point()) copy.requires_grad_(true);
+    in.emplace(name, copy);
+  }
+  return in;
+}
+
+void Backward(const cutpoint::ModelSpec& spec, int segment, const Activations& outputs,
+              const Activations& batch, double scale) {
+  if (segment + 1 == spec.num_segments()) {
+    (spec.loss(outputs, batch) * scale).backward();
+    return;
+  }
+  std::vector<torch::Tensor> roots, grads;
+  for (const auto& [name, t] : outputs) {
+    if (t.is_floating_point() && t.requires_grad()) {
+      roots.push_back(t);
+      grads.push_back(torch::ones_like(t));
+    }
+  }
+  if (!roots.empty()) torch::autograd::backward(roots, grads);
+}
+
+// Step 1: every segment at every micro-batch size, this process alone on its machine.
+planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Dataset& dataset,
+                                       const RuntimeOptions& options, const Settings& s) {
+  planner::MachineProfile m;
+  m.address = s.machines[s.machine];
+  m.slots = s.slots[s.machine];
+  m.memory_bytes = MemoryAvailable();
+  m.segments.resize(spec.num_segments());
+  const int64_t largest = s.micro_batches.back();
+  {  // loading samples
+    std::vector<double> times;
+    for (int r = 0; r < s.repeats; ++r) {
+      std::vector<int64_t> indices;
+      for (int64_t i = 0; i < largest; ++i) indices.push_back((r * largest + i) % dataset.Size());
+      const auto start = Clock::now();
+      (void)Collate(dataset, indices);
+      times.push_back(Seconds(start) / static_cast<double>(largest));
+    }
+    m.sample_s = Median(times);
+  }
+  for (int64_t size : s.micro_batches) {
+    std::vector<int64_t> indices;
+    for (int64_t i = 0; i < size; ++i) indices.push_back(i % dataset.Size());
+    const Activations batch = Collate(dataset, indices);
+    Activations input = batch;
+    for (int i = 0; i < spec.num_segments(); ++i) {
+      planner::SegmentProfile& seg = m.segments[i];
+      seg.name = spec.segments[i].name;
+      auto segment = cutpoint::BuildSegment(spec, i, options.seed);
+      segment->train(true);
+      std::vector<double> forward, nograd, backward;
+      int64_t graph = 0;
+      Activations outputs;
+      for (int r = 0; r <= s.repeats; ++r) {  // the first round warms up
+        Activations in = i == 0 ? input : AsReceived(input);
+        const int64_t heap = HeapInUse();
+        auto start = Clock::now();
+        outputs = segment->Forward(in);
+        const double f = Seconds(start);
+        const int64_t kept = HeapInUse() - heap;
+        start = Clock::now();
+        Backward(spec, i, outputs, batch, 1.0 / static_cast<double>(size));
+        const double b = Seconds(start);
+        Activations nograd_out;
+        start = Clock::now();
+        {
+          torch::NoGradGuard no_grad;
+          nograd_out = segment->Forward(i == 0 ? input : AsReceived(input));
+        }
+        const double n = Seconds(start);
+        if (r == 0) continue;
+        forward.push_back(f);
+        backward.push_back(b);
+        nograd.push_back(n);
+        graph = std::max(graph, kept);
+      }
+      planner::SegmentCost cost;
+      cost.micro_batch = size;
+      cost.forward_s = Median(forward);
+      cost.forward_nograd_s = Median(nograd);
+      cost.backward_s = Median(backward);
+      cost.output_bytes = Bytes(outputs);
+      cost.graph_bytes = std::max<int64_t>(graph, cost.output_bytes);
+      seg.costs.push_back(cost);
+
+      if (size == largest) {  // parameters, buffers and the update, once
+        std::vector<torch::Tensor> params;
+        seg.parameters = seg.parameter_bytes = seg.buffer_bytes = 0;
+        for (const auto& p : segment->parameters()) {
+          params.push_back(p);
+          seg.parameters += p.numel();
+          seg.parameter_bytes += p.numel() * p.element_size();
+        }
+        for (const auto& b : segment->buffers()) {
+          if (b.defined()) seg.buffer_bytes += b.numel() * b.element_size();
+        }
+        auto optimizer = MakeOptimizer(options.optimizer, params);
+        std::vector<double> update;
+        if (optimizer.ok() && !params.empty()) {
+          // What the runtime does per step besides compute: zero the gradients (at the
+          // step's start), their norm for clipping, the optimizer step.
+          const std::vector<torch::Tensor> grads = [&] {
+            std::vector<torch::Tensor> g;
+            for (const auto& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+            return g;
+          }();
+          for (int r = 0; r <= s.repeats; ++r) {
+            torch::NoGradGuard no_grad;
+            for (size_t k = 0; k < params.size(); ++k) {
+              if (grads[k].defined()) params[k].mutable_grad() = grads[k].clone();
+            }
+            const auto start = Clock::now();
+            double squared = 0;
+            for (const auto& p : params) {
+              if (!p.grad().defined()) continue;
+              const double n = p.grad().norm().item<double>();
+              squared += n * n;
+            }
+            (*optimizer)->Step(options.lr.base);
+            for (const auto& p : params) {
+              if (p.grad().defined()) p.mutable_grad().zero_();
+            }
+            if (r > 0) update.push_back(Seconds(start));
+          }
+          seg.optimizer_bytes = 0;
+          for (const auto& p : params) {
+            for (const auto& [name, t] : (*optimizer)->State(p)) {
+              seg.optimizer_bytes += t.numel() * t.element_size();
+            }
+          }
+        }
+        seg.update_s = Median(update);
+      }
+      input = outputs;
+      for (auto& [name, t] : input) t = t.detach();
+    }
+  }
+  return m;
+}
+
+// The model's forward and backward at `size`, with every segment built once (step 2's load).
+class Workload {
+ public:
+  Workload(const cutpoint::ModelSpec& spec, const Dataset& dataset, uint64_t seed, int64_t size)
+      : spec_(spec), size_(size) {
+    std::vector<int64_t> indices;
+    for (int64_t i = 0; i < size; ++i) indices.push_back(i % dataset.Size());
+    batch_ = Collate(dataset, indices);
+    for (int i = 0; i < spec.num_segments(); ++i) segments_.push_back(cutpoint::BuildSegment(spec, i, seed));
+  }
+  double Run(int repeats) {
+    const auto start = Clock::now();
+    for (int r = 0; r < repeats; ++r) {
+      Activations acts = batch_;
+      for (auto& segment : segments_) acts = segment->Forward(acts);
+      (spec_.loss(acts, batch_) * (1.0 / static_cast<double>(size_))).backward();
+      for (auto& segment : segments_) segment->zero_grad();
+    }
+    return Seconds(start);
+  }
+
+ private:
+  const cutpoint::ModelSpec& spec_;
+  int64_t size_;
+  Activations batch_;
+  std::vector<std::shared_ptr<cutpoint::Segment>> segments_;
+};
+
+class Protocol {
+ public:
+  Protocol(Comm& comm, const Placement& placement) : comm_(comm), placement_(placement) {}
+
+  void Barrier() {
+    std::vector<torch::Tensor> one{torch::zeros({1})};
+    comm_.Wait(comm_.global().allreduce(one), "the profile's barrier");
+  }
+
+  // One-way seconds of `bytes` between rank 0 and `peer`: half the median round trip (both
+  // call it).
+  double PingPong(int peer, int64_t bytes, int repeats, int tag) {
+    std::vector<torch::Tensor> message{torch::zeros({std::max<int64_t>(1, bytes / 4)})};
+    const bool first = placement_.rank == 0;
+    std::vector<double> trips;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = Clock::now();
+      if (first) {
+        comm_.SendTensors(message, peer, tag + 2 * r);
+        comm_.WaitSends();
+        comm_.RecvTensors(message, peer, tag + 2 * r + 1, "the profile's messages");
+      } else {
+        comm_.RecvTensors(message, 0, tag + 2 * r, "the profile's messages");
+        comm_.SendTensors(message, 0, tag + 2 * r + 1);
+        comm_.WaitSends();
+      }
+      trips.push_back(Seconds(start));
+    }
+    return Median(trips) / 2;
+  }
+
+  // A message as a pipeline sends it: rank 0 sends it and goes on computing (`work`, twice),
+  // `peer` computes (`work`, once) and then asks for it; the seconds from asking to having it
+  // (the median). Gloo moves the data once both sides have posted it, and a busy machine moves
+  // it much more slowly than an idle one.
+  double BusyTransfer(int peer, int64_t bytes, int repeats, int tag, const std::function<void()>& work) {
+    const cutpoint::Activations message{{"x", torch::zeros({std::max<int64_t>(1, bytes / 4)})}};
+    std::vector<double> waits;
+    for (int r = 0; r < repeats; ++r) {
+      Barrier();
+      if (placement_.rank == 0) {
+        comm_.SendActivations(message, peer, tag + r);
+        work();
+        work();
+        comm_.WaitSends();
+      } else if (placement_.rank == peer) {
+        work();
+        const auto start = Clock::now();
+        (void)comm_.RecvActivations(0, tag + r);
+        waits.push_back(Seconds(start));
+      }
+    }
+    // Everyone learns the peer's figure (rank 0 reports it).
+    std::vector<torch::Tensor> total{
+        torch::tensor({placement_.rank == peer ? Median(waits) : 0.0}, torch::kFloat64)};
+    comm_.Wait(comm_.global().allreduce(total), "the profile's all-reduce");
+    return total[0].item<double>();
+  }
+
+  double Allreduce(int64_t bytes, int repeats) {
+    std::vector<double> times;
+    std::vector<torch::Tensor> data{torch::zeros({std::max<int64_t>(1, bytes / 4)})};
+    for (int r = 0; r <= repeats; ++r) {
+      Barrier();
+      const auto start = Clock::now();
+      comm_.Wait(comm_.global().allreduce(data), "the profile's all-reduce");
+      if (r > 0) times.push_back(Seconds(start));
+    }
+    return Median(times);
+  }
+
+ private:
+  Comm& comm_;
+  const Placement& placement_;
+};
+
+}  // namespace
+
+bool ProfileRequested() {
+  const char* v = std::getenv("MITRA_PROFILE");
+  return v != nullptr && std::string(v) == "1";
+}
+
+int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
+               const RuntimeOptions& options, const Placement& placement) {
+  auto settings = ReadSettings(placement, std::max<int64_t>(1, placement.global_batch > 0
+                                                                   ? placement.global_batch
+                                                                   : options.global_batch));
+  if (!settings.ok()) {
+    spdlog::error("{}", settings.status().message());
+    return 2;
+  }
+  const Settings& s = *settings;
+  auto backend = ParseBackend(options.backend);
+  if (!backend.ok()) {
+    spdlog::error("{}", backend.status().message());
+    return 2;
+  }
+  std::unique_ptr<Comm> comm = Comm::Connect(placement, *backend);  // throws PeerError
+  Protocol protocol(*comm, placement);
+  const int world = placement.world_size();
+  int first = 0;  // this machine's first rank
+  for (int m = 0; m < s.machine; ++m) first += s.slots[m];
+  const bool leader = placement.rank == first;
+  const int local = placement.rank - first;
+
+  // 1. Compute, one process per machine.
+  planner::MachineProfile machine;
+  protocol.Barrier();
+  if (leader) {
+    spdlog::info("profiling {} segments at micro-batches {} on {}", spec.num_segments(),
+                 fmt::join(s.micro_batches, ","), s.machines[s.machine]);
+    machine = ProfileMachine(spec, dataset, options, s);
+  }
+  protocol.Barrier();
+
+  // 2. The speed of each process while k of a machine's processes compute.
+  const int64_t middle = s.micro_batches[s.micro_batches.size() / 2];
+  const int most = *std::max_element(s.slots.begin(), s.slots.end());
+  Workload load(spec, dataset, options.seed, middle);
+  load.Run(1);  // warm-up
+  double alone = 0;
+  for (int k = 1; k <= most; ++k) {
+    protocol.Barrier();
+    if (local < k && k <= s.slots[s.machine]) {
+      const double seconds = load.Run(s.repeats);
+      if (k == 1) alone = seconds;
+      if (leader) machine.speed.push_back(alone > 0 ? alone / seconds : 1.0);
+    }
+  }
+  protocol.Barrier();
+
+  // 3. Messages and collectives.
+  planner::CommProfile comm_profile;
+  const std::vector<int64_t> sizes = {1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 23};
+  Workload small(spec, dataset, options.seed, s.micro_batches.front());
+  small.Run(1);
+  std::vector<std::pair<int, int>> peers;  // rank, machine
+  if (s.slots[0] > 1) peers.emplace_back(1, 0);
+  for (int m = 1, r = s.slots[0]; m < static_cast<int>(s.slots.size()); r += s.slots[m], ++m) {
+    peers.emplace_back(r, m);
+  }
+  int tag = 1000;
+  for (const auto& [peer, peer_machine] : peers) {
+    planner::LinkProfile link;
+    link.from = s.machines[0];
+    link.to = s.machines[peer_machine];
+    for (int64_t bytes : sizes) {
+      protocol.Barrier();
+      double seconds = 0;
+      if (placement.rank == 0 || placement.rank == peer) {
+        protocol.PingPong(peer, bytes, 1, tag);  // warm-up
+        seconds = protocol.PingPong(peer, bytes, s.repeats, tag + 2);
+      }
+      tag += 2 * s.repeats + 4;
+      link.samples.emplace_back(bytes, seconds);
+      const double busy =
+          protocol.BusyTransfer(peer, bytes, s.repeats, tag, [&] { small.Run(1); });
+      tag += s.repeats + 1;
+      link.busy_samples.emplace_back(bytes, busy);
+    }
+    std::tie(link.latency_s, link.bytes_per_s) = planner::FitLatencyBandwidth(link.samples);
+    link.busy_latency_s = planner::BusyLatency(link);
+    comm_profile.links.push_back(link);
+  }
+  if (world > 1) {
+    planner::AllreduceProfile all;
+    all.group = world;
+    for (int64_t bytes : sizes) all.samples.emplace_back(bytes, protocol.Allreduce(bytes, s.repeats));
+    std::tie(all.latency_s, all.bytes_per_s) = planner::FitLatencyBandwidth(all.samples);
+    comm_profile.allreduce.push_back(all);
+    comm_profile.step_sync_s = protocol.Allreduce(24, 4 * s.repeats);
+  }
+  protocol.Barrier();
+
+  if (leader) {
+    Record("profile_machine").Add("machine", s.machine).AddJson("profile", planner::MachineProfileJson(machine)).Emit();
+  }
+  if (placement.rank == 0) {
+    Record("profile_comm").AddJson("profile", planner::CommProfileJson(comm_profile)).Emit();
+  }
+  comm->WaitSends();
+  return 0;
+}
+
+}  // namespace mitra::worker
