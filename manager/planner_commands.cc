@@ -6,9 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "common/strings.h"
 #include "common/file_system.h"
@@ -180,7 +183,14 @@ std::string PlanUsage() {
          "  --nstages P            only shapes of P stages\n"
          "  --chunk-size M         only micro-batches of M samples\n"
          "  --trace FILE           the best shape's predicted step as a chrome trace (Perfetto)\n"
-         "  --gpus-per-node N      slots of a machine line without slots= (default 1)\n";
+         "  --gpus-per-node N      slots of a machine line without slots= (default 1)\n"
+         "\n"
+         "       mitra plan --validate RUN_DIR [--generation G] [--profile DIR]\n"
+         "\n"
+         "Simulates the shape a run trained in (its newest generation, or G) with the profile\n"
+         "(--profile, else RUN_DIR/profile) and prints predicted against measured: the step\n"
+         "time (metrics.jsonl), and per stage and per instruction the times of the step each\n"
+         "worker traced (logs/gen-G/rank-R.trace.json).\n";
 }
 
 Result<ProfileCommandOptions> ParseProfileCommand(const std::vector<std::string>& args) {
@@ -234,10 +244,13 @@ Result<PlanCommandOptions> ParsePlanCommand(const std::vector<std::string>& args
       {"--nstages", [&](const std::string& v) { return IntInto(v, 1, &o.stages); }},
       {"--chunk-size", [&](const std::string& v) { return IntInto(v, 1, &o.chunk_size); }},
       {"--trace", [&](const std::string& v) { o.trace_path = v; return std::string(); }},
+      {"--validate", [&](const std::string& v) { o.validate_dir = v; return std::string(); }},
+      {"--generation", [&](const std::string& v) { return IntInto(v, 0, &o.generation); }},
   };
   if (Status s = ParseFlags("plan", args, flags, {{"--json", &o.json}}, nullptr, nullptr); !s.ok()) {
     return s;
   }
+  if (!o.validate_dir.empty()) return o;
   if (o.profile_dir.empty() || o.batch_size == 0) {
     return Status::InvalidArgument("mitra plan: --profile and --batch-size are required, e.g. "
                                    "mitra plan --profile profile --batch-size 32 --slots 8");
@@ -340,6 +353,7 @@ int ProfileCommand(const ProfileCommandOptions& o, CommandContext& c) {
 }
 
 int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
+  if (!o.validate_dir.empty()) return ValidateCommand(o, c);
   Result<planner::Profile> profile = LoadProfile(o.profile_dir);
   if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
   planner::PlanRequest request;
@@ -417,6 +431,167 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
     *c.out << line;
   }
   c.out->flush();
+  return kExitOk;
+}
+
+}  // namespace mitra::manager
+
+namespace mitra::manager {
+namespace {
+
+std::vector<JsonObject> ReadRecords(const std::string& path) {
+  std::vector<JsonObject> out;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (Result<JsonObject> o = JsonObject::Parse(line); o.ok()) out.push_back(std::move(o).value());
+  }
+  return out;
+}
+
+// "F12" -> "F", "reduce" -> "reduce".
+std::string Kind(const std::string& name) {
+  size_t end = name.size();
+  while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
+  return name.substr(0, end);
+}
+
+struct Spent {
+  double total = 0;
+  int count = 0;
+};
+
+}  // namespace
+
+int ValidateCommand(const PlanCommandOptions& o, CommandContext& c) {
+  const std::string run_dir = o.validate_dir;
+  const std::vector<JsonObject> events = ReadRecords(JoinPath(run_dir, "events.jsonl"));
+  const JsonObject* launch = nullptr;
+  for (const JsonObject& e : events) {
+    if (e.GetString("event") != "launch") continue;
+    if (o.generation >= 0 && e.GetNumber("generation") != static_cast<double>(o.generation)) continue;
+    launch = &e;
+  }
+  if (launch == nullptr) {
+    return BadInput(c, "plan", run_dir + "/events.jsonl records no launch" +
+                                   (o.generation >= 0 ? " of generation " + std::to_string(o.generation) : "") +
+                                   ": give the run directory of a job that ran");
+  }
+  const int64_t generation = static_cast<int64_t>(launch->GetNumber("generation").value_or(0));
+  const JsonObject* settings = nullptr;
+  for (const JsonObject& e : events) {
+    if (e.GetString("event") == "settings" &&
+        e.GetNumber("generation").value_or(0) <= static_cast<double>(generation)) {
+      settings = &e;
+    }
+  }
+  if (settings == nullptr || !settings->GetString("partition")) {
+    return BadInput(c, "plan", run_dir + " records no settings of its workers (schedule, "
+                                         "partition): run it with this mitra");
+  }
+  Result<planner::Profile> profile =
+      LoadProfile(o.profile_dir.empty() ? JoinPath(run_dir, "profile") : o.profile_dir);
+  if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
+
+  planner::SimulationInput in;
+  in.profile = &*profile;
+  in.trace = true;
+  in.global_batch = static_cast<int64_t>(launch->GetNumber("global_batch").value_or(0));
+  in.candidate.stages = static_cast<int>(launch->GetNumber("stages").value_or(1));
+  in.candidate.replicas = static_cast<int>(launch->GetNumber("replicas").value_or(1));
+  in.candidate.chunk_size = static_cast<int64_t>(launch->GetNumber("chunk_size").value_or(1));
+  in.candidate.schedule = settings->GetString("schedule").value_or("1f1b");
+  in.candidate.recompute = settings->Find("recompute") && settings->Find("recompute")->bool_value();
+  std::string partition = *settings->GetString("partition");
+  std::replace(partition.begin(), partition.end(), ',', ' ');
+  std::istringstream counts(partition);
+  for (int n; counts >> n;) in.candidate.partition.push_back(n);
+  if (const JsonValue* machines = launch->Find("machines")) {  // kept raw by the parser
+    try {
+      for (const auto& m : nlohmann::json::parse(machines->string_value())) {
+        in.rank_machines.push_back(m.get<std::string>());
+      }
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  Result<planner::Prediction> predicted = planner::Simulate(in);
+  if (!predicted.ok()) return BadInput(c, "plan", predicted.status().message());
+
+  // Measured: the step times of the generation (warm-up left out), and the traced step.
+  std::vector<double> times;
+  for (const JsonObject& m : ReadRecords(JoinPath(run_dir, "metrics.jsonl"))) {
+    if (m.GetNumber("generation") == static_cast<double>(generation) && m.Has("step_time_s")) {
+      times.push_back(*m.GetNumber("step_time_s"));
+    }
+  }
+  if (times.size() > 2) times.erase(times.begin(), times.begin() + 2);
+  std::sort(times.begin(), times.end());
+  const int world = in.candidate.stages * in.candidate.replicas;
+  std::map<std::string, Spent> measured_kind, predicted_kind;
+  std::vector<Spent> measured_stage(in.candidate.stages), predicted_stage(in.candidate.stages);
+  int traced = 0;
+  for (int r = 0; r < world; ++r) {
+    const std::string path = JoinPath(run_dir, "logs/gen-" + std::to_string(generation) + "/rank-" +
+                                                   std::to_string(r) + ".trace.json");
+    std::ifstream file(path);
+    if (!file) continue;
+    ++traced;
+    nlohmann::json trace;
+    try {
+      trace = nlohmann::json::parse(file);
+    } catch (const nlohmann::json::exception&) {
+      continue;
+    }
+    for (const auto& e : trace.value("traceEvents", nlohmann::json::array())) {
+      if (e.value("ph", "") != "X") continue;
+      const std::string kind = Kind(e.value("name", ""));
+      const double dur = e.value("dur", 0.0) / 1e6;
+      Spent& k = measured_kind[kind];
+      k.total += dur;
+      ++k.count;
+      if (kind == "F" || kind == "f" || kind == "R" || kind == "B") {
+        measured_stage[r % in.candidate.stages].total += dur;
+      }
+    }
+  }
+  for (const planner::PredictedOp& op : predicted->ops) {
+    Spent& k = predicted_kind[Kind(op.name)];
+    k.total += op.end - op.start;
+    ++k.count;
+    const std::string kind = Kind(op.name);
+    if (kind == "F" || kind == "f" || kind == "R" || kind == "B") {
+      predicted_stage[op.rank % in.candidate.stages].total += op.end - op.start;
+    }
+  }
+  auto error = [](double predicted, double measured) {
+    return measured > 0 ? Fixed(100 * (predicted - measured) / measured, 1) + "%" : std::string("-");
+  };
+  const double measured_step = times.empty() ? 0 : times[times.size() / 2];
+  std::ostream& out = *c.out;
+  out << "mitra plan: generation " << generation << " of " << run_dir << ": "
+      << in.candidate.ToString() << "\n";
+  out << "  step         predicted " << Fixed(predicted->step_s * 1e3, 1) << " ms  measured "
+      << Fixed(measured_step * 1e3, 1) << " ms (median of " << times.size() << " steps)  "
+      << error(predicted->step_s, measured_step) << "\n";
+  if (traced == 0) {
+    out << "  (no step traces in logs/gen-" << generation << ": only local workers write them)\n";
+    return kExitOk;
+  }
+  out << "  compute per stage (one step, all replicas):\n";
+  for (int s = 0; s < in.candidate.stages; ++s) {
+    out << "    stage " << s << "  predicted " << Fixed(predicted_stage[s].total * 1e3, 1)
+        << " ms  measured " << Fixed(measured_stage[s].total * 1e3, 1) << " ms  "
+        << error(predicted_stage[s].total, measured_stage[s].total) << "\n";
+  }
+  out << "  per instruction (mean ms; R/Ra/Rg are waits):\n";
+  for (const auto& [kind, m] : measured_kind) {
+    auto p = predicted_kind.find(kind);
+    const double pm = p == predicted_kind.end() || p->second.count == 0 ? 0 : p->second.total / p->second.count;
+    const double mm = m.count ? m.total / m.count : 0;
+    out << "    " << kind << std::string(8 - std::min<size_t>(7, kind.size()), ' ') << "predicted "
+        << Fixed(pm * 1e3, 2) << "  measured " << Fixed(mm * 1e3, 2) << "  (" << m.count
+        << " measured)\n";
+  }
+  out.flush();
   return kExitOk;
 }
 

@@ -5,6 +5,7 @@
 //                 [--repeats N] [flags] -- PROGRAM [ARGS...]
 //   mitra plan --profile DIR --batch-size B (--slots N | --machines FILE) [--top K] [--json]
 //              [--nstages P] [--chunk-size M] [--trace FILE]
+//   mitra plan --validate RUN_DIR [--generation G] [--profile DIR]
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,8 @@ struct PlanCommandOptions {
   int stages = 0;              // --nstages: only this P
   int chunk_size = 0;          // --chunk-size: only this micro-batch
   std::string trace_path;      // --trace: the best shape's predicted step as a chrome trace
+  std::string validate_dir;    // --validate RUN_DIR: predicted against measured
+  int64_t generation = -1;     // --generation G of --validate (default: the newest)
 };
 
 // Parse argv after the command's name. InvalidArgument names the flag and the fix.
@@ -72,6 +75,8 @@ struct CommandContext {
 // Exit codes as `mitra run`'s: 0 done, 1 failed, 2 bad input.
 int ProfileCommand(const ProfileCommandOptions& options, CommandContext& c);
 int PlanCommand(const PlanCommandOptions& options, CommandContext& c);
+// --validate: the run's shape simulated with the profile, against its metrics and step traces.
+int ValidateCommand(const PlanCommandOptions& options, CommandContext& c);
 
 // Reads DIR/profile.json (or the file itself when a file is given).
 Result<planner::Profile> LoadProfile(const std::string& path);

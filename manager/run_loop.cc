@@ -303,9 +303,10 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     const std::string text = parsed->GetString("text").value_or("");
     if (text != settings_) {  // once, and again only when a launch brings other settings
       settings_ = text;
-      Warn(journal_->RecordEvent("settings", JsonObject()
-                                                 .SetInt("generation", RunGeneration(generation))
-                                                 .SetString("text", text)));
+      JsonObject fields = *parsed;
+      fields.Erase("event");
+      fields.SetInt("generation", RunGeneration(generation));
+      Warn(journal_->RecordEvent("settings", fields));
       *out_ << "mitra: training with " << text << std::endl;
     }
     return;

@@ -227,7 +227,8 @@ json CommToJson(const CommProfile& c) {
     j["allreduce"].push_back({{"group", a.group},
                               {"latency_s", a.latency_s},
                               {"bytes_per_s", a.bytes_per_s},
-                              {"samples", Samples(a.samples)}});
+                              {"samples", Samples(a.samples)},
+                              {"busy_samples", Samples(a.busy_samples)}});
   }
   return j;
 }
@@ -253,6 +254,7 @@ CommProfile CommFromJson(const json& j) {  // throws json::exception
     a.latency_s = ja.at("latency_s").get<double>();
     a.bytes_per_s = ja.at("bytes_per_s").get<double>();
     a.samples = ReadSamples(ja.at("samples"));
+    if (ja.contains("busy_samples")) a.busy_samples = ReadSamples(ja.at("busy_samples"));
     c.allreduce.push_back(std::move(a));
   }
   return c;
@@ -280,6 +282,23 @@ Result<CommProfile> ParseCommProfile(const std::string& text) {
   } catch (const json::exception& e) {
     return Status::InvalidArgument(std::string("a malformed communication profile: ") + e.what());
   }
+}
+
+double Profile::AllreduceAfterCompute(int group, int64_t bytes) const {
+  if (group <= 1 || bytes <= 0) return 0;
+  const AllreduceProfile* nearest = nullptr;
+  for (const AllreduceProfile& a : allreduce) {
+    if (!a.busy_samples.empty() && (nearest == nullptr || a.group <= group)) nearest = &a;
+  }
+  if (nearest == nullptr) return -1;
+  std::vector<std::pair<double, double>> points;
+  for (const auto& [b, seconds] : nearest->busy_samples) points.emplace_back(static_cast<double>(b), seconds);
+  // Larger groups move more data per process, as AllreduceSeconds scales it.
+  const double scale = nearest->group == group
+                           ? 1.0
+                           : AllreduceSeconds(group, bytes) /
+                                 std::max(1e-12, AllreduceSeconds(nearest->group, bytes));
+  return Interpolate(points, static_cast<double>(bytes)) * scale;
 }
 
 std::string Profile::ToJson() const {

@@ -79,6 +79,10 @@ struct AllreduceProfile {
   double latency_s = 0;
   double bytes_per_s = 0;
   std::vector<std::pair<int64_t, double>> samples;
+  // Started as every process starts computing, as the data-parallel buckets start during the
+  // last backward: how much later than the computation alone the all-reduce is done (on busy
+  // cores the two slow each other down). Empty when not measured.
+  std::vector<std::pair<int64_t, double>> busy_samples;
 };
 
 struct Profile {
@@ -110,6 +114,9 @@ struct Profile {
   // All-reduce of `bytes` over `group` processes (1: free). Group sizes beyond the profiled ones
   // follow a ring all-reduce: 2 (g - 1) / g of the data crosses each link.
   double AllreduceSeconds(int group, int64_t bytes) const;
+  // What an all-reduce of `bytes` started with the last backward adds after it (the busy
+  // samples of the nearest measured group, interpolated); -1 when not measured.
+  double AllreduceAfterCompute(int group, int64_t bytes) const;
 };
 
 // What `mitra profile` gathers from the workers: each machine's part (from its first process)

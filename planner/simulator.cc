@@ -169,6 +169,10 @@ class StepModel {
             double& posted = mail[i].posted[k][ins.micro_batch];
             posted = std::min(posted, t);
             if (arrival(s.awaited) <= t + kEpsilon) {
+              if (in_.trace) {
+                out[i].events.push_back(
+                    {std::string(OpName(ins.op)) + std::to_string(ins.micro_batch), posted, t});
+              }
               s.waiting = false;
               ++s.pc;
               continue;
@@ -455,9 +459,14 @@ Result<Prediction> Simulate(const SimulationInput& in) {
     }
     double reduced = done;
     if (D > 1) {
-      reduced = std::max(
-          {done, last_end + p.AllreduceSeconds(D, std::min(in.bucket_bytes, gradient_bytes)),
-           last_start + p.AllreduceSeconds(D, gradient_bytes)});
+      const double measured = p.AllreduceAfterCompute(D, gradient_bytes);
+      if (measured >= 0) {  // as measured with the cores busy
+        reduced = std::max(done, last_end + measured);
+      } else {  // the buckets overlap the last backward
+        reduced = std::max(
+            {done, last_end + p.AllreduceSeconds(D, std::min(in.bucket_bytes, gradient_bytes)),
+             last_start + p.AllreduceSeconds(D, gradient_bytes)});
+      }
       reduced += p.AllreduceSeconds(D, buffer_bytes);
     }
     for (int d : replicas) {
@@ -550,8 +559,11 @@ Result<Prediction> Simulate(const SimulationInput& in) {
                                                std::to_string(specs[i].stage) + ", replica " +
                                                std::to_string(specs[i].replica) + ")"}}}});
       for (const TraceEvent& e : timeline[i].events) event(r, e.name, e.start, e.end);
-      if (ready[i] > timeline[i].done) event(r, "all-reduce", timeline[i].done, ready[i]);
+      if (ready[i] > timeline[i].done) event(r, "reduce", timeline[i].done, ready[i]);
       event(r, "update", synced, synced + specs[i].update_s);
+      for (const TraceEvent& e : timeline[i].events) out.ops.push_back({r, e.name, e.start, e.end});
+      out.ops.push_back({r, "reduce", timeline[i].done, ready[i]});
+      out.ops.push_back({r, "update", synced, synced + specs[i].update_s});
     }
     out.trace = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() + "\n";
   }

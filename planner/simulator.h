@@ -55,12 +55,21 @@ struct SimulationInput {
   bool trace = false;                       // fill Prediction::trace
 };
 
+// One predicted instruction (or phase: "reduce", "update") of a rank, in seconds from the step's
+// start.
+struct PredictedOp {
+  int rank = 0;
+  std::string name;  // as the runtime's step trace names it: "F3", "B0", "Ra1", "update", ...
+  double start = 0, end = 0;
+};
+
 struct Prediction {
   double step_s = 0;
   double bubble_fraction = 0;         // the ranks' idle share of the pipeline phase
   std::vector<int64_t> memory_bytes;  // peak per rank: parameters, gradients, optimizer, activations
   int64_t max_memory_bytes = 0;
   std::string trace;                  // chrome://tracing / Perfetto JSON of the step, when asked
+  std::vector<PredictedOp> ops;       // the same, as data
 };
 
 inline constexpr int kMaxSharedRanks = 64;

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -145,101 +146,109 @@ planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Da
     }
     m.sample_s = Median(times);
   }
+  // Segments are timed within passes over the whole chain, as a stage runs them: between two
+  // uses of a segment every other segment's weights and activations go through the caches, so
+  // a small micro-batch pays for fetching the weights as it does in training.
+  std::vector<std::shared_ptr<cutpoint::Segment>> segments;
+  for (int i = 0; i < spec.num_segments(); ++i) {
+    segments.push_back(cutpoint::BuildSegment(spec, i, options.seed));
+    segments.back()->train(true);
+    m.segments[i].name = spec.segments[i].name;
+  }
   for (int64_t size : s.micro_batches) {
     std::vector<int64_t> indices;
     for (int64_t i = 0; i < size; ++i) indices.push_back(i % dataset.Size());
     const Activations batch = Collate(dataset, indices);
-    Activations input = batch;
-    for (int i = 0; i < spec.num_segments(); ++i) {
-      planner::SegmentProfile& seg = m.segments[i];
-      seg.name = spec.segments[i].name;
-      auto segment = cutpoint::BuildSegment(spec, i, options.seed);
-      segment->train(true);
-      std::vector<double> forward, nograd, backward;
-      int64_t graph = 0;
-      Activations outputs;
-      for (int r = 0; r <= s.repeats; ++r) {  // the first round warms up
-        Activations in = i == 0 ? input : AsReceived(input);
+    const int n = spec.num_segments();
+    std::vector<std::vector<double>> forward(n), nograd(n), backward(n);
+    std::vector<int64_t> graph(n, 0), output_bytes(n, 0);
+    for (int r = 0; r <= s.repeats; ++r) {  // the first round warms up
+      std::vector<Activations> outputs(n);
+      Activations in = batch;
+      for (int i = 0; i < n; ++i) {  // forward, keeping every graph
+        if (i > 0) in = AsReceived(outputs[i - 1]);
         const int64_t heap = HeapInUse();
-        auto start = Clock::now();
-        outputs = segment->Forward(in);
-        const double f = Seconds(start);
-        const int64_t kept = HeapInUse() - heap;
-        start = Clock::now();
-        Backward(spec, i, outputs, batch, 1.0 / static_cast<double>(size));
-        const double b = Seconds(start);
-        Activations nograd_out;
-        start = Clock::now();
-        {
-          torch::NoGradGuard no_grad;
-          nograd_out = segment->Forward(i == 0 ? input : AsReceived(input));
-        }
-        const double n = Seconds(start);
+        const auto start = Clock::now();
+        outputs[i] = segments[i]->Forward(in);
         if (r == 0) continue;
-        forward.push_back(f);
-        backward.push_back(b);
-        nograd.push_back(n);
-        graph = std::max(graph, kept);
+        forward[i].push_back(Seconds(start));
+        graph[i] = std::max(graph[i], HeapInUse() - heap);
+        output_bytes[i] = Bytes(outputs[i]);
       }
+      for (int i = n - 1; i >= 0; --i) {  // backward, last segment first
+        const auto start = Clock::now();
+        Backward(spec, i, outputs[i], batch, 1.0 / static_cast<double>(size));
+        if (r > 0) backward[i].push_back(Seconds(start));
+      }
+      torch::NoGradGuard no_grad;  // forward without graphs
+      in = batch;
+      for (int i = 0; i < n; ++i) {
+        const auto start = Clock::now();
+        in = segments[i]->Forward(in);
+        if (r > 0) nograd[i].push_back(Seconds(start));
+      }
+    }
+    for (int i = 0; i < n; ++i) {
       planner::SegmentCost cost;
       cost.micro_batch = size;
-      cost.forward_s = Median(forward);
-      cost.forward_nograd_s = Median(nograd);
-      cost.backward_s = Median(backward);
-      cost.output_bytes = Bytes(outputs);
-      cost.graph_bytes = std::max<int64_t>(graph, cost.output_bytes);
-      seg.costs.push_back(cost);
-
-      if (size == largest) {  // parameters, buffers and the update, once
-        std::vector<torch::Tensor> params;
-        seg.parameters = seg.parameter_bytes = seg.buffer_bytes = 0;
-        for (const auto& p : segment->parameters()) {
-          params.push_back(p);
-          seg.parameters += p.numel();
-          seg.parameter_bytes += p.numel() * p.element_size();
-        }
-        for (const auto& b : segment->buffers()) {
-          if (b.defined()) seg.buffer_bytes += b.numel() * b.element_size();
-        }
-        auto optimizer = MakeOptimizer(options.optimizer, params);
-        std::vector<double> update;
-        if (optimizer.ok() && !params.empty()) {
-          // What the runtime does per step besides compute: zero the gradients (at the
-          // step's start), their norm for clipping, the optimizer step.
-          const std::vector<torch::Tensor> grads = [&] {
-            std::vector<torch::Tensor> g;
-            for (const auto& p : params) g.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
-            return g;
-          }();
-          for (int r = 0; r <= s.repeats; ++r) {
-            torch::NoGradGuard no_grad;
-            for (size_t k = 0; k < params.size(); ++k) {
-              if (grads[k].defined()) params[k].mutable_grad() = grads[k].clone();
-            }
-            const auto start = Clock::now();
-            double squared = 0;
-            for (const auto& p : params) {
-              if (!p.grad().defined()) continue;
-              const double n = p.grad().norm().item<double>();
-              squared += n * n;
-            }
-            (*optimizer)->Step(options.lr.base);
-            for (const auto& p : params) {
-              if (p.grad().defined()) p.mutable_grad().zero_();
-            }
-            if (r > 0) update.push_back(Seconds(start));
-          }
-          seg.optimizer_bytes = 0;
-          for (const auto& p : params) {
-            for (const auto& [name, t] : (*optimizer)->State(p)) {
-              seg.optimizer_bytes += t.numel() * t.element_size();
-            }
-          }
-        }
-        seg.update_s = Median(update);
+      cost.forward_s = Median(forward[i]);
+      cost.forward_nograd_s = Median(nograd[i]);
+      cost.backward_s = Median(backward[i]);
+      cost.output_bytes = output_bytes[i];
+      cost.graph_bytes = std::max<int64_t>(graph[i], cost.output_bytes);
+      m.segments[i].costs.push_back(cost);
+    }
+  }
+  // Parameters, buffers, optimizer state, and the update: zeroing the gradients (at the step's
+  // start), their norm for clipping, the optimizer step; segment after segment, as the runtime
+  // does it over a stage.
+  const int n = spec.num_segments();
+  std::vector<std::vector<torch::Tensor>> params(n), grads(n);
+  std::vector<std::unique_ptr<Optimizer>> optimizers(n);
+  for (int i = 0; i < n; ++i) {
+    planner::SegmentProfile& seg = m.segments[i];
+    seg.parameters = seg.parameter_bytes = seg.buffer_bytes = 0;
+    for (const auto& p : segments[i]->parameters()) {
+      params[i].push_back(p);
+      grads[i].push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+      seg.parameters += p.numel();
+      seg.parameter_bytes += p.numel() * p.element_size();
+    }
+    for (const auto& b : segments[i]->buffers()) {
+      if (b.defined()) seg.buffer_bytes += b.numel() * b.element_size();
+    }
+    auto optimizer = MakeOptimizer(options.optimizer, params[i]);
+    if (optimizer.ok()) optimizers[i] = std::move(optimizer).value();
+  }
+  std::vector<std::vector<double>> update(n);
+  torch::NoGradGuard no_grad;
+  for (int r = 0; r <= s.repeats; ++r) {
+    for (int i = 0; i < n; ++i) {
+      for (size_t k = 0; k < params[i].size(); ++k) {
+        if (grads[i][k].defined()) params[i][k].mutable_grad() = grads[i][k].clone();
       }
-      input = outputs;
-      for (auto& [name, t] : input) t = t.detach();
+    }
+    for (int i = 0; i < n; ++i) {
+      if (!optimizers[i] || params[i].empty()) continue;
+      const auto start = Clock::now();
+      double squared = 0;
+      for (const auto& p : params[i]) {
+        if (p.grad().defined()) squared += std::pow(p.grad().norm().item<double>(), 2);
+      }
+      optimizers[i]->Step(options.lr.base * (squared >= 0 ? 1 : 0));
+      for (const auto& p : params[i]) {
+        if (p.grad().defined()) p.mutable_grad().zero_();
+      }
+      if (r > 0) update[i].push_back(Seconds(start));
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    planner::SegmentProfile& seg = m.segments[i];
+    seg.update_s = Median(update[i]);
+    seg.optimizer_bytes = 0;
+    if (!optimizers[i]) continue;
+    for (const auto& p : params[i]) {
+      for (const auto& [name, t] : optimizers[i]->State(p)) seg.optimizer_bytes += t.numel() * t.element_size();
     }
   }
   return m;
@@ -330,6 +339,38 @@ class Protocol {
         torch::tensor({placement_.rank == peer ? Median(waits) : 0.0}, torch::kFloat64)};
     comm_.Wait(comm_.global().allreduce(total), "the profile's all-reduce");
     return total[0].item<double>();
+  }
+
+  // An all-reduce of `bytes` started as every process starts computing (`work`), as the
+  // data-parallel buckets start during the last backward: how much longer than `work` alone
+  // (`alone` seconds) it takes until the all-reduce is done (the median), on rank 0 as on all.
+  double AllreduceDuringWork(int64_t bytes, int repeats, double alone,
+                             const std::function<void()>& work) {
+    std::vector<double> extra;
+    std::vector<torch::Tensor> data{torch::zeros({std::max<int64_t>(1, bytes / 4)})};
+    for (int r = 0; r <= repeats; ++r) {
+      Barrier();
+      const auto start = Clock::now();
+      auto pending = comm_.global().allreduce(data);
+      work();
+      comm_.Wait(pending, "the profile's all-reduce");
+      if (r > 0) extra.push_back(std::max(0.0, Seconds(start) - alone));
+    }
+    return Median(extra);
+  }
+
+  // The step's small all-reduce (24 bytes) right after every process computed (`work`).
+  double SyncAfterWork(int repeats, const std::function<void()>& work) {
+    std::vector<double> times;
+    std::vector<torch::Tensor> data{torch::zeros({3}, torch::kFloat64)};
+    for (int r = 0; r <= repeats; ++r) {
+      Barrier();
+      work();
+      const auto start = Clock::now();
+      comm_.Wait(comm_.global().allreduce(data), "the profile's all-reduce");
+      if (r > 0) times.push_back(Seconds(start));
+    }
+    return Median(times);
   }
 
   double Allreduce(int64_t bytes, int repeats) {
@@ -443,8 +484,20 @@ int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
     all.group = world;
     for (int64_t bytes : sizes) all.samples.emplace_back(bytes, protocol.Allreduce(bytes, s.repeats));
     std::tie(all.latency_s, all.bytes_per_s) = planner::FitLatencyBandwidth(all.samples);
+    std::vector<double> alone_times;
+    for (int r = 0; r < s.repeats; ++r) {
+      protocol.Barrier();
+      const auto start = Clock::now();
+      small.Run(1);
+      alone_times.push_back(Seconds(start));
+    }
+    const double alone = Median(alone_times);
+    for (int64_t bytes : {int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 22, int64_t{1} << 23}) {
+      all.busy_samples.emplace_back(
+          bytes, protocol.AllreduceDuringWork(bytes, s.repeats, alone, [&] { small.Run(1); }));
+    }
     comm_profile.allreduce.push_back(all);
-    comm_profile.step_sync_s = protocol.Allreduce(24, 4 * s.repeats);
+    comm_profile.step_sync_s = protocol.SyncAfterWork(2 * s.repeats, [&] { small.Run(1); });
   }
   protocol.Barrier();
 

@@ -129,7 +129,13 @@ int Trainer::Train(const Placement& placement) {
   if (placement.rank == 0) {
     const std::string settings = rt.DescribeSettings();
     spdlog::info("settings: {}", settings);
-    Record("settings").Add("text", settings).Emit();
+    Record("settings")
+        .Add("text", settings)
+        .Add("schedule", opts.schedule)
+        .Add("recompute", opts.recompute)
+        .Add("partition", rt.partition().ToString())
+        .Add("chunk_size", opts.chunk_size)
+        .Emit();
   }
 
   CheckpointOptions ck = options_.checkpoint;

@@ -11,6 +11,15 @@
 namespace mitra::planner {
 namespace {
 
+// An all-reduce over 2 processes, idle figures only.
+AllreduceProfile Allreduce(double latency_s, double bytes_per_s) {
+  AllreduceProfile a;
+  a.group = 2;
+  a.latency_s = latency_s;
+  a.bytes_per_s = bytes_per_s;
+  return a;
+}
+
 // `segments` identical segments: forward f, backward b per sample-free micro-batch (the same at
 // every size), graph bytes g per micro-batch, no communication cost, one speed for any load.
 Profile Uniform(int segments, double f, double b, int64_t graph = 1000,
@@ -39,7 +48,7 @@ Profile Uniform(int segments, double f, double b, int64_t graph = 1000,
     link.bytes_per_s = 1e18;
     p.links.push_back(link);
   }
-  p.allreduce.push_back({2, 0, 1e18, {}});
+  p.allreduce.push_back(Allreduce(0, 1e18));
   return p;
 }
 
@@ -115,7 +124,7 @@ TEST(Simulator, ProcessesOnOneMachineShareItsCores) {
 
 TEST(Simulator, TheAllReduceOverlapsTheLastBackward) {
   Profile p = Uniform(1, 0.01, 0.02);
-  p.allreduce = {{2, 0.0, 400 / 0.05, {}}};  // the stage's 400 gradient bytes take 50 ms
+  p.allreduce = {Allreduce(0.0, 400 / 0.05)};  // the stage's 400 gradient bytes take 50 ms
   auto in = Input(p, 1, 2, 4, 1, "1f1b");
   in.bucket_bytes = 1 << 20;  // one bucket: it starts when the last backward ends
   EXPECT_NEAR(Simulate(in)->step_s, 2 * 0.03 + 0.05, 1e-9);
@@ -225,7 +234,7 @@ TEST(Profile, RoundTripsThroughJsonAndInterpolatesBetweenSizes) {
 
 TEST(Profile, RingAllReduceExtendsTheMeasuredGroups) {
   Profile p = Uniform(1, 0, 0);
-  p.allreduce = {{2, 0.001, 1e9, {}}};
+  p.allreduce = {Allreduce(0.001, 1e9)};
   EXPECT_NEAR(p.AllreduceSeconds(2, 1000000), 0.001 + 0.001, 1e-12);
   // 4 processes: 2 rounds of latency (halving and doubling), 1.5 times the volume of 2.
   EXPECT_NEAR(p.AllreduceSeconds(4, 1000000), 0.002 + 0.0015, 1e-12);

@@ -104,6 +104,61 @@ TEST_F(ElasticGpt, AClassifierWithBatchNormAndDropoutGrowsKeepingItsMicroBatches
   ExpectNoProcessLeft(run_dir_);
 }
 
+// A profile of the tiny GPT (4 segments) made up so that pipelines win: an all-reduce costs
+// seconds (so one replica is best) and messages are free, so 4 slots train in 4 x 1 and 2 in
+// 2 x 1. Costs scale with the micro-batch; every machine shares nothing.
+std::string PipelineFriendlyProfile() {
+  std::string segments;
+  for (const char* name : {"embed", "block0", "block1", "head"}) {
+    std::string costs;
+    for (int mb : {1, 2, 4, 8, 16}) {
+      costs += std::string(costs.empty() ? "" : ",") + "{\"micro_batch\":" + std::to_string(mb) +
+               ",\"forward_s\":" + std::to_string(0.002 * mb) +
+               ",\"forward_nograd_s\":" + std::to_string(0.002 * mb) +
+               ",\"backward_s\":" + std::to_string(0.004 * mb) +
+               ",\"output_bytes\":" + std::to_string(16384 * mb) +
+               ",\"graph_bytes\":" + std::to_string(65536 * mb) + "}";
+    }
+    segments += std::string(segments.empty() ? "" : ",") + "{\"name\":\"" + name +
+                "\",\"parameters\":10000,\"parameter_bytes\":40000,\"buffer_bytes\":0,"
+                "\"optimizer_bytes\":80000,\"update_s\":0,\"costs\":[" + costs + "]}";
+  }
+  return "{\"format\":1,\"program\":\"gpt_train\",\"program_args\":[],"
+         "\"micro_batches\":[1,2,4,8,16],\"machines\":[{\"address\":\"localhost\","
+         "\"slots\":4,\"memory_bytes\":0,\"sample_s\":0,\"speed\":[1,1,1,1],\"segments\":[" +
+         segments + "]}],\"comm\":{\"step_sync_s\":0,\"links\":[],\"allreduce\":"
+         "[{\"group\":2,\"latency_s\":10,\"bytes_per_s\":1e9,\"samples\":[]}]}}";
+}
+
+TEST_F(ElasticGpt, PlannedShapesChangeTheStagesAtAMorphAndTrainTheSame) {
+  std::filesystem::create_directories(tmp_.Path("profile"));
+  tmp_.Write("profile/profile.json", PipelineFriendlyProfile());
+  const testing::ElasticJob& job = kJob;
+  machines_ = tmp_.Write("machines.txt", "localhost slots=4\n");
+  std::vector<std::string> args{"run", "--machines", machines_, "--batch-size",
+                                std::to_string(job.batch_size), "--chunk-size", "4",
+                                "--max-steps", std::to_string(job.steps), "--run-dir", run_dir_,
+                                "--profile", tmp_.Path("profile"), "--"};
+  for (const std::string& a : job.program) args.push_back(a);
+  auto mitra = testing::MitraProcess::Start(MITRA_BINARY, args, tmp_.path(),
+                                            {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const auto launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_EQ(launches[0].GetNumber("stages"), 4);
+  EXPECT_EQ(launches[0].GetString("partition"), "1,1,1,1");
+  EXPECT_EQ(launches[1].GetNumber("stages"), 2);
+  EXPECT_EQ(launches[1].GetString("partition"), "2,2");
+  EXPECT_GT(launches[1].GetNumber("predicted_step_s").value_or(0), 0);
+  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoProcessLeft(run_dir_);
+}
+
 TEST_F(ElasticGpt, AKilledWorkerIsRecoveredFromTheNewestCheckpoint) {
   auto mitra = Start("localhost slots=2\n", 2, {"--checkpoint-every", "1"});
   ASSERT_TRUE(mitra);

@@ -233,7 +233,8 @@ TEST(ChunkSize, IsKeptAcrossAResumeAndAChangeIsWarnedAbout) {
     const std::string machines = tmp.Write("machines-" + std::to_string(slots) + ".txt",
                                            "localhost slots=" + std::to_string(slots) + "\n");
     std::vector<std::string> args{"run", "--machines", machines, "--batch-size", "16",
-                                  "--max-steps", std::to_string(steps), "--run-dir", run_dir};
+                                  "--nstages", "1", "--max-steps", std::to_string(steps),
+                                  "--run-dir", run_dir};
     args.insert(args.end(), flags.begin(), flags.end());
     args.push_back("--");
     for (const auto& a : Classifier()) args.push_back(a);
@@ -268,8 +269,8 @@ TEST(ChunkSize, AMicroBatchIndependentModelTakesEachShapesOwnDefault) {
     const std::string machines = tmp.Write("machines-" + std::to_string(slots) + ".txt",
                                            "localhost slots=" + std::to_string(slots) + "\n");
     std::vector<std::string> args{"run", "--machines", machines, "--batch-size", "16",
-                                  "--max-steps", std::to_string(slots), "--run-dir", run_dir,
-                                  "--"};
+                                  "--nstages", "1", "--max-steps", std::to_string(slots),
+                                  "--run-dir", run_dir, "--"};
     for (const auto& a : testing::GptArgs()) args.push_back(a);
     auto r = testing::RunProgram(MITRA_BINARY, args, tmp.path(), 180);
     ASSERT_EQ(r.exit_code, 0) << r.output();
