@@ -78,6 +78,12 @@ Result<PlanResult> PlanShapes(const PlanRequest& request) {
   for (const MachineSlots& m : request.machines) slots += m.slots;
   if (slots < 1) return Status::InvalidArgument("no slots to plan for: list machines with slots");
   if (batch < 1) return Status::InvalidArgument("the batch must be at least 1 sample");
+  if (request.chunk_size > batch) {
+    return Status::InvalidArgument("micro-batches of " + std::to_string(request.chunk_size) +
+                                   " samples (--chunk-size) are more than the batch of " +
+                                   std::to_string(batch) + ": give --chunk-size " +
+                                   std::to_string(batch) + " or less, or a larger --batch-size");
+  }
   if (request.stages > segments) {
     return Status::InvalidArgument("--nstages " + std::to_string(request.stages) + " is more than the " +
                                    std::to_string(segments) + " segments of the profiled program");
@@ -235,7 +241,11 @@ Result<PlanResult> PlanShapes(const PlanRequest& request) {
                               "memory, or use a smaller batch");
     }
     return Status::InvalidArgument("no shape of a batch of " + std::to_string(batch) + " fits " +
-                                   std::to_string(slots) + " slots");
+                                   std::to_string(slots) + " slots" +
+                                   (request.stages > 0 ? " with --nstages " +
+                                                             std::to_string(request.stages)
+                                                       : std::string()) +
+                                   ": leave out --nstages and --chunk-size, or give more slots");
   }
   std::stable_sort(result.candidates.begin(), result.candidates.end(),
                    [](const PlannedShape& a, const PlannedShape& b) {

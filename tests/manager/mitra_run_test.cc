@@ -152,6 +152,46 @@ TEST_F(MitraRunTest, AProfileOfAnotherModelIsRefused) {
   EXPECT_TRUE(Contains(fixed.err, "--profile is for planned shapes")) << fixed.err;
 }
 
+TEST_F(MitraRunTest, MitraPlanRanksShapesFromAProfileAndNamesTheFixForBadInput) {
+  dir_.Write("machines.txt", "localhost slots=2\n");
+  const MitraResult made = Run(Args({"--batch-size", "8", "--max-steps", "1"}));
+  ASSERT_EQ(made.exit_code, 0) << made.output();
+  const std::string profile = RunDir() + "/profile";
+
+  const MitraResult plan =
+      Run({"plan", "--profile", profile, "--batch-size", "8", "--slots", "4", "--json"});
+  ASSERT_EQ(plan.exit_code, 0) << plan.output();
+  const Result<JsonObject> json = JsonObject::Parse(Trim(plan.out));
+  ASSERT_TRUE(json.ok()) << plan.out;
+  EXPECT_TRUE(json->GetNumber("planning_s").has_value()) << plan.out;
+  EXPECT_TRUE(Contains(plan.out, "\"best\":{")) << plan.out;
+  EXPECT_TRUE(Contains(plan.out, "\"predicted_memory_bytes\":")) << plan.out;
+  EXPECT_TRUE(Contains(plan.out, "\"partition\":\"")) << plan.out;
+
+  const MitraResult missing =
+      Run({"plan", "--profile", dir_.Path("nowhere"), "--batch-size", "8", "--slots", "2"});
+  EXPECT_EQ(missing.exit_code, 2) << missing.output();
+  EXPECT_TRUE(Contains(missing.err, "no profile at " + dir_.Path("nowhere") + ":"))
+      << missing.err;
+  EXPECT_TRUE(Contains(missing.err, "mitra profile --out")) << missing.err;
+
+  const MitraResult chunk = Run(
+      {"plan", "--profile", profile, "--batch-size", "2", "--slots", "4", "--chunk-size", "4"});
+  EXPECT_EQ(chunk.exit_code, 2) << chunk.output();
+  EXPECT_TRUE(Contains(chunk.err, "give --chunk-size 2 or less")) << chunk.err;
+
+  const MitraResult neither = Run({"plan", "--profile", profile, "--batch-size", "8"});
+  EXPECT_EQ(neither.exit_code, 2) << neither.output();
+  EXPECT_TRUE(Contains(neither.err, "give either --slots N or --machines FILE")) << neither.err;
+
+  // A batch smaller than the slots: replicas are capped at the batch, the rest left idle.
+  const MitraResult small =
+      Run({"plan", "--profile", profile, "--batch-size", "1", "--slots", "4", "--nstages", "1"});
+  ASSERT_EQ(small.exit_code, 0) << small.output();
+  EXPECT_TRUE(Contains(small.out, "1 x 1 ")) << small.out;
+  EXPECT_FALSE(Contains(small.out, "1 x 2 ")) << small.out;
+}
+
 TEST_F(MitraRunTest, UnevenBatchAndIdleSlotsAreReported) {
   dir_.Write("machines.txt", "# five slots\nlocalhost slots=5\n");
   const MitraResult r = Run(Args({"--batch-size", "7", "--nstages", "2", "--max-steps", "2"}));

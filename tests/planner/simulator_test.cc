@@ -213,6 +213,32 @@ TEST(Planner, BadRequestsSayWhatIsMissing) {
   deep.stages = 5;
   EXPECT_NE(PlanShapes(deep).status().message().find("more than the 4 segments"),
             std::string::npos);
+  PlanRequest big_chunk = deep;
+  big_chunk.stages = 0;
+  big_chunk.chunk_size = 16;
+  EXPECT_NE(PlanShapes(big_chunk).status().message().find("give --chunk-size 8 or less"),
+            std::string::npos)
+      << PlanShapes(big_chunk).status().message();
+  PlanRequest too_deep = deep;
+  too_deep.stages = 3;
+  too_deep.machines = {{"m0", 2}};
+  EXPECT_NE(PlanShapes(too_deep).status().message().find("2 slots with --nstages 3"),
+            std::string::npos)
+      << PlanShapes(too_deep).status().message();
+}
+
+TEST(Planner, ABatchSmallerThanTheSlotsLeavesSlotsIdleRatherThanEmptyReplicas) {
+  const Profile p = Uniform(4, 0.01, 0.02);
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 3;
+  request.machines = {{"m0", 8}};
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const PlannedShape& c : plan->candidates) {
+    EXPECT_LE(c.candidate.replicas, 3) << c.candidate.ToString();
+    EXPECT_EQ(c.idle_slots, 8 - c.candidate.stages * c.candidate.replicas);
+  }
 }
 
 TEST(Profile, RoundTripsThroughJsonAndInterpolatesBetweenSizes) {
