@@ -13,6 +13,7 @@
 #include <memory>
 #include <thread>
 
+#include "planner/profile.h"
 #include "tests/launcher/sshd_fixture.h"
 #include "tests/manager/run_helpers.h"
 #include "tests/worker/elastic_job.h"
@@ -258,6 +259,46 @@ TEST_F(SshElastic, CtrlCCheckpointsAndStopsEverything) {
   EXPECT_TRUE(std::filesystem::exists(run_dir_ + "/checkpoints/step-" + std::to_string(step)))
       << "no checkpoint of the step it stopped at (" << step << ")";
   ExpectNoWorkerLeft();
+}
+
+
+TEST_F(SshElastic, ProfilingTwoMachinesMeasuresEachOfThemAndTheLinkBetweenThem) {
+  machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
+  const std::string out = tmp_.Path("profile");
+  std::vector<std::string> args = {"profile", "--machines", machines_, "--batch-size", "8",
+                                   "--out", out, "--micro-batches", "1,4", "--repeats", "1",
+                                   "--known-hosts", sshd_->known_hosts_path(), "--identity",
+                                   sshd_->identity_path(), "--"};
+  const std::vector<std::string> program = testing::GptArgs();
+  args.insert(args.end(), program.begin(), program.end());
+  const MitraResult r = testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: profile written to " + out + "/profile.json")) << r.out;
+
+  const std::string text = testing::ReadFileOrEmpty(out + "/profile.json");
+  Result<planner::Profile> profile = planner::Profile::FromJson(text, "profile.json");
+  ASSERT_TRUE(profile.ok()) << profile.status().message();
+  ASSERT_EQ(profile->machines.size(), 2u);
+  EXPECT_EQ(profile->machines[0].address, Address(kHostA));
+  EXPECT_EQ(profile->machines[1].address, Address(kHostB));
+  for (const planner::MachineProfile& m : profile->machines) {
+    EXPECT_GT(profile->CostAt(m, 0, 4).forward_s, 0) << m.address;
+    EXPECT_GT(m.memory_bytes, 0) << m.address;
+  }
+  const bool measured_between = std::any_of(
+      profile->links.begin(), profile->links.end(), [&](const planner::LinkProfile& l) {
+        return l.from == Address(kHostA) && l.to == Address(kHostB) && l.bytes_per_s > 0;
+      });
+  EXPECT_TRUE(measured_between) << text;
+  ASSERT_FALSE(profile->allreduce.empty()) << text;
+  EXPECT_EQ(profile->allreduce.front().group, 2);
+
+  // The profile plans for the listed machines by name.
+  const MitraResult plan = testing::RunProgram(
+      MITRA_BINARY, {"plan", "--profile", out, "--batch-size", "8", "--machines", machines_},
+      tmp_.path(), 60);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output();
+  EXPECT_TRUE(Contains(plan.out, "mitra plan: 2 slots, batch 8")) << plan.out;
 }
 
 }  // namespace
