@@ -287,16 +287,8 @@ int ProfileCommand(const ProfileCommandOptions& o, CommandContext& c) {
   const std::string out_dir = fs::absolute(o.out_dir).string();
 
   ProfileJobOptions job;
-  job.program = *program;
-  job.program_args = o.program_args;
-  job.environment = c.environment;
-  job.remote_environment = RemoteEnvironment(c.environment);
-  for (const auto& [key, value] : o.env) {
-    job.environment[key] = value;
-    job.remote_environment[key] = value;
-  }
-  job.working_directory = c.working_directory;
-  job.code_dir = o.code_dir;
+  job.worker = WorkerProgram::Make(*program, o.program_args, c.environment, o.env,
+                                   c.working_directory, o.code_dir);
   job.global_batch = o.batch_size;
   job.micro_batches = o.micro_batches;
   job.repeats = o.repeats;

@@ -88,19 +88,17 @@ Result<planner::Profile> ProfileProgram(Transports& transports, const MachineLis
       return Status::Unavailable(machine.Address() + ": " + runner.status().message());
     }
     launcher::ProcessSpec spec;
-    spec.program = options.program;
-    spec.args = options.program_args;
-    spec.environment = WorkerEnvironment(
-        machine.IsLocal() ? options.environment : options.remote_environment, plan, r,
-        transports.WorkerAddress(machine), settings);
+    spec.program = options.worker.program;
+    spec.args = options.worker.args;
+    spec.environment = WorkerEnvironment(options.worker.EnvironmentFor(machine.IsLocal()), plan,
+                                         r, transports.WorkerAddress(machine), settings);
     spec.environment["MITRA_PROFILE"] = "1";
     spec.environment["MITRA_PROFILE_MACHINES"] = Join(addresses, " ");
     spec.environment["MITRA_PROFILE_SLOTS"] = Joined(slots, " ");
     spec.environment["MITRA_PROFILE_MICRO_BATCHES"] = Joined(sizes, ",");
     spec.environment["MITRA_PROFILE_REPEATS"] = std::to_string(options.repeats);
     spec.environment["MITRA_HEARTBEAT_S"] = "0";
-    spec.working_directory =
-        machine.IsLocal() || options.code_dir.empty() ? options.working_directory : options.code_dir;
+    spec.working_directory = options.worker.DirectoryFor(machine.IsLocal());
     if (!options.log_dir.empty()) {
       spec.log_path = options.log_dir + "/rank-" + std::to_string(r.rank) + ".log";
     }
@@ -176,13 +174,13 @@ Result<planner::Profile> ProfileProgram(Transports& transports, const MachineLis
   if (failure) return *failure;
   if (static_cast<int>(machines.size()) != static_cast<int>(list.machines.size()) || !comm) {
     return Status::InvalidArgument(
-        "'" + options.program + "' did not report a profile (" + std::to_string(machines.size()) +
+        "'" + options.worker.program + "' did not report a profile (" + std::to_string(machines.size()) +
         " of " + std::to_string(list.machines.size()) + " machines): is it a program built on "
         "mitra::worker's Trainer?");
   }
   planner::Profile profile;
-  profile.program = options.program;
-  profile.program_args = options.program_args;
+  profile.program = options.worker.program;
+  profile.program_args = options.worker.args;
   profile.micro_batches = sizes;
   for (auto& [index, m] : machines) profile.machines.push_back(std::move(m));
   profile.links = std::move(comm->links);

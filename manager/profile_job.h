@@ -20,12 +20,7 @@
 namespace mitra::manager {
 
 struct ProfileJobOptions {
-  std::string program;  // resolved
-  std::vector<std::string> program_args;
-  Environment environment;         // local workers'
-  Environment remote_environment;  // SSH workers'
-  std::string working_directory;
-  std::string code_dir;  // of SSH workers; "": working_directory
+  WorkerProgram worker;
   int64_t global_batch = 0;
   std::vector<int64_t> micro_batches = {1, 2, 4, 8, 16};  // larger than the batch: left out
   int repeats = 5;

@@ -234,16 +234,8 @@ Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
          << "shapes (once: kept in " << dir << "; --profile DIR gives one)" << std::endl;
   if (Status s = c.fs->CreateDirectories(JoinPath(dir, "logs")); !s.ok()) return s;
   ProfileJobOptions job;
-  job.program = program;
-  job.program_args = options.program_args;
-  job.environment = c.environment;
-  job.remote_environment = RemoteEnvironment(c.environment);
-  for (const auto& [key, value] : options.env) {
-    job.environment[key] = value;
-    job.remote_environment[key] = value;
-  }
-  job.working_directory = c.working_directory;
-  job.code_dir = options.code_dir;
+  job.worker = WorkerProgram::Make(program, options.program_args, c.environment, options.env,
+                                   c.working_directory, options.code_dir);
   job.global_batch = options.batch_size;
   job.threads = threads;
   job.timeout_s = std::max(600.0, timeout_s);
@@ -479,16 +471,8 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   controller_options.start_step = resume_step;
 
   RunLoopOptions loop_options;
-  loop_options.program = *program;
-  loop_options.program_args = options.program_args;
-  loop_options.environment = c.environment;
-  loop_options.remote_environment = RemoteEnvironment(c.environment);
-  for (const auto& [key, value] : options.env) {
-    loop_options.environment[key] = value;
-    loop_options.remote_environment[key] = value;
-  }
-  loop_options.working_directory = c.working_directory;
-  loop_options.code_dir = options.code_dir;
+  loop_options.worker = WorkerProgram::Make(*program, options.program_args, c.environment,
+                                            options.env, c.working_directory, options.code_dir);
   loop_options.machines_path = options.machines_path;
   loop_options.gpus_per_node = options.gpus_per_node;
   loop_options.settings = settings;

@@ -162,15 +162,13 @@ void RunLoop::Launch(const LaunchAction& launch) {
       continue;
     }
     launcher::ProcessSpec spec;
-    spec.program = options_.program;
-    spec.args = options_.program_args;
-    spec.environment = WorkerEnvironment(
-        machine.IsLocal() ? options_.environment : options_.remote_environment, launch.plan,
-        placement, transports_->WorkerAddress(machine), settings);
+    spec.program = options_.worker.program;
+    spec.args = options_.worker.args;
+    spec.environment = WorkerEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()),
+                                         launch.plan, placement,
+                                         transports_->WorkerAddress(machine), settings);
     if (!machine.IsLocal()) spec.environment.erase("MITRA_STEP_TRACE");  // not our disk
-    spec.working_directory = machine.IsLocal() || options_.code_dir.empty()
-                                 ? options_.working_directory
-                                 : options_.code_dir;
+    spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
     spec.log_path = run_dir_->LogPath(generation, rank);
     EventQueue* queue = queue_;
     const int64_t g = launch.generation;
@@ -189,7 +187,7 @@ void RunLoop::Launch(const LaunchAction& launch) {
     ranks_[rank] = live;
     results.push_back(RankStarted{launch.generation, rank, started->pid});
   }
-  JsonObject record = LaunchRecord(launch.plan, generation, options_.program, pids,
+  JsonObject record = LaunchRecord(launch.plan, generation, options_.worker.program, pids,
                                    clock_->MonotonicSeconds() - begin);
   std::vector<std::string> machines;
   for (const RankPlacement& p : launch.plan.ranks) {

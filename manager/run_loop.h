@@ -36,12 +36,7 @@
 namespace mitra::manager {
 
 struct RunLoopOptions {
-  std::string program;  // as resolved
-  std::vector<std::string> program_args;
-  Environment environment;         // local workers' base environment (the manager's + --env)
-  Environment remote_environment;  // remote workers' (RemoteEnvironment + --env)
-  std::string working_directory;  // of local workers
-  std::string code_dir;           // of remote workers
+  WorkerProgram worker;
   std::string machines_path;      // for messages about list edits
   int gpus_per_node = 1;
   LaunchSettings settings;        // generation, resume step and rendezvous are filled per launch

@@ -73,6 +73,24 @@ Environment RemoteEnvironment(const Environment& base) {
   return env;
 }
 
+WorkerProgram WorkerProgram::Make(std::string program, std::vector<std::string> args,
+                                  const Environment& manager,
+                                  const std::vector<std::pair<std::string, std::string>>& overrides,
+                                  std::string working_directory, std::string code_dir) {
+  WorkerProgram w;
+  w.program = std::move(program);
+  w.args = std::move(args);
+  w.local_environment = manager;
+  w.remote_environment = RemoteEnvironment(manager);
+  for (const auto& [key, value] : overrides) {
+    w.local_environment[key] = value;
+    w.remote_environment[key] = value;
+  }
+  w.working_directory = std::move(working_directory);
+  w.code_dir = std::move(code_dir);
+  return w;
+}
+
 Environment DescribeEnvironment(const Environment& base) {
   Environment env = WithoutContract(base);
   env["MITRA_DESCRIBE"] = "1";

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "planner/grid.h"
 
@@ -44,6 +46,29 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
 // OPENBLAS_*, GLOO_*, NCCL_*, CUDA_*, MITRA_*), not the rest (HOME, USER, SSH_*, DISPLAY, ...
 // belong to the other machine). --env adds to it.
 Environment RemoteEnvironment(const Environment& base);
+
+// The training program and how its processes start, the same for every launch of `mitra run`
+// and for `mitra profile`.
+struct WorkerProgram {
+  std::string program;  // resolved
+  std::vector<std::string> args;
+  Environment local_environment;   // the manager's, plus --env
+  Environment remote_environment;  // RemoteEnvironment(the manager's), plus --env
+  std::string working_directory;   // of local workers
+  std::string code_dir;            // of SSH workers; "": working_directory
+
+  // `overrides` (--env KEY=VALUE) win over what the manager's environment gives.
+  static WorkerProgram Make(std::string program, std::vector<std::string> args,
+                            const Environment& manager,
+                            const std::vector<std::pair<std::string, std::string>>& overrides,
+                            std::string working_directory, std::string code_dir);
+  const Environment& EnvironmentFor(bool local) const {
+    return local ? local_environment : remote_environment;
+  }
+  const std::string& DirectoryFor(bool local) const {
+    return local || code_dir.empty() ? working_directory : code_dir;
+  }
+};
 
 // `base` without the contract's variables, plus MITRA_DESCRIBE=1.
 Environment DescribeEnvironment(const Environment& base);

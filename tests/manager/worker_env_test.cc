@@ -45,5 +45,26 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
   EXPECT_EQ(describe.count("MITRA_RANK"), 0u);
 }
 
+TEST(WorkerEnv, RemoteWorkersGetThePortableVariablesAndTheCodeDirectory) {
+  const Environment manager = {{"PATH", "/bin"}, {"HOME", "/root"}, {"OMP_NUM_THREADS", "1"},
+                               {"SSH_AUTH_SOCK", "/tmp/a"}, {"KEEP", "manager's"}};
+  const WorkerProgram w = WorkerProgram::Make("/opt/train", {"--lr", "1"}, manager,
+                                              {{"KEEP", "--env's"}, {"EXTRA", "x"}}, "/here",
+                                              "/code");
+  EXPECT_EQ(w.EnvironmentFor(true).at("HOME"), "/root");
+  EXPECT_EQ(w.EnvironmentFor(true).at("KEEP"), "--env's");
+  const Environment& remote = w.EnvironmentFor(false);
+  EXPECT_EQ(remote.at("PATH"), "/bin");
+  EXPECT_EQ(remote.at("OMP_NUM_THREADS"), "1");
+  EXPECT_EQ(remote.count("HOME"), 0u);
+  EXPECT_EQ(remote.count("SSH_AUTH_SOCK"), 0u);
+  EXPECT_EQ(remote.at("KEEP"), "--env's");
+  EXPECT_EQ(remote.at("EXTRA"), "x");
+  EXPECT_EQ(w.DirectoryFor(true), "/here");
+  EXPECT_EQ(w.DirectoryFor(false), "/code");
+  const WorkerProgram no_code_dir = WorkerProgram::Make("/opt/train", {}, manager, {}, "/here", "");
+  EXPECT_EQ(no_code_dir.DirectoryFor(false), "/here");
+}
+
 }  // namespace
 }  // namespace mitra::manager
