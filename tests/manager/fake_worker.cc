@@ -117,8 +117,8 @@ int Profile(const Flags& f, int rank) {
   const char* sizes = std::getenv("MITRA_PROFILE_MICRO_BATCHES");
   if (!machines || !slots || !sizes) return 66;
   std::vector<std::string> names;
-  for (char* name = std::strtok(const_cast<char*>(std::string(machines).c_str()), " "); name;
-       name = std::strtok(nullptr, " ")) {
+  std::string machine_text = machines;
+  for (char* name = std::strtok(machine_text.data(), " "); name; name = std::strtok(nullptr, " ")) {
     names.push_back(name);
   }
   std::vector<long> counts;
