@@ -4,11 +4,12 @@
 1. `mitra profile` the bench GPT (batch 32) on `localhost slots=2`.
 2. `mitra plan --slots 2 --json`: the ranked shapes.
 3. Trains the first --shapes distinct shapes (P x D, micro-batch, schedule; the planner's
-   partition), the best 1 x 1 among them, --steps steps each with `mitra run`, in two rounds
-   (the second in reverse order), and profiles again after them. These shared machines drift by
-   10% and more within minutes, so each shape's measured time is the median of its steps (steps
-   3 on) over both rounds, its prediction the mean of the two profiles' predictions, and
-   `round_spread` (the two rounds' difference) shows the noise the errors sit in. Prints one JSON
+   partition), the best 1 x 1 among them, --steps steps each with `mitra run`, in --rounds rounds
+   (every other one in reverse order), and profiles again after them. These shared machines
+   drift by 10% and more within minutes, so each shape's measured time is the median of its
+   steps (steps 3 on) over all rounds, its prediction the mean of the two profiles' predictions,
+   and `round_spread` (the largest less the smallest of its rounds' medians, over their median)
+   shows the noise the errors sit in. Prints one JSON
    line per shape, then a summary: the median and worst relative error, and how the planner's
    pick measured against the measured best.
 4. `mitra plan --slots 10000` (and with a batch of 4096): the planning time.
@@ -17,7 +18,7 @@
    (P as the planner chose at 4 slots, or 2 when it chose 1; D = floor(3 / P)) and against the
    best shape that uses all three slots, each predicted and measured.
 
-  bench/planner.py [--build build] [--shapes 12] [--steps 12]
+  bench/planner.py [--build build] [--shapes 12] [--steps 12] [--rounds 3]
 """
 import argparse
 import json
@@ -82,6 +83,7 @@ def main():
     parser.add_argument("--build", default=os.path.join(ROOT, "build"))
     parser.add_argument("--shapes", type=int, default=12)
     parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="mitra-planner-bench-")
 
@@ -101,17 +103,16 @@ def main():
     if not any(c["stages"] * c["replicas"] == 1 for c in shapes):
         shapes[-1] = next(c for c in chosen if c["stages"] * c["replicas"] == 1)
 
-    # 3. Measure them, in two rounds, and profile again.
+    # 3. Measure them, in --rounds rounds (every other one in reverse order), and profile again.
     times = {i: [] for i in range(len(shapes))}
-    spreads = {}
-    for round_ in (0, 1):
-        order = range(len(shapes)) if round_ == 0 else reversed(range(len(shapes)))
+    round_medians = {i: [] for i in range(len(shapes))}
+    for round_ in range(args.rounds):
+        order = range(len(shapes)) if round_ % 2 == 0 else reversed(range(len(shapes)))
         for i in order:
             run_times = measure(args, tmp, shapes[i], f"shape-{i}-{round_}")
-            if times[i]:
-                spreads[i] = abs(statistics.median(run_times) - statistics.median(times[i])) / \
-                    statistics.median(times[i])
+            round_medians[i].append(statistics.median(run_times))
             times[i] += run_times
+    spreads = {i: (max(m) - min(m)) / statistics.median(m) for i, m in round_medians.items()}
     profile_after = os.path.join(tmp, "profile-after")
     run([f"{args.build}/bin/mitra", "profile", "--machines", machines(tmp, 2), "--batch-size",
          str(BATCH), "--out", profile_after, "--", f"{args.build}/bin/gpt_train", "--model", "bench"])
