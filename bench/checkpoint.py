@@ -45,7 +45,7 @@ def mitra(args, tmp, run_dir, model, batch, chunk, steps):
     with open(machines, "w") as f:
         f.write("localhost slots=1\n")
     cmd = [f"{args.build}/bin/mitra", "run", "--machines", machines, "--batch-size", str(batch),
-           "--chunk-size", str(chunk), "--max-steps", str(steps), "--checkpoint-every", "1",
+           "--nstages", "1", "--chunk-size", str(chunk), "--max-steps", str(steps), "--checkpoint-every", "1",
            "--keep-checkpoints", "2", "--run-dir", run_dir, "--",
            f"{args.build}/bin/gpt_train", "--model", model]
     out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
