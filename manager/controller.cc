@@ -465,10 +465,7 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
   std::vector<std::string> out;
   std::vector<Machine> machines = pool_.Usable(&out);
   ShapeRequest request;
-  for (const Machine& m : machines) {
-    request.slots_per_machine.push_back(m.slots);
-    request.addresses.push_back(m.Address());
-  }
+  for (const Machine& m : machines) request.machines.push_back({m.Address(), m.slots});
   request.segments = options_.segments;
   request.global_batch = options_.global_batch;
   request.chunk_size = options_.chunk_size;

@@ -423,13 +423,11 @@ int RunCommand(const RunOptions& options, RunContext& c) {
     }
     auto planned_policy = std::make_shared<planner::PlannedShapePolicy>(*profile);
     planner::ShapeRequest first;
-    for (const Machine& m : usable.machines) {
-      first.slots_per_machine.push_back(m.slots);
-      first.addresses.push_back(m.Address());
-    }
+    for (const Machine& m : usable.machines) first.machines.push_back({m.Address(), m.slots});
     first.segments = description->segments;
     first.global_batch = options.batch_size;
     first.chunk_size = chunk_size;
+    first.chunk_kept = !description->micro_batch_independent;
     Result<GridPlan> chosen = planned_policy->Plan(first);
     if (!chosen.ok()) return BadInput(c, "the planner found no shape: " + chosen.status().message());
     if (chunk_size == 0 && !description->micro_batch_independent) chunk_size = chosen->chunk_size;

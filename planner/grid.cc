@@ -19,6 +19,22 @@ std::string StageToRankMap(int stages, int replicas) {
   return map;
 }
 
+std::vector<int> SlotsOf(const std::vector<MachineSlots>& machines) {
+  std::vector<int> slots;
+  for (const MachineSlots& m : machines) slots.push_back(m.slots);
+  return slots;
+}
+
+std::vector<int> RankMachines(const std::vector<int>& slots_per_machine, int world) {
+  std::vector<int> out;
+  for (size_t m = 0; m < slots_per_machine.size(); ++m) {
+    for (int s = 0; s < slots_per_machine[m] && static_cast<int>(out.size()) < world; ++s) {
+      out.push_back(static_cast<int>(m));
+    }
+  }
+  return out;
+}
+
 int DefaultChunkSize(int64_t global_batch, int stages, int replicas, bool kept) {
   const int64_t per_replica = stages <= 1 && !kept ? 1 : 4 * int64_t{std::max(1, stages)};
   const int64_t chunk = planner::ChunkSizeFor(global_batch, replicas, per_replica);
@@ -78,17 +94,14 @@ Result<GridPlan> PlanGrid(const GridRequest& request) {
   plan.total_slots = slots;
   plan.idle_slots = slots - plan.world_size();
   plan.stage_to_rank_map = StageToRankMap(p, plan.replicas);
-  int machine = 0;
-  int local_rank = 0;
+  const std::vector<int> machine_of = RankMachines(request.slots_per_machine, plan.world_size());
   for (int rank = 0; rank < plan.world_size(); ++rank) {
-    while (local_rank >= request.slots_per_machine[machine]) {
-      ++machine;
-      local_rank = 0;
-    }
     RankPlacement placement;
     placement.rank = rank;
-    placement.machine = machine;
-    placement.local_rank = local_rank++;
+    placement.machine = machine_of[rank];
+    placement.local_rank = rank > 0 && machine_of[rank - 1] == machine_of[rank]
+                               ? plan.ranks.back().local_rank + 1
+                               : 0;
     placement.stage = rank % p;
     placement.replica = rank / p;
     plan.ranks.push_back(placement);

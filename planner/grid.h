@@ -17,6 +17,18 @@
 
 namespace mitra::planner {
 
+// A machine as the planners see it: its address (as a profile names machines) and slots.
+struct MachineSlots {
+  std::string address;
+  int slots = 1;
+};
+
+std::vector<int> SlotsOf(const std::vector<MachineSlots>& machines);
+
+// The machine (index into `slots_per_machine`) of each of `world` ranks: machines filled slot
+// by slot in list order.
+std::vector<int> RankMachines(const std::vector<int>& slots_per_machine, int world);
+
 struct GridRequest {
   std::vector<int> slots_per_machine;  // in machine-list order
   int stages = 1;                      // P
@@ -44,7 +56,8 @@ struct GridPlan {
   int chunk_size = 0;
   int total_slots = 0;
   int idle_slots = 0;  // total_slots - P * D
-  // Why slots are idle beyond the P x D grid's remainder (D limited by the micro-batches); "".
+  // Why slots are idle beyond the P x D grid's remainder (D limited by the micro-batches, or a
+  // planner's choice); "".
   std::string idle_reason;
   std::string stage_to_rank_map;
   std::vector<RankPlacement> ranks;  // indexed by rank

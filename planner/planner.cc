@@ -30,9 +30,7 @@ std::vector<int> ReplicaCounts(int most) {
 
 std::vector<std::string> PlaceRanks(const std::vector<MachineSlots>& machines, int world) {
   std::vector<std::string> out;
-  for (const MachineSlots& m : machines) {
-    for (int s = 0; s < m.slots && static_cast<int>(out.size()) < world; ++s) out.push_back(m.address);
-  }
+  for (int m : RankMachines(SlotsOf(machines), world)) out.push_back(machines[m].address);
   return out;
 }
 
@@ -126,15 +124,15 @@ Result<PlanResult> PlanShapes(const PlanRequest& request) {
   };
   for (int p : depths) {
     if (p > slots) continue;
+    const std::vector<std::string> first_machines = PlaceRanks(request.machines, p);
     for (int d : ReplicaCounts(slots / p)) {
       std::set<int64_t> chunks;
       if (request.chunk_size > 0) {
         chunks.insert(request.chunk_size);
       } else {
         for (int64_t c : profile.micro_batches) chunks.insert(c);
-        chunks.insert(ChunkSizeFor(batch, d, p == 1 ? 1 : 4 * p));
+        chunks.insert(DefaultChunkSize(batch, p, d, request.chunk_kept));
       }
-      const std::vector<std::string> first_machines = PlaceRanks(request.machines, std::min(p, slots));
       for (int64_t chunk : chunks) {
         if (chunk > batch || NumMicroBatches(batch, chunk) < d) continue;
         const int64_t per_replica = (NumMicroBatches(batch, chunk) + d - 1) / d;

@@ -16,21 +16,18 @@
 #include <vector>
 
 #include "mitra/common/status.h"
+#include "planner/grid.h"
 #include "planner/profile.h"
 #include "planner/simulator.h"
 
 namespace mitra::planner {
-
-struct MachineSlots {
-  std::string address;  // as the profile names machines
-  int slots = 1;
-};
 
 struct PlanRequest {
   const Profile* profile = nullptr;
   int64_t global_batch = 0;
   std::vector<MachineSlots> machines;  // the usable machines, in list order
   int64_t chunk_size = 0;  // > 0: the job's micro-batch is fixed; only it is tried
+  bool chunk_kept = false;  // the chosen micro-batch stays for the job (GridRequest::chunk_kept)
   int stages = 0;          // > 0: only this P
   std::vector<std::string> schedules = {"1f1b", "gpipe", "varuna"};
   // How many of the best shapes must be exact: shapes whose lower bound (their busiest stage's

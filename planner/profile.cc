@@ -219,7 +219,6 @@ json CommToJson(const CommProfile& c) {
                           {"bytes_per_s", l.bytes_per_s},
                           {"samples", Samples(l.samples)},
                           {"busy_latency_s", l.busy_latency_s},
-                          {"busy_bytes_per_s", l.busy_bytes_per_s},
                           {"busy_samples", Samples(l.busy_samples)}});
   }
   j["allreduce"] = json::array();
@@ -244,7 +243,6 @@ CommProfile CommFromJson(const json& j) {  // throws json::exception
     l.bytes_per_s = jl.at("bytes_per_s").get<double>();
     l.samples = ReadSamples(jl.at("samples"));
     l.busy_latency_s = jl.value("busy_latency_s", 0.0);
-    l.busy_bytes_per_s = jl.value("busy_bytes_per_s", 0.0);
     if (jl.contains("busy_samples")) l.busy_samples = ReadSamples(jl.at("busy_samples"));
     c.links.push_back(std::move(l));
   }

@@ -69,7 +69,6 @@ struct LinkProfile {
   // whatever the size: busy_latency_s is the median of the samples less their transfer at the
   // idle bandwidth (BusyLatency). 0 when not measured (then the idle figures apply).
   double busy_latency_s = 0;
-  double busy_bytes_per_s = 0;  // unused; kept for the format
   std::vector<std::pair<int64_t, double>> busy_samples;
 };
 

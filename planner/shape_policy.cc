@@ -8,8 +8,8 @@
 namespace mitra::planner {
 
 Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
-  const int slots =
-      std::accumulate(request.slots_per_machine.begin(), request.slots_per_machine.end(), 0);
+  const std::vector<int> slots_per_machine = SlotsOf(request.machines);
+  const int slots = std::accumulate(slots_per_machine.begin(), slots_per_machine.end(), 0);
   if (slots < stages_) {
     const std::string stages = stages_ == 1 ? "1 stage needs 1 slot"
                                             : std::to_string(stages_) + " stages need " +
@@ -18,11 +18,12 @@ Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
                                (slots == 1 ? " is" : "s are") + " listed");
   }
   GridRequest grid;
-  grid.slots_per_machine = request.slots_per_machine;
+  grid.slots_per_machine = slots_per_machine;
   grid.stages = stages_;
   grid.segments = request.segments;
   grid.global_batch = request.global_batch;
   grid.chunk_size = request.chunk_size;
+  grid.chunk_kept = request.chunk_kept;
   return PlanGrid(grid);
 }
 
@@ -31,10 +32,8 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   plan.profile = profile_.get();
   plan.global_batch = request.global_batch;
   plan.chunk_size = request.chunk_size;
-  for (size_t i = 0; i < request.slots_per_machine.size(); ++i) {
-    plan.machines.push_back({i < request.addresses.size() ? request.addresses[i] : "",
-                             request.slots_per_machine[i]});
-  }
+  plan.chunk_kept = request.chunk_kept;
+  plan.machines = request.machines;
   if (profile_->num_segments() != request.segments) {
     return Status::InvalidArgument("the profile holds " + std::to_string(profile_->num_segments()) +
                                    " segments but the program has " +
@@ -45,7 +44,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   if (!planned.ok()) return Status::Unavailable(planned.status().message());
   const PlannedShape& best = planned->candidates.front();
   GridRequest grid;
-  grid.slots_per_machine = request.slots_per_machine;
+  grid.slots_per_machine = SlotsOf(request.machines);
   grid.stages = best.candidate.stages;
   grid.replicas = best.candidate.replicas;
   grid.segments = request.segments;

@@ -1,8 +1,8 @@
 // ShapePolicy: which shape (P stages x D replicas) the job takes on the machines it can use.
 //
 // The controller asks at every launch (the first one, each morph, each recovery) with the
-// usable machines. FixedStagesPolicy: P as the user set it (--nstages), D = floor(slots / P),
-// the global batch unchanged. PlannedShapePolicy: the planner's fastest shape for the machines
+// usable machines. FixedStagesPolicy: P as the user set it (--nstages), D = floor(slots / P) (at
+// most the number of micro-batches), the global batch unchanged. PlannedShapePolicy: the planner's fastest shape for the machines
 // (planner/planner.h): P, D, micro-batch, schedule and partition, from a profile.
 #pragma once
 
@@ -19,11 +19,11 @@
 namespace mitra::planner {
 
 struct ShapeRequest {
-  std::vector<int> slots_per_machine;  // of the usable machines, in list order
-  std::vector<std::string> addresses;  // their addresses, in the same order
+  std::vector<MachineSlots> machines;  // the usable machines, in list order
   int segments = 0;                    // the program's segment count
   int64_t global_batch = 0;            // B: the same in every shape
   int chunk_size = 0;                  // > 0: fixed for the job; 0: chosen for each shape
+  bool chunk_kept = false;             // the chunk chosen now stays (GridRequest::chunk_kept)
 };
 
 // Implementations are pure and thread-compatible.

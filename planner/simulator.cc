@@ -492,7 +492,9 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   // buckets, and the peak of the activations the schedule keeps (replayed from the list).
   // Ranks not simulated hold what their period's representative holds.
   std::map<std::tuple<int, int64_t, const MachineProfile*>, int64_t> peak_of;
-  for (const RankSpec& spec : specs) {
+  std::vector<int64_t> spec_memory(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const RankSpec& spec = specs[i];
     int64_t fixed = 0;
     for (int s = spec.first_segment; s < spec.end_segment; ++s) {
       const SegmentProfile& seg = spec.profile->segments[s];
@@ -515,7 +517,6 @@ Result<Prediction> Simulate(const SimulationInput& in) {
             break;
           case Op::kBackward:
             held -= model.GraphBytes(spec, size);
-            if (spec.first) held -= model.InputBytes(spec, size);
             break;
           case Op::kSendGradients:
             held -= model.InputBytes(spec, size);
@@ -527,20 +528,12 @@ Result<Prediction> Simulate(const SimulationInput& in) {
       }
       found = peak_of.emplace(key, peak).first;
     }
-    out.max_memory_bytes = std::max(out.max_memory_bytes, fixed + found->second);
+    spec_memory[i] = fixed + found->second;
+    out.max_memory_bytes = std::max(out.max_memory_bytes, spec_memory[i]);
   }
   out.memory_bytes.assign(R, 0);
   for (int r = 0; r < R; ++r) {
-    if (index[r] >= 0) {
-      const RankSpec& spec = specs[index[r]];
-      int64_t fixed = 0;
-      for (int s = spec.first_segment; s < spec.end_segment; ++s) {
-        const SegmentProfile& seg = spec.profile->segments[s];
-        fixed += 2 * seg.parameter_bytes + seg.buffer_bytes + seg.optimizer_bytes +
-                 (D > 1 ? seg.parameter_bytes : 0);
-      }
-      out.memory_bytes[r] = fixed + peak_of.at({spec.stage, static_cast<int64_t>(spec.sizes.size()), spec.profile});
-    }
+    if (index[r] >= 0) out.memory_bytes[r] = spec_memory[index[r]];
   }
   for (int r = 0; r < R; ++r) {  // not simulated: the same stage of replica 0 or the first chosen
     if (out.memory_bytes[r] == 0) out.memory_bytes[r] = out.memory_bytes[(r % P) + replicas.front() * P];

@@ -4,13 +4,17 @@
 // What it models, as the runtime does it (docs/planner.md):
 //  - every rank runs its stage's list in order: forwards (with or without the autograd graph),
 //    recomputations and backwards cost the sum of the stage's segments at the micro-batch's size,
-//    plus loading the samples on the first and last stages; receives wait for the message, sends
-//    do not block (the message arrives after the link's latency plus bytes / bandwidth);
+//    plus loading the samples on the first and last stages; sends do not block, receives wait
+//    for the message, which moves once both sides have posted it (Gloo's rendezvous): from the
+//    later of the send and the receive, it takes the link's latency (its busy latency, measured
+//    while both processes compute, where profiled) plus bytes / bandwidth;
 //  - a machine's cores are shared: while k of its processes compute, each runs at the machine's
 //    profiled speed for k (processor sharing, re-evaluated at every event);
-//  - the data-parallel all-reduce is bucketed and overlapped with the last backward: it ends at
-//    the later of (last backward's end + the last bucket's all-reduce) and (last backward's start
-//    + the whole all-reduce), over the stage's replicas; buffers are exchanged after it;
+//  - the data-parallel all-reduce overlaps the last backward: it ends what the profile measured
+//    an all-reduce of the stage's gradients to add after a backward that runs alongside it
+//    (Profile::AllreduceAfterCompute); without that measurement, at the later of (last
+//    backward's end + the last bucket's all-reduce) and (last backward's start + the whole
+//    all-reduce), over the stage's replicas; buffers are exchanged after it;
 //  - the step's small all-reduce synchronises every rank; each then updates its parameters.
 // The step time is rank 0's, from the start of its step to the end of its update, with every
 // rank starting where the previous step's update left it.
