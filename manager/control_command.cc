@@ -12,16 +12,12 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "manager/control_socket.h"
+#include "manager/flags.h"
 #include "manager/run_command.h"
 #include "manager/status_report.h"
 
 namespace mitra::manager {
 namespace {
-
-Status Usage(const std::string& command, const std::string& problem) {
-  return Status::InvalidArgument("mitra " + command + ": " + problem + "; see `mitra " + command +
-                                 " --help`");
-}
 
 std::string SecondsText(double seconds) {
   char buffer[32];
@@ -109,43 +105,18 @@ Result<ControlCommandOptions> ParseControlCommandLine(const std::vector<std::str
     return Status::Internal("ParseControlCommandLine needs status or stop first");
   }
   o.action = args[0];
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "-h" || arg == "--help") {
-      o.help_text = o.action == "status" ? StatusUsage() : StopUsage();
-      return o;
-    }
-    const size_t eq = arg.find('=');
-    const std::string flag = arg.substr(0, eq);
-    const bool takes_value = flag == "--run-dir" || flag == "--timeout";
-    if ((flag == "--json" && o.action == "status") || (flag == "--wait" && o.action == "stop")) {
-      if (eq != std::string::npos) return Usage(o.action, flag + " takes no value");
-      (flag == "--json" ? o.json : o.wait) = true;
-      continue;
-    }
-    if (!takes_value) {
-      return Usage(o.action, StartsWith(arg, "-") ? "unknown flag '" + arg + "'"
-                                                  : "unexpected argument '" + arg + "'");
-    }
-    std::string value;
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return Usage(o.action, flag + " needs a value");
-    }
-    if (flag == "--run-dir") {
-      if (value.empty()) return Usage(o.action, "--run-dir needs a directory, e.g. mitra-run");
-      o.run_dir = value;
-    } else {
-      const std::optional<double> seconds = ParseDouble(value);
-      if (!seconds || *seconds <= 0) {
-        return Usage(o.action, "--timeout '" + value + "' is not a positive number of seconds");
-      }
-      o.timeout_s = *seconds;
-    }
+  Flags flags(o.action);
+  flags.Text("--run-dir", &o.run_dir, "a directory name", "mitra-run");
+  flags.Seconds("--timeout", &o.timeout_s, "10");
+  if (o.action == "status") {
+    flags.Switch("--json", &o.json);
+  } else {
+    flags.Switch("--wait", &o.wait);
   }
+  if (Status s = flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())); !s.ok()) {
+    return s;
+  }
+  if (flags.help()) o.help_text = o.action == "status" ? StatusUsage() : StopUsage();
   return o;
 }
 

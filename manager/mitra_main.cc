@@ -144,10 +144,6 @@ int Run(const mitra::manager::RunOptions& options) {
 int Planning(mitra::manager::CommandKind kind, const std::vector<std::string>& args) {
   using namespace mitra;
   const bool profile = kind == manager::CommandKind::kProfile;
-  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
-    std::cout << (profile ? manager::ProfileUsage() : manager::PlanUsage());
-    return manager::kExitOk;
-  }
   ::signal(SIGPIPE, SIG_IGN);
   PosixFileSystem fs;
   SystemClock clock;
@@ -164,12 +160,20 @@ int Planning(mitra::manager::CommandKind kind, const std::vector<std::string>& a
       std::cerr << options.status().message() << std::endl;
       return manager::kExitBadInput;
     }
+    if (!options->help_text.empty()) {
+      std::cout << options->help_text;
+      return manager::kExitOk;
+    }
     return manager::PlanCommand(*options, context);
   }
   Result<manager::ProfileCommandOptions> options = manager::ParseProfileCommand(args);
   if (!options.ok()) {
     std::cerr << options.status().message() << std::endl;
     return manager::kExitBadInput;
+  }
+  if (!options->help_text.empty()) {
+    std::cout << options->help_text;
+    return manager::kExitOk;
   }
   launcher::LocalProcessRunner runner(&fs);
   manager::MachineTransportsOptions transport_options;

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <cctype>
-#include <functional>
 #include <map>
 #include <sstream>
 
@@ -15,6 +14,7 @@
 
 #include "common/strings.h"
 #include "common/file_system.h"
+#include "manager/flags.h"
 #include "manager/machine_list.h"
 #include "manager/profile_job.h"
 #include "manager/run_command.h"
@@ -24,92 +24,6 @@ namespace mitra::manager {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A flag's value handler; returns an error message ("" when the value is good).
-using Handler = std::function<std::string(const std::string& value)>;
-
-std::string IntInto(const std::string& value, int64_t min, int64_t* out) {
-  const std::optional<int64_t> n = ParseInt64(value);
-  if (!n || *n < min) return "is not a whole number >= " + std::to_string(min);
-  *out = *n;
-  return "";
-}
-
-std::string IntInto(const std::string& value, int64_t min, int* out) {
-  int64_t n = 0;
-  std::string why = IntInto(value, min, &n);
-  if (why.empty()) *out = static_cast<int>(std::min<int64_t>(n, 1 << 30));
-  return why;
-}
-
-// Parses `--flag value`, `--flag=value`, the boolean flags in `switches`, and (with
-// `program`) `-- PROGRAM ARGS...`. `command` names the command in messages.
-Status ParseFlags(const std::string& command, const std::vector<std::string>& args,
-                  const std::map<std::string, Handler>& flags,
-                  const std::map<std::string, bool*>& switches, std::string* program,
-                  std::vector<std::string>* program_args) {
-  size_t i = 0;
-  while (i < args.size()) {
-    const std::string& arg = args[i++];
-    if (arg == "--") {
-      if (program == nullptr) {
-        return Status::InvalidArgument("mitra " + command + ": takes no program; see `mitra " +
-                                       command + " --help`");
-      }
-      if (i >= args.size()) {
-        return Status::InvalidArgument("mitra " + command + ": no program after `--`; give the "
-                                       "training program and its arguments");
-      }
-      *program = args[i++];
-      program_args->assign(args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
-      return Status::Ok();
-    }
-    const size_t eq = arg.find('=');
-    const std::string flag = arg.substr(0, eq);
-    if (auto s = switches.find(flag); s != switches.end() && eq == std::string::npos) {
-      *s->second = true;
-      continue;
-    }
-    auto handler = flags.find(flag);
-    if (handler == flags.end()) {
-      return Status::InvalidArgument("mitra " + command + ": unknown " +
-                                     (StartsWith(arg, "-") ? "flag '" : "argument '") + arg +
-                                     "'; see `mitra " + command + " --help`");
-    }
-    std::string value;
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i < args.size() && !StartsWith(args[i], "--")) {
-      value = args[i++];
-    } else {
-      return Status::InvalidArgument("mitra " + command + ": " + flag + " needs a value");
-    }
-    if (std::string why = handler->second(value); !why.empty()) {
-      return Status::InvalidArgument("mitra " + command + ": " + flag + " '" + value + "' " + why);
-    }
-  }
-  if (program != nullptr) {
-    return Status::InvalidArgument("mitra " + command + ": no program given; end the command "
-                                   "with `-- PROGRAM [ARGS...]`");
-  }
-  return Status::Ok();
-}
-
-std::string SizesInto(const std::string& value, std::vector<int64_t>* out) {
-  out->clear();
-  std::string text = value;
-  std::replace(text.begin(), text.end(), ',', ' ');
-  std::istringstream in(text);
-  for (std::string w; in >> w;) {
-    const std::optional<int64_t> n = ParseInt64(w);
-    if (!n || *n < 1) return "is not a list of whole numbers >= 1 (e.g. 1,2,4,8,16)";
-    out->push_back(*n);
-  }
-  if (out->empty()) return "is empty (e.g. 1,2,4,8,16)";
-  std::sort(out->begin(), out->end());
-  out->erase(std::unique(out->begin(), out->end()), out->end());
-  return "";
-}
 
 int BadInput(CommandContext& c, const std::string& command, const std::string& message) {
   for (const std::string_view line : SplitLines(message)) {
@@ -195,60 +109,54 @@ std::string PlanUsage() {
 
 Result<ProfileCommandOptions> ParseProfileCommand(const std::vector<std::string>& args) {
   ProfileCommandOptions o;
-  std::map<std::string, Handler> flags = {
-      {"--machines", [&](const std::string& v) { o.machines_path = v; return std::string(); }},
-      {"--batch-size", [&](const std::string& v) { return IntInto(v, 1, &o.batch_size); }},
-      {"--out", [&](const std::string& v) { o.out_dir = v; return std::string(); }},
-      {"--micro-batches", [&](const std::string& v) { return SizesInto(v, &o.micro_batches); }},
-      {"--repeats", [&](const std::string& v) { return IntInto(v, 1, &o.repeats); }},
-      {"--gpus-per-node", [&](const std::string& v) { return IntInto(v, 1, &o.gpus_per_node); }},
-      {"--threads", [&](const std::string& v) { return IntInto(v, 1, &o.threads); }},
-      {"--timeout",
-       [&](const std::string& v) {
-         const std::optional<double> s = ParseDouble(v);
-         if (!s || *s <= 0) return std::string("is not a positive number of seconds");
-         o.timeout_s = *s;
-         return std::string();
-       }},
-      {"--code-dir", [&](const std::string& v) { o.code_dir = v; return std::string(); }},
-      {"--known-hosts", [&](const std::string& v) { o.known_hosts = v; return std::string(); }},
-      {"--identity", [&](const std::string& v) { o.identity = v; return std::string(); }},
-      {"--env",
-       [&](const std::string& v) {
-         const size_t eq = v.find('=');
-         if (eq == std::string::npos || eq == 0) return std::string("is not KEY=VALUE");
-         o.env.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-         return std::string();
-       }},
-  };
-  if (Status s = ParseFlags("profile", args, flags, {}, &o.program, &o.program_args); !s.ok()) {
-    return s;
+  Flags flags("profile");
+  flags.Text("--machines", &o.machines_path, "a file name", "machines.txt");
+  flags.Whole("--batch-size", 1, &o.batch_size, "32");
+  flags.Text("--out", &o.out_dir, "a directory name", "profile");
+  flags.Wholes("--micro-batches", &o.micro_batches, "1,2,4,8,16");
+  flags.Whole("--repeats", 1, &o.repeats, "5");
+  flags.Whole("--gpus-per-node", 1, &o.gpus_per_node, "4");
+  flags.Whole("--threads", 1, &o.threads, "4");
+  flags.Seconds("--timeout", &o.timeout_s, "600");
+  flags.Text("--code-dir", &o.code_dir, "a path", "/srv/train");
+  flags.Text("--known-hosts", &o.known_hosts, "a path", "~/.ssh/known_hosts");
+  flags.Text("--identity", &o.identity, "a path", "~/.ssh/id_ed25519");
+  flags.Environment("--env", &o.env);
+  flags.Program(&o.program, &o.program_args,
+                "mitra profile --machines machines.txt --batch-size 32 --out profile -- ./train");
+  if (Status s = flags.Parse(args); !s.ok()) return s;
+  if (flags.help()) {
+    o.help_text = ProfileUsage();
+    return o;
   }
   if (o.machines_path.empty() || o.batch_size == 0 || o.out_dir.empty()) {
     return Status::InvalidArgument("mitra profile: --machines, --batch-size and --out are "
                                    "required, e.g. mitra profile --machines machines.txt "
                                    "--batch-size 32 --out profile -- ./train");
   }
+  if (Status s = flags.CheckProgram(); !s.ok()) return s;
   return o;
 }
 
 Result<PlanCommandOptions> ParsePlanCommand(const std::vector<std::string>& args) {
   PlanCommandOptions o;
-  std::map<std::string, Handler> flags = {
-      {"--profile", [&](const std::string& v) { o.profile_dir = v; return std::string(); }},
-      {"--batch-size", [&](const std::string& v) { return IntInto(v, 1, &o.batch_size); }},
-      {"--slots", [&](const std::string& v) { return IntInto(v, 1, &o.slots); }},
-      {"--machines", [&](const std::string& v) { o.machines_path = v; return std::string(); }},
-      {"--gpus-per-node", [&](const std::string& v) { return IntInto(v, 1, &o.gpus_per_node); }},
-      {"--top", [&](const std::string& v) { return IntInto(v, 1, &o.top); }},
-      {"--nstages", [&](const std::string& v) { return IntInto(v, 1, &o.stages); }},
-      {"--chunk-size", [&](const std::string& v) { return IntInto(v, 1, &o.chunk_size); }},
-      {"--trace", [&](const std::string& v) { o.trace_path = v; return std::string(); }},
-      {"--validate", [&](const std::string& v) { o.validate_dir = v; return std::string(); }},
-      {"--generation", [&](const std::string& v) { return IntInto(v, 0, &o.generation); }},
-  };
-  if (Status s = ParseFlags("plan", args, flags, {{"--json", &o.json}}, nullptr, nullptr); !s.ok()) {
-    return s;
+  Flags flags("plan");
+  flags.Text("--profile", &o.profile_dir, "a directory name", "profile");
+  flags.Whole("--batch-size", 1, &o.batch_size, "32");
+  flags.Whole("--slots", 1, &o.slots, "8");
+  flags.Text("--machines", &o.machines_path, "a file name", "machines.txt");
+  flags.Whole("--gpus-per-node", 1, &o.gpus_per_node, "4");
+  flags.Whole("--top", 1, &o.top, "5");
+  flags.Whole("--nstages", 1, &o.stages, "2");
+  flags.Whole("--chunk-size", 1, &o.chunk_size, "4");
+  flags.Text("--trace", &o.trace_path, "a file name", "step.trace.json");
+  flags.Text("--validate", &o.validate_dir, "a directory name", "mitra-run");
+  flags.Whole("--generation", 0, &o.generation, "1");
+  flags.Switch("--json", &o.json);
+  if (Status s = flags.Parse(args); !s.ok()) return s;
+  if (flags.help()) {
+    o.help_text = PlanUsage();
+    return o;
   }
   if (!o.validate_dir.empty()) return o;
   if (o.profile_dir.empty() || o.batch_size == 0) {

@@ -37,6 +37,7 @@ struct ProfileCommandOptions {
   std::string known_hosts, identity;
   std::string program;
   std::vector<std::string> program_args;
+  std::string help_text;  // non-empty for --help: print it, exit 0
 };
 
 struct PlanCommandOptions {
@@ -52,9 +53,11 @@ struct PlanCommandOptions {
   std::string trace_path;      // --trace: the best shape's predicted step as a chrome trace
   std::string validate_dir;    // --validate RUN_DIR: predicted against measured
   int64_t generation = -1;     // --generation G of --validate (default: the newest)
+  std::string help_text;       // non-empty for --help: print it, exit 0
 };
 
-// Parse argv after the command's name. InvalidArgument names the flag and the fix.
+// Parse argv after the command's name (with flags.h). InvalidArgument names the flag and the
+// fix.
 Result<ProfileCommandOptions> ParseProfileCommand(const std::vector<std::string>& args);
 Result<PlanCommandOptions> ParsePlanCommand(const std::vector<std::string>& args);
 std::string ProfileUsage();

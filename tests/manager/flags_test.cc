@@ -1,7 +1,10 @@
-// The command-line layer every mitra command uses (flags.h).
+// The command-line layer every mitra command uses (flags.h), and the commands that use it
+// besides `mitra run` (run_options_test.cc): plan, profile.
 #include "manager/flags.h"
 
 #include <gtest/gtest.h>
+
+#include "manager/planner_commands.h"
 
 namespace mitra::manager {
 namespace {
@@ -187,6 +190,74 @@ TEST(Flags, WordsAreTakenInOrderAndOneTooManyIsUnexpected) {
   EXPECT_EQ(second, "");
   EXPECT_EQ(parse({"a", "b", "c"}).message(),
             "mitra words: unexpected argument 'c'; see `mitra words --help`");
+}
+
+// ---- mitra plan, mitra profile -------------------------------------------------------------
+
+TEST(PlanCommandLine, ReadsTheFlags) {
+  Result<PlanCommandOptions> o = ParsePlanCommand(
+      {"--profile", "prof", "--batch-size", "32", "--slots=8", "--top", "3", "--json"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->profile_dir, "prof");
+  EXPECT_EQ(o->batch_size, 32);
+  EXPECT_EQ(o->slots, 8);
+  EXPECT_EQ(o->top, 3);
+  EXPECT_TRUE(o->json);
+  EXPECT_TRUE(o->help_text.empty());
+
+  Result<PlanCommandOptions> validate =
+      ParsePlanCommand({"--validate", "run", "--generation", "0"});
+  ASSERT_TRUE(validate.ok()) << validate.status().message();
+  EXPECT_EQ(validate->validate_dir, "run");
+  EXPECT_EQ(validate->generation, 0);
+}
+
+TEST(PlanCommandLine, SaysWhatIsWrong) {
+  EXPECT_EQ(
+      ParsePlanCommand({"--profile", "p", "--batch-size", "8", "--slot", "2"}).status().message(),
+      "mitra plan: unknown flag '--slot'; did you mean --slots? See `mitra plan --help`");
+  EXPECT_EQ(ParsePlanCommand({"--top", "0"}).status().message(),
+            "mitra plan: --top '0' is not a whole number >= 1 (e.g. --top 5)");
+  EXPECT_EQ(ParsePlanCommand({"--profile", "p", "--top"}).status().message(),
+            "mitra plan: --top needs a value; see `mitra plan --help`");
+  EXPECT_EQ(ParsePlanCommand({"--profile", "p", "--", "x"}).status().message(),
+            "mitra plan: takes no program; see `mitra plan --help`");
+  EXPECT_TRUE(Contains(ParsePlanCommand({"--batch-size", "8", "--slots", "2"}).status().message(),
+                       "--profile and --batch-size are required"));
+  EXPECT_EQ(ParsePlanCommand({"--profile", "p", "--batch-size", "8"}).status().message(),
+            "mitra plan: give either --slots N or --machines FILE");
+}
+
+TEST(PlanCommandLine, HelpIsTheUsage) {
+  Result<PlanCommandOptions> o = ParsePlanCommand({"--profile", "p", "--help"});
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->help_text, PlanUsage());
+}
+
+TEST(ProfileCommandLine, ReadsTheFlagsAndTheProgram) {
+  Result<ProfileCommandOptions> o = ParseProfileCommand(
+      {"--machines", "m.txt", "--batch-size", "32", "--out", "prof", "--micro-batches", "8,2",
+       "--env", "A=1", "--timeout", "60", "--", "./train", "--out", "x"});
+  ASSERT_TRUE(o.ok()) << o.status().message();
+  EXPECT_EQ(o->machines_path, "m.txt");
+  EXPECT_EQ(o->out_dir, "prof");
+  EXPECT_EQ(o->micro_batches, (std::vector<int64_t>{2, 8}));
+  ASSERT_EQ(o->env.size(), 1u);
+  EXPECT_EQ(o->timeout_s, 60);
+  EXPECT_EQ(o->program, "./train");
+  EXPECT_EQ(o->program_args, (std::vector<std::string>{"--out", "x"}));
+}
+
+TEST(ProfileCommandLine, SaysWhatIsWrong) {
+  EXPECT_TRUE(Contains(ParseProfileCommand({"--machines", "m", "--", "p"}).status().message(),
+                       "--machines, --batch-size and --out are required"));
+  EXPECT_TRUE(Contains(ParseProfileCommand({"--machines", "m", "--batch-size", "8", "--out", "o"})
+                           .status()
+                           .message(),
+                       "mitra profile: no program given"));
+  EXPECT_TRUE(Contains(ParseProfileCommand({"--micro-batches", "", "--", "p"}).status().message(),
+                       "--micro-batches '' is not a list of whole numbers >= 1"));
+  EXPECT_EQ(ParseProfileCommand({"--help"})->help_text, ProfileUsage());
 }
 
 }  // namespace

@@ -159,6 +159,32 @@ TEST(RunOptions, ElasticFlags) {
                        "--max-restarts"));
 }
 
+TEST(RunOptions, TheProgramsArgumentsAreNeverMitras) {
+  const RunOptions o = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "./train",
+                                "--batch-size", "abc", "--help", "--frob", "--"})
+                           .run;
+  EXPECT_EQ(o.batch_size, 8);
+  EXPECT_EQ(o.program, "./train");
+  EXPECT_EQ(o.program_args,
+            (std::vector<std::string>{"--batch-size", "abc", "--help", "--frob", "--"}));
+}
+
+TEST(RunOptions, CheckpointCommands) {
+  const Command list = ParseOk({"checkpoint", "list", "runs/a/checkpoints"});
+  ASSERT_EQ(list.kind, CommandKind::kCheckpoint);
+  EXPECT_EQ(list.checkpoint.action, "list");
+  EXPECT_EQ(list.checkpoint.dir, "runs/a/checkpoints");
+  const Command out = ParseOk({"checkpoint", "export", "ckpt", "model.pt"});
+  EXPECT_EQ(out.checkpoint.action, "export");
+  EXPECT_EQ(out.checkpoint.out, "model.pt");
+  EXPECT_EQ(ParseOk({"checkpoint", "--help"}).help_text, CheckpointUsage());
+  EXPECT_EQ(ParseError({"checkpoint", "list"}), CheckpointUsage());
+  EXPECT_EQ(ParseError({"checkpoint", "verify", "d", "extra"}), CheckpointUsage());
+  EXPECT_EQ(ParseError({"checkpoint", "show", "d"}), CheckpointUsage());
+  EXPECT_EQ(ParseError({"checkpoint", "list", "d", "--all"}),
+            "mitra checkpoint: unknown flag '--all'; see `mitra checkpoint --help`");
+}
+
 TEST(RunOptions, HelpAndVersion) {
   EXPECT_EQ(ParseOk({"--help"}).kind, CommandKind::kHelp);
   const Command run_help = ParseOk({"run", "--machines", "m", "--help"});
