@@ -2,7 +2,7 @@
 # find_package(mitra) and link mitra::worker.
 include(CMakePackageConfigHelpers)
 
-set(MITRA_INSTALL_TARGETS mitra_common mitra_planner mitra_checkpoint_store)
+set(MITRA_INSTALL_TARGETS mitra_common mitra_contract mitra_planner mitra_checkpoint_store)
 if(MITRA_WITH_TORCH)
   list(APPEND MITRA_INSTALL_TARGETS mitra_checkpoint mitra_cutpoint mitra_worker)
 endif()
@@ -14,7 +14,8 @@ install(TARGETS ${MITRA_INSTALL_TARGETS} EXPORT mitraTargets
 # headers include (they include each other only). Everything else stays inside the libraries.
 set(MITRA_PUBLIC_HEADERS
   common/status.h
-  cutpoint/activations.h cutpoint/model.h cutpoint/partition.h cutpoint/stage_map.h
+  contract/placement.h contract/stage_map.h
+  cutpoint/activations.h cutpoint/model.h cutpoint/partition.h
   planner/batch_split.h
   worker/checkpoint_options.h worker/data.h worker/inference.h worker/lr_schedule.h
   worker/optimizer.h worker/placement.h worker/runtime.h worker/stage.h worker/trainer.h)

@@ -20,12 +20,6 @@ struct RankEvent {
   launcher::ProcessEvent event;
 };
 
-std::string Joined(const std::vector<int64_t>& values, const std::string& separator) {
-  std::string out;
-  for (int64_t v : values) out += (out.empty() ? "" : separator) + std::to_string(v);
-  return out;
-}
-
 }  // namespace
 
 Result<planner::Profile> ProfileProgram(Transports& transports, const MachineList& list,
@@ -46,12 +40,13 @@ Result<planner::Profile> ProfileProgram(Transports& transports, const MachineLis
   plan.global_batch = options.global_batch;
   plan.chunk_size = 1;
   plan.total_slots = world;
-  plan.stage_to_rank_map = planner::StageToRankMap(1, world);
-  std::vector<std::string> addresses;
-  std::vector<int64_t> slots;
+  plan.stage_map = contract::StageMap::Default(1, world);
+  contract::ProfileRequest request;
+  request.micro_batches = sizes;
+  request.repeats = options.repeats;
   for (size_t m = 0; m < list.machines.size(); ++m) {
-    addresses.push_back(list.machines[m].Address());
-    slots.push_back(list.machines[m].slots);
+    request.machines.push_back(list.machines[m].Address());
+    request.slots.push_back(list.machines[m].slots);
     for (int s = 0; s < list.machines[m].slots; ++s) {
       planner::RankPlacement r;
       r.rank = static_cast<int>(plan.ranks.size());
@@ -73,6 +68,7 @@ Result<planner::Profile> ProfileProgram(Transports& transports, const MachineLis
   }
   settings.threads = options.threads;
   settings.timeout_s = options.timeout_s;
+  settings.heartbeat_s = 0;  // a profile is bounded by options.limit_s, not health-checked
   settings.run_dir = options.log_dir;
 
   auto queue = std::make_shared<BlockingQueue<RankEvent>>();
@@ -92,12 +88,7 @@ Result<planner::Profile> ProfileProgram(Transports& transports, const MachineLis
     spec.args = options.worker.args;
     spec.environment = WorkerEnvironment(options.worker.EnvironmentFor(machine.IsLocal()), plan,
                                          r, transports.WorkerAddress(machine), settings);
-    spec.environment["MITRA_PROFILE"] = "1";
-    spec.environment["MITRA_PROFILE_MACHINES"] = Join(addresses, " ");
-    spec.environment["MITRA_PROFILE_SLOTS"] = Joined(slots, " ");
-    spec.environment["MITRA_PROFILE_MICRO_BATCHES"] = Joined(sizes, ",");
-    spec.environment["MITRA_PROFILE_REPEATS"] = std::to_string(options.repeats);
-    spec.environment["MITRA_HEARTBEAT_S"] = "0";
+    for (auto& [name, value] : request.ToEnvironment()) spec.environment[name] = std::move(value);
     spec.working_directory = options.worker.DirectoryFor(machine.IsLocal());
     if (!options.log_dir.empty()) {
       spec.log_path = options.log_dir + "/rank-" + std::to_string(r.rank) + ".log";

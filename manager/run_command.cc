@@ -21,6 +21,7 @@
 #include "manager/profile_job.h"
 #include "manager/run_loop.h"
 #include "planner/shape_policy.h"
+#include "contract/variables.h"
 #include "mitra/planner/batch_split.h"
 
 namespace mitra::manager {
@@ -47,7 +48,7 @@ const std::string* Lookup(const Environment& env, const std::string& name) {
 // --threads, else MITRA_THREADS from the manager's environment, else 1.
 Result<int> ResolveThreads(const RunOptions& options, const Environment& env) {
   if (options.threads > 0) return options.threads;
-  const std::string* value = Lookup(env, "MITRA_THREADS");
+  const std::string* value = Lookup(env, contract::kThreads);
   if (value == nullptr) return 1;
   const std::optional<int64_t> n = ParseInt64(*value);
   if (!n || *n < 1 || *n > 4096) {
@@ -61,7 +62,7 @@ Result<int> ResolveThreads(const RunOptions& options, const Environment& env) {
 // --timeout, else MITRA_TIMEOUT_S from the manager's environment, else 30.
 Result<double> ResolveTimeout(const RunOptions& options, const Environment& env) {
   if (options.timeout_s > 0) return options.timeout_s;
-  const std::string* value = Lookup(env, "MITRA_TIMEOUT_S");
+  const std::string* value = Lookup(env, contract::kTimeoutS);
   if (value == nullptr) return 30.0;
   const std::optional<double> s = ParseDouble(*value);
   if (!s || *s <= 0) {

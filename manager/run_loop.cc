@@ -164,10 +164,11 @@ void RunLoop::Launch(const LaunchAction& launch) {
     launcher::ProcessSpec spec;
     spec.program = options_.worker.program;
     spec.args = options_.worker.args;
+    LaunchSettings rank_settings = settings;
+    if (!machine.IsLocal()) rank_settings.trace_dir.clear();  // not our disk
     spec.environment = WorkerEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()),
                                          launch.plan, placement,
-                                         transports_->WorkerAddress(machine), settings);
-    if (!machine.IsLocal()) spec.environment.erase("MITRA_STEP_TRACE");  // not our disk
+                                         transports_->WorkerAddress(machine), rank_settings);
     spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
     spec.log_path = run_dir_->LogPath(generation, rank);
     EventQueue* queue = queue_;

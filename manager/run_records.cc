@@ -12,7 +12,7 @@ void SetShape(const GridPlan& plan, int64_t generation, JsonObject* o) {
       .SetInt("world_size", plan.world_size())
       .SetInt("global_batch", plan.global_batch)
       .SetInt("chunk_size", plan.chunk_size)
-      .SetString("stage_to_rank_map", plan.stage_to_rank_map);
+      .SetString("stage_to_rank_map", plan.stage_map.ToString());
 }
 
 }  // namespace

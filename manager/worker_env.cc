@@ -1,25 +1,13 @@
 #include "manager/worker_env.h"
 
-#include <charconv>
+#include "contract/variables.h"
 
 namespace mitra::manager {
 namespace {
 
-// The variables of docs/worker-contract.md, and MITRA_DESCRIBE.
-constexpr const char* kContractVariables[] = {
-    "MITRA_RANK",        "MITRA_LOCAL_RANK",   "MITRA_WORLD_SIZE",    "MITRA_STAGE_TO_RANK_MAP",
-    "MITRA_CHUNK_SIZE",  "MITRA_GLOBAL_BATCH", "MITRA_REPLICA_BATCH", "MITRA_MAX_STEPS",
-    "MITRA_RESUME_STEP", "MITRA_RDZV_HOST",    "MITRA_RDZV_PORT",     "MITRA_GENERATION",
-    "MITRA_HOST",        "MITRA_THREADS",      "MITRA_TIMEOUT_S",     "MITRA_RUN_DIR",
-    "MITRA_DESCRIBE",    "MITRA_CHECKPOINT_DIR", "MITRA_CHECKPOINT_EVERY", "MITRA_KEEP_CHECKPOINTS",
-    "MITRA_SCHEDULE",    "MITRA_RECOMPUTE",    "MITRA_PARTITION",     "MITRA_PROFILE",
-    "MITRA_PROFILE_MACHINES", "MITRA_PROFILE_SLOTS", "MITRA_PROFILE_MICRO_BATCHES",
-    "MITRA_PROFILE_REPEATS", "MITRA_STEP_TRACE",
-};
-
 Environment WithoutContract(const Environment& base) {
   Environment env = base;
-  for (const char* name : kContractVariables) env.erase(name);
+  for (const char* name : contract::kManagedVariables) env.erase(name);
   return env;
 }
 
@@ -28,34 +16,35 @@ Environment WithoutContract(const Environment& base) {
 Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
                               const RankPlacement& placement, const std::string& host,
                               const LaunchSettings& settings) {
-  Environment env = WithoutContract(base);
-  env["MITRA_RANK"] = std::to_string(placement.rank);
-  env["MITRA_LOCAL_RANK"] = std::to_string(placement.local_rank);
-  env["MITRA_WORLD_SIZE"] = std::to_string(plan.world_size());
-  env["MITRA_STAGE_TO_RANK_MAP"] = plan.stage_to_rank_map;
-  env["MITRA_CHUNK_SIZE"] = std::to_string(plan.chunk_size);
-  env["MITRA_GLOBAL_BATCH"] = std::to_string(plan.global_batch);
-  env["MITRA_MAX_STEPS"] = std::to_string(settings.max_steps);
-  env["MITRA_RESUME_STEP"] = std::to_string(settings.resume_step);
-  env["MITRA_RDZV_HOST"] = settings.rdzv_host;
-  env["MITRA_RDZV_PORT"] = std::to_string(settings.rdzv_port);
-  env["MITRA_GENERATION"] = std::to_string(settings.generation);
-  env["MITRA_HOST"] = host;
-  env["MITRA_THREADS"] = std::to_string(settings.threads);
-  env["MITRA_TIMEOUT_S"] = FormatSeconds(settings.timeout_s);
-  env["MITRA_RUN_DIR"] = settings.run_dir;
-  env["MITRA_CHECKPOINT_DIR"] = settings.checkpoint_dir;
-  env["MITRA_CHECKPOINT_EVERY"] = std::to_string(settings.checkpoint_every);
-  env["MITRA_KEEP_CHECKPOINTS"] = std::to_string(settings.keep_checkpoints);
+  contract::Placement p;
+  p.rank = placement.rank;
+  p.local_rank = placement.local_rank;
+  p.stage_map = plan.stage_map;
+  p.chunk_size = plan.chunk_size;
+  p.global_batch = plan.global_batch;
+  p.max_steps = settings.max_steps;
+  p.resume_step = settings.resume_step;
+  p.rdzv_host = settings.rdzv_host;
+  p.rdzv_port = settings.rdzv_port;
+  p.generation = settings.generation;
+  p.host = host;
+  p.threads = settings.threads;
+  p.timeout_s = settings.timeout_s;
+  p.heartbeat_s = settings.heartbeat_s;
+  p.run_dir = settings.run_dir;
+  p.checkpoint_dir = settings.checkpoint_dir;
+  p.checkpoint_every = settings.checkpoint_every;
+  p.keep_checkpoints = settings.keep_checkpoints;
   if (!plan.schedule.empty()) {
-    env["MITRA_SCHEDULE"] = plan.schedule;
-    env["MITRA_RECOMPUTE"] = plan.recompute ? "1" : "0";
+    p.schedule = plan.schedule;
+    p.recompute = plan.recompute ? 1 : 0;
   }
-  if (!plan.partition.empty()) env["MITRA_PARTITION"] = plan.partition;
+  p.partition = plan.partition;
   if (!settings.trace_dir.empty()) {
-    env["MITRA_STEP_TRACE"] =
-        settings.trace_dir + "/rank-" + std::to_string(placement.rank) + ".trace.json";
+    p.step_trace = settings.trace_dir + "/rank-" + std::to_string(placement.rank) + ".trace.json";
   }
+  Environment env = WithoutContract(base);
+  for (auto& [name, value] : p.ToEnvironment()) env[name] = std::move(value);
   return env;
 }
 
@@ -93,14 +82,8 @@ WorkerProgram WorkerProgram::Make(std::string program, std::vector<std::string> 
 
 Environment DescribeEnvironment(const Environment& base) {
   Environment env = WithoutContract(base);
-  env["MITRA_DESCRIBE"] = "1";
+  env[contract::kDescribe] = "1";
   return env;
-}
-
-std::string FormatSeconds(double seconds) {
-  char buffer[32];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), seconds);
-  return ec == std::errc() ? std::string(buffer, end) : std::to_string(seconds);
 }
 
 }  // namespace mitra::manager

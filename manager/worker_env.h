@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "mitra/contract/placement.h"
 #include "planner/grid.h"
 
 namespace mitra::manager {
@@ -16,7 +17,8 @@ namespace mitra::manager {
 using planner::GridPlan;
 using planner::RankPlacement;
 
-using Environment = std::map<std::string, std::string>;
+using contract::Environment;
+using contract::FormatSeconds;
 
 // What is the same for every rank of one launch.
 struct LaunchSettings {
@@ -27,6 +29,7 @@ struct LaunchSettings {
   int64_t resume_step = 0;
   int threads = 1;
   double timeout_s = 30;
+  double heartbeat_s = 1;  // between a worker's heartbeat records; 0: none
   std::string run_dir;  // absolute
   std::string checkpoint_dir;  // absolute
   int64_t checkpoint_every = 0;
@@ -72,8 +75,5 @@ struct WorkerProgram {
 
 // `base` without the contract's variables, plus MITRA_DESCRIBE=1.
 Environment DescribeEnvironment(const Environment& base);
-
-// "30", "0.5": seconds as the workers parse them.
-std::string FormatSeconds(double seconds);
 
 }  // namespace mitra::manager

@@ -7,18 +7,6 @@
 
 namespace mitra::planner {
 
-std::string StageToRankMap(int stages, int replicas) {
-  std::string map;
-  for (int s = 0; s < stages; ++s) {
-    for (int d = 0; d < replicas; ++d) {
-      if (d > 0) map += ',';
-      map += std::to_string(s + stages * d);
-    }
-    map += ';';
-  }
-  return map;
-}
-
 std::vector<int> SlotsOf(const std::vector<MachineSlots>& machines) {
   std::vector<int> slots;
   for (const MachineSlots& m : machines) slots.push_back(m.slots);
@@ -93,7 +81,7 @@ Result<GridPlan> PlanGrid(const GridRequest& request) {
   }
   plan.total_slots = slots;
   plan.idle_slots = slots - plan.world_size();
-  plan.stage_to_rank_map = StageToRankMap(p, plan.replicas);
+  plan.stage_map = contract::StageMap::Default(p, plan.replicas);
   const std::vector<int> machine_of = RankMachines(request.slots_per_machine, plan.world_size());
   for (int rank = 0; rank < plan.world_size(); ++rank) {
     RankPlacement placement;

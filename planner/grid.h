@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mitra/common/status.h"
+#include "mitra/contract/stage_map.h"
 
 namespace mitra::planner {
 
@@ -59,7 +60,7 @@ struct GridPlan {
   // Why slots are idle beyond the P x D grid's remainder (D limited by the micro-batches, or a
   // planner's choice); "".
   std::string idle_reason;
-  std::string stage_to_rank_map;
+  contract::StageMap stage_map = contract::StageMap::Default(1, 1);  // the default layout
   std::vector<RankPlacement> ranks;  // indexed by rank
   // What a planner chose besides the shape (planner/planner.h); empty: the program's own.
   std::string schedule;   // gpipe | 1f1b | varuna
@@ -75,10 +76,6 @@ struct GridPlan {
 // micro-batches. InvalidArgument, naming the flag to change, when P exceeds the segments or the
 // slots, when B < D, or when the chunk size exceeds B.
 Result<GridPlan> PlanGrid(const GridRequest& request);
-
-// Varuna's stage-to-rank map for the default layout: stage s holds ranks s, s+P, s+2P, ...;
-// "0,2;1,3;" for P = 2, D = 2 (stage-major, ';' after every stage).
-std::string StageToRankMap(int stages, int replicas);
 
 // The micro-batch size when --chunk-size is not given, for B samples, P stages and D replicas:
 // about 4 P micro-batches per replica so that a pipeline's fill and drain bubble stays under

@@ -30,12 +30,4 @@ Heartbeat::~Heartbeat() {
   if (thread_.joinable()) thread_.join();
 }
 
-double Heartbeat::IntervalFromEnvironment() {
-  const char* value = std::getenv("MITRA_HEARTBEAT_S");
-  if (value == nullptr || *value == '\0') return 1.0;
-  char* end = nullptr;
-  const double s = std::strtod(value, &end);
-  return end != value && *end == '\0' ? s : 1.0;
-}
-
 }  // namespace mitra::worker

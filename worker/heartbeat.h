@@ -21,9 +21,6 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  // MITRA_HEARTBEAT_S from the environment (the manager sets it), else 1 second.
-  static double IntervalFromEnvironment();
-
  private:
   std::mutex mu_;
   std::condition_variable wake_;

@@ -33,28 +33,21 @@ struct Settings {
   int machine = 0;  // this rank's
 };
 
-std::vector<std::string> Words(const char* text) {
-  std::vector<std::string> out;
-  std::istringstream in(text ? text : "");
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
 Result<Settings> ReadSettings(const Placement& placement, int64_t batch) {
+  Result<contract::ProfileRequest> request =
+      contract::ProfileRequest::FromEnvironment(contract::ProcessEnvironment());
+  if (!request.ok()) return request.status();
   Settings s;
-  s.machines = Words(std::getenv("MITRA_PROFILE_MACHINES"));
-  for (const std::string& w : Words(std::getenv("MITRA_PROFILE_SLOTS"))) s.slots.push_back(std::stoi(w));
-  std::string sizes = std::getenv("MITRA_PROFILE_MICRO_BATCHES") ? std::getenv("MITRA_PROFILE_MICRO_BATCHES") : "1,2,4,8,16";
-  std::replace(sizes.begin(), sizes.end(), ',', ' ');
-  for (const std::string& w : Words(sizes.c_str())) {
-    const int64_t m = std::stoll(w);
-    if (m >= 1 && m <= batch) s.micro_batches.push_back(m);
+  s.machines = request->machines;
+  s.slots = request->slots;
+  s.repeats = request->repeats;
+  for (int64_t m : request->micro_batches) {
+    if (m <= batch) s.micro_batches.push_back(m);
   }
-  if (const char* r = std::getenv("MITRA_PROFILE_REPEATS")) s.repeats = std::max(1, std::atoi(r));
-  if (s.machines.empty() || s.machines.size() != s.slots.size() || s.micro_batches.empty()) {
-    return Status::InvalidArgument("MITRA_PROFILE_MACHINES, MITRA_PROFILE_SLOTS and "
-                                   "MITRA_PROFILE_MICRO_BATCHES are set by `mitra profile`; run "
-                                   "the program through it");
+  if (s.micro_batches.empty()) {
+    return Status::InvalidArgument("every micro-batch size to profile exceeds the batch of " +
+                                   std::to_string(batch) + ": give `mitra profile "
+                                   "--micro-batches` sizes <= the batch");
   }
   int first = 0;
   for (size_t m = 0; m < s.slots.size(); ++m) {
@@ -391,11 +384,6 @@ class Protocol {
 };
 
 }  // namespace
-
-bool ProfileRequested() {
-  const char* v = std::getenv("MITRA_PROFILE");
-  return v != nullptr && std::string(v) == "1";
-}
 
 int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
                const RuntimeOptions& options, const Placement& placement) {

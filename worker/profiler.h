@@ -29,7 +29,7 @@
 namespace mitra::worker {
 
 // True when the program was started by `mitra profile` (MITRA_PROFILE=1).
-bool ProfileRequested();
+using contract::ProfileRequested;
 
 // Runs this process's part of the profile; returns the exit code (0, 1 on a lost peer, 2 on bad
 // settings).

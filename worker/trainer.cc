@@ -82,7 +82,7 @@ int Trainer::Run() {
   // A worker started by the manager proves it is alive while it trains (and while it waits
   // for peers or writes checkpoints).
   const Heartbeat heartbeat(placement->rank,
-                            placement->standalone ? 0 : Heartbeat::IntervalFromEnvironment());
+                            placement->standalone ? 0 : placement->heartbeat_s);
   try {
     if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, *placement);
     return Train(*placement);
@@ -97,8 +97,8 @@ int Trainer::Train(const Placement& placement) {
   if (const char* trace = std::getenv("MITRA_TRACE_SAMPLES")) runtime_options.sample_trace = trace;
   // One step's trace: where the manager asks for it, else where the program does (a file per
   // rank when there are several).
-  if (const char* trace = std::getenv("MITRA_STEP_TRACE"); trace && *trace) {
-    runtime_options.trace_path = trace;
+  if (!placement.step_trace.empty()) {
+    runtime_options.trace_path = placement.step_trace;
   } else if (!runtime_options.trace_path.empty() && placement.world_size() > 1) {
     std::string& path = runtime_options.trace_path;
     const size_t dot = path.rfind(".json");

@@ -18,7 +18,8 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
   settings.timeout_s = 0.5;
   settings.run_dir = "/runs/a";
   const Environment base = {
-      {"PATH", "/bin"}, {"MITRA_RANK", "7"}, {"MITRA_DESCRIBE", "1"}, {"MITRA_OTHER", "kept"}};
+      {"PATH", "/bin"},         {"MITRA_RANK", "7"},         {"MITRA_DESCRIBE", "1"},
+      {"MITRA_HEARTBEAT_S", "0"}, {"MITRA_PARTITION", "9,9"}, {"MITRA_OTHER", "kept"}};
   const Environment env = WorkerEnvironment(base, *plan, plan->ranks[3], "127.0.0.1", settings);
   EXPECT_EQ(env.at("PATH"), "/bin");
   EXPECT_EQ(env.at("MITRA_OTHER"), "kept");
@@ -28,7 +29,6 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
   EXPECT_EQ(env.at("MITRA_WORLD_SIZE"), "4");
   EXPECT_EQ(env.at("MITRA_STAGE_TO_RANK_MAP"), "0,2;1,3;");
   EXPECT_EQ(env.at("MITRA_GLOBAL_BATCH"), "7");
-  EXPECT_EQ(env.count("MITRA_REPLICA_BATCH"), 0u);
   EXPECT_EQ(env.at("MITRA_CHUNK_SIZE"), "1");
   EXPECT_EQ(env.at("MITRA_MAX_STEPS"), "10");
   EXPECT_EQ(env.at("MITRA_RESUME_STEP"), "0");
@@ -39,10 +39,29 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
   EXPECT_EQ(env.at("MITRA_THREADS"), "2");
   EXPECT_EQ(env.at("MITRA_TIMEOUT_S"), "0.5");
   EXPECT_EQ(env.at("MITRA_RUN_DIR"), "/runs/a");
+  EXPECT_EQ(env.at("MITRA_HEARTBEAT_S"), "1");  // the manager's, not a stale one
+  EXPECT_EQ(env.count("MITRA_PARTITION"), 0u);  // a plan without one leaves the program's own
+  EXPECT_EQ(env.count("MITRA_SCHEDULE"), 0u);
+  EXPECT_EQ(env.count("MITRA_STEP_TRACE"), 0u);
 
   const Environment describe = DescribeEnvironment(base);
   EXPECT_EQ(describe.at("MITRA_DESCRIBE"), "1");
   EXPECT_EQ(describe.count("MITRA_RANK"), 0u);
+}
+
+TEST(WorkerEnv, APlannedShapeCarriesTheSchedulePartitionAndTrace) {
+  Result<GridPlan> plan = PlanGrid(GridRequest{{2}, 2, 8, 8, 0, 0, false});
+  ASSERT_TRUE(plan.ok());
+  plan->schedule = "1f1b";
+  plan->recompute = true;
+  plan->partition = "3,5";
+  LaunchSettings settings;
+  settings.trace_dir = "/runs/a/traces";
+  const Environment env = WorkerEnvironment({}, *plan, plan->ranks[1], "127.0.0.1", settings);
+  EXPECT_EQ(env.at("MITRA_SCHEDULE"), "1f1b");
+  EXPECT_EQ(env.at("MITRA_RECOMPUTE"), "1");
+  EXPECT_EQ(env.at("MITRA_PARTITION"), "3,5");
+  EXPECT_EQ(env.at("MITRA_STEP_TRACE"), "/runs/a/traces/rank-1.trace.json");
 }
 
 TEST(WorkerEnv, RemoteWorkersGetThePortableVariablesAndTheCodeDirectory) {

@@ -20,14 +20,6 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-TEST(Grid, StageToRankMapIsStageMajor) {
-  EXPECT_EQ(StageToRankMap(2, 2), "0,2;1,3;");
-  EXPECT_EQ(StageToRankMap(1, 1), "0;");
-  EXPECT_EQ(StageToRankMap(1, 3), "0,1,2;");
-  EXPECT_EQ(StageToRankMap(3, 1), "0;1;2;");
-  EXPECT_EQ(StageToRankMap(3, 2), "0,3;1,4;2,5;");
-}
-
 TEST(Grid, DefaultChunkSize) {
   EXPECT_EQ(DefaultChunkSize(32, 1, 1, false), 32);  // no pipeline: one micro-batch
   EXPECT_EQ(DefaultChunkSize(32, 1, 3, false), 11);  // 11, 11, 10
@@ -46,7 +38,7 @@ TEST(Grid, PlansAFullGrid) {
   EXPECT_EQ(plan->replicas, 2);
   EXPECT_EQ(plan->world_size(), 4);
   EXPECT_EQ(plan->idle_slots, 0);
-  EXPECT_EQ(plan->stage_to_rank_map, "0,2;1,3;");
+  EXPECT_EQ(plan->stage_map.ToString(), "0,2;1,3;");
   EXPECT_EQ(plan->chunk_size, 1);  // 10 / (2 replicas * 4 * 2) -> 1
   ASSERT_EQ(plan->ranks.size(), 4u);
   EXPECT_EQ(plan->ranks[3].stage, 1);

@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/free_port.h"
-#include "mitra/cutpoint/stage_map.h"
+#include "mitra/contract/stage_map.h"
 
 namespace mitra::testing {
 namespace fs = std::filesystem;
@@ -47,7 +47,7 @@ JobResult RunJob(const std::string& program, int stages, int replicas,
                  const std::vector<std::string>& args,
                  const std::map<std::string, std::string>& extra_env, double timeout_s) {
   const int world = stages * replicas;
-  const std::string map = cutpoint::StageMap::Default(stages, replicas).ToString();
+  const std::string map = contract::StageMap::Default(stages, replicas).ToString();
   const int port = *PickFreeTcpPort("127.0.0.1");
   const std::string dir = MakeTempDir("mitra-job");
   std::vector<pid_t> pids;

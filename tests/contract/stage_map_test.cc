@@ -1,8 +1,8 @@
-#include "mitra/cutpoint/stage_map.h"
+#include "mitra/contract/stage_map.h"
 
 #include <gtest/gtest.h>
 
-namespace mitra::cutpoint {
+namespace mitra::contract {
 namespace {
 
 TEST(StageMap, DefaultPutsStageSOnRanksSPlusMultiplesOfP) {
@@ -54,4 +54,4 @@ TEST(StageMap, PositionOfUnknownRankThrows) {
 }
 
 }  // namespace
-}  // namespace mitra::cutpoint
+}  // namespace mitra::contract

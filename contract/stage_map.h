@@ -1,4 +1,5 @@
-// The stage-to-rank map, in Varuna's format, parsed and produced in one place.
+// The stage-to-rank map, in Varuna's format, parsed and produced in one place: the manager
+// writes it (MITRA_STAGE_TO_RANK_MAP) and the worker reads it.
 //
 // "0,2;1,3;" means: stage 0 is held by ranks 0 and 2, stage 1 by ranks 1 and 3 (stage-major,
 // ';' after each stage). Position within a stage's list is the replica index, so rank 2 is
@@ -11,7 +12,7 @@
 
 #include "mitra/common/status.h"
 
-namespace mitra::cutpoint {
+namespace mitra::contract {
 
 struct GridPosition {
   int stage = 0;
@@ -40,4 +41,4 @@ class StageMap {
   std::vector<std::vector<int>> ranks_;  // ranks_[stage][replica]
 };
 
-}  // namespace mitra::cutpoint
+}  // namespace mitra::contract

@@ -1,8 +1,8 @@
-#include "mitra/cutpoint/stage_map.h"
+#include "mitra/contract/stage_map.h"
 
 #include <stdexcept>
 
-namespace mitra::cutpoint {
+namespace mitra::contract {
 
 StageMap StageMap::Default(int num_stages, int num_replicas) {
   std::vector<std::vector<int>> ranks(num_stages);
@@ -86,4 +86,4 @@ GridPosition StageMap::PositionOf(int rank) const {
                           ToString());
 }
 
-}  // namespace mitra::cutpoint
+}  // namespace mitra::contract

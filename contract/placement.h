@@ -1,0 +1,89 @@
+// The worker contract's environment (docs/worker-contract.md), written and read in one place:
+// a worker's place in the pipeline x data-parallel grid and what the manager asks of it.
+//
+// The manager fills a Placement per rank and writes it with ToEnvironment(); the worker reads it
+// back with one call to Placement::FromEnvironment(). A program started by hand, without
+// MITRA_RANK, gets a 1 x 1 placement with a free local rendezvous port, so the same binary runs
+// alone for debugging. Nothing here depends on LibTorch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mitra/common/status.h"
+#include "mitra/contract/stage_map.h"
+
+namespace mitra::contract {
+
+using Environment = std::map<std::string, std::string>;
+
+struct Placement {
+  int rank = 0;
+  int local_rank = 0;
+  StageMap stage_map = StageMap::Default(1, 1);
+  int chunk_size = 0;          // micro-batch size; 0: the program's default
+  int64_t global_batch = 0;    // 0: the program's default
+  int64_t max_steps = 0;       // 0: the program's default
+  int64_t resume_step = 0;
+  std::string rdzv_host = "127.0.0.1";
+  int rdzv_port = 0;
+  int64_t generation = 0;
+  std::string host = "127.0.0.1";  // address Gloo binds to
+  int threads = 1;                 // LibTorch intra-op threads
+  double timeout_s = 30;           // every blocking wait
+  double heartbeat_s = 1;          // between heartbeat records; 0: none
+  std::string run_dir;
+  std::string checkpoint_dir;      // empty: the program's own setting
+  int64_t checkpoint_every = -1;   // -1: the program's own setting
+  int64_t keep_checkpoints = -1;   // -1: the program's own setting
+  bool standalone = true;          // not started by the manager
+  // The planner's choices (MITRA_SCHEDULE, MITRA_RECOMPUTE, MITRA_PARTITION); empty or unset:
+  // the program's own settings.
+  std::string schedule;
+  int recompute = -1;  // -1 unset, else 0 or 1
+  std::string partition;
+  std::string step_trace;  // where to write one step's chrome trace; "": the program's own
+
+  int stage() const { return stage_map.PositionOf(rank).stage; }
+  int replica() const { return stage_map.PositionOf(rank).replica; }
+  int num_stages() const { return stage_map.num_stages(); }
+  int num_replicas() const { return stage_map.num_replicas(); }
+  int world_size() const { return stage_map.world_size(); }
+
+  // Reads the MITRA_* variables of the process's environment. Malformed values are an
+  // InvalidArgument naming the variable.
+  static Result<Placement> FromEnvironment();
+  // The same, from `env`.
+  static Result<Placement> FromEnvironment(const Environment& env);
+
+  // The variables a manager sets for this placement (every field; unset optional ones, such
+  // as an empty schedule, are left out).
+  Environment ToEnvironment() const;
+};
+
+// What `mitra profile` asks each worker to measure, instead of training (MITRA_PROFILE=1).
+struct ProfileRequest {
+  std::vector<std::string> machines;  // every machine's address, in list order
+  std::vector<int> slots;             // per machine
+  std::vector<int64_t> micro_batches = {1, 2, 4, 8, 16};
+  int repeats = 5;
+
+  // Present only when MITRA_PROFILE=1. InvalidArgument names a malformed variable.
+  static Result<ProfileRequest> FromEnvironment(const Environment& env);
+  Environment ToEnvironment() const;  // MITRA_PROFILE=1 and the rest
+};
+
+// True when the manager asked the program only to describe itself (MITRA_DESCRIBE=1).
+bool DescribeRequested();
+// True when the manager asked the program to profile (MITRA_PROFILE=1).
+bool ProfileRequested();
+
+// The process's environment as a map.
+Environment ProcessEnvironment();
+
+// "30", "0.5": seconds as the workers parse them (the shortest text that reads back exactly).
+std::string FormatSeconds(double seconds);
+
+}  // namespace mitra::contract

@@ -1,0 +1,53 @@
+// The names of the worker contract's environment variables (docs/worker-contract.md), spelled
+// once: the manager writes them (manager/worker_env.h, manager/profile_job.h) and the worker
+// reads them (contract/placement.h, worker/profiler.cc, worker/heartbeat.cc).
+#pragma once
+
+namespace mitra::contract {
+
+// A worker's place in the job (contract/placement.h).
+inline constexpr char kRank[] = "MITRA_RANK";
+inline constexpr char kLocalRank[] = "MITRA_LOCAL_RANK";
+inline constexpr char kWorldSize[] = "MITRA_WORLD_SIZE";
+inline constexpr char kStageToRankMap[] = "MITRA_STAGE_TO_RANK_MAP";
+inline constexpr char kChunkSize[] = "MITRA_CHUNK_SIZE";
+inline constexpr char kGlobalBatch[] = "MITRA_GLOBAL_BATCH";
+inline constexpr char kMaxSteps[] = "MITRA_MAX_STEPS";
+inline constexpr char kResumeStep[] = "MITRA_RESUME_STEP";
+inline constexpr char kRdzvHost[] = "MITRA_RDZV_HOST";
+inline constexpr char kRdzvPort[] = "MITRA_RDZV_PORT";
+inline constexpr char kGeneration[] = "MITRA_GENERATION";
+inline constexpr char kHost[] = "MITRA_HOST";
+inline constexpr char kThreads[] = "MITRA_THREADS";
+inline constexpr char kTimeoutS[] = "MITRA_TIMEOUT_S";
+inline constexpr char kRunDir[] = "MITRA_RUN_DIR";
+inline constexpr char kCheckpointDir[] = "MITRA_CHECKPOINT_DIR";
+inline constexpr char kCheckpointEvery[] = "MITRA_CHECKPOINT_EVERY";
+inline constexpr char kKeepCheckpoints[] = "MITRA_KEEP_CHECKPOINTS";
+inline constexpr char kHeartbeatS[] = "MITRA_HEARTBEAT_S";
+inline constexpr char kSchedule[] = "MITRA_SCHEDULE";
+inline constexpr char kRecompute[] = "MITRA_RECOMPUTE";
+inline constexpr char kPartition[] = "MITRA_PARTITION";
+inline constexpr char kStepTrace[] = "MITRA_STEP_TRACE";
+
+// Requests instead of training.
+inline constexpr char kDescribe[] = "MITRA_DESCRIBE";
+inline constexpr char kProfile[] = "MITRA_PROFILE";
+inline constexpr char kProfileMachines[] = "MITRA_PROFILE_MACHINES";
+inline constexpr char kProfileSlots[] = "MITRA_PROFILE_SLOTS";
+inline constexpr char kProfileMicroBatches[] = "MITRA_PROFILE_MICRO_BATCHES";
+inline constexpr char kProfileRepeats[] = "MITRA_PROFILE_REPEATS";
+
+// Every variable the manager sets. A worker's environment never inherits one of these from the
+// manager's own (a MITRA_RANK left in the user's shell must not reach a worker); the debugging
+// settings a user may give (MITRA_TRACE_SAMPLES, MITRA_MALLOC_TUNING) are not among them.
+inline constexpr const char* kManagedVariables[] = {
+    kRank,           kLocalRank,       kWorldSize,         kStageToRankMap, kChunkSize,
+    kGlobalBatch,    kMaxSteps,        kResumeStep,        kRdzvHost,       kRdzvPort,
+    kGeneration,     kHost,            kThreads,           kTimeoutS,       kRunDir,
+    kCheckpointDir,  kCheckpointEvery, kKeepCheckpoints,   kHeartbeatS,     kSchedule,
+    kRecompute,      kPartition,       kStepTrace,         kDescribe,       kProfile,
+    kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats,
+};
+
+}  // namespace mitra::contract

@@ -1,0 +1,136 @@
+#include "mitra/contract/placement.h"
+
+#include <gtest/gtest.h>
+
+namespace mitra::contract {
+namespace {
+
+bool Contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+Placement Planned() {
+  Placement p;
+  p.rank = 3;
+  p.local_rank = 1;
+  p.stage_map = StageMap::Default(2, 3);
+  p.chunk_size = 4;
+  p.global_batch = 48;
+  p.max_steps = 100;
+  p.resume_step = 40;
+  p.rdzv_host = "10.0.0.1";
+  p.rdzv_port = 29500;
+  p.generation = 7;
+  p.host = "10.0.0.2";
+  p.threads = 2;
+  p.timeout_s = 0.5;
+  p.heartbeat_s = 0.25;
+  p.run_dir = "/runs/a";
+  p.checkpoint_dir = "/runs/a/checkpoints";
+  p.checkpoint_every = 10;
+  p.keep_checkpoints = 2;
+  p.schedule = "1f1b";
+  p.recompute = 1;
+  p.partition = "3,5";
+  p.step_trace = "/runs/a/rank-3.trace.json";
+  return p;
+}
+
+TEST(Placement, WhatTheManagerWritesTheWorkerReadsBack) {
+  const Placement sent = Planned();
+  Result<Placement> read = Placement::FromEnvironment(sent.ToEnvironment());
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_FALSE(read->standalone);
+  EXPECT_EQ(read->rank, 3);
+  EXPECT_EQ(read->local_rank, 1);
+  EXPECT_EQ(read->stage_map.ToString(), "0,2,4;1,3,5;");
+  EXPECT_EQ(read->stage(), 1);
+  EXPECT_EQ(read->replica(), 1);
+  EXPECT_EQ(read->chunk_size, 4);
+  EXPECT_EQ(read->global_batch, 48);
+  EXPECT_EQ(read->max_steps, 100);
+  EXPECT_EQ(read->resume_step, 40);
+  EXPECT_EQ(read->rdzv_host, "10.0.0.1");
+  EXPECT_EQ(read->rdzv_port, 29500);
+  EXPECT_EQ(read->generation, 7);
+  EXPECT_EQ(read->host, "10.0.0.2");
+  EXPECT_EQ(read->threads, 2);
+  EXPECT_EQ(read->timeout_s, 0.5);
+  EXPECT_EQ(read->heartbeat_s, 0.25);
+  EXPECT_EQ(read->run_dir, "/runs/a");
+  EXPECT_EQ(read->checkpoint_dir, "/runs/a/checkpoints");
+  EXPECT_EQ(read->checkpoint_every, 10);
+  EXPECT_EQ(read->keep_checkpoints, 2);
+  EXPECT_EQ(read->schedule, "1f1b");
+  EXPECT_EQ(read->recompute, 1);
+  EXPECT_EQ(read->partition, "3,5");
+  EXPECT_EQ(read->step_trace, "/runs/a/rank-3.trace.json");
+  EXPECT_EQ(read->ToEnvironment(), sent.ToEnvironment());
+}
+
+TEST(Placement, AProgramStartedByHandRunsAloneWithAFreePort) {
+  Result<Placement> p = Placement::FromEnvironment(Environment{});
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_TRUE(p->standalone);
+  EXPECT_EQ(p->world_size(), 1);
+  EXPECT_GT(p->rdzv_port, 0);
+  EXPECT_EQ(p->heartbeat_s, 1);
+  EXPECT_EQ(p->checkpoint_every, -1);  // the program's own setting
+  EXPECT_EQ(p->recompute, -1);
+}
+
+TEST(Placement, MalformedVariablesAreNamed) {
+  Environment env = Planned().ToEnvironment();
+  auto error = [&](const char* name, const char* value) {
+    Environment bad = env;
+    bad[name] = value;
+    Result<Placement> p = Placement::FromEnvironment(bad);
+    return p.ok() ? std::string("accepted") : p.status().message();
+  };
+  EXPECT_TRUE(Contains(error("MITRA_RANK", "-1"), "MITRA_RANK='-1' is not an integer >= 0"));
+  EXPECT_TRUE(Contains(error("MITRA_RANK", "6"), "outside the stage-to-rank map"));
+  EXPECT_TRUE(Contains(error("MITRA_THREADS", "0"), "MITRA_THREADS='0'"));
+  EXPECT_TRUE(Contains(error("MITRA_TIMEOUT_S", "0"), "not a positive number of seconds"));
+  EXPECT_TRUE(Contains(error("MITRA_HEARTBEAT_S", "soon"), "MITRA_HEARTBEAT_S='soon'"));
+  EXPECT_TRUE(Contains(error("MITRA_RECOMPUTE", "yes"), "is not 0 or 1"));
+  EXPECT_TRUE(Contains(error("MITRA_STAGE_TO_RANK_MAP", "0,1;2"), "stage-to-rank map"));
+  env.erase("MITRA_STAGE_TO_RANK_MAP");
+  EXPECT_TRUE(Contains(error("MITRA_RANK", "0"), "start workers with `mitra run`"));
+  env = Planned().ToEnvironment();
+  env.erase("MITRA_RDZV_PORT");
+  EXPECT_TRUE(Contains(error("MITRA_RANK", "0"), "MITRA_RDZV_PORT is not set"));
+}
+
+TEST(ProfileRequest, RoundTripsAndIsRefusedWhenIncomplete) {
+  ProfileRequest sent;
+  sent.machines = {"localhost", "10.0.0.2"};
+  sent.slots = {2, 1};
+  sent.micro_batches = {1, 4, 16};
+  sent.repeats = 3;
+  const Environment env = sent.ToEnvironment();
+  EXPECT_EQ(env.at("MITRA_PROFILE"), "1");
+  Result<ProfileRequest> read = ProfileRequest::FromEnvironment(env);
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->machines, sent.machines);
+  EXPECT_EQ(read->slots, sent.slots);
+  EXPECT_EQ(read->micro_batches, sent.micro_batches);
+  EXPECT_EQ(read->repeats, 3);
+
+  Environment bad = env;
+  bad["MITRA_PROFILE_SLOTS"] = "2";  // one machine's slots for two machines
+  EXPECT_TRUE(Contains(ProfileRequest::FromEnvironment(bad).status().message(),
+                       "set by `mitra profile`"));
+  bad = env;
+  bad["MITRA_PROFILE_MICRO_BATCHES"] = "1,x";
+  EXPECT_TRUE(Contains(ProfileRequest::FromEnvironment(bad).status().message(),
+                       "MITRA_PROFILE_MICRO_BATCHES='1,x'"));
+}
+
+TEST(FormatSeconds, WritesTheShortestTextThatReadsBack) {
+  EXPECT_EQ(FormatSeconds(30), "30");
+  EXPECT_EQ(FormatSeconds(0.5), "0.5");
+  EXPECT_EQ(FormatSeconds(0.1), "0.1");
+}
+
+}  // namespace
+}  // namespace mitra::contract
