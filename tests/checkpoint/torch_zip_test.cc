@@ -17,6 +17,7 @@
 #include "checkpoint/crc32.h"
 #include "checkpoint/crc32c.h"
 #include "checkpoint/direct_file.h"
+#include "tests/prerequisite.h"
 
 namespace mitra::checkpoint {
 namespace {
@@ -223,9 +224,10 @@ TEST_F(TorchZip, LargeTensorsArePageAlignedAndTheFileIsTheSameInEitherMode) {
 // torch.load (and Python's zipfile, which checks every record's CRC-32) read what the writer
 // wrote: flat, nested, and with zip64 fields forced on small records.
 TEST_F(TorchZip, TorchLoadInPythonReadsTheValues) {
-  if (std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0) {
-    GTEST_SKIP() << "python3-torch is not installed";
-  }
+  MITRA_SKIP_WITHOUT(
+      std::system((std::string(kPython) + " -c 'import torch' >/dev/null 2>&1").c_str()) != 0
+          ? "python3-torch is not installed"
+          : "");
   ASSERT_TRUE(WriteSample(dir_ + "/flat.pt").ok());
   ASSERT_TRUE(WriteSample(dir_ + "/nested.pt", {'/', 0xFFFFFFFFull}, "model/inner/").ok());
   ASSERT_TRUE(WriteSample(dir_ + "/zip64.pt", {0, 64}).ok());

@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "tests/launcher/runner_events.h"
 #include "tests/launcher/sshd_fixture.h"
+#include "tests/prerequisite.h"
 #include "tests/manager/run_helpers.h"
 
 namespace mitra::launcher {
@@ -48,7 +49,7 @@ class SshProcessRunnerTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (std::string why = SshdFixture::UnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+    MITRA_SKIP_WITHOUT(SshdFixture::UnavailableReason());
     ASSERT_EQ(setup_error_, nullptr) << *setup_error_;
   }
 

@@ -5,7 +5,7 @@
 // that lists every server. A test can stop a host (its sshd and everything started through it
 // die, as when a machine vanishes), freeze it (as when it hangs), and start it again.
 //
-//   if (std::string why = SshdFixture::UnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+//   MITRA_SKIP_WITHOUT(SshdFixture::UnavailableReason());   (tests/prerequisite.h)
 //   Result<std::unique_ptr<SshdFixture>> sshd = SshdFixture::Create(dir.path(), {"127.0.0.2"});
 //   SshProcessRunnerOptions options;
 //   options.ssh = (*sshd)->Options("127.0.0.2");   // host, port, known_hosts, identity
@@ -28,7 +28,7 @@ namespace mitra::testing {
 
 class SshdFixture {
  public:
-  // "" when sshd can be run here; otherwise why not (for GTEST_SKIP).
+  // "" when sshd can be run here; otherwise why not (for MITRA_SKIP_WITHOUT).
   static std::string UnavailableReason();
 
   // Generates the keys and configurations under `dir` (which must exist and outlive the

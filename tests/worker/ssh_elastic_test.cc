@@ -15,6 +15,7 @@
 
 #include "planner/profile.h"
 #include "tests/launcher/sshd_fixture.h"
+#include "tests/prerequisite.h"
 #include "tests/manager/run_helpers.h"
 #include "tests/worker/elastic_job.h"
 
@@ -41,7 +42,7 @@ bool Contains(const std::string& text, const std::string& part) {
 class SshElastic : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = SshdFixture::UnavailableReason(); !why.empty()) GTEST_SKIP() << why;
+    MITRA_SKIP_WITHOUT(SshdFixture::UnavailableReason());
     Result<std::unique_ptr<SshdFixture>> sshd = SshdFixture::Create(tmp_.path(), {kHostA, kHostB});
     ASSERT_TRUE(sshd.ok()) << sshd.status().message();
     sshd_ = std::move(*sshd);
