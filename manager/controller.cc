@@ -82,8 +82,8 @@ double Controller::NextDeadline() const {
       next = std::min(next, launch_time_ + options_.startup_timeout_s);
     }
     for (const Rank& r : ranks_) {
-      if (r.running && r.heartbeats && !r.stopped) {
-        next = std::min(next, r.last_heard + options_.heartbeat_timeout_s);
+      if (const std::optional<double> silent_for = SilenceBound(r)) {
+        next = std::min(next, r.last_heard + *silent_for);
       }
     }
   }
@@ -164,6 +164,7 @@ void Controller::OnRankStarted(const RankStarted& in) {
   }
   Rank& r = ranks_[in.rank];
   r.pid = in.pid;
+  r.started = true;
   r.last_heard = now_;
 }
 
@@ -365,6 +366,11 @@ void Controller::OnStop(const StopInput& in) {
   }
 }
 
+std::optional<double> Controller::SilenceBound(const Rank& r) const {
+  if (!r.running || !r.started || r.stopped) return std::nullopt;
+  return r.heartbeats ? options_.heartbeat_timeout_s : options_.first_heartbeat_timeout_s;
+}
+
 void Controller::OnTimers() {
   if (generation_live_ && ending_ == Ending::kNone) {
     if (!AllReady() && now_ >= launch_time_ + options_.startup_timeout_s) {
@@ -382,11 +388,13 @@ void Controller::OnTimers() {
   if (generation_live_ && ending_ != Ending::kRecover && ending_ != Ending::kFinish) {
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const Rank& r = ranks_[i];
-      if (r.running && r.heartbeats && !r.stopped &&
-          now_ - r.last_heard >= options_.heartbeat_timeout_s) {
+      const std::optional<double> silent_for = SilenceBound(r);
+      if (silent_for && now_ - r.last_heard >= *silent_for) {
         Fail(static_cast<int>(i),
-             RankWhere(static_cast<int>(i)) + " sent no heartbeat for " +
-                 Seconds(now_ - r.last_heard) + " (hung, stopped, or cut off)",
+             RankWhere(static_cast<int>(i)) + " sent no heartbeat " +
+                 (r.heartbeats ? "for " + Seconds(now_ - r.last_heard)
+                               : "in the " + Seconds(now_ - r.last_heard) + " after it started") +
+                 " (hung, stopped, or cut off)",
              true);
         break;
       }

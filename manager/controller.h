@@ -66,6 +66,9 @@ struct ControllerOptions {
   double startup_timeout_s = 120;  // launch -> every rank ready
   // A rank that has sent one heartbeat is hung when it sends nothing for this long.
   double heartbeat_timeout_s = 5;
+  // A started rank that has sent no heartbeat yet is hung after this long: it stopped (or was
+  // cut off) before its program reached mitra, which starts the heartbeat before anything slow.
+  double first_heartbeat_timeout_s = 20;
   // After a failure, how long the relaunch waits for the failed machines' health checks; a
   // machine still unchecked then is left out (and joins later, through a grow).
   double health_wait_s = 3;
@@ -220,12 +223,15 @@ class Controller {
     bool ready = false;
     bool stopped = false;      // printed `stopped`: may keep working, no heartbeats expected
     bool finished = false;     // ... at the job's last step
+    bool started = false;      // its process is running (RankStarted)
     bool heartbeats = false;   // has sent a heartbeat: hang detection is on
-    double last_heard = 0;
+    double last_heard = 0;     // since started: the start, else the last record
   };
   // Why the current generation is ending, and what comes after.
   enum class Ending { kNone, kMorph, kRecover, kStop, kFinish };
 
+  // How long `r` may stay silent before it is hung; none while it is not expected to speak.
+  std::optional<double> SilenceBound(const Rank& r) const;
   void OnStart(const StartInput& in);
   void OnMachinesChanged(const MachinesChanged& in);
   void OnRankStarted(const RankStarted& in);

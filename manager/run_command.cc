@@ -466,6 +466,8 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   controller_options.finish_timeout_s = std::max(60.0, 2 * *timeout_s);
   controller_options.startup_timeout_s = std::max(120.0, 4 * *timeout_s);
   controller_options.heartbeat_timeout_s = options.heartbeat_timeout_s;
+  // A worker's first heartbeat comes once its program has loaded and reached mitra: seconds.
+  controller_options.first_heartbeat_timeout_s = std::max(10.0, 2 * options.heartbeat_timeout_s);
   controller_options.max_restarts = options.max_restarts;
   controller_options.start_step = resume_step;
 

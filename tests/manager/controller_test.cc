@@ -355,6 +355,27 @@ TEST_F(ControllerTest, AHungRankIsFoundByItsMissingHeartbeats) {
   EXPECT_NE(controller_->reason().find("no heartbeat"), std::string::npos);
 }
 
+TEST_F(ControllerTest, ARankSilentFromItsStartIsHungAfterTheFirstHeartbeatBound) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  const int64_t g = controller_->generation();
+  Feed(RankStarted{g, 0, 100});
+  Feed(RankStarted{g, 1, 101});
+  Feed(RankReport{g, 0, RankReport::Kind::kHeartbeat, 0});  // rank 1 never says a word
+  for (int i = 0; i < 19; ++i) {
+    Advance(1);
+    Feed(RankReport{g, 0, RankReport::Kind::kHeartbeat, 0});
+  }
+  EXPECT_FALSE(Recorded("failure"));
+  EXPECT_LE(controller_->NextDeadline(), now_ + 1);  // the bound is a deadline: no polling
+  Advance(1);
+  EXPECT_TRUE(Recorded("failure"));
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+  EXPECT_NE(controller_->reason().find("rank 1"), std::string::npos) << controller_->reason();
+  EXPECT_NE(controller_->reason().find("no heartbeat in the 20 s after it started"),
+            std::string::npos)
+      << controller_->reason();
+}
+
 TEST_F(ControllerTest, RanksThatStoppedTrainingMayWorkOnWithoutHeartbeats) {
   Feed(StartInput{List("localhost slots=2\n"), {}});
   RunGeneration(100);

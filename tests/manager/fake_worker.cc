@@ -13,6 +13,8 @@
 //                           rank R dies after step K (exit code C, default 3, or signal S)
 //   --hang-rank R --hang-at-step K
 //                           rank R stops making progress after step K, ignoring SIGUSR1
+//   --silent-rank R         rank R hangs before its first record (as when a program stops
+//                           before it reaches mitra), ignoring SIGUSR1
 //   --fail-generation G     crash and hang only in generation G (default: every generation)
 //   --ignore-sigterm        ignore SIGTERM (so only SIGKILL ends it)
 //   --marker-dir DIR        create DIR/started-rank-R when training starts
@@ -48,6 +50,7 @@ struct Flags {
   int exit_code = 3;
   int crash_signal = 0;
   int hang_rank = -1;
+  int silent_rank = -1;
   long hang_at_step = -1;
   bool ignore_sigterm = false;
   long fail_generation = -1;
@@ -87,6 +90,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.hang_rank = std::atoi(next());
     else if (arg == "--hang-at-step")
       f.hang_at_step = std::atol(next());
+    else if (arg == "--silent-rank")
+      f.silent_rank = std::atoi(next());
     else if (arg == "--fail-generation")
       f.fail_generation = std::atol(next());
     else if (arg == "--ignore-sigterm")
@@ -224,6 +229,10 @@ int main(int argc, char** argv) {
   if (!f.marker_dir.empty()) {
     const std::string path = f.marker_dir + "/started-rank-" + std::to_string(rank);
     if (FILE* marker = std::fopen(path.c_str(), "w")) std::fclose(marker);
+  }
+  if (rank == f.silent_rank && (f.fail_generation < 0 || f.fail_generation == generation)) {
+    std::fprintf(stderr, "fake_worker: rank %d silent from the start\n", rank);
+    for (;;) SleepMs(1000);
   }
   std::printf("@mitra {\"event\":\"heartbeat\",\"rank\":%d}\n", rank);
   std::printf(

@@ -256,6 +256,17 @@ TEST_F(MitraRunTest, AHungWorkerIsFoundByItsMissingHeartbeatsAndRecovered) {
   ExpectNoWorkerLeft();
 }
 
+TEST_F(MitraRunTest, AWorkerSilentFromItsStartIsHungWithinSecondsAndRecovered) {
+  // 2 x --heartbeat-timeout, at least 10 s, not the minutes of the start-up timeout.
+  const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "8",
+                                  "--heartbeat-timeout", "1"},
+                                 {"--silent-rank", "1", "--fail-generation", "0"}));
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.err, "sent no heartbeat in the 10 s after it started")) << r.err;
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 2u);
+  ExpectNoWorkerLeft();
+}
+
 TEST_F(MitraRunTest, RepeatedFailuresBeyondTheRestartBudgetFailTheJob) {
   const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "100", "--max-restarts", "2"},
                                  {"--crash-rank", "0", "--crash-at-step", "1"}));
