@@ -160,6 +160,11 @@ bool IsValidHostName(std::string_view host) {
 
 bool IsValidIpv6(std::string_view address) {
   if (address.empty() || address.size() > 45) return false;
+  // Only what an address is written with: inet_pton reads a C string, so "::" followed by a NUL
+  // and anything would pass as "::".
+  if (address.find_first_not_of("0123456789abcdefABCDEF:.") != std::string_view::npos) {
+    return false;
+  }
   in6_addr addr;
   return inet_pton(AF_INET6, std::string(address).c_str(), &addr) == 1;
 }

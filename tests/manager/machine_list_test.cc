@@ -79,6 +79,14 @@ TEST(MachineList, RejectsShellMetacharacters) {
             std::string::npos);
 }
 
+// Found by fuzz/machine_list_fuzz.cc: inet_pton stopped at the NUL and saw "::".
+TEST(MachineList, RejectsAnIpv6AddressWithANulByte) {
+  EXPECT_FALSE(IsValidIpv6(std::string("::\0", 3)));
+  EXPECT_FALSE(IsValidIpv6(std::string("::1\0node", 8)));
+  EXPECT_NE(ParseError(std::string("[::\0]\n", 6)).find("machines.txt:1: "), std::string::npos);
+  EXPECT_TRUE(IsValidIpv6("::ffff:10.0.0.7"));
+}
+
 TEST(MachineList, RejectsBadUsersPortsAndSlots) {
   EXPECT_NE(ParseError("b$d@node\n").find("'b$d' in 'b$d@node' is not a user name"),
             std::string::npos);
