@@ -85,6 +85,10 @@ std::optional<std::vector<int64_t>> ParseShape(std::string_view text) {
   if (text.size() < 2 || text.front() != '[' || text.back() != ']') return std::nullopt;
   text = text.substr(1, text.size() - 2);
   std::vector<int64_t> shape;
+  // The element count, zero dimensions left out, stays under 2^53 (8 PiB of doubles), so that
+  // numel() and bytes() of any parsed shape are computed without overflow.
+  constexpr int64_t kMaxElements = int64_t{1} << 53;
+  int64_t elements = 1;
   while (!text.empty()) {
     const size_t comma = text.find(',');
     const std::string_view dim = text.substr(0, comma);
@@ -92,6 +96,10 @@ std::optional<std::vector<int64_t>> ParseShape(std::string_view text) {
       return std::nullopt;
     }
     shape.push_back(std::stoll(std::string(dim)));
+    if (shape.back() > 0) {
+      if (shape.back() > kMaxElements / elements) return std::nullopt;
+      elements *= shape.back();
+    }
     if (comma == std::string_view::npos) break;
     text.remove_prefix(comma + 1);
     if (text.empty()) return std::nullopt;  // a trailing comma
@@ -340,11 +348,15 @@ Status ReadTensorFile(const std::string& path, uint64_t size, uint32_t crc32c,
   }
   std::vector<const TensorRecord*> order;
   for (const TensorRecord& t : tensors) order.push_back(&t);
-  std::sort(order.begin(), order.end(),
-            [](const TensorRecord* a, const TensorRecord* b) { return a->offset < b->offset; });
+  // By offset, and an empty tensor before one that starts where it lies: the result must not
+  // depend on how the sort orders ties.
+  std::sort(order.begin(), order.end(), [](const TensorRecord* a, const TensorRecord* b) {
+    return a->offset != b->offset ? a->offset < b->offset : a->bytes() < b->bytes();
+  });
   Reader reader(fd, path);
   for (const TensorRecord* t : order) {
-    if (t->offset < reader.offset() || t->offset + t->bytes() > size) {
+    // offset + bytes() could wrap around for a damaged manifest's offset.
+    if (t->offset < reader.offset() || t->bytes() > size || t->offset > size - t->bytes()) {
       return Status::IoError(path + ": the manifest places tensor '" + t->name +
                              "' outside the file or over another (the checkpoint is damaged)");
     }

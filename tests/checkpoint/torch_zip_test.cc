@@ -257,5 +257,47 @@ TEST_F(TorchZip, TorchLoadInPythonReadsTheValues) {
   EXPECT_NE(Slurp(out).find("loaded"), std::string::npos) << Slurp(out);
 }
 
+// Found by fuzz/tensor_file_fuzz.cc and fuzz/manifest_fuzz.cc: what a damaged manifest can say
+// about a tensor.
+TEST(TensorRecord, ShapesWhoseByteCountWouldOverflowAreMalformed) {
+  EXPECT_FALSE(ParseShape("[999999999999999,999999999999999]"));
+  EXPECT_FALSE(ParseShape("[134217728,67108865]"));  // 2^53 + 2^27 elements
+  ASSERT_TRUE(ParseShape("[134217728,67108864]"));   // 2^53
+  EXPECT_FALSE(ParseShape("[999999999999999,0,999999999999999]"));
+  const auto empty = ParseShape("[134217728,0,67108864]");
+  ASSERT_TRUE(empty);
+  EXPECT_EQ((TensorRecord{"t", DType::kFloat64, *empty, 0}.bytes()), 0u);
+}
+
+TEST_F(TorchZip, AnOffsetThatWrapsAroundIsOutsideTheFile) {
+  const std::string path = dir_ + "/t.pt";
+  std::ofstream(path, std::ios::binary) << std::string(256, 'x');
+  const uint32_t crc = Crc32c(std::string(256, 'x'));
+  bool asked = false;
+  auto destination = [&](const TensorRecord&) -> void* {
+    asked = true;
+    return nullptr;
+  };
+  const TensorRecord wraps{"t", DType::kFloat32, {8}, ~uint64_t{0} - 15};
+  Status s = ReadTensorFile(path, 256, crc, {wraps}, destination);
+  EXPECT_NE(s.message().find("outside the file"), std::string::npos) << s.message();
+  EXPECT_FALSE(asked);
+}
+
+TEST_F(TorchZip, AnEmptyTensorWhereAnotherStartsIsReadInEitherOrder) {
+  const std::string path = dir_ + "/t.pt";
+  const std::string file(256, 'x');
+  std::ofstream(path, std::ios::binary) << file;
+  const TensorRecord full{"full", DType::kUInt8, {5}, 64};
+  const TensorRecord empty{"empty", DType::kUInt8, {0}, 64};
+  std::vector<char> into(8);
+  auto destination = [&](const TensorRecord&) -> void* { return into.data(); };
+  for (const auto& tensors : {std::vector<TensorRecord>{full, empty},
+                              std::vector<TensorRecord>{empty, full}}) {
+    Status s = ReadTensorFile(path, file.size(), Crc32c(file), tensors, destination);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace mitra::checkpoint
