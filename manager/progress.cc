@@ -9,11 +9,18 @@ namespace {
 
 constexpr size_t kEtaWindow = 20;  // arrival intervals the ETA averages
 
+// A record's step as a whole number; 0 when missing or beyond what a double holds exactly
+// (converting a larger double to an integer is undefined).
+int64_t StepOf(const JsonObject& record) {
+  const double step = record.GetNumber("step").value_or(0);
+  return std::fabs(step) <= 9.0e15 ? static_cast<int64_t>(step) : 0;
+}
+
 }  // namespace
 
 std::optional<StepRecord> StepRecord::FromJson(const JsonObject& record) {
   const std::optional<double> step = record.GetNumber("step");
-  if (!step || *step < 1 || *step != std::floor(*step)) return std::nullopt;
+  if (!step || *step < 1 || *step != std::floor(*step) || *step > 9.0e15) return std::nullopt;
   StepRecord out;
   out.step = static_cast<int64_t>(*step);
   out.loss = record.GetNumber("loss").value_or(0);
@@ -111,7 +118,7 @@ std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats) 
 std::string FormatEvalLine(const JsonObject& eval) {
   char buffer[96];
   std::snprintf(buffer, sizeof(buffer), "eval after step %lld: loss %.4f",
-                static_cast<long long>(eval.GetNumber("step").value_or(0)),
+                static_cast<long long>(StepOf(eval)),
                 eval.GetNumber("loss").value_or(0));
   std::string line = buffer;
   for (const auto& [key, value] : eval.fields()) {

@@ -92,5 +92,17 @@ TEST(Progress, EtaFollowsTheArrivalPace) {
   EXPECT_EQ(stats.EtaSeconds(2), 0);
 }
 
+// Found by fuzz/worker_record_fuzz.cc: a step beyond int64_t was converted to one.
+TEST(Progress, AStepBeyondAWholeNumberIsNotAStep) {
+  JsonObject record;
+  record.SetString("event", "step").SetNumber("step", 1e300).SetNumber("loss", 2.5);
+  EXPECT_FALSE(StepRecord::FromJson(record));
+  record.SetNumber("step", 9.0e15);
+  EXPECT_TRUE(StepRecord::FromJson(record));
+  JsonObject eval;
+  eval.SetNumber("step", -1e300).SetNumber("loss", 0.5);
+  EXPECT_EQ(FormatEvalLine(eval).substr(0, 32), "eval after step 0: loss 0.5000  ");
+}
+
 }  // namespace
 }  // namespace mitra::manager
