@@ -40,6 +40,8 @@ std::string FormatNumber(double value, int decimals) {
 }
 
 std::string ClockTime(double unix_seconds) {
+  // A time_t cannot hold every double (converting one beyond it is undefined).
+  if (!(std::fabs(unix_seconds) < 1e15)) return "?";
   const std::time_t t = static_cast<std::time_t>(unix_seconds);
   struct tm local {};
   if (::localtime_r(&t, &local) == nullptr) return "?";

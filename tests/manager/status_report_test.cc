@@ -165,5 +165,13 @@ TEST(ControlCommandLine, HelpIsTheUsage) {
   EXPECT_EQ(ParseControlCommandLine({"stop", "-h"})->help_text, StopUsage());
 }
 
+// Found by fuzz/control_request_fuzz.cc: a time beyond time_t was converted to one.
+TEST(StatusReport, AnUntilBeyondAnyClockIsShownAsUnknown) {
+  StatusReport r;
+  r.state = "running";
+  r.machines.push_back({"127.0.0.3", 1, "failed", 0, 1.768e34, "ssh exited with 255"});
+  EXPECT_TRUE(Contains(FormatStatus(r, 1000.0), "failed until ? (in ")) << FormatStatus(r, 1000.0);
+}
+
 }  // namespace
 }  // namespace mitra::manager
