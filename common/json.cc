@@ -2,9 +2,9 @@
 
 #include <charconv>
 #include <cmath>
-#include <cstdio>
+#include <stdexcept>
 
-#include "common/json_reader.h"
+#include <nlohmann/json.hpp>
 
 namespace mitra {
 
@@ -136,47 +136,74 @@ std::string JsonObject::ToJson() const {
   return out;
 }
 
-Result<JsonObject> JsonObject::Parse(std::string_view text) { return detail::ReadJsonObject(text); }
+namespace {
+
+constexpr int kMaxDepth = 64;
+
+// A parsed value as a JsonValue: scalars as themselves, arrays and objects as their JSON text.
+Result<JsonValue> FromParsed(const nlohmann::ordered_json& v) {
+  switch (v.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return JsonValue();
+    case nlohmann::ordered_json::value_t::boolean:
+      return JsonValue::Bool(v.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+      return JsonValue::Int(v.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_unsigned: {
+      const uint64_t u = v.get<uint64_t>();
+      if (u <= static_cast<uint64_t>(INT64_MAX)) return JsonValue::Int(static_cast<int64_t>(u));
+      return JsonValue::Number(static_cast<double>(u));
+    }
+    case nlohmann::ordered_json::value_t::number_float: {
+      const double d = v.get<double>();
+      if (!std::isfinite(d)) return Status::InvalidArgument("a number out of range");
+      return JsonValue::Number(d);
+    }
+    case nlohmann::ordered_json::value_t::string:
+      return JsonValue::String(v.get<std::string>());
+    default:
+      return JsonValue::Raw(v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  }
+}
+
+}  // namespace
+
+Result<JsonObject> JsonObject::Parse(std::string_view text) {
+  // Deeper nesting than any record has is refused, before it costs memory.
+  const nlohmann::ordered_json::parser_callback_t limit_depth =
+      [](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+        if (depth > kMaxDepth) throw std::length_error("nested deeper than 64 levels");
+        return true;
+      };
+  nlohmann::ordered_json parsed;
+  try {
+    parsed = nlohmann::ordered_json::parse(text.begin(), text.end(), limit_depth);
+  } catch (const nlohmann::ordered_json::parse_error& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, column 8: ...".
+    std::string why = e.what();
+    if (const size_t colon = why.find(": "); colon != std::string::npos) why = why.substr(colon + 2);
+    return Status::InvalidArgument("not JSON at byte " + std::to_string(e.byte) + ": " + why);
+  } catch (const nlohmann::ordered_json::exception& e) {  // a number out of range, ...
+    std::string why = e.what();
+    if (const size_t bracket = why.find("] "); bracket != std::string::npos) why = why.substr(bracket + 2);
+    return Status::InvalidArgument("not JSON: " + why);
+  } catch (const std::length_error& e) {
+    return Status::InvalidArgument(std::string("not a record: ") + e.what());
+  }
+  if (!parsed.is_object()) return Status::InvalidArgument("expected a JSON object ({...})");
+  JsonObject object;
+  for (const auto& [key, value] : parsed.items()) {
+    Result<JsonValue> v = FromParsed(value);
+    if (!v.ok()) return Status::InvalidArgument("\"" + key + "\": " + v.status().message());
+    object.Set(key, std::move(v).value());
+  }
+  return object;
+}
 
 std::string JsonQuote(std::string_view text) {
-  std::string out;
-  out.reserve(text.size() + 2);
-  out += '"';
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buffer[8];
-          std::snprintf(buffer, sizeof(buffer), "\\u%04x", static_cast<unsigned>(c));
-          out += buffer;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
-  return out;
+  // Invalid UTF-8 (a worker's log line may hold any bytes) becomes U+FFFD, never an exception.
+  return nlohmann::ordered_json(std::string(text))
+      .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 }  // namespace mitra

@@ -3,8 +3,9 @@
 // The manager reads the `@mitra {...}` lines workers print and writes events.jsonl,
 // metrics.jsonl and state.json. All of these are flat objects of strings, numbers, booleans and
 // nulls, so that is what JsonObject models. Nested arrays and objects are accepted by the
-// parser and kept verbatim as raw JSON text (so a record passes through unchanged), and can be
-// written the same way (JsonValue::Raw, IntArray, StringArray).
+// parser and kept as raw JSON text (compact, so a record passes through with the same values),
+// and can be written the same way (JsonValue::Raw, IntArray, StringArray). Reading and quoting
+// are nlohmann::json's; this is only the record model on top.
 //
 // Values are plain data: copyable, not synchronized (one thread at a time per object).
 #pragma once
@@ -83,15 +84,17 @@ class JsonObject {
   // One line, no spaces, fields in insertion order: {"event":"step","step":3}
   std::string ToJson() const;
 
-  // Parses one JSON object (surrounding whitespace allowed, nothing else). A repeated key keeps
-  // its last value. Errors are InvalidArgument with the byte offset and what was expected.
+  // Parses one JSON object (surrounding whitespace allowed, nothing else; at most 64 levels
+  // deep). A repeated key keeps its last value. Errors are InvalidArgument with the byte offset
+  // and what was expected.
   static Result<JsonObject> Parse(std::string_view text);
 
  private:
   std::vector<Field> fields_;
 };
 
-// `text` as a JSON string literal, quotes included. Bytes >= 0x80 pass through unchanged.
+// `text` as a JSON string literal, quotes included. UTF-8 passes through unchanged; bytes that
+// are not UTF-8 become U+FFFD.
 std::string JsonQuote(std::string_view text);
 
 }  // namespace mitra
