@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <thread>
 
@@ -370,6 +371,26 @@ TEST_F(SshProcessRunnerTest, AFrozenHostIsLostByKeepalives) {
   ASSERT_FALSE(seen.empty());
   EXPECT_TRUE(seen.back().exit.lost);
   EXPECT_LT(waited, std::chrono::seconds(5));  // ~3 s of keepalives, plus a loaded machine
+}
+
+TEST_F(SshProcessRunnerTest, AHostCutOffByTheNetworkIsLostByKeepalives) {
+  MITRA_SKIP_WITHOUT(SshdFixture::PartitionUnavailableReason());
+  SshProcessRunner runner(Options(kOther), &fs_);
+  Result<StartedProcess> p = runner.Start(Shell("echo '@mitra up'; exec sleep 30"), Sink());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_TRUE(WaitForMessage("up"));
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sshd_->CutOff(kOther).ok());
+  const std::vector<ProcessEvent> seen = UntilExit(8);
+  const double waited_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  ASSERT_TRUE(sshd_->Reconnect(kOther).ok());
+  ASSERT_TRUE(sshd_->Stop(kOther).ok());  // the stranded `sleep` goes with it
+  ASSERT_TRUE(sshd_->Start(kOther).ok());
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(seen.back().exit.lost);
+  std::cout << "cut off -> lost: " << waited_s << " s\n";
+  EXPECT_LT(waited_s, 5);  // ~3 s of keepalives, plus a loaded machine
 }
 
 }  // namespace

@@ -165,7 +165,53 @@ Result<std::unique_ptr<SshdFixture>> SshdFixture::Create(
 }
 
 SshdFixture::~SshdFixture() {
-  for (auto& [address, host] : hosts_) Stop(address);
+  for (auto& [address, host] : hosts_) {
+    Reconnect(address);
+    Stop(address);
+  }
+}
+
+std::string SshdFixture::PartitionUnavailableReason() {
+  const std::string nft = FindProgram("nft");
+  if (nft.empty()) return "nft is not installed (apt-get install nftables; scripts/setup does it)";
+  const MitraResult r = RunProgram(nft, {"list", "tables"}, "/", 10);
+  if (r.exit_code != 0) return "nft cannot change the firewall here: " + r.output();
+  return "";
+}
+
+std::string SshdFixture::PartitionTable(const std::string& address) const {
+  std::string name = "mitra_test_" + std::to_string(::getpid()) + "_" + address;
+  for (char& c : name) {
+    if (c == '.') c = '_';
+  }
+  return name;
+}
+
+Status SshdFixture::CutOff(const std::string& address) {
+  if (Find(address) == nullptr) return Status::NotFound(address + " is not a host of the fixture");
+  const std::string nft = FindProgram("nft");
+  const std::string table = PartitionTable(address);
+  // Loopback packets pass the output hook once, whichever way they go.
+  const std::string rules = "table ip " + table + " {\n  chain out {\n" +
+                            "    type filter hook output priority 0;\n" +
+                            "    ip saddr " + address + " drop\n" +
+                            "    ip daddr " + address + " drop\n  }\n}\n";
+  const std::string file = dir_ + "/" + table + ".nft";
+  if (!WriteFile(file, rules)) return Status::IoError("cannot write " + file);
+  const MitraResult r = RunProgram(nft, {"-f", file}, "/", 10);
+  if (r.exit_code != 0) return Status::IoError("nft -f " + file + ": " + r.output());
+  return Status::Ok();
+}
+
+Status SshdFixture::Reconnect(const std::string& address) {
+  const std::string nft = FindProgram("nft");
+  if (nft.empty()) return Status::Ok();
+  const std::string table = PartitionTable(address);
+  const MitraResult listed = RunProgram(nft, {"list", "tables"}, "/", 10);
+  if (listed.out.find(table) == std::string::npos) return Status::Ok();
+  const MitraResult r = RunProgram(nft, {"delete", "table", "ip", table}, "/", 10);
+  if (r.exit_code != 0) return Status::IoError("nft delete table " + table + ": " + r.output());
+  return Status::Ok();
 }
 
 Status SshdFixture::Launch(const std::string& address, Host& host) {

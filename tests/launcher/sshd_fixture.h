@@ -52,6 +52,15 @@ class SshdFixture {
   // after Freeze, lets it and its processes run on (SIGCONT).
   Status Start(const std::string& address);
 
+  // "" when CutOff can work here (nft, from Debian's nftables, and the right to use it);
+  // otherwise why not (for MITRA_SKIP_WITHOUT).
+  static std::string PartitionUnavailableReason();
+  // Cuts the host off the network: an nftables rule drops every packet from or to its address,
+  // so its processes run on but nothing reaches them or comes back, as in a network partition.
+  // Reconnect (or the fixture's end) removes the rule.
+  Status CutOff(const std::string& address);
+  Status Reconnect(const std::string& address);
+
   const std::string& known_hosts_path() const { return known_hosts_path_; }
   const std::string& identity_path() const { return identity_path_; }
   int port(const std::string& address) const;
@@ -72,6 +81,8 @@ class SshdFixture {
   };
 
   SshdFixture() = default;
+  // The nftables table of CutOff's rules for `address`.
+  std::string PartitionTable(const std::string& address) const;
   Host* Find(const std::string& address);
   const Host* Find(const std::string& address) const;
   Status Launch(const std::string& address, Host& host);

@@ -188,6 +188,30 @@ TEST_F(SshElastic, AStoppedWorkerIsFoundByItsMissingHeartbeats) {
   ExpectNoWorkerLeft();
 }
 
+TEST_F(SshElastic, AHostCutOffByTheNetworkIsLeftOutLikeAFrozenOne) {
+  MITRA_SKIP_WITHOUT(SshdFixture::PartitionUnavailableReason());
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const auto cut = std::chrono::steady_clock::now();
+  ASSERT_TRUE(sshd_->CutOff(kHostB).ok());
+  ASSERT_TRUE(WaitForOutput(*mitra, "mitra: recovery done: training again in 2 x 1", 60))
+      << mitra->Stdout() << mitra->Stderr();
+  const double recovered_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  // The machine stays unreachable; its stranded workers go with it before the network heals.
+  ASSERT_TRUE(sshd_->Stop(kHostB).ok());
+  ASSERT_TRUE(sshd_->Reconnect(kHostB).ok());
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.err, "was lost with the connection to its machine") ||
+              Contains(r.err, "sent no heartbeat"))
+      << r.err;
+  std::cout << "host cut off -> training again without it: " << recovered_s << " s\n";
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
 TEST_F(SshElastic, AManagerKilledAndStartedAgainLeavesNoOrphanAndContinues) {
   auto first = Start(Line(kHostA, 2) + Line(kHostB, 2));
   ASSERT_TRUE(first);
