@@ -1,0 +1,59 @@
+// What the fuzz targets share: an invariant check that stops the process (so libFuzzer and the
+// corpus replay both report the input), and the JSON round trip every JSON target asserts.
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "common/json.h"
+
+// Aborts with the condition's text when it does not hold. Unlike assert(), never compiled out.
+#define FUZZ_CHECK(condition)                                                      \
+  do {                                                                             \
+    if (!(condition)) ::mitra::fuzz::Fail(#condition, __FILE__, __LINE__);          \
+  } while (0)
+
+namespace mitra::fuzz {
+
+[[noreturn]] inline void Fail(const char* condition, const char* file, int line) {
+  std::fprintf(stderr, "%s:%d: invariant failed: %s\n", file, line, condition);
+  std::abort();
+}
+
+// Known: a nested array or object is written as the text it was parsed from, line breaks
+// between its elements included (common/json.cc), so such an object is written on more than one
+// line. Until that is fixed the one-line check leaves these objects out;
+// fuzz/corpus/worker_record/raw-value-with-a-line-break keeps an example.
+inline bool HasRawLineBreak(const JsonObject& object) {
+  for (const auto& [key, value] : object.fields()) {
+    if (value.type() == JsonValue::Type::kRaw &&
+        value.string_value().find('\n') != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// A parsed object writes one line that parses again to the same fields, in the same order.
+inline void CheckJsonRoundTrip(const JsonObject& object) {
+  const std::string text = object.ToJson();
+  FUZZ_CHECK(text.find('\n') == std::string::npos || HasRawLineBreak(object));
+  Result<JsonObject> again = JsonObject::Parse(text);
+  FUZZ_CHECK(again.ok());
+  FUZZ_CHECK(again->size() == object.size());
+  for (size_t i = 0; i < object.size(); ++i) {
+    const auto& [key, value] = object.fields()[i];
+    const auto& [again_key, again_value] = again->fields()[i];
+    FUZZ_CHECK(again_key == key);
+    FUZZ_CHECK(again_value.type() == value.type());
+    // Numbers by value: a literal such as -0e300 may be written back in another form.
+    if (value.is_number()) {
+      FUZZ_CHECK(again_value.number_value() == value.number_value());
+    } else {
+      FUZZ_CHECK(again_value.ToJson() == value.ToJson());
+    }
+  }
+}
+
+}  // namespace mitra::fuzz
