@@ -8,15 +8,14 @@
 
 #include "common/overloaded.h"
 #include "common/strings.h"
-#include "manager/progress.h"
-#include "manager/worker_env.h"
+#include "manager/narration.h"
 
 namespace mitra::manager {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-std::string Seconds(double s) { return FormatSeconds(std::round(s * 10) / 10) + " s"; }
+std::string Seconds(double s) { return DurationText(s); }
 
 std::string Shape(int stages, int replicas) {
   return std::to_string(stages) + " x " + std::to_string(replicas);
@@ -103,33 +102,31 @@ void Controller::OnStart(const StartInput& in) {
 
 void Controller::OnMachinesChanged(const MachinesChanged& in) {
   const MachinePool::Change change = pool_.Update(in.list);
-  std::vector<std::string> checking;
+  ListChangedFact fact;
   for (const Machine& m : change.to_check) {
     actions_.push_back(CheckHostAction{m});
-    checking.push_back(m.Address());
+    fact.checking.push_back(m.Address());
   }
-  const std::string what = change.Describe();
-  const std::vector<std::string>& added = change.added;
-  const std::vector<std::string>& removed = change.removed;
-  JsonObject fields;
-  fields.Set("added", JsonValue::StringArray(added))
-      .Set("removed", JsonValue::StringArray(removed))
-      .SetInt("slots", in.list.TotalSlots())
-      .SetString("phase", PhaseName(phase_));
+  fact.change = change.Describe();
+  fact.added = change.added;
+  fact.removed = change.removed;
+  fact.slots = in.list.TotalSlots();
+  fact.phase = PhaseName(phase_);
+  using Action = ListChangedFact::Action;
 
   switch (phase_) {
     case Phase::kWaiting:
-      Record("machines_changed", fields.SetString("action", "plan"));
+      fact.action = Action::kPlan;
+      Tell(fact);
       TryLaunch();
       return;
     case Phase::kRunning: {
       std::string why;
       const auto desired = DesiredPlan(&why);
       if (desired && !DiffersFromCurrent(desired->first, desired->second)) {
-        Record("machines_changed", fields.SetString("action", checking.empty() ? "none" : "check"),
-               "mitra: machine list changed (" + what + "): " +
-                   (checking.empty() ? "the shape stays " + ShapeText()
-                                     : "checking " + Join(checking, ", ") + " before it joins"));
+        fact.action = Action::kKeep;
+        fact.shape = ShapeText();
+        Tell(fact);
         return;
       }
       if (!desired) {
@@ -138,47 +135,46 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
         bool affected = false;
         for (const Machine& m : launched_machines_) affected |= pool_.Shrunk(m);
         if (!affected) {
-          Record("machines_changed", fields.SetString("action", "none").SetString("why", why));
+          fact.why = why;
+          Tell(fact);
           return;
         }
       }
-      Record("machines_changed", fields.SetString("action", "morph"));
-      BeginMorph("machine list changed: " + what);
+      fact.action = Action::kMorph;
+      Tell(fact);
+      BeginMorph("machine list changed: " + fact.change);
       return;
     }
     case Phase::kMorphing:
     case Phase::kRecovering:
-      Record("machines_changed", fields.SetString("action", "folded"),
-             "mitra: machine list changed (" + what + "): the next generation will use it");
+      fact.action = Action::kFolded;
+      Tell(fact);
       return;
     case Phase::kStopping:
     case Phase::kFinished:
-      Record("machines_changed", fields.SetString("action", "none"));
+      Tell(fact);
       return;
   }
 }
 
 void Controller::OnRankStarted(const RankStarted& in) {
-  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
-    return;
-  }
-  Rank& r = ranks_[in.rank];
+  Rank* rank = CurrentRank(in.generation, in.rank);
+  if (rank == nullptr) return;
+  Rank& r = *rank;
   r.pid = in.pid;
   r.started = true;
   r.last_heard = now_;
 }
 
 void Controller::OnRankStartFailed(const RankStartFailed& in) {
-  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
-    return;
-  }
-  Rank& r = ranks_[in.rank];
-  if (!r.running) return;
+  Rank* rank = CurrentRank(in.generation, in.rank);
+  if (rank == nullptr || !rank->running) return;
+  Rank& r = *rank;
   r.running = false;
   const std::string what = "rank " + std::to_string(in.rank) + " could not be started on " +
                            launched_machines_[r.machine].Address() + ": " + in.reason;
   if (TearingDown()) {
-    Record("start_failed", JsonObject().SetInt("rank", in.rank).SetString("reason", what));
+    Tell(StartFailedFact{in.rank, what});
   } else {
     Fail(in.rank, what, /*blame_machine=*/true);
   }
@@ -186,20 +182,15 @@ void Controller::OnRankStartFailed(const RankStartFailed& in) {
 }
 
 void Controller::OnReport(const RankReport& in) {
-  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
-    return;
-  }
-  Rank& r = ranks_[in.rank];
+  Rank* rank = CurrentRank(in.generation, in.rank);
+  if (rank == nullptr) return;
+  Rank& r = *rank;
   r.last_heard = now_;
   switch (in.kind) {
     case RankReport::Kind::kReady:
       if (r.ready) return;
       r.ready = true;
-      if (AllReady()) {
-        Record("ready", JsonObject().SetNumber("rendezvous_s", RoundedSeconds(now_ - launch_time_)),
-               "mitra: all " + std::to_string(ranks_.size()) + " workers ready after " +
-                   Seconds(now_ - launch_time_));
-      }
+      if (AllReady()) Tell(AllReadyFact{static_cast<int>(ranks_.size()), now_ - launch_time_});
       return;
     case RankReport::Kind::kHeartbeat:
       r.heartbeats = true;
@@ -211,21 +202,9 @@ void Controller::OnReport(const RankReport& in) {
       if (!first_step_seen_) {
         first_step_seen_ = true;
         if (!change_kind_.empty()) {
-          JsonObject fields;
-          fields.SetString("kind", change_kind_)
-              .SetInt("step", in.step)
-              .SetString("shape", ShapeText())
-              .SetNumber("downtime_s", RoundedSeconds(now_ - change_detected_))
-              .SetNumber("stop_s", RoundedSeconds(ranks_exited_ - change_detected_))
-              .SetNumber("relaunch_s", RoundedSeconds(launch_time_ - ranks_exited_))
-              .SetNumber("first_step_s", RoundedSeconds(now_ - launch_time_));
-          Record("first_step", fields,
-                 "mitra: " + change_kind_ + " done: training again in " + ShapeText() +
-                     " at step " + std::to_string(in.step) + "; downtime " +
-                     Seconds(now_ - change_detected_) + " (stop " +
-                     Seconds(ranks_exited_ - change_detected_) + ", relaunch " +
-                     Seconds(launch_time_ - ranks_exited_) + ", first step " +
-                     Seconds(now_ - launch_time_) + ")");
+          Tell(TrainingAgainFact{change_kind_, in.step, ShapeText(), now_ - change_detected_,
+                                 ranks_exited_ - change_detected_, launch_time_ - ranks_exited_,
+                                 now_ - launch_time_});
           change_kind_.clear();
         }
       }
@@ -237,27 +216,22 @@ void Controller::OnReport(const RankReport& in) {
       if (!training_done_ &&
           std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.finished; })) {
         training_done_ = true;
-        Record("training_done", JsonObject().SetInt("step", in.step));
+        Tell(TrainingDoneFact{in.step});
       }
       if (stopped_step_ < 0) {
         stopped_step_ = in.step;
       } else if (stopped_step_ != in.step) {
         stopped_steps_agree_ = false;
       }
-      Record("rank_stopped", JsonObject()
-                                 .SetInt("rank", in.rank)
-                                 .SetInt("step", in.step)
-                                 .SetNumber("after_s", RoundedSeconds(now_ - stop_signalled_)));
+      Tell(RankStoppedFact{in.rank, in.step, now_ - stop_signalled_});
       return;
   }
 }
 
 void Controller::OnExited(const RankExited& in) {
-  if (in.generation != generation_ || in.rank < 0 || in.rank >= static_cast<int>(ranks_.size())) {
-    return;
-  }
-  Rank& r = ranks_[in.rank];
-  if (!r.running) return;
+  Rank* rank = CurrentRank(in.generation, in.rank);
+  if (rank == nullptr || !rank->running) return;
+  Rank& r = *rank;
   r.running = false;
   if (in.exit.ok()) {
     if (ending_ == Ending::kNone && RunningRanks() > 0 && !finish_deadline_) {
@@ -286,19 +260,11 @@ void Controller::OnHostChecked(const HostChecked& in) {
   if (in.healthy) {
     if (result.joined) {
       const Machine* m = pool_.Find(in.address);
-      Record("host_healthy", JsonObject().SetString("machine", in.address),
-             m != nullptr && m->IsLocal() ? "" : "mitra: " + in.address + " passed its health check");
+      Tell(HostHealthyFact{in.address, m != nullptr && m->IsLocal()});
     }
   } else {
-    Record("host_failed",
-           JsonObject()
-               .SetString("machine", in.address)
-               .SetString("reason", in.reason)
-               .SetInt("failed_checks", result.failed_checks)
-               .SetNumber("retry_in_s", RoundedSeconds(result.backoff_s)),
-           "mitra: " + in.address + " failed its health check (" + in.reason +
-               "); kept out, next check in " + Seconds(result.backoff_s),
-           true);
+    Tell(HostKeptOutFact{in.address, in.reason, result.failed_checks, std::nullopt,
+                         result.backoff_s});
   }
   switch (phase_) {
     case Phase::kWaiting:
@@ -323,13 +289,12 @@ void Controller::OnHostChecked(const HostChecked& in) {
 
 void Controller::OnStop(const StopInput& in) {
   if (stop_requested_ && !in.escalates) {
-    Record("signal", JsonObject().SetString("source", in.source).SetString("state", "already stopping"));
+    Tell(StopRequestedFact{in.source, "already stopping"});
     return;
   }
   const bool first = !stop_requested_;
   stop_requested_ = true;
-  stop_source_ = in.source;
-  Record("signal", JsonObject().SetString("source", in.source).SetString("state", PhaseName(phase_)));
+  Tell(StopRequestedFact{in.source, PhaseName(phase_)});
   switch (phase_) {
     case Phase::kWaiting:
       Finish(FinishAction::Outcome::kStopped, "");
@@ -342,15 +307,16 @@ void Controller::OnStop(const StopInput& in) {
       if (first) {
         ending_ = Ending::kStop;
         phase_ = Phase::kStopping;
-        Record("stop", JsonObject().SetString("reason", in.source).SetInt("step", last_step_),
-               "mitra: " + in.source + ": stopping once the workers have exited" +
-                   KillHint(in));
+        Tell(StoppingFact{StoppingFact::How::kAfterTheChange, in.source, KillHint(in), last_step_});
         return;
       }
       [[fallthrough]];
     case Phase::kStopping:
       if (!kill_deadline_ && !abandon_deadline_) {
-        Record("stop", JsonObject().SetString("reason", "second " + in.source), "", true);
+        StoppingFact fact;
+        fact.how = StoppingFact::How::kSecondRequest;
+        fact.source = in.source;
+        Tell(fact);
         if (!final_failure_) {
           final_failure_ = FinishAction{FinishAction::Outcome::kFailed,
                                         "the workers were killed on a second " + in.source +
@@ -405,11 +371,11 @@ void Controller::OnTimers() {
     const std::string why = "the workers did not stop within " +
                             Seconds(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
     if (ending_ == Ending::kStop) {
-      Record("stop_timeout", JsonObject().SetString("reason", why), "mitra: " + why, true);
+      Tell(TimeoutFact{TimeoutFact::Kind::kStop, why});
       if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
       Terminate(why);
     } else {
-      Fail(-1, why, false);
+      Fail(std::nullopt, why, /*blame_machine=*/false);
     }
   }
   if (finish_deadline_ && now_ >= *finish_deadline_) {
@@ -423,7 +389,7 @@ void Controller::OnTimers() {
       const std::string why = "rank(s) " + Join(running, ", ") + " still running " +
                               Seconds(options_.finish_timeout_s) +
                               " after other ranks exited normally";
-      Record("finish_timeout", JsonObject().SetString("reason", why), "mitra: " + why, true);
+      Tell(TimeoutFact{TimeoutFact::Kind::kFinish, why});
       final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
       ending_ = Ending::kFinish;
       Terminate(why);
@@ -431,17 +397,7 @@ void Controller::OnTimers() {
   }
   if (kill_deadline_ && now_ >= *kill_deadline_) {
     kill_deadline_.reset();
-    std::vector<int64_t> pids;
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i].running) pids.push_back(ranks_[i].pid);
-    }
-    if (!pids.empty()) {
-      Record("kill", JsonObject().Set("pids", JsonValue::IntArray(pids)));
-      for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (ranks_[i].running) Signal(static_cast<int>(i), SIGKILL);
-      }
-      abandon_deadline_ = now_ + options_.abandon_s;
-    }
+    KillRunning("");
   }
   if (abandon_deadline_ && now_ >= *abandon_deadline_) {
     abandon_deadline_.reset();
@@ -451,12 +407,7 @@ void Controller::OnTimers() {
       left.push_back(RankWhere(static_cast<int>(i)));
       ranks_[i].running = false;
     }
-    if (!left.empty()) {
-      Record("abandon", JsonObject().Set("ranks", JsonValue::StringArray(left)),
-             "mitra: no exit seen " + Seconds(options_.abandon_s) + " after SIGKILL from " +
-                 Join(left, ", "),
-             true);
-    }
+    if (!left.empty()) Tell(AbandonFact{left, options_.abandon_s});
     MaybeEndGeneration();
   }
   if (health_deadline_ && now_ >= *health_deadline_) {
@@ -508,7 +459,7 @@ void Controller::TryLaunch() {
     reason_ = why;
     if (why != waiting_reason_) {
       waiting_reason_ = why;
-      Record("waiting", JsonObject().SetString("reason", why), "mitra: waiting: " + why);
+      Tell(WaitingFact{why});
     }
     return;
   }
@@ -547,7 +498,7 @@ void Controller::TryLaunch() {
 void Controller::BeginMorph(const std::string& why) {
   if (training_done_) {
     // The job has trained its last step; the ranks only finish their own work.
-    Record("morph_skipped", JsonObject().SetString("reason", why));
+    Tell(MorphFact{why, ShapeText(), last_step_, RunningRanks(), /*skipped=*/true});
     return;
   }
   ending_ = Ending::kMorph;
@@ -555,13 +506,7 @@ void Controller::BeginMorph(const std::string& why) {
   reason_ = why;
   change_kind_ = "morph";
   change_detected_ = now_;
-  Record("morph",
-         JsonObject()
-             .SetString("reason", why)
-             .SetString("from", ShapeText())
-             .SetInt("step", last_step_),
-         "mitra: " + why + ": asking " + std::to_string(RunningRanks()) +
-             " workers to checkpoint and stop after the same step");
+  Tell(MorphFact{why, ShapeText(), last_step_, RunningRanks()});
   AskRanksToStop();
 }
 
@@ -574,15 +519,8 @@ void Controller::BeginStop(const StopInput& in) {
   ending_ = Ending::kStop;
   phase_ = Phase::kStopping;
   reason_ = why;
-  const bool all_ready = AllReady();
-  Record("stop",
-         JsonObject()
-             .SetString("reason", why)
-             .SetInt("step", last_step_)
-             .SetNumber("timeout_s", options_.stop_timeout_s),
-         all_ready ? "mitra: " + why + ": asking " + std::to_string(RunningRanks()) +
-                         " workers to stop after the current step" + KillHint(in)
-                   : "mitra: " + why + " before all workers were ready: stopping them");
+  Tell(StoppingFact{AllReady() ? StoppingFact::How::kAskRanks : StoppingFact::How::kBeforeReady,
+                    why, KillHint(in), last_step_, RunningRanks(), options_.stop_timeout_s});
   AskRanksToStop();
 }
 
@@ -595,55 +533,37 @@ void Controller::AskRanksToStop() {
   }
   stop_deadline_ = now_ + options_.stop_timeout_s;
   stop_signalled_ = now_;
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i].running) Signal(static_cast<int>(i), SIGUSR1);
-  }
+  SignalRunning(SIGUSR1);
 }
 
 void Controller::Terminate(const std::string& why) {
   stop_deadline_.reset();
   if (RunningRanks() == 0) return;
-  std::vector<int64_t> pids;
-  for (const Rank& r : ranks_) {
-    if (r.running) pids.push_back(r.pid);
-  }
-  Record("terminate", JsonObject()
-                          .SetString("reason", why)
-                          .Set("pids", JsonValue::IntArray(pids))
-                          .SetNumber("grace_s", options_.kill_grace_s));
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i].running) Signal(static_cast<int>(i), SIGTERM);
-  }
+  Tell(TerminateFact{why, RunningPids(), options_.kill_grace_s});
+  SignalRunning(SIGTERM);
   kill_deadline_ = now_ + options_.kill_grace_s;
 }
 
-void Controller::Fail(int rank, const std::string& what, bool blame_machine) {
+void Controller::Fail(std::optional<int> rank, const std::string& what, bool blame_machine) {
   if (training_done_) {
     FailAfterTraining(rank, what);
-    if (rank >= 0 && ranks_[rank].running) Signal(rank, SIGKILL);
+    if (rank && ranks_[*rank].running) Signal(*rank, SIGKILL);
     return;
   }
-  JsonObject fields;
-  fields.SetString("reason", what).SetInt("step", last_step_);
-  std::string address;
-  if (rank >= 0) {
-    address = launched_machines_[ranks_[rank].machine].Address();
-    fields.SetInt("rank", rank).SetInt("pid", ranks_[rank].pid).SetString("machine", address);
+  FailureFact fact;
+  fact.reason = what;
+  fact.step = last_step_;
+  if (rank) {
+    fact.where = FailureFact::Where{*rank, ranks_[*rank].pid,
+                                    launched_machines_[ranks_[*rank].machine].Address()};
   }
-  Record("failure", fields, "mitra: failure: " + what, true);
-  if (blame_machine && !address.empty()) {
+  Tell(fact);
+  if (blame_machine && fact.where) {
+    const std::string& address = fact.where->machine;
     const MachinePool::Blame blame = pool_.BlameFailure(address, what, now_);
     if (blame.check_now) actions_.push_back(CheckHostAction{*blame.check_now});
     if (blame.kept_out) {
-      Record("host_failed",
-             JsonObject()
-                 .SetString("machine", address)
-                 .SetString("reason", what)
-                 .SetInt("failures", blame.failures)
-                 .SetNumber("retry_in_s", RoundedSeconds(blame.backoff_s)),
-             "mitra: " + address + " failed " + std::to_string(blame.failures) +
-                 " times in a row; kept out, next health check in " + Seconds(blame.backoff_s),
-             true);
+      Tell(HostKeptOutFact{address, what, std::nullopt, blame.failures, blame.backoff_s});
     }
   }
 
@@ -679,27 +599,27 @@ void Controller::Fail(int rank, const std::string& what, bool blame_machine) {
   }
   // The survivors' collectives are already failing; anything they were writing is a partial
   // checkpoint that is never loaded. SIGKILL is the quickest way to a clean slate.
-  std::vector<int64_t> pids;
-  for (const Rank& r : ranks_) {
-    if (r.running) pids.push_back(r.pid);
-  }
   stop_deadline_.reset();
   kill_deadline_.reset();
-  if (!pids.empty()) {
-    Record("kill", JsonObject().Set("pids", JsonValue::IntArray(pids)).SetString("reason", what));
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i].running) Signal(static_cast<int>(i), SIGKILL);
-    }
-    abandon_deadline_ = now_ + options_.abandon_s;
-  }
+  KillRunning(what);
 }
 
-void Controller::FailAfterTraining(int rank, const std::string& what) {
+void Controller::KillRunning(const std::string& why) {
+  if (RunningRanks() == 0) return;
+  Tell(KillFact{RunningPids(), why});
+  SignalRunning(SIGKILL);
+  abandon_deadline_ = now_ + options_.abandon_s;
+}
+
+void Controller::FailAfterTraining(std::optional<int> rank, const std::string& what) {
   const std::string why = what + " after training finished at step " + std::to_string(last_step_) +
                           " (checkpointed); nothing is relaunched";
-  Record("failure_after_training",
-         JsonObject().SetString("reason", why).SetInt("rank", rank).SetInt("step", last_step_),
-         "mitra: " + why, true);
+  FailureFact fact;
+  fact.reason = why;
+  fact.step = last_step_;
+  if (rank) fact.where = FailureFact::Where{*rank, ranks_[*rank].pid, ""};
+  fact.after_training = true;
+  Tell(fact);
   if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
 }
 
@@ -754,10 +674,32 @@ void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason
 
 // ---- Helpers -----------------------------------------------------------------------------
 
-void Controller::Record(const std::string& event, JsonObject fields, const std::string& line,
-                        bool error) {
-  fields.SetInt("generation", generation_);
-  actions_.push_back(RecordAction{event, std::move(fields), line, error});
+void Controller::Tell(const Fact& fact) {
+  Narration told = Narrate(fact);
+  told.fields.SetInt("generation", generation_);
+  actions_.push_back(
+      RecordAction{std::move(told.event), std::move(told.fields), std::move(told.line), told.error});
+}
+
+Controller::Rank* Controller::CurrentRank(int64_t generation, int rank) {
+  if (generation != generation_ || rank < 0 || rank >= static_cast<int>(ranks_.size())) {
+    return nullptr;
+  }
+  return &ranks_[rank];
+}
+
+std::vector<int64_t> Controller::RunningPids() const {
+  std::vector<int64_t> pids;
+  for (const Rank& r : ranks_) {
+    if (r.running) pids.push_back(r.pid);
+  }
+  return pids;
+}
+
+void Controller::SignalRunning(int signal_number) {
+  for (size_t i = 0; i < ranks_.size(); ++i) {
+    if (ranks_[i].running) Signal(static_cast<int>(i), signal_number);
+  }
 }
 
 void Controller::Signal(int rank, int signal_number) {

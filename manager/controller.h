@@ -39,6 +39,7 @@
 #include "planner/grid.h"
 #include "manager/machine_list.h"
 #include "manager/machine_pool.h"
+#include "manager/narration.h"
 #include "planner/shape_policy.h"
 
 namespace mitra::manager {
@@ -170,7 +171,7 @@ struct CheckHostAction {
 };
 
 // An events.jsonl record; `line`, when not empty, is also shown on the terminal (on stderr
-// when `error`).
+// when `error`). The controller states facts; narration.h words them.
 struct RecordAction {
   std::string event;
   JsonObject fields;
@@ -252,10 +253,13 @@ class Controller {
   void BeginStop(const StopInput& in);
   static std::string KillHint(const StopInput& in);  // " (SIGINT again kills them)" or ""
 
-  void Fail(int rank, const std::string& what, bool blame_machine);
+  // A rank failed (or, without `rank`, the generation as a whole: it did not stop in time).
+  void Fail(std::optional<int> rank, const std::string& what, bool blame_machine);
   // A rank failed after the job's training was complete: nothing is relaunched, the others
   // may finish their own work, and the job ends as failed.
-  void FailAfterTraining(int rank, const std::string& what);
+  void FailAfterTraining(std::optional<int> rank, const std::string& what);
+  // SIGKILL to every running rank (`why` for the record; "" after a SIGTERM's grace).
+  void KillRunning(const std::string& why);
   // SIGUSR1 to every running rank, or SIGTERM when not all are ready (before `ready` a worker
   // may not have its SIGUSR1 handler yet).
   void AskRanksToStop();
@@ -264,9 +268,13 @@ class Controller {
   // Remembers when the last rank of the generation exited (once per generation).
   void NoteRanksExited();
   void Finish(FinishAction::Outcome outcome, const std::string& reason);
-  void Record(const std::string& event, JsonObject fields, const std::string& line = "",
-              bool error = false);
+  // States a fact: narrated (narration.h) into a RecordAction of this generation.
+  void Tell(const Fact& fact);
   void Signal(int rank, int signal_number);
+  void SignalRunning(int signal_number);
+  std::vector<int64_t> RunningPids() const;
+  // The rank of a report or exit, when it belongs to the current generation; nullptr otherwise.
+  Rank* CurrentRank(int64_t generation, int rank);
   // Whether the generation is being killed: exits now are our signals or peers of a failure.
   bool TearingDown() const;
   int RunningRanks() const;
@@ -283,7 +291,6 @@ class Controller {
   std::string waiting_reason_;  // the last "waiting" recorded, to record each reason once
   Ending ending_ = Ending::kNone;
   bool stop_requested_ = false;
-  std::string stop_source_;
   std::optional<FinishAction> final_failure_;
 
   std::shared_ptr<const ShapePolicy> policy_;

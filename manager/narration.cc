@@ -1,0 +1,196 @@
+#include "manager/narration.h"
+
+#include <cmath>
+
+#include "common/overloaded.h"
+#include "common/strings.h"
+#include "manager/progress.h"
+#include "mitra/contract/placement.h"
+
+namespace mitra::manager {
+namespace {
+
+Narration Told(std::string event, JsonObject fields, std::string line = "", bool error = false) {
+  return Narration{std::move(event), std::move(fields), std::move(line), error};
+}
+
+Narration ListChanged(const ListChangedFact& f) {
+  using Action = ListChangedFact::Action;
+  JsonObject fields;
+  fields.Set("added", JsonValue::StringArray(f.added))
+      .Set("removed", JsonValue::StringArray(f.removed))
+      .SetInt("slots", f.slots)
+      .SetString("phase", f.phase);
+  const std::string changed = "mitra: machine list changed (" + f.change + "): ";
+  switch (f.action) {
+    case Action::kPlan:
+      return Told("machines_changed", fields.SetString("action", "plan"));
+    case Action::kKeep:
+      return Told("machines_changed",
+                  fields.SetString("action", f.checking.empty() ? "none" : "check"),
+                  changed + (f.checking.empty()
+                                 ? "the shape stays " + f.shape
+                                 : "checking " + Join(f.checking, ", ") + " before it joins"));
+    case Action::kMorph:
+      return Told("machines_changed", fields.SetString("action", "morph"));
+    case Action::kFolded:
+      return Told("machines_changed", fields.SetString("action", "folded"),
+                  changed + "the next generation will use it");
+    case Action::kIgnored:
+      fields.SetString("action", "none");
+      if (!f.why.empty()) fields.SetString("why", f.why);
+      return Told("machines_changed", fields);
+  }
+  return Told("machines_changed", fields);
+}
+
+Narration Stopping(const StoppingFact& f) {
+  using How = StoppingFact::How;
+  JsonObject fields;
+  switch (f.how) {
+    case How::kAskRanks:
+    case How::kBeforeReady:
+      fields.SetString("reason", f.source).SetInt("step", f.step).SetNumber("timeout_s", f.timeout_s);
+      return Told("stop", fields,
+                  f.how == How::kAskRanks
+                      ? "mitra: " + f.source + ": asking " + std::to_string(f.ranks) +
+                            " workers to stop after the current step" + f.kill_hint
+                      : "mitra: " + f.source + " before all workers were ready: stopping them");
+    case How::kAfterTheChange:
+      return Told("stop", fields.SetString("reason", f.source).SetInt("step", f.step),
+                  "mitra: " + f.source + ": stopping once the workers have exited" + f.kill_hint);
+    case How::kSecondRequest:
+      return Told("stop", fields.SetString("reason", "second " + f.source), "", true);
+  }
+  return Told("stop", fields);
+}
+
+Narration HostKeptOut(const HostKeptOutFact& f) {
+  JsonObject fields;
+  fields.SetString("machine", f.machine).SetString("reason", f.reason);
+  std::string line;
+  if (f.failures) {
+    fields.SetInt("failures", *f.failures);
+    line = "mitra: " + f.machine + " failed " + std::to_string(*f.failures) +
+           " times in a row; kept out, next health check in " + DurationText(f.retry_in_s);
+  } else {
+    fields.SetInt("failed_checks", f.failed_checks.value_or(1));
+    line = "mitra: " + f.machine + " failed its health check (" + f.reason +
+           "); kept out, next check in " + DurationText(f.retry_in_s);
+  }
+  fields.SetNumber("retry_in_s", RoundedSeconds(f.retry_in_s));
+  return Told("host_failed", fields, line, true);
+}
+
+Narration Failure(const FailureFact& f) {
+  JsonObject fields;
+  fields.SetString("reason", f.reason);
+  if (f.after_training) {
+    if (f.where) fields.SetInt("rank", f.where->rank);
+    return Told("failure_after_training", fields.SetInt("step", f.step), "mitra: " + f.reason,
+                true);
+  }
+  fields.SetInt("step", f.step);
+  if (f.where) {
+    fields.SetInt("rank", f.where->rank).SetInt("pid", f.where->pid).SetString("machine",
+                                                                               f.where->machine);
+  }
+  return Told("failure", fields, "mitra: failure: " + f.reason, true);
+}
+
+}  // namespace
+
+std::string DurationText(double seconds) {
+  return contract::FormatSeconds(std::round(seconds * 10) / 10) + " s";
+}
+
+Narration Narrate(const Fact& fact) {
+  return std::visit(
+      Overloaded{
+          [](const ListChangedFact& f) { return ListChanged(f); },
+          [](const AllReadyFact& f) {
+            return Told("ready", JsonObject().SetNumber("rendezvous_s", RoundedSeconds(f.after_s)),
+                        "mitra: all " + std::to_string(f.ranks) + " workers ready after " +
+                            DurationText(f.after_s));
+          },
+          [](const TrainingAgainFact& f) {
+            return Told("first_step",
+                        JsonObject()
+                            .SetString("kind", f.kind)
+                            .SetInt("step", f.step)
+                            .SetString("shape", f.shape)
+                            .SetNumber("downtime_s", RoundedSeconds(f.downtime_s))
+                            .SetNumber("stop_s", RoundedSeconds(f.stop_s))
+                            .SetNumber("relaunch_s", RoundedSeconds(f.relaunch_s))
+                            .SetNumber("first_step_s", RoundedSeconds(f.first_step_s)),
+                        "mitra: " + f.kind + " done: training again in " + f.shape +
+                            " at step " + std::to_string(f.step) + "; downtime " +
+                            DurationText(f.downtime_s) + " (stop " + DurationText(f.stop_s) +
+                            ", relaunch " + DurationText(f.relaunch_s) + ", first step " +
+                            DurationText(f.first_step_s) + ")");
+          },
+          [](const TrainingDoneFact& f) {
+            return Told("training_done", JsonObject().SetInt("step", f.step));
+          },
+          [](const RankStoppedFact& f) {
+            return Told("rank_stopped", JsonObject()
+                                            .SetInt("rank", f.rank)
+                                            .SetInt("step", f.step)
+                                            .SetNumber("after_s", RoundedSeconds(f.after_s)));
+          },
+          [](const StartFailedFact& f) {
+            return Told("start_failed",
+                        JsonObject().SetInt("rank", f.rank).SetString("reason", f.reason));
+          },
+          [](const HostHealthyFact& f) {
+            return Told("host_healthy", JsonObject().SetString("machine", f.machine),
+                        f.local ? "" : "mitra: " + f.machine + " passed its health check");
+          },
+          [](const HostKeptOutFact& f) { return HostKeptOut(f); },
+          [](const StopRequestedFact& f) {
+            return Told("signal",
+                        JsonObject().SetString("source", f.source).SetString("state", f.state));
+          },
+          [](const StoppingFact& f) { return Stopping(f); },
+          [](const TimeoutFact& f) {
+            return Told(f.kind == TimeoutFact::Kind::kStop ? "stop_timeout" : "finish_timeout",
+                        JsonObject().SetString("reason", f.reason), "mitra: " + f.reason, true);
+          },
+          [](const KillFact& f) {
+            JsonObject fields;
+            fields.Set("pids", JsonValue::IntArray(f.pids));
+            if (!f.reason.empty()) fields.SetString("reason", f.reason);
+            return Told("kill", fields);
+          },
+          [](const TerminateFact& f) {
+            return Told("terminate", JsonObject()
+                                         .SetString("reason", f.reason)
+                                         .Set("pids", JsonValue::IntArray(f.pids))
+                                         .SetNumber("grace_s", f.grace_s));
+          },
+          [](const AbandonFact& f) {
+            return Told("abandon", JsonObject().Set("ranks", JsonValue::StringArray(f.ranks)),
+                        "mitra: no exit seen " + DurationText(f.after_s) + " after SIGKILL from " +
+                            Join(f.ranks, ", "),
+                        true);
+          },
+          [](const WaitingFact& f) {
+            return Told("waiting", JsonObject().SetString("reason", f.reason),
+                        "mitra: waiting: " + f.reason);
+          },
+          [](const MorphFact& f) {
+            if (f.skipped) return Told("morph_skipped", JsonObject().SetString("reason", f.reason));
+            return Told("morph",
+                        JsonObject()
+                            .SetString("reason", f.reason)
+                            .SetString("from", f.from)
+                            .SetInt("step", f.step),
+                        "mitra: " + f.reason + ": asking " + std::to_string(f.ranks) +
+                            " workers to checkpoint and stop after the same step");
+          },
+          [](const FailureFact& f) { return Failure(f); },
+      },
+      fact);
+}
+
+}  // namespace mitra::manager

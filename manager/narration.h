@@ -1,0 +1,170 @@
+// What the controller tells: typed facts about the job, and their narration as events.jsonl
+// records and terminal lines.
+//
+// The controller (controller.h) decides and states facts ("rank 2 failed", "the morph is done
+// after 3.1 s"); Narrate() alone knows how each is worded: the event's name and fields
+// (docs/mitra-run.md lists them) and the "mitra: ..." line, if any, that the terminal shows.
+// Changing a message never touches a decision, and a decision's test never parses text.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/json.h"
+
+namespace mitra::manager {
+
+// The machine list changed; what the controller does about it.
+struct ListChangedFact {
+  enum class Action {
+    kPlan,     // waiting: plan a generation
+    kKeep,     // running: the shape stays (machines joining are checked first)
+    kMorph,    // running: morph into the new shape
+    kFolded,   // morphing or recovering: the next generation uses it
+    kIgnored,  // nothing to do (why says so when there is a reason)
+  };
+  Action action = Action::kIgnored;
+  std::string change;  // MachinePool::Change::Describe()
+  std::vector<std::string> added, removed, checking;
+  int slots = 0;
+  std::string phase;
+  std::string shape;  // kKeep: the shape that stays
+  std::string why;    // kIgnored
+};
+
+struct AllReadyFact {
+  int ranks = 0;
+  double after_s = 0;
+};
+
+// The first step after a morph or a recovery, and where the downtime went.
+struct TrainingAgainFact {
+  std::string kind;  // "morph" or "recovery"
+  int64_t step = 0;
+  std::string shape;
+  double downtime_s = 0, stop_s = 0, relaunch_s = 0, first_step_s = 0;
+};
+
+struct TrainingDoneFact {
+  int64_t step = 0;
+};
+
+struct RankStoppedFact {
+  int rank = 0;
+  int64_t step = 0;
+  double after_s = 0;  // since SIGUSR1 (or the launch)
+};
+
+// A rank could not be started while the generation was being torn down anyway.
+struct StartFailedFact {
+  int rank = 0;
+  std::string reason;
+};
+
+struct HostHealthyFact {
+  std::string machine;
+  bool local = false;  // nothing to tell the terminal
+};
+
+// A health check failed (`failed_checks`), or a machine failed too often in a row and is
+// kept out (`failures`).
+struct HostKeptOutFact {
+  std::string machine;
+  std::string reason;
+  std::optional<int> failed_checks;
+  std::optional<int> failures;
+  double retry_in_s = 0;
+};
+
+// SIGINT/SIGTERM or `mitra stop`, and the phase it found ("already stopping" when repeated).
+struct StopRequestedFact {
+  std::string source;
+  std::string state;
+};
+
+struct StoppingFact {
+  enum class How {
+    kAskRanks,          // SIGUSR1 to every rank (timeout_s)
+    kBeforeReady,       // not all ranks were ready: they are terminated
+    kAfterTheChange,    // during a morph or recovery: once the ranks have exited
+    kSecondRequest,     // a second request: the ranks are terminated
+  };
+  How how = How::kAskRanks;
+  std::string source;
+  std::string kill_hint;  // " (SIGINT again kills them)" or ""
+  int64_t step = 0;
+  int ranks = 0;
+  double timeout_s = 0;
+};
+
+// The workers did not stop (stop timeout) or did not follow a finished rank (finish timeout).
+struct TimeoutFact {
+  enum class Kind { kStop, kFinish };
+  Kind kind = Kind::kStop;
+  std::string reason;
+};
+
+struct KillFact {
+  std::vector<int64_t> pids;
+  std::string reason;  // "" when the grace after SIGTERM ran out
+};
+
+struct TerminateFact {
+  std::string reason;
+  std::vector<int64_t> pids;
+  double grace_s = 0;
+};
+
+struct AbandonFact {
+  std::vector<std::string> ranks;
+  double after_s = 0;
+};
+
+struct WaitingFact {
+  std::string reason;
+};
+
+struct MorphFact {
+  std::string reason;
+  std::string from;  // the shape
+  int64_t step = 0;
+  int ranks = 0;
+  bool skipped = false;  // training was done: the ranks only finish their own work
+};
+
+// A rank (or the job, without `rank`) failed.
+struct FailureFact {
+  std::string reason;
+  int64_t step = 0;
+  struct Where {
+    int rank = 0;
+    int64_t pid = 0;
+    std::string machine;
+  };
+  std::optional<Where> where;
+  bool after_training = false;  // nothing is relaunched
+};
+
+using Fact = std::variant<ListChangedFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,
+                          RankStoppedFact, StartFailedFact, HostHealthyFact, HostKeptOutFact,
+                          StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
+                          AbandonFact, WaitingFact, MorphFact, FailureFact>;
+
+// A fact as told: the event and its fields for events.jsonl, and the terminal's line ("": none;
+// on stderr when `error`).
+struct Narration {
+  std::string event;
+  JsonObject fields;
+  std::string line;
+  bool error = false;
+};
+
+Narration Narrate(const Fact& fact);
+
+// "3.1 s": a duration as the terminal shows it (seconds, one decimal).
+std::string DurationText(double seconds);
+
+}  // namespace mitra::manager
