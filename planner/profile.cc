@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -17,9 +18,30 @@ json Samples(const std::vector<std::pair<int64_t, double>>& samples) {
   return out;
 }
 
+// A whole number from `v`, which must hold one that fits T. nlohmann's get<T>() casts any
+// number, and a double beyond T's range (1e26) makes that cast undefined.
+template <typename T>
+T Whole(const json& v) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+                               : v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                     v.get<int64_t>() <= std::numeric_limits<T>::max()) {
+      return static_cast<T>(v.get<int64_t>());
+    }
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d >= static_cast<double>(std::numeric_limits<T>::min()) &&
+        d < static_cast<double>(std::numeric_limits<T>::max()) && d == std::floor(d)) {
+      return static_cast<T>(d);
+    }
+  }
+  throw json::type_error::create(302, "expected a whole number that fits, not " + v.dump(),
+                                 &v);
+}
+
 std::vector<std::pair<int64_t, double>> ReadSamples(const json& j) {
   std::vector<std::pair<int64_t, double>> out;
-  for (const json& s : j) out.emplace_back(s.at(0).get<int64_t>(), s.at(1).get<double>());
+  for (const json& s : j) out.emplace_back(Whole<int64_t>(s.at(0)), s.at(1).get<double>());
   return out;
 }
 
@@ -181,26 +203,26 @@ json MachineToJson(const MachineProfile& m) {
 MachineProfile MachineFromJson(const json& jm) {  // throws json::exception
   MachineProfile m;
   m.address = jm.at("address").get<std::string>();
-  m.slots = jm.at("slots").get<int>();
-  m.memory_bytes = jm.at("memory_bytes").get<int64_t>();
+  m.slots = Whole<int>(jm.at("slots"));
+  m.memory_bytes = Whole<int64_t>(jm.at("memory_bytes"));
   m.sample_s = jm.at("sample_s").get<double>();
   m.speed = jm.at("speed").get<std::vector<double>>();
   for (const json& js : jm.at("segments")) {
     SegmentProfile s;
     s.name = js.at("name").get<std::string>();
-    s.parameters = js.at("parameters").get<int64_t>();
-    s.parameter_bytes = js.at("parameter_bytes").get<int64_t>();
-    s.buffer_bytes = js.at("buffer_bytes").get<int64_t>();
-    s.optimizer_bytes = js.at("optimizer_bytes").get<int64_t>();
+    s.parameters = Whole<int64_t>(js.at("parameters"));
+    s.parameter_bytes = Whole<int64_t>(js.at("parameter_bytes"));
+    s.buffer_bytes = Whole<int64_t>(js.at("buffer_bytes"));
+    s.optimizer_bytes = Whole<int64_t>(js.at("optimizer_bytes"));
     s.update_s = js.at("update_s").get<double>();
     for (const json& jc : js.at("costs")) {
       SegmentCost c;
-      c.micro_batch = jc.at("micro_batch").get<int64_t>();
+      c.micro_batch = Whole<int64_t>(jc.at("micro_batch"));
       c.forward_s = jc.at("forward_s").get<double>();
       c.forward_nograd_s = jc.at("forward_nograd_s").get<double>();
       c.backward_s = jc.at("backward_s").get<double>();
-      c.output_bytes = jc.at("output_bytes").get<int64_t>();
-      c.graph_bytes = jc.at("graph_bytes").get<int64_t>();
+      c.output_bytes = Whole<int64_t>(jc.at("output_bytes"));
+      c.graph_bytes = Whole<int64_t>(jc.at("graph_bytes"));
       s.costs.push_back(c);
     }
     m.segments.push_back(std::move(s));
@@ -248,7 +270,7 @@ CommProfile CommFromJson(const json& j) {  // throws json::exception
   }
   for (const json& ja : j.at("allreduce")) {
     AllreduceProfile a;
-    a.group = ja.at("group").get<int>();
+    a.group = Whole<int>(ja.at("group"));
     a.latency_s = ja.at("latency_s").get<double>();
     a.bytes_per_s = ja.at("bytes_per_s").get<double>();
     a.samples = ReadSamples(ja.at("samples"));
@@ -315,9 +337,9 @@ Result<Profile> Profile::FromJson(const std::string& text, const std::string& wh
   Profile p;
   try {
     const json j = json::parse(text);
-    if (j.at("format").get<int>() != kFormat) {
+    if (Whole<int>(j.at("format")) != kFormat) {
       return Status::InvalidArgument(where + " is a profile of format " +
-                                     std::to_string(j.at("format").get<int>()) +
+                                     std::to_string(Whole<int>(j.at("format"))) +
                                      ", this mitra reads format " + std::to_string(kFormat) +
                                      ": profile the program again with `mitra profile`");
     }

@@ -275,6 +275,22 @@ TEST(Profile, RoundTripsThroughJsonAndInterpolatesBetweenSizes) {
             std::string::npos);
 }
 
+TEST(Profile, ANumberThatFitsNoIntegerIsRefusedNotCast) {
+  const std::string good = Uniform(1, 0.01, 0.02).ToJson();
+  ASSERT_TRUE(Profile::FromJson(good, "p.json").ok());
+  for (const char* bad : {"1e26", "-1e30", "2.5", "9223372036854775808"}) {
+    std::string text = good;
+    const size_t at = text.find("\"memory_bytes\":");
+    ASSERT_NE(at, std::string::npos);
+    const size_t value = at + std::string("\"memory_bytes\":").size();
+    text.replace(value, text.find_first_of(",}", value) - value, bad);
+    Result<Profile> p = Profile::FromJson(text, "p.json");
+    EXPECT_FALSE(p.ok()) << bad;
+    EXPECT_NE(p.status().message().find("expected a whole number that fits"), std::string::npos)
+        << p.status().message();
+  }
+}
+
 TEST(Profile, RingAllReduceExtendsTheMeasuredGroups) {
   Profile p = Uniform(1, 0, 0);
   p.allreduce = {Allreduce(0.001, 1e9)};
