@@ -71,11 +71,7 @@ std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, d
 
 double Controller::NextDeadline() const {
   if (phase_ == Phase::kFinished) return kInfinity;
-  double next = kInfinity;
-  for (const auto& d :
-       {stop_deadline_, finish_deadline_, kill_deadline_, abandon_deadline_, health_deadline_}) {
-    if (d) next = std::min(next, *d);
-  }
+  double next = deadlines_.Earliest();
   if (generation_live_) {
     if (!AllReady() && ending_ == Ending::kNone) {
       next = std::min(next, launch_time_ + options_.startup_timeout_s);
@@ -87,6 +83,14 @@ double Controller::NextDeadline() const {
     }
   }
   next = std::min(next, pool_.NextCheckDue());
+  return next;
+}
+
+double Controller::Deadlines::Earliest() const {
+  double next = kInfinity;
+  for (const auto& d : {stop, finish, kill, abandon, health}) {
+    if (d) next = std::min(next, *d);
+  }
   return next;
 }
 
@@ -234,8 +238,8 @@ void Controller::OnExited(const RankExited& in) {
   Rank& r = *rank;
   r.running = false;
   if (in.exit.ok()) {
-    if (ending_ == Ending::kNone && RunningRanks() > 0 && !finish_deadline_) {
-      finish_deadline_ = now_ + options_.finish_timeout_s;
+    if (ending_ == Ending::kNone && RunningRanks() > 0 && !deadlines_.finish) {
+      deadlines_.finish = now_ + options_.finish_timeout_s;
     }
     MaybeEndGeneration();
     return;
@@ -312,7 +316,7 @@ void Controller::OnStop(const StopInput& in) {
       }
       [[fallthrough]];
     case Phase::kStopping:
-      if (!kill_deadline_ && !abandon_deadline_) {
+      if (!deadlines_.kill && !deadlines_.abandon) {
         StoppingFact fact;
         fact.how = StoppingFact::How::kSecondRequest;
         fact.source = in.source;
@@ -323,8 +327,8 @@ void Controller::OnStop(const StopInput& in) {
                                             " before they stopped"};
         }
         Terminate("second " + in.source);
-      } else if (kill_deadline_) {
-        kill_deadline_ = now_;  // impatient: SIGKILL now
+      } else if (deadlines_.kill) {
+        deadlines_.kill = now_;  // impatient: SIGKILL now
       }
       return;
     case Phase::kFinished:
@@ -366,8 +370,8 @@ void Controller::OnTimers() {
       }
     }
   }
-  if (stop_deadline_ && now_ >= *stop_deadline_) {
-    stop_deadline_.reset();
+  if (deadlines_.stop && now_ >= *deadlines_.stop) {
+    deadlines_.stop.reset();
     const std::string why = "the workers did not stop within " +
                             Seconds(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
     if (ending_ == Ending::kStop) {
@@ -378,8 +382,8 @@ void Controller::OnTimers() {
       Fail(std::nullopt, why, /*blame_machine=*/false);
     }
   }
-  if (finish_deadline_ && now_ >= *finish_deadline_) {
-    finish_deadline_.reset();
+  if (deadlines_.finish && now_ >= *deadlines_.finish) {
+    deadlines_.finish.reset();
     // Ranks that reported `stopped` have left training and may take their time.
     std::vector<std::string> running;
     for (size_t i = 0; i < ranks_.size(); ++i) {
@@ -395,12 +399,12 @@ void Controller::OnTimers() {
       Terminate(why);
     }
   }
-  if (kill_deadline_ && now_ >= *kill_deadline_) {
-    kill_deadline_.reset();
+  if (deadlines_.kill && now_ >= *deadlines_.kill) {
+    deadlines_.kill.reset();
     KillRunning("");
   }
-  if (abandon_deadline_ && now_ >= *abandon_deadline_) {
-    abandon_deadline_.reset();
+  if (deadlines_.abandon && now_ >= *deadlines_.abandon) {
+    deadlines_.abandon.reset();
     std::vector<std::string> left;
     for (size_t i = 0; i < ranks_.size(); ++i) {
       if (!ranks_[i].running) continue;
@@ -410,8 +414,8 @@ void Controller::OnTimers() {
     if (!left.empty()) Tell(AbandonFact{left, options_.abandon_s});
     MaybeEndGeneration();
   }
-  if (health_deadline_ && now_ >= *health_deadline_) {
-    health_deadline_.reset();
+  if (deadlines_.health && now_ >= *deadlines_.health) {
+    deadlines_.health.reset();
     MaybeEndGeneration();
   }
   for (const Machine& m : pool_.DueChecks(now_)) actions_.push_back(CheckHostAction{m});
@@ -487,11 +491,7 @@ void Controller::TryLaunch() {
   first_step_seen_ = false;
   launch_time_ = now_;
   stop_signalled_ = now_;  // until a stop is asked for, `stopped` comes at the end of training
-  stop_deadline_.reset();
-  finish_deadline_.reset();
-  kill_deadline_.reset();
-  abandon_deadline_.reset();
-  health_deadline_.reset();
+  deadlines_ = Deadlines{};
   actions_.push_back(LaunchAction{generation_, plan_, launched_machines_, expected});
 }
 
@@ -531,17 +531,17 @@ void Controller::AskRanksToStop() {
     Terminate("not all workers were ready");
     return;
   }
-  stop_deadline_ = now_ + options_.stop_timeout_s;
+  deadlines_.stop = now_ + options_.stop_timeout_s;
   stop_signalled_ = now_;
   SignalRunning(SIGUSR1);
 }
 
 void Controller::Terminate(const std::string& why) {
-  stop_deadline_.reset();
+  deadlines_.stop.reset();
   if (RunningRanks() == 0) return;
   Tell(TerminateFact{why, RunningPids(), options_.kill_grace_s});
   SignalRunning(SIGTERM);
-  kill_deadline_ = now_ + options_.kill_grace_s;
+  deadlines_.kill = now_ + options_.kill_grace_s;
 }
 
 void Controller::Fail(std::optional<int> rank, const std::string& what, bool blame_machine) {
@@ -594,13 +594,13 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
       reason_ = what;
       change_kind_ = "recovery";
       change_detected_ = now_;
-      health_deadline_ = now_ + options_.health_wait_s;
+      deadlines_.health = now_ + options_.health_wait_s;
     }
   }
   // The survivors' collectives are already failing; anything they were writing is a partial
   // checkpoint that is never loaded. SIGKILL is the quickest way to a clean slate.
-  stop_deadline_.reset();
-  kill_deadline_.reset();
+  deadlines_.stop.reset();
+  deadlines_.kill.reset();
   KillRunning(what);
 }
 
@@ -608,7 +608,7 @@ void Controller::KillRunning(const std::string& why) {
   if (RunningRanks() == 0) return;
   Tell(KillFact{RunningPids(), why});
   SignalRunning(SIGKILL);
-  abandon_deadline_ = now_ + options_.abandon_s;
+  deadlines_.abandon = now_ + options_.abandon_s;
 }
 
 void Controller::FailAfterTraining(std::optional<int> rank, const std::string& what) {
@@ -626,19 +626,15 @@ void Controller::FailAfterTraining(std::optional<int> rank, const std::string& w
 void Controller::MaybeEndGeneration() {
   if (!generation_live_ || RunningRanks() > 0) return;
   if (ending_ == Ending::kRecover) {
-    // Wait for the failed machines' health checks, up to health_deadline_.
-    if (pool_.CheckInFlight() && health_deadline_) {
+    // Wait for the failed machines' health checks, up to deadlines_.health.
+    if (pool_.CheckInFlight() && deadlines_.health) {
       NoteRanksExited();
       return;
     }
   }
   generation_live_ = false;
   NoteRanksExited();
-  stop_deadline_.reset();
-  finish_deadline_.reset();
-  kill_deadline_.reset();
-  abandon_deadline_.reset();
-  health_deadline_.reset();
+  deadlines_ = Deadlines{};
   if (final_failure_) {
     Finish(final_failure_->outcome, final_failure_->reason);
     return;
@@ -707,8 +703,8 @@ void Controller::Signal(int rank, int signal_number) {
 }
 
 bool Controller::TearingDown() const {
-  return ending_ == Ending::kRecover || ending_ == Ending::kFinish || kill_deadline_.has_value() ||
-         abandon_deadline_.has_value();
+  return ending_ == Ending::kRecover || ending_ == Ending::kFinish || deadlines_.kill.has_value() ||
+         deadlines_.abandon.has_value();
 }
 
 int Controller::RunningRanks() const {

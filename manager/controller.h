@@ -314,11 +314,17 @@ class Controller {
   bool exit_noted_ = false;  // ranks_exited_ is this generation's
   std::vector<double> restart_times_;
 
-  std::optional<double> stop_deadline_;
-  std::optional<double> finish_deadline_;
-  std::optional<double> kill_deadline_;
-  std::optional<double> abandon_deadline_;
-  std::optional<double> health_deadline_;
+  // The current generation's deadlines; each is set by the step that starts waiting for
+  // something and cleared when it comes, and all of them go with the generation.
+  struct Deadlines {
+    std::optional<double> stop;     // SIGUSR1 sent: every rank must exit by then
+    std::optional<double> finish;   // a rank finished: the others must follow by then
+    std::optional<double> kill;     // SIGTERM sent: SIGKILL then
+    std::optional<double> abandon;  // SIGKILL sent: stop waiting for exits then
+    std::optional<double> health;   // a failure: stop waiting for health checks then
+    double Earliest() const;
+  };
+  Deadlines deadlines_;
 };
 
 }  // namespace mitra::manager
