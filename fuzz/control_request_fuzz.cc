@@ -2,8 +2,8 @@
 // RUN_DIR/control.sock, read as the server reads it and answered as `mitra` answers it.
 //
 // The server takes the bytes up to the first '\n', parses them with JsonObject::Parse and
-// hands the object to the manager's handler: "stop" and unknown commands are answered from the
-// request alone; "status" is answered with a StatusReport, which `mitra status` reads back with
+// hands the object to the manager's handler (ControlRequests): "stop" and unknown commands are
+// answered from the request alone; "status" is answered with a StatusReport, which `mitra status` reads back with
 // StatusReport::FromJson (also from state.json when no manager runs). Here the request's own
 // fields stand in for the manager's snapshot, so every field of a report is reached.
 //
@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "fuzz/fuzz_check.h"
+#include "manager/control_requests.h"
 #include "manager/control_socket.h"
 #include "manager/status_report.h"
 
@@ -73,22 +74,22 @@ void CheckSameReport(const StatusReport& a, const StatusReport& b) {
 }
 
 void Answer(const JsonObject& request) {
+  // The manager's own answers (control_requests.h); the request's fields stand in for the run's
+  // snapshot (which never holds "ok").
+  JsonObject snapshot = request;
+  snapshot.Erase("ok");
+  ControlRequests requests({[] {}, [&snapshot] { return snapshot; }}, "/runs/fuzz", 42);
+  const JsonObject response = CheckResponse(requests.Answer(request));
   const std::string command = request.GetString("command").value_or("");
-  if (command == kStopCommand) {
-    CheckResponse(JsonObject().SetBool("ok", true).SetString("message", "stopping").ToJson());
-    return;
-  }
-  if (command != kStatusCommand) {
-    const std::string error = "unknown command '" + command + "' (status, stop)";
-    const JsonObject response = CheckResponse(
-        JsonObject().SetBool("ok", false).SetString("error", error).ToJson());
+  if (command != kStopCommand && command != kStatusCommand) {
+    FUZZ_CHECK(!response.Find("ok")->bool_value());
     FUZZ_CHECK(!response.GetString("error").value_or("").empty());
   }
   // The status answer (built for every request, so that any field can reach it), and what
   // `mitra status` makes of it.
   const StatusReport report = StatusReport::FromJson(request);
-  const JsonObject response = CheckResponse(report.ToJson().ToJson());
-  const StatusReport back = StatusReport::FromJson(response);
+  const JsonObject answer = CheckResponse(report.ToJson().ToJson());
+  const StatusReport back = StatusReport::FromJson(answer);
   CheckSameReport(report, back);
   FUZZ_CHECK(!FormatStatus(back, kNow).empty());
 }

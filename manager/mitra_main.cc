@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <iostream>
-#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -16,6 +15,7 @@
 #include "launcher/local_process_runner.h"
 #include "manager/checkpoint_command.h"
 #include "manager/control_command.h"
+#include "manager/control_requests.h"
 #include "manager/control_socket.h"
 #include "manager/machine_list_watcher.h"
 #include "manager/machine_transports.h"
@@ -37,15 +37,6 @@ mitra::manager::Environment ProcessEnvironment() {
     if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
   }
   return env;
-}
-
-std::string WorkingDirectory() {
-  std::vector<char> buffer(4096);
-  while (::getcwd(buffer.data(), buffer.size()) == nullptr) {
-    if (errno != ERANGE) return ".";
-    buffer.resize(buffer.size() * 2);
-  }
-  return buffer.data();
 }
 
 int Run(const mitra::manager::RunOptions& options) {
@@ -77,7 +68,7 @@ int Run(const mitra::manager::RunOptions& options) {
   // into the same event as Ctrl-C.
   std::mutex loop_mu;
   manager::RunLoop* loop = nullptr;  // guarded by loop_mu
-  std::atomic<bool> stop_asked{false};
+  std::unique_ptr<manager::ControlRequests> requests;
   std::unique_ptr<manager::ControlServer> control;
 
   manager::RunContext context;
@@ -100,37 +91,20 @@ int Run(const mitra::manager::RunOptions& options) {
     loop = started;
   };
   context.claim_run_dir = [&](const std::string& run_dir) {
+    manager::ControlRequests::Hooks hooks;
+    hooks.stop = [&events] { events.Push(manager::StopRequested{0}); };
+    hooks.status = [&] {
+      std::lock_guard<std::mutex> lock(loop_mu);
+      return loop ? loop->Status() : JsonObject().SetString("state", "starting");
+    };
+    requests = std::make_unique<manager::ControlRequests>(hooks, run_dir, ::getpid());
     control = std::make_unique<manager::ControlServer>(
-        manager::ControlSocketPath(run_dir), [&](const JsonObject& request) {
-          const std::string command = request.GetString("command").value_or("");
-          if (command == manager::kStopCommand) {
-            const bool again = stop_asked.exchange(true);
-            events.Push(manager::StopRequested{0});
-            return JsonObject()
-                .SetBool("ok", true)
-                .SetString("message",
-                           again ? "already stopping: the workers are checkpointing; the "
-                                   "manager exits once they have (Ctrl-C twice on it kills them)"
-                                 : "stopping: every worker will checkpoint after the same step")
-                .ToJson();
-          }
-          if (command == manager::kStatusCommand) {
-            std::lock_guard<std::mutex> lock(loop_mu);
-            JsonObject status = JsonObject().SetBool("ok", true);
-            const JsonObject snapshot =
-                loop ? loop->Status() : JsonObject().SetString("state", "starting");
-            for (const auto& [key, value] : snapshot.fields()) status.Set(key, value);
-            return status.SetInt("manager_pid", ::getpid()).SetString("run_dir", run_dir).ToJson();
-          }
-          return JsonObject()
-              .SetBool("ok", false)
-              .SetString("error", "unknown command '" + command + "' (status, stop)")
-              .ToJson();
-        });
+        manager::ControlSocketPath(run_dir),
+        [&](const JsonObject& request) { return requests->Answer(request); });
     return control->Start();
   };
   context.environment = ProcessEnvironment();
-  context.working_directory = WorkingDirectory();
+  context.working_directory = CurrentDirectory();
   context.manager_pid = static_cast<int>(::getpid());
   context.out = &std::cout;
   context.err = &std::cerr;
@@ -151,7 +125,7 @@ int Planning(mitra::manager::CommandKind kind, const std::vector<std::string>& a
   context.fs = &fs;
   context.clock = &clock;
   context.environment = ProcessEnvironment();
-  context.working_directory = WorkingDirectory();
+  context.working_directory = CurrentDirectory();
   context.out = &std::cout;
   context.err = &std::cerr;
   if (!profile) {
