@@ -5,8 +5,9 @@
 // StepRecord::FromJson (the progress line, the ETA, the summary and metrics.jsonl's record),
 // `eval` with FormatEvalLine, `describe` in DescribeProgram (segments, parameters and
 // buffers). Every decoder is run on every record, whatever its event, as a worker's bug could
-// send any fields. (`profile_machine` and `profile_comm`, read by the planner's profile parsers
-// during `mitra profile` only, are not decoded here.)
+// send any fields; a "profile" field goes to the planner's profile parsers, as `mitra profile`
+// reads `profile_machine` and `profile_comm` records (a parsed one must write back and parse
+// again).
 //
 // Invariants: a parsed record re-serializes and parses to the same fields; a step record has a
 // positive whole step; metrics.jsonl's record has no "event" and the shape filled in, and
@@ -24,6 +25,7 @@
 #include "manager/progress.h"
 #include "manager/run_records.h"
 #include "manager/status_report.h"
+#include "planner/profile.h"
 
 namespace mitra::manager {
 namespace {
@@ -106,6 +108,17 @@ void CheckDescribe(const std::string& text) {
   }
 }
 
+void CheckProfile(const JsonObject& record) {
+  const JsonValue* profile = record.Find("profile");
+  if (profile == nullptr) return;
+  if (auto machine = planner::ParseMachineProfile(profile->string_value()); machine.ok()) {
+    FUZZ_CHECK(planner::ParseMachineProfile(planner::MachineProfileJson(*machine)).ok());
+  }
+  if (auto comm = planner::ParseCommProfile(profile->string_value()); comm.ok()) {
+    FUZZ_CHECK(planner::ParseCommProfile(planner::CommProfileJson(*comm)).ok());
+  }
+}
+
 }  // namespace
 }  // namespace mitra::manager
 
@@ -122,5 +135,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CheckStep(*record);
   FUZZ_CHECK(!FormatEvalLine(*record).empty());
   CheckDescribe(text);
+  CheckProfile(*record);
   return 0;
 }
