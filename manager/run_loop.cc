@@ -6,8 +6,6 @@
 #include <chrono>
 #include <cmath>
 
-#include "checkpoint/store.h"
-#include "common/free_port.h"
 #include "common/signal_watcher.h"
 #include "common/overloaded.h"
 #include "common/strings.h"
@@ -52,7 +50,9 @@ int RunLoop::Run(const MachineList& machines, const std::vector<std::string>& un
   while (!controller_.finished()) {
     const double now = clock_->MonotonicSeconds();
     const double wait_s = std::clamp(controller_.NextDeadline() - now, 0.0, kMaxWaitS);
-    std::optional<Event> event = queue_->PopFor(std::chrono::duration<double>(wait_s));
+    std::optional<Event> event = options_.next_event
+                                     ? options_.next_event(wait_s)
+                                     : queue_->PopFor(std::chrono::duration<double>(wait_s));
     if (!event) {
       Handle(TimerInput{});
       continue;
@@ -117,7 +117,7 @@ void RunLoop::Launch(const LaunchAction& launch) {
   settings.generation = generation;
   settings.resume_step = 0;
   std::vector<std::string> skipped;
-  Result<checkpoint::Found> found = checkpoint::FindNewestValid(settings.checkpoint_dir, &skipped);
+  Result<checkpoint::Found> found = options_.find_checkpoint(settings.checkpoint_dir, &skipped);
   for (const std::string& why : skipped) {
     if (reported_.insert(why).second) *err_ << "mitra: " << why << "\n";  // once is enough
   }
@@ -222,7 +222,7 @@ void RunLoop::Launch(const LaunchAction& launch) {
 
 Result<int> RunLoop::RendezvousPort(const Machine& machine, int64_t generation) {
   const std::string address = transports_->WorkerAddress(machine);
-  if (IsLoopback(address)) return PickFreeTcpPort(address);
+  if (IsLoopback(address)) return options_.pick_port(address);
   // On another machine the manager cannot ask for a free port; a port taken there makes rank 0
   // fail, and the next generation tries the next port.
   return kRemoteRendezvousBasePort + static_cast<int>(generation % 1000);
@@ -363,6 +363,17 @@ void RunLoop::StartHealthCheck(const Machine& machine) {
     inputs_.push_back(HostChecked{machine.Address(), true, ""});
     return;
   }
+  Transports* transports = transports_;
+  EventQueue* queue = queue_;
+  const double timeout_s = options_.health_check_timeout_s;
+  std::function<void()> check = [transports, queue, machine, timeout_s] {
+    const mitra::Status s = transports->Check(machine, timeout_s);
+    queue->Push(HostChecked{machine.Address(), s.ok(), s.message()});
+  };
+  if (options_.run_health_check) {
+    options_.run_health_check(std::move(check));
+    return;
+  }
   checks_.erase(std::remove_if(checks_.begin(), checks_.end(),
                                [](Check& check) {
                                  if (!check.done->load()) return false;
@@ -370,13 +381,9 @@ void RunLoop::StartHealthCheck(const Machine& machine) {
                                  return true;
                                }),
                 checks_.end());
-  Transports* transports = transports_;
-  EventQueue* queue = queue_;
-  const double timeout_s = options_.health_check_timeout_s;
   auto done = std::make_shared<std::atomic<bool>>(false);
-  checks_.push_back(Check{std::thread([transports, queue, machine, timeout_s, done] {
-                            const mitra::Status s = transports->Check(machine, timeout_s);
-                            queue->Push(HostChecked{machine.Address(), s.ok(), s.message()});
+  checks_.push_back(Check{std::thread([check = std::move(check), done] {
+                            check();
                             done->store(true);
                           }),
                           done});

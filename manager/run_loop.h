@@ -13,17 +13,21 @@
 #include <cstdint>
 #include <atomic>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "checkpoint/store.h"
 #include "common/clock.h"
 #include "common/file_system.h"
+#include "common/free_port.h"
 #include "common/json.h"
 #include "manager/controller.h"
 #include "manager/events.h"
@@ -45,6 +49,25 @@ struct RunLoopOptions {
   double health_check_timeout_s = 5;
   JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
   std::vector<std::string> reported;  // damaged checkpoints the caller has named already
+
+  // The loop's remaining ways out to the world. Each defaults to the real thing; tests and
+  // bench/manager_scale replace them to run the loop on a simulated clock, single-threaded
+  // (tests/manager/fake_transports.h).
+  //
+  // The next event, waiting at most `wait_s` for one (nullopt: none came). Empty: the queue's
+  // PopFor.
+  std::function<std::optional<Event>(double wait_s)> next_event;
+  // Runs `check`, a health check that may block for seconds and ends by pushing HostChecked
+  // onto the queue. Empty: a thread of its own, joined by the loop.
+  std::function<void(std::function<void()> check)> run_health_check;
+  // A free TCP port on a loopback address, for a local rank 0's rendezvous.
+  std::function<Result<int>(const std::string& address)> pick_port = PickFreeTcpPort;
+  // The newest checkpoint in a directory that verifies (checkpoint/store.h).
+  std::function<Result<checkpoint::Found>(const std::string& dir,
+                                          std::vector<std::string>* skipped)>
+      find_checkpoint = [](const std::string& dir, std::vector<std::string>* skipped) {
+        return checkpoint::FindNewestValid(dir, skipped);
+      };
 };
 
 // Not thread-safe except Status(), which the control socket's thread may call.
