@@ -22,6 +22,15 @@ constexpr int kRemoteRendezvousBasePort = 29500;
 
 bool IsLoopback(const std::string& address) { return StartsWith(address, "127."); }
 
+// Whether a line a worker printed is one of its heartbeat records (docs/worker-contract.md),
+// however the record orders or spaces its fields.
+bool IsHeartbeatRecord(std::string_view line) {
+  if (!StartsWith(line, launcher::kMessagePrefix)) return false;
+  line.remove_prefix(launcher::kMessagePrefix.size());
+  const Result<JsonObject> record = JsonObject::Parse(line);
+  return record.ok() && record->GetString("event") == "heartbeat";
+}
+
 }  // namespace
 
 RunLoop::RunLoop(RunLoopOptions options, ControllerOptions controller_options,
@@ -407,7 +416,7 @@ void RunLoop::OnRecord(const RecordAction& record) {
     if (it != ranks_.end()) {
       std::vector<std::string> lines;  // heartbeats say nothing about why it failed
       for (const std::string& line : it->second.last_lines) {
-        if (!StartsWith(line, "@mitra {\"event\":\"heartbeat\"")) lines.push_back(line);
+        if (!IsHeartbeatRecord(line)) lines.push_back(line);
       }
       *err_ << FormatFailureReport(
                    record.fields.GetString("reason").value_or(""),
