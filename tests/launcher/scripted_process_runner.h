@@ -28,6 +28,8 @@ class ScriptedProcessRunner : public launcher::ProcessRunner {
   std::function<void(ScriptedProcessRunner&, int index, int signal_number)> on_signal;
   // Start number `fail_start_at` (0-based) fails with Unavailable; -1: never.
   int fail_start_at = -1;
+  // The next `fail_starts` Starts fail with Unavailable (each failure counts one down).
+  int fail_starts = 0;
 
   std::vector<Process> processes;
   std::vector<std::pair<int, int>> signals;  // (index, signal) in order
@@ -38,7 +40,8 @@ class ScriptedProcessRunner : public launcher::ProcessRunner {
 
   Result<launcher::StartedProcess> Start(const launcher::ProcessSpec& spec,
                                          launcher::ProcessEventSink sink) override {
-    if (static_cast<int>(processes.size()) == fail_start_at) {
+    if (static_cast<int>(processes.size()) == fail_start_at || fail_starts > 0) {
+      if (fail_starts > 0) --fail_starts;
       return Status::Unavailable("cannot start '" + spec.program + "': scripted failure");
     }
     processes.push_back(
@@ -66,14 +69,21 @@ class ScriptedProcessRunner : public launcher::ProcessRunner {
 
   // Delivers the exit of process `index`: exit code `code`, or killed by `signal_number`.
   void Exit(int index, int code, int signal_number = 0, std::vector<std::string> last = {}) {
+    launcher::ExitStatus exit;
+    exit.exit_code = code;
+    exit.signal = signal_number;
+    End(index, exit, std::move(last));
+  }
+
+  // Delivers the end of process `index` as `exit` says (`lost`: its host was lost). Once.
+  void End(int index, launcher::ExitStatus exit, std::vector<std::string> last = {}) {
     Process& p = processes.at(index);
     if (p.exited) return;
     p.exited = true;
     launcher::ProcessEvent e;
     e.kind = launcher::ProcessEvent::Kind::kExited;
     e.id = index + 1;
-    e.exit.exit_code = code;
-    e.exit.signal = signal_number;
+    e.exit = exit;
     e.last_lines = std::move(last);
     p.sink(std::move(e));
   }
