@@ -17,10 +17,6 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 std::string Seconds(double s) { return DurationText(s); }
 
-std::string Shape(int stages, int replicas) {
-  return std::to_string(stages) + " x " + std::to_string(replicas);
-}
-
 }  // namespace
 
 std::string PhaseName(Phase phase) {
@@ -73,10 +69,10 @@ double Controller::NextDeadline() const {
   if (phase_ == Phase::kFinished) return kInfinity;
   double next = deadlines_.Earliest();
   if (generation_live_) {
-    if (!AllReady() && ending_ == Ending::kNone) {
+    if (!gen_.AllReady() && ending_ == Ending::kNone) {
       next = std::min(next, launch_time_ + options_.startup_timeout_s);
     }
-    for (const Rank& r : ranks_) {
+    for (const RankState& r : gen_.ranks) {
       if (const std::optional<double> silent_for = SilenceBound(r)) {
         next = std::min(next, r.last_heard + *silent_for);
       }
@@ -129,7 +125,7 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
       const auto desired = DesiredPlan(&why);
       if (desired && !DiffersFromCurrent(desired->first, desired->second)) {
         fact.action = Action::kKeep;
-        fact.shape = ShapeText();
+        fact.shape = gen_.ShapeText();
         Tell(fact);
         return;
       }
@@ -137,7 +133,7 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
         // Fewer usable slots than stages. The running generation goes on unless it runs on a
         // machine that left the list or lost slots.
         bool affected = false;
-        for (const Machine& m : launched_machines_) affected |= pool_.Shrunk(m);
+        for (const Machine& m : gen_.machines) affected |= pool_.Shrunk(m);
         if (!affected) {
           fact.why = why;
           Tell(fact);
@@ -162,21 +158,21 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
 }
 
 void Controller::OnRankStarted(const RankStarted& in) {
-  Rank* rank = CurrentRank(in.generation, in.rank);
+  RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr) return;
-  Rank& r = *rank;
+  RankState& r = *rank;
   r.pid = in.pid;
   r.started = true;
   r.last_heard = now_;
 }
 
 void Controller::OnRankStartFailed(const RankStartFailed& in) {
-  Rank* rank = CurrentRank(in.generation, in.rank);
+  RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr || !rank->running) return;
-  Rank& r = *rank;
+  RankState& r = *rank;
   r.running = false;
   const std::string what = "rank " + std::to_string(in.rank) + " could not be started on " +
-                           launched_machines_[r.machine].Address() + ": " + in.reason;
+                           gen_.machines[r.machine].Address() + ": " + in.reason;
   if (TearingDown()) {
     Tell(StartFailedFact{in.rank, what});
   } else {
@@ -186,15 +182,15 @@ void Controller::OnRankStartFailed(const RankStartFailed& in) {
 }
 
 void Controller::OnReport(const RankReport& in) {
-  Rank* rank = CurrentRank(in.generation, in.rank);
+  RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr) return;
-  Rank& r = *rank;
+  RankState& r = *rank;
   r.last_heard = now_;
   switch (in.kind) {
     case RankReport::Kind::kReady:
       if (r.ready) return;
       r.ready = true;
-      if (AllReady()) Tell(AllReadyFact{static_cast<int>(ranks_.size()), now_ - launch_time_});
+      if (gen_.AllReady()) Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - launch_time_});
       return;
     case RankReport::Kind::kHeartbeat:
       r.heartbeats = true;
@@ -206,7 +202,7 @@ void Controller::OnReport(const RankReport& in) {
       if (!first_step_seen_) {
         first_step_seen_ = true;
         if (!change_kind_.empty()) {
-          Tell(TrainingAgainFact{change_kind_, in.step, ShapeText(), now_ - change_detected_,
+          Tell(TrainingAgainFact{change_kind_, in.step, gen_.ShapeText(), now_ - change_detected_,
                                  ranks_exited_ - change_detected_, launch_time_ - ranks_exited_,
                                  now_ - launch_time_});
           change_kind_.clear();
@@ -218,7 +214,7 @@ void Controller::OnReport(const RankReport& in) {
       r.stopped = true;
       r.finished = in.finished;
       if (!training_done_ &&
-          std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& x) { return x.finished; })) {
+          gen_.AllFinished()) {
         training_done_ = true;
         Tell(TrainingDoneFact{in.step});
       }
@@ -233,12 +229,12 @@ void Controller::OnReport(const RankReport& in) {
 }
 
 void Controller::OnExited(const RankExited& in) {
-  Rank* rank = CurrentRank(in.generation, in.rank);
+  RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr || !rank->running) return;
-  Rank& r = *rank;
+  RankState& r = *rank;
   r.running = false;
   if (in.exit.ok()) {
-    if (ending_ == Ending::kNone && RunningRanks() > 0 && !deadlines_.finish) {
+    if (ending_ == Ending::kNone && gen_.Running() > 0 && !deadlines_.finish) {
       deadlines_.finish = now_ + options_.finish_timeout_s;
     }
     MaybeEndGeneration();
@@ -247,7 +243,7 @@ void Controller::OnExited(const RankExited& in) {
   // Once the generation is being torn down, exits are our own signals or peers that lost the
   // failed rank: the first failure is the one reported.
   if (!TearingDown()) {
-    std::string what = RankWhere(in.rank) + " " + in.exit.ToString();
+    std::string what = gen_.Where(in.rank) + " " + in.exit.ToString();
     if (last_step_ > 0) what += " after step " + std::to_string(last_step_);
     if (in.exit.signal == SIGUSR1) {
       what += " (it had no SIGUSR1 handler: a worker must install one before it reports ready)";
@@ -336,18 +332,18 @@ void Controller::OnStop(const StopInput& in) {
   }
 }
 
-std::optional<double> Controller::SilenceBound(const Rank& r) const {
+std::optional<double> Controller::SilenceBound(const RankState& r) const {
   if (!r.running || !r.started || r.stopped) return std::nullopt;
   return r.heartbeats ? options_.heartbeat_timeout_s : options_.first_heartbeat_timeout_s;
 }
 
 void Controller::OnTimers() {
   if (generation_live_ && ending_ == Ending::kNone) {
-    if (!AllReady() && now_ >= launch_time_ + options_.startup_timeout_s) {
-      for (size_t i = 0; i < ranks_.size(); ++i) {
-        if (ranks_[i].running && !ranks_[i].ready) {
+    if (!gen_.AllReady() && now_ >= launch_time_ + options_.startup_timeout_s) {
+      for (size_t i = 0; i < gen_.ranks.size(); ++i) {
+        if (gen_.ranks[i].running && !gen_.ranks[i].ready) {
           Fail(static_cast<int>(i),
-               RankWhere(static_cast<int>(i)) + " was not ready " +
+               gen_.Where(static_cast<int>(i)) + " was not ready " +
                    Seconds(options_.startup_timeout_s) + " after its launch",
                true);
           break;
@@ -356,12 +352,12 @@ void Controller::OnTimers() {
     }
   }
   if (generation_live_ && ending_ != Ending::kRecover && ending_ != Ending::kFinish) {
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      const Rank& r = ranks_[i];
+    for (size_t i = 0; i < gen_.ranks.size(); ++i) {
+      const RankState& r = gen_.ranks[i];
       const std::optional<double> silent_for = SilenceBound(r);
       if (silent_for && now_ - r.last_heard >= *silent_for) {
         Fail(static_cast<int>(i),
-             RankWhere(static_cast<int>(i)) + " sent no heartbeat " +
+             gen_.Where(static_cast<int>(i)) + " sent no heartbeat " +
                  (r.heartbeats ? "for " + Seconds(now_ - r.last_heard)
                                : "in the " + Seconds(now_ - r.last_heard) + " after it started") +
                  " (hung, stopped, or cut off)",
@@ -386,8 +382,8 @@ void Controller::OnTimers() {
     deadlines_.finish.reset();
     // Ranks that reported `stopped` have left training and may take their time.
     std::vector<std::string> running;
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (ranks_[i].running && !ranks_[i].stopped) running.push_back(std::to_string(i));
+    for (size_t i = 0; i < gen_.ranks.size(); ++i) {
+      if (gen_.ranks[i].running && !gen_.ranks[i].stopped) running.push_back(std::to_string(i));
     }
     if (!running.empty()) {
       const std::string why = "rank(s) " + Join(running, ", ") + " still running " +
@@ -406,10 +402,10 @@ void Controller::OnTimers() {
   if (deadlines_.abandon && now_ >= *deadlines_.abandon) {
     deadlines_.abandon.reset();
     std::vector<std::string> left;
-    for (size_t i = 0; i < ranks_.size(); ++i) {
-      if (!ranks_[i].running) continue;
-      left.push_back(RankWhere(static_cast<int>(i)));
-      ranks_[i].running = false;
+    for (size_t i = 0; i < gen_.ranks.size(); ++i) {
+      if (!gen_.ranks[i].running) continue;
+      left.push_back(gen_.Where(static_cast<int>(i)));
+      gen_.ranks[i].running = false;
     }
     if (!left.empty()) Tell(AbandonFact{left, options_.abandon_s});
     MaybeEndGeneration();
@@ -446,10 +442,10 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
 bool Controller::DiffersFromCurrent(const GridPlan& desired,
                                     const std::vector<Machine>& machines) const {
   if (!generation_live_) return true;
-  if (desired.stages != plan_.stages || desired.replicas != plan_.replicas) return true;
+  if (desired.stages != gen_.plan.stages || desired.replicas != gen_.plan.replicas) return true;
   for (size_t r = 0; r < desired.ranks.size(); ++r) {
     const Machine& want = machines[desired.ranks[r].machine];
-    const Machine& have = launched_machines_[plan_.ranks[r].machine];
+    const Machine& have = gen_.machines[gen_.plan.ranks[r].machine];
     if (want.Address() != have.Address()) return true;
   }
   return false;
@@ -473,14 +469,7 @@ void Controller::TryLaunch() {
     expected = stopped_step_;
   }
   ++generation_;
-  plan_ = std::move(desired->first);
-  launched_machines_ = std::move(desired->second);
-  ranks_.assign(plan_.world_size(), Rank{});
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    ranks_[r].machine = plan_.ranks[r].machine;
-    ranks_[r].running = true;  // until RankStartFailed or RankExited says otherwise
-    ranks_[r].last_heard = now_;
-  }
+  gen_ = Generation::Launched(std::move(desired->first), std::move(desired->second), now_);
   generation_live_ = true;
   exit_noted_ = false;
   phase_ = Phase::kRunning;
@@ -492,13 +481,13 @@ void Controller::TryLaunch() {
   launch_time_ = now_;
   stop_signalled_ = now_;  // until a stop is asked for, `stopped` comes at the end of training
   deadlines_ = Deadlines{};
-  actions_.push_back(LaunchAction{generation_, plan_, launched_machines_, expected});
+  actions_.push_back(LaunchAction{generation_, gen_.plan, gen_.machines, expected});
 }
 
 void Controller::BeginMorph(const std::string& why) {
   if (training_done_) {
     // The job has trained its last step; the ranks only finish their own work.
-    Tell(MorphFact{why, ShapeText(), last_step_, RunningRanks(), /*skipped=*/true});
+    Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running(), /*skipped=*/true});
     return;
   }
   ending_ = Ending::kMorph;
@@ -506,7 +495,7 @@ void Controller::BeginMorph(const std::string& why) {
   reason_ = why;
   change_kind_ = "morph";
   change_detected_ = now_;
-  Tell(MorphFact{why, ShapeText(), last_step_, RunningRanks()});
+  Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running()});
   AskRanksToStop();
 }
 
@@ -519,13 +508,13 @@ void Controller::BeginStop(const StopInput& in) {
   ending_ = Ending::kStop;
   phase_ = Phase::kStopping;
   reason_ = why;
-  Tell(StoppingFact{AllReady() ? StoppingFact::How::kAskRanks : StoppingFact::How::kBeforeReady,
-                    why, KillHint(in), last_step_, RunningRanks(), options_.stop_timeout_s});
+  Tell(StoppingFact{gen_.AllReady() ? StoppingFact::How::kAskRanks : StoppingFact::How::kBeforeReady,
+                    why, KillHint(in), last_step_, gen_.Running(), options_.stop_timeout_s});
   AskRanksToStop();
 }
 
 void Controller::AskRanksToStop() {
-  if (!AllReady()) {
+  if (!gen_.AllReady()) {
     // Before `ready` a worker may not have its SIGUSR1 handler yet, and it has trained
     // nothing in this generation: terminate it.
     Terminate("not all workers were ready");
@@ -538,8 +527,8 @@ void Controller::AskRanksToStop() {
 
 void Controller::Terminate(const std::string& why) {
   deadlines_.stop.reset();
-  if (RunningRanks() == 0) return;
-  Tell(TerminateFact{why, RunningPids(), options_.kill_grace_s});
+  if (gen_.Running() == 0) return;
+  Tell(TerminateFact{why, gen_.RunningPids(), options_.kill_grace_s});
   SignalRunning(SIGTERM);
   deadlines_.kill = now_ + options_.kill_grace_s;
 }
@@ -547,15 +536,15 @@ void Controller::Terminate(const std::string& why) {
 void Controller::Fail(std::optional<int> rank, const std::string& what, bool blame_machine) {
   if (training_done_) {
     FailAfterTraining(rank, what);
-    if (rank && ranks_[*rank].running) Signal(*rank, SIGKILL);
+    if (rank && gen_.ranks[*rank].running) Signal(*rank, SIGKILL);
     return;
   }
   FailureFact fact;
   fact.reason = what;
   fact.step = last_step_;
   if (rank) {
-    fact.where = FailureFact::Where{*rank, ranks_[*rank].pid,
-                                    launched_machines_[ranks_[*rank].machine].Address()};
+    fact.where = FailureFact::Where{*rank, gen_.ranks[*rank].pid,
+                                    gen_.MachineOf(*rank).Address()};
   }
   Tell(fact);
   if (blame_machine && fact.where) {
@@ -605,8 +594,8 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
 }
 
 void Controller::KillRunning(const std::string& why) {
-  if (RunningRanks() == 0) return;
-  Tell(KillFact{RunningPids(), why});
+  if (gen_.Running() == 0) return;
+  Tell(KillFact{gen_.RunningPids(), why});
   SignalRunning(SIGKILL);
   deadlines_.abandon = now_ + options_.abandon_s;
 }
@@ -617,14 +606,14 @@ void Controller::FailAfterTraining(std::optional<int> rank, const std::string& w
   FailureFact fact;
   fact.reason = why;
   fact.step = last_step_;
-  if (rank) fact.where = FailureFact::Where{*rank, ranks_[*rank].pid, ""};
+  if (rank) fact.where = FailureFact::Where{*rank, gen_.ranks[*rank].pid, ""};
   fact.after_training = true;
   Tell(fact);
   if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
 }
 
 void Controller::MaybeEndGeneration() {
-  if (!generation_live_ || RunningRanks() > 0) return;
+  if (!generation_live_ || gen_.Running() > 0) return;
   if (ending_ == Ending::kRecover) {
     // Wait for the failed machines' health checks, up to deadlines_.health.
     if (pool_.CheckInFlight() && deadlines_.health) {
@@ -677,24 +666,13 @@ void Controller::Tell(const Fact& fact) {
       RecordAction{std::move(told.event), std::move(told.fields), std::move(told.line), told.error});
 }
 
-Controller::Rank* Controller::CurrentRank(int64_t generation, int rank) {
-  if (generation != generation_ || rank < 0 || rank >= static_cast<int>(ranks_.size())) {
-    return nullptr;
-  }
-  return &ranks_[rank];
-}
-
-std::vector<int64_t> Controller::RunningPids() const {
-  std::vector<int64_t> pids;
-  for (const Rank& r : ranks_) {
-    if (r.running) pids.push_back(r.pid);
-  }
-  return pids;
+RankState* Controller::CurrentRank(int64_t generation, int rank) {
+  return generation == generation_ && gen_.Has(rank) ? &gen_.ranks[rank] : nullptr;
 }
 
 void Controller::SignalRunning(int signal_number) {
-  for (size_t i = 0; i < ranks_.size(); ++i) {
-    if (ranks_[i].running) Signal(static_cast<int>(i), signal_number);
+  for (size_t i = 0; i < gen_.ranks.size(); ++i) {
+    if (gen_.ranks[i].running) Signal(static_cast<int>(i), signal_number);
   }
 }
 
@@ -707,31 +685,11 @@ bool Controller::TearingDown() const {
          deadlines_.abandon.has_value();
 }
 
-int Controller::RunningRanks() const {
-  return static_cast<int>(
-      std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.running; }));
-}
-
-bool Controller::AllReady() const {
-  return std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.ready; });
-}
-
-std::string Controller::RankWhere(int rank) const {
-  const Rank& r = ranks_[rank];
-  std::string text = "rank " + std::to_string(rank);
-  if (launched_machines_.size() > 1 || !launched_machines_[r.machine].IsLocal()) {
-    text += " on " + launched_machines_[r.machine].Address();
-  }
-  return text + " (pid " + std::to_string(r.pid) + ")";
-}
-
-std::string Controller::ShapeText() const { return Shape(plan_.stages, plan_.replicas); }
-
 std::vector<MachineView> Controller::Machines() const {
   std::vector<std::string> running;
   if (generation_live_) {
-    for (const Rank& r : ranks_) {
-      if (r.running) running.push_back(launched_machines_[r.machine].Address());
+    for (const RankState& r : gen_.ranks) {
+      if (r.running) running.push_back(gen_.machines[r.machine].Address());
     }
   }
   return pool_.Views(running);
@@ -739,18 +697,15 @@ std::vector<MachineView> Controller::Machines() const {
 
 std::vector<bool> Controller::RunningRanksMask() const {
   std::vector<bool> mask;
-  for (const Rank& r : ranks_) mask.push_back(generation_live_ && r.running);
+  for (const RankState& r : gen_.ranks) mask.push_back(generation_live_ && r.running);
   return mask;
 }
 
-int Controller::ReadyRanks() const {
-  return static_cast<int>(
-      std::count_if(ranks_.begin(), ranks_.end(), [](const Rank& r) { return r.ready; }));
-}
+int Controller::ReadyRanks() const { return gen_.Ready(); }
 
 std::vector<std::string> Controller::RankAddresses() const {
   std::vector<std::string> addresses;
-  for (const Rank& r : ranks_) addresses.push_back(launched_machines_[r.machine].Address());
+  for (const RankState& r : gen_.ranks) addresses.push_back(gen_.machines[r.machine].Address());
   return addresses;
 }
 

@@ -38,6 +38,7 @@
 #include "launcher/process_runner.h"
 #include "planner/grid.h"
 #include "manager/machine_list.h"
+#include "manager/generation.h"
 #include "manager/machine_pool.h"
 #include "manager/narration.h"
 #include "planner/shape_policy.h"
@@ -206,7 +207,7 @@ class Controller {
   Phase phase() const { return phase_; }
   std::string reason() const { return reason_; }  // why waiting, morphing, recovering
   int64_t generation() const { return generation_; }
-  const GridPlan& plan() const { return plan_; }
+  const GridPlan& plan() const { return gen_.plan; }
   int64_t last_step() const { return last_step_; }
   bool finished() const { return phase_ == Phase::kFinished; }
   std::vector<MachineView> Machines() const;
@@ -217,22 +218,11 @@ class Controller {
   std::vector<std::string> RankAddresses() const;
 
  private:
-  struct Rank {
-    int machine = 0;  // index into launched_machines_
-    int64_t pid = 0;
-    bool running = false;  // started and not yet exited
-    bool ready = false;
-    bool stopped = false;      // printed `stopped`: may keep working, no heartbeats expected
-    bool finished = false;     // ... at the job's last step
-    bool started = false;      // its process is running (RankStarted)
-    bool heartbeats = false;   // has sent a heartbeat: hang detection is on
-    double last_heard = 0;     // since started: the start, else the last record
-  };
   // Why the current generation is ending, and what comes after.
   enum class Ending { kNone, kMorph, kRecover, kStop, kFinish };
 
   // How long `r` may stay silent before it is hung; none while it is not expected to speak.
-  std::optional<double> SilenceBound(const Rank& r) const;
+  std::optional<double> SilenceBound(const RankState& r) const;
   void OnStart(const StartInput& in);
   void OnMachinesChanged(const MachinesChanged& in);
   void OnRankStarted(const RankStarted& in);
@@ -272,15 +262,10 @@ class Controller {
   void Tell(const Fact& fact);
   void Signal(int rank, int signal_number);
   void SignalRunning(int signal_number);
-  std::vector<int64_t> RunningPids() const;
   // The rank of a report or exit, when it belongs to the current generation; nullptr otherwise.
-  Rank* CurrentRank(int64_t generation, int rank);
+  RankState* CurrentRank(int64_t generation, int rank);
   // Whether the generation is being killed: exits now are our signals or peers of a failure.
   bool TearingDown() const;
-  int RunningRanks() const;
-  bool AllReady() const;
-  std::string RankWhere(int rank) const;  // "rank 3 on 127.0.0.2 (pid 4242)"
-  std::string ShapeText() const;
 
   ControllerOptions options_;
   double now_ = 0;
@@ -297,9 +282,7 @@ class Controller {
   MachinePool pool_;
   int64_t generation_ = -1;
   bool generation_live_ = false;  // launched, and not every rank has exited yet
-  GridPlan plan_;
-  std::vector<Machine> launched_machines_;
-  std::vector<Rank> ranks_;
+  Generation gen_;  // the current (or last) generation
   int64_t last_step_ = 0;
   bool training_done_ = false;  // every rank reported `stopped` at the last step
   int64_t stopped_step_ = -1;  // the step every rank reported in `stopped`, if they agree

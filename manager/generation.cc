@@ -1,0 +1,56 @@
+#include "manager/generation.h"
+
+#include <algorithm>
+
+namespace mitra::manager {
+
+Generation Generation::Launched(planner::GridPlan plan, std::vector<Machine> machines, double now) {
+  Generation g;
+  g.ranks.assign(plan.world_size(), RankState{});
+  for (size_t r = 0; r < g.ranks.size(); ++r) {
+    g.ranks[r].machine = plan.ranks[r].machine;
+    g.ranks[r].running = true;
+    g.ranks[r].last_heard = now;
+  }
+  g.plan = std::move(plan);
+  g.machines = std::move(machines);
+  return g;
+}
+
+int Generation::Running() const {
+  return static_cast<int>(
+      std::count_if(ranks.begin(), ranks.end(), [](const RankState& r) { return r.running; }));
+}
+
+int Generation::Ready() const {
+  return static_cast<int>(
+      std::count_if(ranks.begin(), ranks.end(), [](const RankState& r) { return r.ready; }));
+}
+
+bool Generation::AllReady() const {
+  return std::all_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.ready; });
+}
+
+bool Generation::AllFinished() const {
+  return std::all_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.finished; });
+}
+
+std::vector<int64_t> Generation::RunningPids() const {
+  std::vector<int64_t> pids;
+  for (const RankState& r : ranks) {
+    if (r.running) pids.push_back(r.pid);
+  }
+  return pids;
+}
+
+std::string Generation::Where(int rank) const {
+  std::string text = "rank " + std::to_string(rank);
+  if (machines.size() > 1 || !MachineOf(rank).IsLocal()) text += " on " + MachineOf(rank).Address();
+  return text + " (pid " + std::to_string(ranks[rank].pid) + ")";
+}
+
+std::string Generation::ShapeText() const {
+  return std::to_string(plan.stages) + " x " + std::to_string(plan.replicas);
+}
+
+}  // namespace mitra::manager
