@@ -23,6 +23,10 @@
 // exporting) for as long as it needs: it is not expected to send heartbeats, and once every
 // rank has stopped at the last step the job is complete and is never relaunched.
 //
+// controller.cc reacts to inputs and launches generations; controller_ending.cc ends them
+// (stops, kills, failures, the restart budget, what follows the last exit). narration.h words
+// what the controller tells; generation.h holds the running generation.
+//
 // Not thread-safe: one loop owns it.
 #pragma once
 

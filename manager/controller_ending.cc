@@ -1,0 +1,191 @@
+// How a generation ends: the controller's half that stops, terminates, kills and fails ranks,
+// keeps the restart budget, and decides what comes after the last exit (a relaunch, or the
+// job's end). The other half, controller.cc, reacts to inputs and launches. One class,
+// controller.h.
+#include <signal.h>
+
+#include <algorithm>
+
+#include "manager/controller.h"
+
+namespace mitra::manager {
+namespace {
+
+std::string Seconds(double s) { return DurationText(s); }
+
+}  // namespace
+
+void Controller::BeginMorph(const std::string& why) {
+  if (training_done_) {
+    // The job has trained its last step; the ranks only finish their own work.
+    Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running(), /*skipped=*/true});
+    return;
+  }
+  ending_ = Ending::kMorph;
+  phase_ = Phase::kMorphing;
+  reason_ = why;
+  change_kind_ = "morph";
+  change_detected_ = now_;
+  Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running()});
+  AskRanksToStop();
+}
+
+std::string Controller::KillHint(const StopInput& in) {
+  return in.escalates ? " (" + in.source + " again kills them)" : "";
+}
+
+void Controller::BeginStop(const StopInput& in) {
+  const std::string& why = in.source;
+  ending_ = Ending::kStop;
+  phase_ = Phase::kStopping;
+  reason_ = why;
+  Tell(StoppingFact{gen_.AllReady() ? StoppingFact::How::kAskRanks : StoppingFact::How::kBeforeReady,
+                    why, KillHint(in), last_step_, gen_.Running(), options_.stop_timeout_s});
+  AskRanksToStop();
+}
+
+void Controller::AskRanksToStop() {
+  if (!gen_.AllReady()) {
+    // Before `ready` a worker may not have its SIGUSR1 handler yet, and it has trained
+    // nothing in this generation: terminate it.
+    Terminate("not all workers were ready");
+    return;
+  }
+  deadlines_.stop = now_ + options_.stop_timeout_s;
+  stop_signalled_ = now_;
+  SignalRunning(SIGUSR1);
+}
+
+void Controller::Terminate(const std::string& why) {
+  deadlines_.stop.reset();
+  if (gen_.Running() == 0) return;
+  Tell(TerminateFact{why, gen_.RunningPids(), options_.kill_grace_s});
+  SignalRunning(SIGTERM);
+  deadlines_.kill = now_ + options_.kill_grace_s;
+}
+
+void Controller::Fail(std::optional<int> rank, const std::string& what, bool blame_machine) {
+  if (training_done_) {
+    FailAfterTraining(rank, what);
+    if (rank && gen_.ranks[*rank].running) Signal(*rank, SIGKILL);
+    return;
+  }
+  FailureFact fact;
+  fact.reason = what;
+  fact.step = last_step_;
+  if (rank) {
+    fact.where = FailureFact::Where{*rank, gen_.ranks[*rank].pid,
+                                    gen_.MachineOf(*rank).Address()};
+  }
+  Tell(fact);
+  if (blame_machine && fact.where) {
+    const std::string& address = fact.where->machine;
+    const MachinePool::Blame blame = pool_.BlameFailure(address, what, now_);
+    if (blame.check_now) actions_.push_back(CheckHostAction{*blame.check_now});
+    if (blame.kept_out) {
+      Tell(HostKeptOutFact{address, what, std::nullopt, blame.failures, blame.backoff_s});
+    }
+  }
+
+  if (ending_ == Ending::kStop) {
+    if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, what};
+  } else {
+    restart_times_.push_back(now_);
+    restart_times_.erase(std::remove_if(restart_times_.begin(), restart_times_.end(),
+                                        [&](double t) {
+                                          return t < now_ - options_.restart_window_s;
+                                        }),
+                         restart_times_.end());
+    const int failures = static_cast<int>(restart_times_.size());
+    if (failures > options_.max_restarts) {
+      std::string why = what;
+      if (options_.max_restarts > 0) {
+        why += " (" + std::to_string(failures) + " failures within " +
+               Seconds(options_.restart_window_s) + ", more than --max-restarts " +
+               std::to_string(options_.max_restarts) +
+               "; fix the cause and run mitra run again: it continues from the newest "
+               "checkpoint)";
+      }
+      final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+      ending_ = Ending::kFinish;
+    } else {
+      ending_ = Ending::kRecover;
+      phase_ = Phase::kRecovering;
+      reason_ = what;
+      change_kind_ = "recovery";
+      change_detected_ = now_;
+      deadlines_.health = now_ + options_.health_wait_s;
+    }
+  }
+  // The survivors' collectives are already failing; anything they were writing is a partial
+  // checkpoint that is never loaded. SIGKILL is the quickest way to a clean slate.
+  deadlines_.stop.reset();
+  deadlines_.kill.reset();
+  KillRunning(what);
+}
+
+void Controller::KillRunning(const std::string& why) {
+  if (gen_.Running() == 0) return;
+  Tell(KillFact{gen_.RunningPids(), why});
+  SignalRunning(SIGKILL);
+  deadlines_.abandon = now_ + options_.abandon_s;
+}
+
+void Controller::FailAfterTraining(std::optional<int> rank, const std::string& what) {
+  const std::string why = what + " after training finished at step " + std::to_string(last_step_) +
+                          " (checkpointed); nothing is relaunched";
+  FailureFact fact;
+  fact.reason = why;
+  fact.step = last_step_;
+  if (rank) fact.where = FailureFact::Where{*rank, gen_.ranks[*rank].pid, ""};
+  fact.after_training = true;
+  Tell(fact);
+  if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+}
+
+void Controller::MaybeEndGeneration() {
+  if (!generation_live_ || gen_.Running() > 0) return;
+  if (ending_ == Ending::kRecover) {
+    // Wait for the failed machines' health checks, up to deadlines_.health.
+    if (pool_.CheckInFlight() && deadlines_.health) {
+      NoteRanksExited();
+      return;
+    }
+  }
+  generation_live_ = false;
+  NoteRanksExited();
+  deadlines_ = Deadlines{};
+  if (final_failure_) {
+    Finish(final_failure_->outcome, final_failure_->reason);
+    return;
+  }
+  switch (ending_) {
+    case Ending::kNone:
+      Finish(FinishAction::Outcome::kDone, "");
+      return;
+    case Ending::kStop:
+      Finish(FinishAction::Outcome::kStopped, "");
+      return;
+    case Ending::kFinish:
+      Finish(FinishAction::Outcome::kFailed, reason_);
+      return;
+    case Ending::kMorph:
+    case Ending::kRecover:
+      TryLaunch();
+      return;
+  }
+}
+
+void Controller::NoteRanksExited() {
+  if (exit_noted_) return;
+  exit_noted_ = true;
+  ranks_exited_ = now_;
+}
+
+void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
+  phase_ = Phase::kFinished;
+  generation_live_ = false;
+  actions_.push_back(FinishAction{outcome, reason});
+}
+
+}  // namespace mitra::manager
