@@ -1,5 +1,6 @@
 #include "common/file_system.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,13 +10,14 @@
 #include <vector>
 
 namespace mitra {
-namespace {
 
 Status ErrnoStatus(const std::string& what, const std::string& path, int error) {
   std::string message = what + " " + path + ": " + std::strerror(error);
   if (error == ENOENT) return Status::NotFound(std::move(message));
   return Status::IoError(std::move(message));
 }
+
+namespace {
 
 // write(2) until all of `data` is written.
 Status WriteAll(int fd, std::string_view data, const std::string& path) {
@@ -111,6 +113,65 @@ Result<std::unique_ptr<AppendableFile>> PosixFileSystem::OpenForAppend(const std
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("cannot open", path, errno);
   return std::unique_ptr<AppendableFile>(new PosixAppendableFile(fd, path));
+}
+
+Status PosixFileSystem::Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) == 0) return Status::Ok();
+  return ErrnoStatus("cannot rename " + from + " to", to, errno);
+}
+
+Status PosixFileSystem::SyncDirectory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+  Status status = ::fsync(fd) == 0 ? Status::Ok() : ErrnoStatus("cannot sync", path, errno);
+  ::close(fd);
+  return status;
+}
+
+Result<std::vector<std::string>> PosixFileSystem::ListDirectory(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return ErrnoStatus("cannot list", path, errno);
+  std::vector<std::string> names;
+  errno = 0;
+  while (const struct dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  const int error = errno;
+  ::closedir(dir);
+  if (error != 0) return ErrnoStatus("cannot list", path, error);
+  return names;
+}
+
+Status PosixFileSystem::RemoveAll(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? Status::Ok() : ErrnoStatus("cannot remove", path, errno);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    Result<std::vector<std::string>> names = ListDirectory(path);
+    if (!names.ok()) return names.status();
+    for (const std::string& name : *names) {
+      if (Status s = RemoveAll(JoinPath(path, name)); !s.ok()) return s;
+    }
+    if (::rmdir(path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus("cannot remove", path, errno);
+    }
+    return Status::Ok();
+  }
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus("cannot remove", path, errno);
+  }
+  return Status::Ok();
+}
+
+std::string CurrentDirectory() {
+  std::vector<char> buffer(4096);
+  while (::getcwd(buffer.data(), buffer.size()) == nullptr) {
+    if (errno != ERANGE) return ".";
+    buffer.resize(buffer.size() * 2);
+  }
+  return buffer.data();
 }
 
 std::string JoinPath(std::string_view a, std::string_view b) {

@@ -1,5 +1,6 @@
-// FileSystem: the file seam. The manager writes its run directory only through it, so tests can
-// run the manager's logic against an in-memory file system and script failures.
+// FileSystem: the file seam. The manager writes its run directory and the checkpoint store its
+// directory protocol only through it, so tests can run that logic against an in-memory file
+// system and script failures (tests/common/memory_file_system.h, faulty_file_system.h).
 //
 // Paths are plain strings, absolute or relative to the process's working directory.
 #pragma once
@@ -7,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mitra/common/status.h"
 
@@ -37,6 +39,17 @@ class FileSystem {
   virtual Status WriteFileAtomically(const std::string& path, std::string_view contents) = 0;
   // Opens `path` for appending, creating it if needed (its directory must exist).
   virtual Result<std::unique_ptr<AppendableFile>> OpenForAppend(const std::string& path) = 0;
+  // Like rename(2): moves a file or directory, replacing a file (or an empty directory) at
+  // `to`. Atomic, but durable only once `to`'s directory is synced.
+  virtual Status Rename(const std::string& from, const std::string& to) = 0;
+  // Flushes a directory's entries to disk (fsync of the directory), so that the files created,
+  // renamed or removed in it survive a crash.
+  virtual Status SyncDirectory(const std::string& path) = 0;
+  // The names in a directory ("." and ".." excluded), in no particular order. NotFound when it
+  // does not exist.
+  virtual Result<std::vector<std::string>> ListDirectory(const std::string& path) = 0;
+  // Like `rm -r`: removes a file or a directory and everything in it; a missing path is fine.
+  virtual Status RemoveAll(const std::string& path) = 0;
 };
 
 // The machine's file system, through POSIX calls. File descriptors are close-on-exec so they
@@ -49,7 +62,19 @@ class PosixFileSystem : public FileSystem {
   Result<std::string> ReadFile(const std::string& path) override;
   Status WriteFileAtomically(const std::string& path, std::string_view contents) override;
   Result<std::unique_ptr<AppendableFile>> OpenForAppend(const std::string& path) override;
+  Status Rename(const std::string& from, const std::string& to) override;
+  Status SyncDirectory(const std::string& path) override;
+  Result<std::vector<std::string>> ListDirectory(const std::string& path) override;
+  Status RemoveAll(const std::string& path) override;
 };
+
+// "cannot open /x/y: No such file or directory" from `what`, `path` and an errno value: NotFound
+// for ENOENT (callers tell a missing file from a failing disk by it), IoError for the rest.
+Status ErrnoStatus(const std::string& what, const std::string& path, int error);
+
+// The process's working directory, or "." when it cannot be read (removed, or a path longer
+// than the kernel returns).
+std::string CurrentDirectory();
 
 // "a" + "b" -> "a/b"; an absolute `b` is returned as is.
 std::string JoinPath(std::string_view a, std::string_view b);

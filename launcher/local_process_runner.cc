@@ -191,11 +191,6 @@ class Watcher {
   char buffer_[64 * 1024];
 };
 
-std::string CurrentDirectory() {
-  char buffer[4096];
-  return ::getcwd(buffer, sizeof(buffer)) != nullptr ? std::string(buffer) : std::string(".");
-}
-
 bool IsExecutableFile(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;

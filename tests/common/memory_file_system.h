@@ -1,5 +1,7 @@
 // MemoryFileSystem: a FileSystem fake for unit tests. Files live in a map; a test can read
-// what was written, and make writes fail to see how the code copes. Thread-safe.
+// what was written, and make writes fail to see how the code copes. Paths are compared as
+// written: use one spelling per file. Syncs do nothing (everything is as durable as the map).
+// Thread-safe.
 #pragma once
 
 #include <map>
@@ -7,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/file_system.h"
 
@@ -64,6 +67,63 @@ class MemoryFileSystem : public FileSystem {
     state_->files[path];  // create
     return std::unique_ptr<AppendableFile>(new File(state_, path));
   }
+  Status Rename(const std::string& from, const std::string& to) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->fail_writes) return Status::IoError("cannot rename " + from);
+    auto file = state_->files.find(from);
+    if (file != state_->files.end()) {
+      state_->files[to] = std::move(file->second);
+      state_->files.erase(file);
+      return Status::Ok();
+    }
+    if (state_->dirs.count(from) == 0) return Status::NotFound("cannot rename " + from);
+    // A directory: move it and everything under it.
+    const std::string prefix = from + "/";
+    Rekey(&state_->files, prefix, to + "/");
+    std::set<std::string> dirs;
+    for (const std::string& d : state_->dirs) {
+      if (d == from) dirs.insert(to);
+      else if (d.compare(0, prefix.size(), prefix) == 0) dirs.insert(to + "/" + d.substr(prefix.size()));
+      else dirs.insert(d);
+    }
+    state_->dirs = std::move(dirs);
+    return Status::Ok();
+  }
+  Status SyncDirectory(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->dirs.count(path) == 0) return Status::NotFound("cannot open " + path);
+    return Status::Ok();
+  }
+  Result<std::vector<std::string>> ListDirectory(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->dirs.count(path) == 0) return Status::NotFound("cannot list " + path);
+    const std::string prefix = path + "/";
+    std::set<std::string> names;
+    auto add = [&](const std::string& p) {
+      if (p.compare(0, prefix.size(), prefix) != 0) return;
+      const std::string rest = p.substr(prefix.size());
+      names.insert(rest.substr(0, rest.find('/')));
+    };
+    for (const auto& [file, contents] : state_->files) add(file);
+    for (const std::string& d : state_->dirs) add(d);
+    names.erase("");
+    return std::vector<std::string>(names.begin(), names.end());
+  }
+  Status RemoveAll(const std::string& path) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->fail_writes) return Status::IoError("cannot remove " + path);
+    const std::string prefix = path + "/";
+    auto under = [&](const std::string& p) {
+      return p == path || p.compare(0, prefix.size(), prefix) == 0;
+    };
+    for (auto it = state_->files.begin(); it != state_->files.end();) {
+      it = under(it->first) ? state_->files.erase(it) : std::next(it);
+    }
+    for (auto it = state_->dirs.begin(); it != state_->dirs.end();) {
+      it = under(*it) ? state_->dirs.erase(it) : std::next(it);
+    }
+    return Status::Ok();
+  }
 
  private:
   struct State {
@@ -72,6 +132,21 @@ class MemoryFileSystem : public FileSystem {
     std::map<std::string, std::string> files;
     std::set<std::string> dirs;
   };
+
+  // Moves the entries of `map` whose keys start with `from` to keys starting with `to`.
+  static void Rekey(std::map<std::string, std::string>* map, const std::string& from,
+                    const std::string& to) {
+    std::map<std::string, std::string> moved;
+    for (auto it = map->begin(); it != map->end();) {
+      if (it->first.compare(0, from.size(), from) != 0) {
+        ++it;
+        continue;
+      }
+      moved[to + it->first.substr(from.size())] = std::move(it->second);
+      it = map->erase(it);
+    }
+    map->insert(moved.begin(), moved.end());
+  }
 
   class File : public AppendableFile {
    public:
