@@ -6,7 +6,8 @@
 // A reader only ever considers step-N directories whose MANIFEST parses and whose files all
 // match their recorded size and CRC-32C; a damaged newest checkpoint falls back to the one
 // before, and the reason names the file. No LibTorch here: the manager uses this too.
-// Functions block on the disk; they are safe to call from several threads on different paths.
+// Functions block on the disk; they are safe to call from several threads on different paths
+// (given a thread-safe FileSystem, as every implementation is).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "checkpoint/manifest.h"
+#include "common/file_system.h"
 #include "mitra/common/status.h"
 
 namespace mitra::checkpoint {
@@ -22,31 +24,40 @@ namespace mitra::checkpoint {
 std::string StepDirectory(const std::string& dir, int64_t step);         // <dir>/step-N
 std::string PartialDirectory(const std::string& dir, int64_t step);      // <dir>/step-N.partial
 
-// Writes `bytes` to `path` (replacing it) and fsyncs it. IoError names the path and errno's text
-// (a full disk reads "No space left on device").
-Status WriteFileDurably(const std::string& path, std::string_view bytes);
-Result<std::string> ReadWholeFile(const std::string& path);
-// The same into a byte vector (what LibTorch's pickle_load takes), sized once from fstat.
-Result<std::vector<char>> ReadFileBytes(const std::string& path);
 // Checks `bytes` (the contents of `entry`'s file at `path`) against the entry's size and
 // checksum; the error names the file.
 Status CheckFile(const std::string& path, const FileEntry& entry, std::string_view bytes);
 
+// The functions below reach the checkpoint directory through `fs`: its manifests, renames,
+// directory syncs, listings and removals, so a test can fail or cut short any step of a save
+// (tests/common/faulty_file_system.h). Tensor files are the exception: they are streamed
+// straight to and from the disk (written by DirectFile around the page cache, read and
+// checksummed by ReadTensorFile), so `fs` must show the machine's files. Each function has an
+// overload without `fs` that uses the machine's file system (PosixFileSystem).
+
 // Fails with a clear message when `dir` cannot be created or written (before training starts).
+Status CheckWritable(FileSystem& fs, const std::string& dir);
 Status CheckWritable(const std::string& dir);
 
-// Writes the manifest into step-N.partial, then renames the directory to step-N and fsyncs
-// the parent: after this returns, a crash leaves either no checkpoint N or a complete one.
+// Writes the manifest into step-N.partial (whose files must already be on disk), syncs that
+// directory, renames it to step-N and syncs the parent: after this returns, a crash leaves
+// checkpoint N complete; a crash before it returns leaves either no checkpoint N or a complete
+// one.
+Status Commit(FileSystem& fs, const std::string& dir, const Manifest& manifest);
 Status Commit(const std::string& dir, const Manifest& manifest);
 
 // Steps of the complete-looking checkpoints (step-N directories), newest first. Unverified.
+std::vector<int64_t> ListSteps(FileSystem& fs, const std::string& dir);
 std::vector<int64_t> ListSteps(const std::string& dir);
 
 // Parses the manifest of the checkpoint at `path` and checks every listed file's size and
 // checksum. The error names the damaged file.
+Result<Manifest> Verify(FileSystem& fs, const std::string& path);
 Result<Manifest> Verify(const std::string& path);
 // Like Verify, but checks only the files named in `only`; `only` = {""} checks just the
 // manifest (a worker then checks each file with CheckFile as it reads it).
+Result<Manifest> VerifyFiles(FileSystem& fs, const std::string& path,
+                             const std::vector<std::string>& only);
 Result<Manifest> VerifyFiles(const std::string& path, const std::vector<std::string>& only);
 
 struct Found {
@@ -56,10 +67,13 @@ struct Found {
 };
 // The newest checkpoint that verifies. Each newer one that does not adds a line to `skipped`
 // (which file, what is wrong). NotFound when there is none.
+Result<Found> FindNewestValid(FileSystem& fs, const std::string& dir,
+                              std::vector<std::string>* skipped);
 Result<Found> FindNewestValid(const std::string& dir, std::vector<std::string>* skipped);
 
 // Keeps the newest `keep` complete checkpoints and removes older ones, and removes partial
 // directories older than the newest complete checkpoint. `keep` < 1 keeps everything.
+Status Prune(FileSystem& fs, const std::string& dir, int keep);
 Status Prune(const std::string& dir, int keep);
 
 }  // namespace mitra::checkpoint

@@ -1,45 +1,74 @@
-// The checkpoint directory protocol on real files: commit, verification, fallback, pruning.
+// The checkpoint directory protocol on real files: commit, verification, fallback, pruning, and
+// a save cut short at each of its steps (tests/common/faulty_file_system.h).
 #include "checkpoint/store.h"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "checkpoint/crc32c.h"
 #include "checkpoint/manifest.h"
+#include "tests/common/faulty_file_system.h"
+#include "tests/manager/run_helpers.h"
 
 namespace mitra::checkpoint {
 namespace {
 namespace fs = std::filesystem;
+using testing::FaultyFileSystem;
+
+Manifest TwoSegmentManifest(int64_t step) {
+  Manifest m;
+  m.step = step;
+  m.stages = 2;
+  m.replicas = 3;
+  m.partition = "1,1";
+  m.schedule = "1f1b";
+  m.segments = {"a", "b"};
+  return m;
+}
+
+std::string SegmentBytes(const std::string& segment, int64_t step) {
+  return "tensor bytes of " + segment + " at " + std::to_string(step);
+}
+
+// A save as the workers and rank 0 make it, every change to the disk through `disk`: the files
+// into step-N.partial (each written and synced, as DirectFile does), then Commit and Prune.
+// Stops at the first failure, as they do. `committed` says whether Commit returned OK.
+Status Save(FileSystem& disk, const std::string& dir, int64_t step, bool* committed) {
+  *committed = false;
+  const std::string partial = PartialDirectory(dir, step);
+  if (Status s = disk.CreateDirectories(partial); !s.ok()) return s;
+  Manifest m = TwoSegmentManifest(step);
+  for (const std::string& seg : m.segments) {
+    const std::string bytes = SegmentBytes(seg, step);
+    if (Status s = disk.WriteFileAtomically(JoinPath(partial, SegmentFileName(seg)), bytes);
+        !s.ok()) {
+      return s;
+    }
+    m.files.push_back({SegmentFileName(seg), bytes.size(), Crc32c(bytes), {}});
+  }
+  if (Status s = Commit(disk, dir, m); !s.ok()) return s;
+  *committed = true;
+  return Prune(disk, dir, 1);
+}
 
 class CheckpointStore : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("mitra-store-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = tmp_.Path("checkpoints");
     fs::create_directories(dir_);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Writes a checkpoint of `step` the way the workers do: files into step-N.partial, then
   // Commit.
   void Write(int64_t step, bool commit = true) {
     const std::string partial = PartialDirectory(dir_, step);
     fs::create_directories(partial);
-    Manifest m;
-    m.step = step;
-    m.stages = 2;
-    m.replicas = 3;
-    m.partition = "1,1";
-    m.schedule = "1f1b";
-    m.segments = {"a", "b"};
+    Manifest m = TwoSegmentManifest(step);
     for (const std::string& seg : m.segments) {
-      const std::string bytes = "tensor bytes of " + seg + " at " + std::to_string(step);
-      ASSERT_TRUE(WriteFileDurably(partial + "/" + SegmentFileName(seg), bytes).ok());
+      const std::string bytes = SegmentBytes(seg, step);
+      ASSERT_TRUE(disk_.WriteFileAtomically(partial + "/" + SegmentFileName(seg), bytes).ok());
       m.files.push_back({SegmentFileName(seg), bytes.size(), Crc32c(bytes), {}});
     }
     if (commit) {
@@ -47,7 +76,9 @@ class CheckpointStore : public ::testing::Test {
     }
   }
 
+  testing::TempDir tmp_;
   std::string dir_;
+  PosixFileSystem disk_;
 };
 
 TEST(Crc32c, MatchesTheStandardCheckValue) {
@@ -175,10 +206,55 @@ TEST_F(CheckpointStore, VerifyFilesChecksOnlyWhatAWorkerReadsButRequiresItListed
   EXPECT_NE(unlisted.status().message().find("does not list trainer.pt"), std::string::npos);
 }
 
-TEST(CheckpointFiles, FullDiskIsAClearError) {
-  Status s = WriteFileDurably("/dev/full", std::string(1 << 16, 'x'));
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.message();
+// The workers are killed, or a disk call fails, at every step of a save in turn. Whatever the
+// step, a restart finds the previous checkpoint or the new one, complete; once Commit has
+// returned, always the new one; nothing it lists fails to verify, a partial directory is never
+// what it loads, and the next save goes through over whatever was left behind.
+TEST_F(CheckpointStore, ASaveCutShortAtAnyStepLeavesTheOldOrTheNewCheckpointComplete) {
+  bool committed = false;
+  FaultyFileSystem counting(disk_);
+  ASSERT_TRUE(Save(disk_, dir_, 10, &committed).ok());
+  ASSERT_TRUE(Save(counting, dir_, 20, &committed).ok());
+  const int steps = counting.changes();
+  // Create, two files, manifest, sync, remove a stale step-20, rename, sync, prune step 10.
+  ASSERT_GE(steps, 9);
+
+  for (FaultyFileSystem::Fault fault :
+       {FaultyFileSystem::Fault::kCrash, FaultyFileSystem::Fault::kFail}) {
+    for (int at = 0; at < steps; ++at) {
+      const bool crash = fault == FaultyFileSystem::Fault::kCrash;
+      SCOPED_TRACE((crash ? "crash at change " : "failure of change ") + std::to_string(at));
+      fs::remove_all(dir_);
+      ASSERT_TRUE(Save(disk_, dir_, 10, &committed).ok());
+
+      FaultyFileSystem faulty(disk_, at, fault);
+      const Status saved = Save(faulty, dir_, 20, &committed);
+      EXPECT_TRUE(faulty.faulted());
+      EXPECT_FALSE(saved.ok()) << "the injected fault went unreported";
+
+      std::vector<std::string> skipped;
+      Result<Found> found = FindNewestValid(disk_, dir_, &skipped);
+      ASSERT_TRUE(found.ok()) << found.status().message();
+      EXPECT_TRUE(found->step == 10 || found->step == 20) << found->step;
+      if (committed) {
+        EXPECT_EQ(found->step, 20);
+      }
+      EXPECT_EQ(found->path, StepDirectory(dir_, found->step));
+      EXPECT_TRUE(skipped.empty()) << skipped.front();
+      for (int64_t step : ListSteps(disk_, dir_)) {
+        EXPECT_TRUE(Verify(disk_, StepDirectory(dir_, step)).ok()) << step;
+      }
+
+      // The job resumes from what was found and saves its next checkpoint: the same step 20
+      // again when the interrupted one did not make it.
+      const int64_t next = found->step + 10;
+      ASSERT_TRUE(Save(disk_, dir_, next, &committed).ok());
+      Result<Found> after = FindNewestValid(disk_, dir_, nullptr);
+      ASSERT_TRUE(after.ok());
+      EXPECT_EQ(after->step, next);
+      EXPECT_EQ(ListSteps(disk_, dir_), std::vector<int64_t>{next});
+    }
+  }
 }
 
 TEST(CheckpointFiles, UnwritableDirectoryIsRejectedWithTheFix) {

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "common/strings.h"
@@ -30,15 +32,16 @@ void SleepBriefly() { std::this_thread::sleep_for(std::chrono::milliseconds(10))
 
 }  // namespace
 
-TempDir::TempDir() {
-  const char* base = std::getenv("TMPDIR");
-  std::string pattern = std::string(base && *base ? base : "/tmp") + "/mitra-test-XXXXXX";
+std::string MakeTempDir(const std::string& prefix) {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / (prefix + "-XXXXXX")).string();
   if (::mkdtemp(pattern.data()) == nullptr) {
-    std::perror("mkdtemp");
-    std::abort();
+    throw std::runtime_error("cannot make a directory " + pattern + ": " + std::strerror(errno));
   }
-  path_ = pattern;
+  return pattern;
 }
+
+TempDir::TempDir() : path_(MakeTempDir("mitra-test")) {}
 
 TempDir::~TempDir() {
   std::error_code ignored;

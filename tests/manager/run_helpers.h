@@ -18,7 +18,11 @@
 
 namespace mitra::testing {
 
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it on destruction.
+// A fresh empty directory "<prefix>-XXXXXX" under $TMPDIR (or /tmp), left for the caller to
+// remove. Throws std::runtime_error when it cannot be made.
+std::string MakeTempDir(const std::string& prefix);
+
+// A MakeTempDir("mitra-test"), removed with everything in it on destruction.
 class TempDir {
  public:
   TempDir();

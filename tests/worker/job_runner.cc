@@ -36,13 +36,6 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
-std::string MakeTempDir(const std::string& prefix) {
-  std::string templ = (fs::temp_directory_path() / (prefix + "-XXXXXX")).string();
-  char* made = mkdtemp(templ.data());
-  if (!made) throw std::runtime_error("mkdtemp failed for " + templ);
-  return made;
-}
-
 JobResult RunJob(const std::string& program, int stages, int replicas,
                  const std::vector<std::string>& args,
                  const std::map<std::string, std::string>& extra_env, double timeout_s) {

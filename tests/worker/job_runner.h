@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "common/json.h"
+#include "tests/manager/run_helpers.h"  // MakeTempDir
 
 namespace mitra::testing {
 
@@ -28,8 +29,5 @@ JobResult RunJob(const std::string& program, int stages, int replicas,
 
 // Loads a {name: tensor} dict written by worker::SaveParameters (or torch.save of a dict).
 std::map<std::string, torch::Tensor> LoadTensorDict(const std::string& path);
-
-// A fresh empty directory under the test temp dir.
-std::string MakeTempDir(const std::string& prefix);
 
 }  // namespace mitra::testing
