@@ -9,13 +9,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
+#include <cmath>
 #include <cstring>
 
 namespace mitra::manager {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
 
 std::string DirectoryOf(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -53,15 +51,11 @@ int64_t Nanoseconds(const struct timespec& t) {
   return static_cast<int64_t>(t.tv_sec) * 1000000000 + t.tv_nsec;
 }
 
-// Milliseconds from now until `when`, rounded up so that poll() does not wake just before it.
-int MillisecondsUntil(SteadyClock::time_point when, SteadyClock::time_point now) {
+// Milliseconds from `now` until `when` (clock seconds), rounded up so that poll() does not wake
+// just before it.
+int MillisecondsUntil(double when, double now) {
   if (when <= now) return 0;
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(when - now).count();
-  return static_cast<int>(std::min<int64_t>(ms, 60 * 1000));
-}
-
-SteadyClock::duration Seconds(double s) {
-  return std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));
+  return static_cast<int>(std::min(std::ceil((when - now) * 1000), 60.0 * 1000));
 }
 
 }  // namespace
@@ -72,8 +66,9 @@ bool MachineListWatcher::FileStamp::operator==(const FileStamp& other) const {
 }
 
 MachineListWatcher::MachineListWatcher(std::string path, WatcherOptions options,
-                                       ChangeCallback on_change)
-    : path_(std::move(path)),
+                                       ChangeCallback on_change, const Clock* clock)
+    : clock_(clock != nullptr ? clock : &system_clock_),
+      path_(std::move(path)),
       directory_(DirectoryOf(path_)),
       name_(NameOf(path_)),
       options_(std::move(options)),
@@ -82,6 +77,12 @@ MachineListWatcher::MachineListWatcher(std::string path, WatcherOptions options,
 MachineListWatcher::~MachineListWatcher() { Stop(); }
 
 Status MachineListWatcher::Start() {
+  if (Status s = Open(); !s.ok()) return s;
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+Status MachineListWatcher::Open() {
   if (started_ || stopped_) {
     return Status::Internal("MachineListWatcher::Start called twice for " + path_);
   }
@@ -96,8 +97,12 @@ Status MachineListWatcher::Start() {
   }
   last_stamp_ = Stat();
   last_contents_ = options_.baseline ? options_.baseline : ReadWholeFile(path_);
+  const double now = clock_->MonotonicSeconds();
+  next_poll_ = now + std::max(options_.poll_interval_s, 0.001);
+  // A given baseline is compared at once: the file may have changed before Start.
+  pending_ = options_.baseline.has_value();
+  deadline_ = now;
   started_ = true;
-  thread_ = std::thread([this] { Loop(); });
   return Status::Ok();
 }
 
@@ -172,49 +177,45 @@ void MachineListWatcher::CheckContents() {
   on_change_(*contents);
 }
 
-void MachineListWatcher::Loop() {
-  const SteadyClock::duration poll_interval = Seconds(std::max(options_.poll_interval_s, 0.001));
-  const SteadyClock::duration debounce = Seconds(std::max(options_.debounce_s, 0.0));
-  SteadyClock::time_point next_poll = SteadyClock::now() + poll_interval;
-  // When the file will have been quiet long enough to be read; unset while nothing happens.
-  // A given baseline is compared at once: the file may have changed before Start.
-  // (A flag and a time rather than std::optional: GCC warns about the latter here.)
-  bool pending = options_.baseline.has_value();
-  SteadyClock::time_point deadline = SteadyClock::now();
+double MachineListWatcher::NextWake() const {
+  return pending_ ? std::min(deadline_, next_poll_) : next_poll_;
+}
 
+void MachineListWatcher::Tick() {
+  const double now = clock_->MonotonicSeconds();
+  bool activity = inotify_fd_ >= 0 && ReadInotifyEvents();
+  const bool poll_due = now >= next_poll_;
+  if (poll_due) {
+    next_poll_ = now + std::max(options_.poll_interval_s, 0.001);
+    if (inotify_fd_ >= 0 && watch_descriptor_ < 0) AddDirectoryWatch();
+  }
+  // One stat per wake-up: it both notices changes inotify missed and tells whether the file
+  // is still being written when the deadline comes.
+  if (activity || poll_due || (pending_ && now >= deadline_)) {
+    const FileStamp stamp = Stat();
+    if (stamp != last_stamp_) {
+      last_stamp_ = stamp;
+      activity = true;
+    }
+  }
+  if (activity) {
+    pending_ = true;
+    deadline_ = now + std::max(options_.debounce_s, 0.0);
+  } else if (pending_ && now >= deadline_) {
+    pending_ = false;
+    CheckContents();
+  }
+}
+
+void MachineListWatcher::Loop() {
   while (true) {
-    SteadyClock::time_point now = SteadyClock::now();
-    const SteadyClock::time_point wake = pending ? std::min(deadline, next_poll) : next_poll;
     struct pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {inotify_fd_, POLLIN, 0}};
     const nfds_t count = inotify_fd_ >= 0 ? 2 : 1;
-    const int ready = ::poll(fds, count, MillisecondsUntil(wake, now));
+    const int ready =
+        ::poll(fds, count, MillisecondsUntil(NextWake(), clock_->MonotonicSeconds()));
     if (ready < 0 && errno != EINTR) return;  // cannot happen with valid descriptors
     if (fds[0].revents != 0) return;          // Stop()
-    now = SteadyClock::now();
-
-    bool activity = false;
-    if (count == 2 && (fds[1].revents & POLLIN) && ReadInotifyEvents()) activity = true;
-    const bool poll_due = now >= next_poll;
-    if (poll_due) {
-      next_poll = now + poll_interval;
-      if (inotify_fd_ >= 0 && watch_descriptor_ < 0) AddDirectoryWatch();
-    }
-    // One stat per wake-up: it both notices changes inotify missed and tells whether the file
-    // is still being written when the deadline comes.
-    if (activity || poll_due || (pending && now >= deadline)) {
-      const FileStamp stamp = Stat();
-      if (stamp != last_stamp_) {
-        last_stamp_ = stamp;
-        activity = true;
-      }
-    }
-    if (activity) {
-      pending = true;
-      deadline = now + debounce;
-    } else if (pending && now >= deadline) {
-      pending = false;
-      CheckContents();
-    }
+    Tick();
   }
 }
 

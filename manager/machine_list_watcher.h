@@ -16,12 +16,16 @@
 // once, and touching the file reports nothing. A missing file (deleted, or between the two
 // steps of a replacement) is not a change; the contents it has when it reappears are.
 //
+// Time comes from a Clock (common/clock.h): the poll interval and the debounce are measured on
+// its MonotonicSeconds, so a test drives them with a ManualClock, calling Tick() itself
+// (Open() instead of Start()), and never sleeps.
+//
 // Parsing is the caller's business (ParseMachineList): the watcher reports raw text.
 //
 // Threading: Start() spawns one thread; `on_change` runs on it, never concurrently with itself.
 // It must return quickly (the manager pushes an event onto its queue) since the watcher checks
-// nothing while it runs, and it must not call Stop() (Stop joins the thread). Start and Stop
-// are called from one thread (the owner's); settled_checks() from any thread.
+// nothing while it runs, and it must not call Stop() (Stop joins the thread). Start, Open, Tick
+// and Stop are called from one thread (the owner's); settled_checks() from any thread.
 #pragma once
 
 #include <atomic>
@@ -31,6 +35,7 @@
 #include <string>
 #include <thread>
 
+#include "common/clock.h"
 #include "mitra/common/status.h"
 
 namespace mitra::manager {
@@ -55,8 +60,9 @@ class MachineListWatcher {
 
   // `path` is used as given for every stat and read: a relative path resolves against the
   // working directory, which must not change while the watcher runs. Nothing happens before
-  // Start().
-  MachineListWatcher(std::string path, WatcherOptions options, ChangeCallback on_change);
+  // Start(). `clock` (null: the machine's) must outlive the watcher.
+  MachineListWatcher(std::string path, WatcherOptions options, ChangeCallback on_change,
+                     const Clock* clock = nullptr);
   // Stops (see Stop).
   ~MachineListWatcher();
 
@@ -68,8 +74,18 @@ class MachineListWatcher {
   // watcher does not start again). Blocks for
   // one read of the file when no baseline was given.
   Status Start();
+  // Start() without the thread: the caller runs Tick() when it wants the watcher to look (a test,
+  // with a ManualClock). `on_change` then runs inside Tick().
+  Status Open();
+  // One wake-up of the watcher, at the clock's time: reads the inotify events that arrived (never
+  // blocks for more), stats the file when one concerned it or a poll is due, and when the file
+  // has been quiet for debounce_s reads it and reports it if it changed.
+  void Tick();
+  // The clock time (MonotonicSeconds) by which Tick() must run next, if no inotify event comes
+  // first: the next poll, or the end of the quiet period.
+  double NextWake() const;
   // Stops the thread and waits for it (and for a running `on_change`) to finish. Idempotent;
-  // a no-op before Start(). No callback runs after Stop returns.
+  // a no-op before Start() or Open(). No callback runs after Stop returns.
   void Stop();
 
   // Whether inotify is in use (false before Start, when disabled, or when it failed).
@@ -99,6 +115,8 @@ class MachineListWatcher {
   void CheckContents();
   void Loop();
 
+  SystemClock system_clock_;
+  const Clock* const clock_;
   const std::string path_;
   const std::string directory_;
   const std::string name_;
@@ -116,6 +134,11 @@ class MachineListWatcher {
   // Only the watcher's thread touches these once it runs.
   std::optional<std::string> last_contents_;
   FileStamp last_stamp_;
+  double next_poll_ = 0;  // clock time of the next stat, inotify or not
+  // Whether something happened and the file is awaited to be quiet until `deadline_`. (A flag
+  // and a time rather than std::optional: GCC warns about the latter here.)
+  bool pending_ = false;
+  double deadline_ = 0;
 };
 
 }  // namespace mitra::manager
