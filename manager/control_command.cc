@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "common/json.h"
+#include "common/duration_text.h"
 #include "common/strings.h"
 #include "manager/control_socket.h"
 #include "manager/flags.h"
@@ -18,12 +19,6 @@
 
 namespace mitra::manager {
 namespace {
-
-std::string SecondsText(double seconds) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%g", seconds);
-  return buffer;
-}
 
 double AnswerTimeout(const ControlCommandOptions& options) {
   return options.timeout_s > 0 ? options.timeout_s : kDefaultAnswerTimeoutS;

@@ -17,6 +17,7 @@
 #include <exception>
 #include <vector>
 
+#include "common/duration_text.h"
 #include "common/file_system.h"
 
 namespace mitra::manager {
@@ -34,12 +35,6 @@ std::string RunDirOf(const std::string& socket_path) {
 }
 
 std::string Errno(int error) { return std::strerror(error); }
-
-std::string SecondsText(double seconds) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%g", seconds);
-  return buffer;
-}
 
 Status PathTooLong(const std::string& socket_path) {
   return Status::InvalidArgument(

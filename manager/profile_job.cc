@@ -9,6 +9,7 @@
 #include "common/blocking_queue.h"
 #include "common/free_port.h"
 #include "common/json.h"
+#include "common/duration_text.h"
 #include "common/strings.h"
 #include "planner/grid.h"
 
@@ -116,7 +117,7 @@ Result<planner::Profile> ProfileProgram(Transports& transports, const MachineLis
       kill_all();
       if (!failure) {
         failure = Status::Timeout("the profile did not finish within " +
-                                  FormatSeconds(options.limit_s) + " s");
+                                  SecondsText(options.limit_s) + " s");
       }
       // The kills' exits arrive quickly; stop waiting for them after a few seconds.
       const double grace = clock.MonotonicSeconds() + 5;

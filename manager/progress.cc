@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include "common/duration_text.h"
+
 namespace mitra::manager {
 namespace {
 
@@ -63,22 +65,6 @@ std::optional<double> StepStats::EtaSeconds(int64_t max_steps) const {
   return static_cast<double>(std::max<int64_t>(0, max_steps - last_->step)) * per_step;
 }
 
-std::string FormatDuration(double seconds) {
-  const int64_t total = std::max<int64_t>(0, std::llround(seconds));
-  const int64_t h = total / 3600;
-  const int64_t m = total / 60 % 60;
-  const int64_t s = total % 60;
-  char buffer[48];
-  if (h > 0) {
-    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld:%02lld", static_cast<long long>(h),
-                  static_cast<long long>(m), static_cast<long long>(s));
-  } else {
-    std::snprintf(buffer, sizeof(buffer), "%lld:%02lld", static_cast<long long>(m),
-                  static_cast<long long>(s));
-  }
-  return buffer;
-}
-
 std::string FormatCount(double value) {
   const bool negative = value < 0;
   std::string digits = std::to_string(std::llround(std::fabs(value)));
@@ -100,12 +86,12 @@ std::string FormatProgressLine(const StepRecord& record, int64_t max_steps,
   line += "  " + FormatCount(record.Throughput()) + " " + record.ThroughputUnit();
   std::snprintf(buffer, sizeof(buffer), "  %.2f s/step", record.step_time_s);
   line += buffer;
-  if (eta_s) line += "  ETA " + FormatDuration(*eta_s);
+  if (eta_s) line += "  ETA " + ClockDuration(*eta_s);
   return line;
 }
 
 std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats) {
-  std::string summary = std::to_string(steps) + " steps in " + FormatDuration(wall_s);
+  std::string summary = std::to_string(steps) + " steps in " + ClockDuration(wall_s);
   if (stats.last()) {
     char loss[32];
     std::snprintf(loss, sizeof(loss), "%.4f", stats.last()->loss);

@@ -54,8 +54,6 @@ class StepStats {
   std::deque<double> intervals_s_;  // the most recent arrival intervals
 };
 
-// "0:07", "12:05", "3:02:01".
-std::string FormatDuration(double seconds);
 // Whole number with thousands separators: "12,345".
 std::string FormatCount(double value);
 // "step 12/100  loss 2.3456  12,345 tokens/s  0.52 s/step  ETA 0:45" (samples/s for a program

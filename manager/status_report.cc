@@ -5,6 +5,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "common/duration_text.h"
 #include "common/strings.h"
 
 namespace mitra::manager {
@@ -162,16 +163,6 @@ StatusReport StatusReport::FromJson(const JsonObject& json) {
     if (parsed.ok()) r.last_event = std::move(*parsed);
   }
   return r;
-}
-
-std::string HumanDuration(double seconds) {
-  const int64_t s = seconds > 0 ? static_cast<int64_t>(std::llround(seconds)) : 0;
-  if (s < 60) return std::to_string(s) + " s";
-  if (s < 3600) {
-    return std::to_string(s / 60) + " min" + (s % 60 ? " " + std::to_string(s % 60) + " s" : "");
-  }
-  const int64_t minutes = (s % 3600) / 60;
-  return std::to_string(s / 3600) + " h" + (minutes ? " " + std::to_string(minutes) + " min" : "");
 }
 
 std::string FormatStatus(const StatusReport& r, double now) {

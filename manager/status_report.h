@@ -89,9 +89,6 @@ struct StatusReport {
 // `now` (Unix seconds) turns times into "in 40 s" and "12 s ago"; clock times are local.
 std::string FormatStatus(const StatusReport& report, double now);
 
-// "40 s", "2 min 5 s", "3 h 4 min" (negative durations are shown as 0 s).
-std::string HumanDuration(double seconds);
-
 // Parses the JSON text of an array of objects ("[{...},{...}]"); InvalidArgument otherwise.
 Result<std::vector<JsonObject>> ParseJsonObjectArray(std::string_view text);
 

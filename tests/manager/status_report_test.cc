@@ -108,14 +108,6 @@ TEST(StatusReport, DescribesAnEventWithoutAReasonByItsFields) {
                                              "world_size=6\n"));
 }
 
-TEST(StatusReport, FormatsDurations) {
-  EXPECT_EQ(HumanDuration(-3), "0 s");
-  EXPECT_EQ(HumanDuration(40.4), "40 s");
-  EXPECT_EQ(HumanDuration(125), "2 min 5 s");
-  EXPECT_EQ(HumanDuration(120), "2 min");
-  EXPECT_EQ(HumanDuration(3 * 3600 + 4 * 60 + 5), "3 h 4 min");
-}
-
 TEST(StatusReport, ParsesArraysOfObjects) {
   Result<std::vector<JsonObject>> empty = ParseJsonObjectArray(" [ ] ");
   ASSERT_TRUE(empty.ok());
