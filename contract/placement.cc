@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "common/duration_text.h"
 #include "common/free_port.h"
 #include "contract/variables.h"
 
@@ -114,12 +115,6 @@ Environment ProcessEnvironment() {
 bool DescribeRequested() { return IsSet(kDescribe); }
 bool ProfileRequested() { return IsSet(kProfile); }
 
-std::string FormatSeconds(double seconds) {
-  char buffer[32];
-  auto [end, ec] = std::to_chars(buffer, buffer + sizeof(buffer), seconds);
-  return ec == std::errc() ? std::string(buffer, end) : std::to_string(seconds);
-}
-
 Result<Placement> Placement::FromEnvironment() { return FromEnvironment(ProcessEnvironment()); }
 
 Result<Placement> Placement::FromEnvironment(const Environment& env) {
@@ -190,8 +185,8 @@ Environment Placement::ToEnvironment() const {
   env[kGeneration] = std::to_string(generation);
   env[kHost] = host;
   env[kThreads] = std::to_string(threads);
-  env[kTimeoutS] = FormatSeconds(timeout_s);
-  env[kHeartbeatS] = FormatSeconds(heartbeat_s);
+  env[kTimeoutS] = SecondsText(timeout_s);
+  env[kHeartbeatS] = SecondsText(heartbeat_s);
   env[kRunDir] = run_dir;
   if (!checkpoint_dir.empty()) env[kCheckpointDir] = checkpoint_dir;
   if (checkpoint_every >= 0) env[kCheckpointEvery] = std::to_string(checkpoint_every);

@@ -83,7 +83,4 @@ bool ProfileRequested();
 // The process's environment as a map.
 Environment ProcessEnvironment();
 
-// "30", "0.5": seconds as the workers parse them (the shortest text that reads back exactly).
-std::string FormatSeconds(double seconds);
-
 }  // namespace mitra::contract

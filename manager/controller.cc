@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "common/duration_text.h"
 #include "common/overloaded.h"
 #include "common/strings.h"
 #include "manager/narration.h"
@@ -14,8 +15,6 @@ namespace mitra::manager {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-
-std::string Seconds(double s) { return DurationText(s); }
 
 }  // namespace
 
@@ -344,7 +343,7 @@ void Controller::OnTimers() {
         if (gen_.ranks[i].running && !gen_.ranks[i].ready) {
           Fail(static_cast<int>(i),
                gen_.Where(static_cast<int>(i)) + " was not ready " +
-                   Seconds(options_.startup_timeout_s) + " after its launch",
+                   DurationText(options_.startup_timeout_s) + " after its launch",
                true);
           break;
         }
@@ -358,8 +357,8 @@ void Controller::OnTimers() {
       if (silent_for && now_ - r.last_heard >= *silent_for) {
         Fail(static_cast<int>(i),
              gen_.Where(static_cast<int>(i)) + " sent no heartbeat " +
-                 (r.heartbeats ? "for " + Seconds(now_ - r.last_heard)
-                               : "in the " + Seconds(now_ - r.last_heard) + " after it started") +
+                 (r.heartbeats ? "for " + DurationText(now_ - r.last_heard)
+                               : "in the " + DurationText(now_ - r.last_heard) + " after it started") +
                  " (hung, stopped, or cut off)",
              true);
         break;
@@ -369,7 +368,7 @@ void Controller::OnTimers() {
   if (deadlines_.stop && now_ >= *deadlines_.stop) {
     deadlines_.stop.reset();
     const std::string why = "the workers did not stop within " +
-                            Seconds(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
+                            DurationText(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
     if (ending_ == Ending::kStop) {
       Tell(TimeoutFact{TimeoutFact::Kind::kStop, why});
       if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
@@ -387,7 +386,7 @@ void Controller::OnTimers() {
     }
     if (!running.empty()) {
       const std::string why = "rank(s) " + Join(running, ", ") + " still running " +
-                              Seconds(options_.finish_timeout_s) +
+                              DurationText(options_.finish_timeout_s) +
                               " after other ranks exited normally";
       Tell(TimeoutFact{TimeoutFact::Kind::kFinish, why});
       final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};

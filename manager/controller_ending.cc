@@ -6,15 +6,10 @@
 
 #include <algorithm>
 
+#include "common/duration_text.h"
 #include "manager/controller.h"
 
 namespace mitra::manager {
-namespace {
-
-std::string Seconds(double s) { return DurationText(s); }
-
-}  // namespace
-
 void Controller::BeginMorph(const std::string& why) {
   if (training_done_) {
     // The job has trained its last step; the ranks only finish their own work.
@@ -101,7 +96,7 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
       std::string why = what;
       if (options_.max_restarts > 0) {
         why += " (" + std::to_string(failures) + " failures within " +
-               Seconds(options_.restart_window_s) + ", more than --max-restarts " +
+               DurationText(options_.restart_window_s) + ", more than --max-restarts " +
                std::to_string(options_.max_restarts) +
                "; fix the cause and run mitra run again: it continues from the newest "
                "checkpoint)";

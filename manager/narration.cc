@@ -5,7 +5,7 @@
 #include "common/overloaded.h"
 #include "common/strings.h"
 #include "manager/progress.h"
-#include "mitra/contract/placement.h"
+#include "common/duration_text.h"
 
 namespace mitra::manager {
 namespace {
@@ -99,10 +99,6 @@ Narration Failure(const FailureFact& f) {
 }
 
 }  // namespace
-
-std::string DurationText(double seconds) {
-  return contract::FormatSeconds(std::round(seconds * 10) / 10) + " s";
-}
 
 Narration Narrate(const Fact& fact) {
   return std::visit(

@@ -164,7 +164,4 @@ struct Narration {
 
 Narration Narrate(const Fact& fact);
 
-// "3.1 s": a duration as the terminal shows it (seconds, one decimal).
-std::string DurationText(double seconds);
-
 }  // namespace mitra::manager

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/duration_text.h"
 #include "common/json.h"
 #include "common/strings.h"
 #include "checkpoint/store.h"
@@ -92,7 +93,7 @@ void PrintPlan(RunContext& c, const MachineList& machines, const GridPlan& plan,
   out << "mitra: machines: " << Join(names, ", ") << "\n";
   out << "mitra: program has " << Plural(description.segments, "segment");
   if (description.tokens_per_sample > 0) {
-    out << ", " << FormatSeconds(description.tokens_per_sample) << " tokens per sample";
+    out << ", " << SecondsText(description.tokens_per_sample) << " tokens per sample";
   }
   out << "\n";
   out << "mitra: shape " << Plural(plan.stages, "stage") << " x "
@@ -245,8 +246,7 @@ Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
   Result<planner::Profile> profile = ProfileProgram(*c.transports, machines, job, *c.clock);
   if (!profile.ok()) return profile.status();
   if (Status s = c.fs->WriteFileAtomically(file, profile->ToJson()); !s.ok()) return s;
-  *c.out << "mitra: profiled in " << FormatSeconds(std::round((c.clock->MonotonicSeconds() - start) * 10) / 10)
-         << " s" << std::endl;
+  *c.out << "mitra: profiled in " << DurationText(c.clock->MonotonicSeconds() - start) << std::endl;
   return std::shared_ptr<const planner::Profile>(
       std::make_shared<planner::Profile>(std::move(profile).value()));
 }

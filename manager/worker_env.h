@@ -18,7 +18,6 @@ using planner::GridPlan;
 using planner::RankPlacement;
 
 using contract::Environment;
-using contract::FormatSeconds;
 
 // What is the same for every rank of one launch.
 struct LaunchSettings {

@@ -126,11 +126,5 @@ TEST(ProfileRequest, RoundTripsAndIsRefusedWhenIncomplete) {
                        "MITRA_PROFILE_MICRO_BATCHES='1,x'"));
 }
 
-TEST(FormatSeconds, WritesTheShortestTextThatReadsBack) {
-  EXPECT_EQ(FormatSeconds(30), "30");
-  EXPECT_EQ(FormatSeconds(0.5), "0.5");
-  EXPECT_EQ(FormatSeconds(0.1), "0.1");
-}
-
 }  // namespace
 }  // namespace mitra::contract
