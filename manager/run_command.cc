@@ -120,7 +120,7 @@ Result<std::optional<checkpoint::Found>> FindResumePoint(RunContext& c, const st
                                                         const RunOptions& options,
                                                         std::vector<std::string>* reported) {
   std::vector<std::string>& skipped = *reported;
-  Result<checkpoint::Found> found = checkpoint::FindNewestValid(dir, &skipped);
+  Result<checkpoint::Found> found = checkpoint::FindNewestValid(*c.fs, dir, &skipped);
   for (const std::string& why : skipped) *c.err << "mitra run: " << why << "\n";
   if (!found.ok()) return std::optional<checkpoint::Found>();
   if (Status s = CheckCheckpointMatches(description, found->manifest, found->path); !s.ok()) {
@@ -356,7 +356,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
     return BadInput(c, s.message());
   }
   // The last check, because it creates the directory: every input is known good by now.
-  if (Status s = checkpoint::CheckWritable(checkpoint_dir); !s.ok()) {
+  if (Status s = checkpoint::CheckWritable(*c.fs, checkpoint_dir); !s.ok()) {
     return BadInput(c, s.message());
   }
 
