@@ -126,7 +126,10 @@ void RunLoop::Launch(const LaunchAction& launch) {
   settings.generation = generation;
   settings.resume_step = 0;
   std::vector<std::string> skipped;
-  Result<checkpoint::Found> found = options_.find_checkpoint(settings.checkpoint_dir, &skipped);
+  Result<checkpoint::Found> found =
+      options_.find_checkpoint
+          ? options_.find_checkpoint(settings.checkpoint_dir, &skipped)
+          : checkpoint::FindNewestValid(*fs_, settings.checkpoint_dir, &skipped);
   for (const std::string& why : skipped) {
     if (reported_.insert(why).second) *err_ << "mitra: " << why << "\n";  // once is enough
   }

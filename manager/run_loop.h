@@ -62,12 +62,11 @@ struct RunLoopOptions {
   std::function<void(std::function<void()> check)> run_health_check;
   // A free TCP port on a loopback address, for a local rank 0's rendezvous.
   std::function<Result<int>(const std::string& address)> pick_port = PickFreeTcpPort;
-  // The newest checkpoint in a directory that verifies (checkpoint/store.h).
+  // The newest checkpoint in a directory that verifies. Empty: checkpoint::FindNewestValid
+  // through the loop's FileSystem.
   std::function<Result<checkpoint::Found>(const std::string& dir,
                                           std::vector<std::string>* skipped)>
-      find_checkpoint = [](const std::string& dir, std::vector<std::string>* skipped) {
-        return checkpoint::FindNewestValid(dir, skipped);
-      };
+      find_checkpoint;
 };
 
 // Not thread-safe except Status(), which the control socket's thread may call.
