@@ -17,6 +17,9 @@ namespace {
 
 // The loop wakes at least this often, so that state.json and the status stay fresh.
 constexpr double kMaxWaitS = 0.25;
+// The status is rebuilt at most this often: a rebuild walks every machine, and a generation's
+// start or end brings one event per rank (ready, stopped, exit) at once.
+constexpr double kStatusIntervalS = 0.1;
 // Rendezvous ports on machines where the manager cannot ask the kernel for a free one.
 constexpr int kRemoteRendezvousBasePort = 29500;
 
@@ -84,16 +87,23 @@ int RunLoop::Run(const MachineList& machines, const std::vector<std::string>& un
 }
 
 void RunLoop::Handle(const ControllerInput& input) {
+  // A heartbeat or the passing of time that the controller takes no action on changes nothing
+  // the status shows but its times. They are most of the events (one heartbeat per rank per
+  // second).
+  const RankReport* report = std::get_if<RankReport>(&input);
+  bool changed = !std::holds_alternative<TimerInput>(input) &&
+                 !(report != nullptr && report->kind == RankReport::Kind::kHeartbeat);
   inputs_.push_back(input);
   while (!inputs_.empty()) {
     const ControllerInput next = std::move(inputs_.front());
     inputs_.pop_front();
     for (const ControllerAction& action : controller_.Handle(next, clock_->MonotonicSeconds())) {
       Execute(action);
+      changed = true;
     }
   }
   WriteState(false);
-  PublishStatus();
+  PublishStatus(changed);
 }
 
 void RunLoop::Execute(const ControllerAction& action) {
@@ -493,48 +503,58 @@ void RunLoop::WriteState(bool force) {
   Warn(journal_->WriteState(state));
 }
 
-void RunLoop::PublishStatus() {
-  JsonObject status;
-  status.SetString("state", final_state_.empty() ? PhaseName(controller_.phase()) : final_state_)
-      .SetString("reason", controller_.reason());
-  if (controller_.phase() != Phase::kWaiting) {  // waiting: no shape runs
-    status.SetInt("generation", RunGeneration(std::max<int64_t>(0, controller_.generation())))
-        .SetInt("stages", controller_.plan().stages)
-        .SetInt("replicas", controller_.plan().replicas);
+void RunLoop::PublishStatus(bool changed) {
+  const double now = clock_->MonotonicSeconds();
+  const double elapsed_s = RoundedSeconds(now - start_s_);
+  const double updated_at = clock_->WallSeconds();
+  status_stale_ = status_stale_ || changed;
+  if (!status_stale_ || (now - status_built_s_ < kStatusIntervalS && !controller_.finished())) {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    status_.elapsed_s = elapsed_s;
+    status_.updated_at = updated_at;
+    return;
   }
-  status
-      .SetInt("step", controller_.last_step())
-      .SetInt("max_steps", max_steps_)
-      .SetNumber("elapsed_s", RoundedSeconds(clock_->MonotonicSeconds() - start_s_))
-      .SetNumber("updated_at", clock_->WallSeconds());
+  status_stale_ = false;
+  status_built_s_ = now;
+  StatusReport status;
+  status.state = final_state_.empty() ? PhaseName(controller_.phase()) : final_state_;
+  status.reason = controller_.reason();
+  if (controller_.phase() != Phase::kWaiting) {  // waiting: no shape runs
+    status.generation = RunGeneration(std::max<int64_t>(0, controller_.generation()));
+    status.stages = controller_.plan().stages;
+    status.replicas = controller_.plan().replicas;
+  }
+  status.step = controller_.last_step();
+  status.max_steps = max_steps_;
+  status.elapsed_s = elapsed_s;
+  status.updated_at = updated_at;
   if (stats_.last()) {
-    status.SetNumber("loss", stats_.last()->loss)
-        .SetNumber("samples_per_s", stats_.last()->samples_per_s);
-    if (stats_.last()->tokens_per_s > 0) {
-      status.SetNumber("tokens_per_s", stats_.last()->tokens_per_s);
-    }
+    status.loss = stats_.last()->loss;
+    status.samples_per_s = stats_.last()->samples_per_s;
+    if (stats_.last()->tokens_per_s > 0) status.tokens_per_s = stats_.last()->tokens_per_s;
   }
   const double wall_offset = clock_->WallSeconds() - clock_->MonotonicSeconds();
-  std::vector<std::string> machines;
   for (const MachineView& view : controller_.Machines()) {
-    JsonObject m;
-    m.SetString("address", view.machine.Address())
-        .SetInt("slots", view.machine.slots)
-        .SetString("state", view.state)
-        .SetInt("used_slots", view.used_slots);
-    if (view.state == "failed") m.SetNumber("until", view.retry_at + wall_offset);
-    if (!view.reason.empty()) m.SetString("reason", view.reason);
-    machines.push_back(m.ToJson());
+    MachineStatus& m = status.machines.emplace_back();
+    m.address = view.machine.Address();
+    m.slots = view.machine.slots;
+    m.state = view.state;
+    m.used_slots = view.used_slots;
+    if (view.state == "failed") m.until = view.retry_at + wall_offset;
+    m.reason = view.reason;
   }
-  status.Set("machines", JsonValue::Raw("[" + Join(machines, ",") + "]"));
-  if (last_event_.size() > 0) status.Set("last_event", JsonValue::Raw(last_event_.ToJson()));
+  if (last_event_.size() > 0) status.last_event = last_event_;
   std::lock_guard<std::mutex> lock(status_mu_);
   status_ = std::move(status);
 }
 
 JsonObject RunLoop::Status() const {
-  std::lock_guard<std::mutex> lock(status_mu_);
-  return status_;
+  StatusReport status;
+  {
+    std::lock_guard<std::mutex> lock(status_mu_);
+    status = status_;
+  }
+  return status.ToJson();
 }
 
 void RunLoop::Warn(const mitra::Status& status) {

@@ -34,6 +34,7 @@
 #include "manager/progress.h"
 #include "manager/run_dir.h"
 #include "manager/run_journal.h"
+#include "manager/status_report.h"
 #include "manager/transports.h"
 #include "manager/worker_env.h"
 
@@ -83,7 +84,9 @@ class RunLoop {
   // `unreachable`: addresses of `machines` that failed their check at start.
   int Run(const MachineList& machines, const std::vector<std::string>& unreachable = {});
 
-  // The status `mitra status` shows (docs/mitra-run.md), as of the last event handled.
+  // The status `mitra status` shows (docs/mitra-run.md), as of the last event handled (what
+  // changed in the last 0.25 s may be missing but its times): the StatusReport's JSON, built on
+  // the caller's thread.
   JsonObject Status() const;
 
  private:
@@ -108,7 +111,10 @@ class RunLoop {
   void StartHealthCheck(const Machine& machine);
   Result<int> RendezvousPort(const Machine& machine, int64_t generation);
   void WriteState(bool force);
-  void PublishStatus();
+  // Brings the status up to date after an event; `changed`: more than its times changed. A
+  // rebuild walks every machine, so it happens at most every 0.1 s, and the loop's wake-ups
+  // (every 0.25 s at least) publish what waited; otherwise only the times are updated.
+  void PublishStatus(bool changed);
   void Warn(const mitra::Status& status);
   int64_t RunGeneration(int64_t generation) const { return options_.first_generation + generation; }
 
@@ -145,7 +151,9 @@ class RunLoop {
   std::vector<Check> checks_;
 
   mutable std::mutex status_mu_;
-  JsonObject status_;  // guarded by status_mu_
+  StatusReport status_;  // guarded by status_mu_
+  bool status_stale_ = false;     // something changed since status_ was built
+  double status_built_s_ = -1e18;
 };
 
 }  // namespace mitra::manager
