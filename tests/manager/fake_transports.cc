@@ -220,6 +220,7 @@ void FakeTransports::OnStart(Host& host, int index) {
   if (static_cast<int>(host.processes.size()) <= index) host.processes.resize(index + 1);
   host.processes[index] = &p;
   processes_.push_back(std::move(process));
+  if (!script_.keep_environments) host.runner.processes[index].spec.environment.clear();
   After(script_.ready_after_s, [this, &p] { Ready(p); });
 }
 

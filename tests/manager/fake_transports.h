@@ -42,6 +42,9 @@ struct FakeWorkerScript {
   double step_s = 1;           // one training step
   double check_s = 0.1;        // how long a health check takes
   int rendezvous_port = 29400;  // what the loop's port picker answers
+  // Whether each started process keeps its environment for Environments(). At thousands of
+  // ranks they outweigh the manager (MITRA_STAGE_TO_RANK_MAP names every rank).
+  bool keep_environments = true;
 };
 
 class FakeTransports : public manager::Transports {
