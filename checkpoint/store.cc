@@ -1,6 +1,10 @@
 #include "checkpoint/store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 
 #include "checkpoint/crc32c.h"
 #include "checkpoint/torch_zip.h"
@@ -43,7 +47,14 @@ Status CheckWritable(FileSystem& fs, const std::string& dir) {
     return Status::InvalidArgument("checkpoint directory " + dir + " cannot be created (" +
                                    s.message() + "): choose another --checkpoint-dir");
   }
-  const std::string probe = JoinPath(dir, ".mitra-write-probe");
+  // Every rank probes the same directory at once, perhaps from several machines: a name of its
+  // own (host, pid, call) keeps one rank's rename from taking another's file.
+  static std::atomic<uint64_t> calls{0};
+  char host[256] = "";
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string probe = JoinPath(dir, ".mitra-write-probe-" + std::string(host) + "-" +
+                                              std::to_string(::getpid()) + "-" +
+                                              std::to_string(calls.fetch_add(1)));
   Status s = fs.WriteFileAtomically(probe, "probe");
   fs.RemoveAll(probe);
   if (!s.ok()) {

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "checkpoint/crc32c.h"
 #include "checkpoint/manifest.h"
@@ -255,6 +257,24 @@ TEST_F(CheckpointStore, ASaveCutShortAtAnyStepLeavesTheOldOrTheNewCheckpointComp
       EXPECT_EQ(ListSteps(disk_, dir_), std::vector<int64_t>{next});
     }
   }
+}
+
+// Every rank of a job checks the directory at the same moment.
+TEST(CheckWritable, ManyRanksCheckTheSameDirectoryAtOnce) {
+  testing::TempDir tmp;
+  const std::string dir = tmp.Path("checkpoints");
+  std::vector<std::thread> ranks;
+  std::atomic<int> failed{0};
+  for (int r = 0; r < 8; ++r) {
+    ranks.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        if (!CheckWritable(dir).ok()) ++failed;
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_TRUE(ListSteps(dir).empty());
 }
 
 TEST(CheckpointFiles, UnwritableDirectoryIsRejectedWithTheFix) {
