@@ -17,8 +17,8 @@ namespace {
 
 // The loop wakes at least this often, so that state.json and the status stay fresh.
 constexpr double kMaxWaitS = 0.25;
-// The status is rebuilt at most this often: a rebuild walks every machine, and a generation's
-// start or end brings one event per rank (ready, stopped, exit) at once.
+// The status's machines are listed again at most this often: listing them walks every machine,
+// and a generation's start or end brings one event per rank (ready, stopped, exit) at once.
 constexpr double kStatusIntervalS = 0.1;
 // Rendezvous ports on machines where the manager cannot ask the kernel for a free one.
 constexpr int kRemoteRendezvousBasePort = 29500;
@@ -507,45 +507,51 @@ void RunLoop::PublishStatus(bool changed) {
   const double now = clock_->MonotonicSeconds();
   const double elapsed_s = RoundedSeconds(now - start_s_);
   const double updated_at = clock_->WallSeconds();
-  status_stale_ = status_stale_ || changed;
-  if (!status_stale_ || (now - status_built_s_ < kStatusIntervalS && !controller_.finished())) {
-    std::lock_guard<std::mutex> lock(status_mu_);
-    status_.elapsed_s = elapsed_s;
-    status_.updated_at = updated_at;
-    return;
+  machines_stale_ = machines_stale_ || changed;
+  std::optional<std::vector<MachineStatus>> machines;
+  if (machines_stale_ &&
+      (now - machines_built_s_ >= kStatusIntervalS || controller_.finished())) {
+    machines_stale_ = false;
+    machines_built_s_ = now;
+    machines.emplace();
+    const double wall_offset = clock_->WallSeconds() - clock_->MonotonicSeconds();
+    for (const MachineView& view : controller_.Machines()) {
+      MachineStatus& m = machines->emplace_back();
+      m.address = view.machine.Address();
+      m.slots = view.machine.slots;
+      m.state = view.state;
+      m.used_slots = view.used_slots;
+      if (view.state == "failed") m.until = view.retry_at + wall_offset;
+      m.reason = view.reason;
+    }
   }
-  status_stale_ = false;
-  status_built_s_ = now;
-  StatusReport status;
-  status.state = final_state_.empty() ? PhaseName(controller_.phase()) : final_state_;
-  status.reason = controller_.reason();
-  if (controller_.phase() != Phase::kWaiting) {  // waiting: no shape runs
-    status.generation = RunGeneration(std::max<int64_t>(0, controller_.generation()));
-    status.stages = controller_.plan().stages;
-    status.replicas = controller_.plan().replicas;
+  std::optional<StatusReport> fresh;
+  if (changed) {
+    StatusReport& status = fresh.emplace();
+    status.state = final_state_.empty() ? PhaseName(controller_.phase()) : final_state_;
+    status.reason = controller_.reason();
+    if (controller_.phase() != Phase::kWaiting) {  // waiting: no shape runs
+      status.generation = RunGeneration(std::max<int64_t>(0, controller_.generation()));
+      status.stages = controller_.plan().stages;
+      status.replicas = controller_.plan().replicas;
+    }
+    status.step = controller_.last_step();
+    status.max_steps = max_steps_;
+    if (stats_.last()) {
+      status.loss = stats_.last()->loss;
+      status.samples_per_s = stats_.last()->samples_per_s;
+      if (stats_.last()->tokens_per_s > 0) status.tokens_per_s = stats_.last()->tokens_per_s;
+    }
+    if (last_event_.size() > 0) status.last_event = last_event_;
   }
-  status.step = controller_.last_step();
-  status.max_steps = max_steps_;
-  status.elapsed_s = elapsed_s;
-  status.updated_at = updated_at;
-  if (stats_.last()) {
-    status.loss = stats_.last()->loss;
-    status.samples_per_s = stats_.last()->samples_per_s;
-    if (stats_.last()->tokens_per_s > 0) status.tokens_per_s = stats_.last()->tokens_per_s;
-  }
-  const double wall_offset = clock_->WallSeconds() - clock_->MonotonicSeconds();
-  for (const MachineView& view : controller_.Machines()) {
-    MachineStatus& m = status.machines.emplace_back();
-    m.address = view.machine.Address();
-    m.slots = view.machine.slots;
-    m.state = view.state;
-    m.used_slots = view.used_slots;
-    if (view.state == "failed") m.until = view.retry_at + wall_offset;
-    m.reason = view.reason;
-  }
-  if (last_event_.size() > 0) status.last_event = last_event_;
   std::lock_guard<std::mutex> lock(status_mu_);
-  status_ = std::move(status);
+  if (fresh) {
+    fresh->machines = std::move(status_.machines);
+    status_ = std::move(*fresh);
+  }
+  if (machines) status_.machines = std::move(*machines);
+  status_.elapsed_s = elapsed_s;
+  status_.updated_at = updated_at;
 }
 
 JsonObject RunLoop::Status() const {

@@ -84,9 +84,9 @@ class RunLoop {
   // `unreachable`: addresses of `machines` that failed their check at start.
   int Run(const MachineList& machines, const std::vector<std::string>& unreachable = {});
 
-  // The status `mitra status` shows (docs/mitra-run.md), as of the last event handled (what
-  // changed in the last 0.25 s may be missing but its times): the StatusReport's JSON, built on
-  // the caller's thread.
+  // The status `mitra status` shows (docs/mitra-run.md), as of the last event handled (the
+  // machines' states may lag by up to 0.25 s): the StatusReport's JSON, built on the caller's
+  // thread.
   JsonObject Status() const;
 
  private:
@@ -111,9 +111,9 @@ class RunLoop {
   void StartHealthCheck(const Machine& machine);
   Result<int> RendezvousPort(const Machine& machine, int64_t generation);
   void WriteState(bool force);
-  // Brings the status up to date after an event; `changed`: more than its times changed. A
-  // rebuild walks every machine, so it happens at most every 0.1 s, and the loop's wake-ups
-  // (every 0.25 s at least) publish what waited; otherwise only the times are updated.
+  // Brings the status up to date after an event; `changed`: more than its times changed. The
+  // machines' list walks every machine, so it is rebuilt at most every 0.1 s, and the loop's
+  // wake-ups (every 0.25 s at least) publish a change that waited.
   void PublishStatus(bool changed);
   void Warn(const mitra::Status& status);
   int64_t RunGeneration(int64_t generation) const { return options_.first_generation + generation; }
@@ -152,8 +152,8 @@ class RunLoop {
 
   mutable std::mutex status_mu_;
   StatusReport status_;  // guarded by status_mu_
-  bool status_stale_ = false;     // something changed since status_ was built
-  double status_built_s_ = -1e18;
+  bool machines_stale_ = false;  // something changed since status_.machines was built
+  double machines_built_s_ = -1e18;
 };
 
 }  // namespace mitra::manager
