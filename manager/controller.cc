@@ -71,12 +71,8 @@ double Controller::NextDeadline() const {
     if (!gen_.AllReady() && ending_ == Ending::kNone) {
       next = std::min(next, launch_time_ + options_.startup_timeout_s);
     }
-    for (const RankState& r : gen_.ranks) {
-      if (const std::optional<double> silent_for = SilenceBound(r)) {
-        next = std::min(next, r.last_heard + *silent_for);
-      }
-    }
   }
+  if (SilenceWatched()) next = std::min(next, silence_due_);
   next = std::min(next, pool_.NextCheckDue());
   return next;
 }
@@ -163,6 +159,7 @@ void Controller::OnRankStarted(const RankStarted& in) {
   r.pid = in.pid;
   r.started = true;
   r.last_heard = now_;
+  WatchSilence(r);
 }
 
 void Controller::OnRankStartFailed(const RankStartFailed& in) {
@@ -187,12 +184,14 @@ void Controller::OnReport(const RankReport& in) {
   r.last_heard = now_;
   switch (in.kind) {
     case RankReport::Kind::kReady:
-      if (r.ready) return;
-      r.ready = true;
+      if (!gen_.MarkReady(in.rank)) return;
       if (gen_.AllReady()) Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - launch_time_});
       return;
     case RankReport::Kind::kHeartbeat:
-      r.heartbeats = true;
+      if (!r.heartbeats) {
+        r.heartbeats = true;
+        WatchSilence(r);  // its bound just shrank to the heartbeat timeout
+      }
       return;
     case RankReport::Kind::kCheckpoint:
       return;
@@ -331,6 +330,16 @@ void Controller::OnStop(const StopInput& in) {
   }
 }
 
+bool Controller::SilenceWatched() const {
+  return generation_live_ && ending_ != Ending::kRecover && ending_ != Ending::kFinish;
+}
+
+void Controller::WatchSilence(const RankState& r) {
+  if (const std::optional<double> silent_for = SilenceBound(r)) {
+    silence_due_ = std::min(silence_due_, r.last_heard + *silent_for);
+  }
+}
+
 std::optional<double> Controller::SilenceBound(const RankState& r) const {
   if (!r.running || !r.started || r.stopped) return std::nullopt;
   return r.heartbeats ? options_.heartbeat_timeout_s : options_.first_heartbeat_timeout_s;
@@ -350,19 +359,25 @@ void Controller::OnTimers() {
       }
     }
   }
-  if (generation_live_ && ending_ != Ending::kRecover && ending_ != Ending::kFinish) {
+  if (SilenceWatched() && now_ >= silence_due_) {
+    // Some rank may be silent: look at all of them, and note when the next one may be.
+    silence_due_ = kInfinity;
+    std::optional<int> silent;
     for (size_t i = 0; i < gen_.ranks.size(); ++i) {
       const RankState& r = gen_.ranks[i];
-      const std::optional<double> silent_for = SilenceBound(r);
-      if (silent_for && now_ - r.last_heard >= *silent_for) {
-        Fail(static_cast<int>(i),
-             gen_.Where(static_cast<int>(i)) + " sent no heartbeat " +
-                 (r.heartbeats ? "for " + DurationText(now_ - r.last_heard)
-                               : "in the " + DurationText(now_ - r.last_heard) + " after it started") +
-                 " (hung, stopped, or cut off)",
-             true);
-        break;
-      }
+      const std::optional<double> bound = SilenceBound(r);
+      if (!bound) continue;
+      silence_due_ = std::min(silence_due_, r.last_heard + *bound);
+      if (!silent && now_ - r.last_heard >= *bound) silent = static_cast<int>(i);
+    }
+    if (silent) {
+      const RankState& r = gen_.ranks[*silent];
+      Fail(*silent,
+           gen_.Where(*silent) + " sent no heartbeat " +
+               (r.heartbeats ? "for " + DurationText(now_ - r.last_heard)
+                             : "in the " + DurationText(now_ - r.last_heard) + " after it started") +
+               " (hung, stopped, or cut off)",
+           true);
     }
   }
   if (deadlines_.stop && now_ >= *deadlines_.stop) {
@@ -469,6 +484,7 @@ void Controller::TryLaunch() {
   }
   ++generation_;
   gen_ = Generation::Launched(std::move(desired->first), std::move(desired->second), now_);
+  silence_due_ = kInfinity;  // nothing is expected of a rank before it starts
   generation_live_ = true;
   exit_noted_ = false;
   phase_ = Phase::kRunning;
@@ -527,7 +543,7 @@ std::vector<bool> Controller::RunningRanksMask() const {
   return mask;
 }
 
-int Controller::ReadyRanks() const { return gen_.Ready(); }
+int Controller::ReadyRanks() const { return gen_.ready; }
 
 std::vector<std::string> Controller::RankAddresses() const {
   std::vector<std::string> addresses;

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -227,6 +228,10 @@ class Controller {
 
   // How long `r` may stay silent before it is hung; none while it is not expected to speak.
   std::optional<double> SilenceBound(const RankState& r) const;
+  // Whether silent ranks are looked for now (not while the generation is torn down anyway).
+  bool SilenceWatched() const;
+  // Brings silence_due_ forward to `r`'s deadline: called when a rank's bound starts or shrinks.
+  void WatchSilence(const RankState& r);
   void OnStart(const StartInput& in);
   void OnMachinesChanged(const MachinesChanged& in);
   void OnRankStarted(const RankStarted& in);
@@ -287,6 +292,10 @@ class Controller {
   int64_t generation_ = -1;
   bool generation_live_ = false;  // launched, and not every rank has exited yet
   Generation gen_;  // the current (or last) generation
+  // No rank can be silent past its bound before this time: a lower bound on the earliest
+  // silence deadline, so an input costs O(1) until then, not a look at every rank (a heartbeat
+  // only moves its rank's deadline later). OnTimers looks at all ranks once it is reached.
+  double silence_due_ = std::numeric_limits<double>::infinity();
   int64_t last_step_ = 0;
   bool training_done_ = false;  // every rank reported `stopped` at the last step
   int64_t stopped_step_ = -1;  // the step every rank reported in `stopped`, if they agree

@@ -22,13 +22,11 @@ int Generation::Running() const {
       std::count_if(ranks.begin(), ranks.end(), [](const RankState& r) { return r.running; }));
 }
 
-int Generation::Ready() const {
-  return static_cast<int>(
-      std::count_if(ranks.begin(), ranks.end(), [](const RankState& r) { return r.ready; }));
-}
-
-bool Generation::AllReady() const {
-  return std::all_of(ranks.begin(), ranks.end(), [](const RankState& r) { return r.ready; });
+bool Generation::MarkReady(int rank) {
+  if (ranks[rank].ready) return false;
+  ranks[rank].ready = true;
+  ++ready;
+  return true;
 }
 
 bool Generation::AllFinished() const {

@@ -29,15 +29,17 @@ struct Generation {
   planner::GridPlan plan;
   std::vector<Machine> machines;  // indexed by plan.ranks[r].machine
   std::vector<RankState> ranks;   // indexed by rank
+  int ready = 0;                  // ranks that reported ready (MarkReady)
 
   // Every rank of `plan` running (until a start failure or an exit says otherwise), heard from
   // at `now`.
   static Generation Launched(planner::GridPlan plan, std::vector<Machine> machines, double now);
 
   bool Has(int rank) const { return rank >= 0 && rank < static_cast<int>(ranks.size()); }
+  // Marks `rank` ready; false when it was already. Kept as a count: asked on every input.
+  bool MarkReady(int rank);
   int Running() const;
-  int Ready() const;
-  bool AllReady() const;
+  bool AllReady() const { return ready == static_cast<int>(ranks.size()); }
   bool AllFinished() const;
   std::vector<int64_t> RunningPids() const;
   const Machine& MachineOf(int rank) const { return machines[ranks[rank].machine]; }

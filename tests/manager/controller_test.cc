@@ -353,6 +353,8 @@ TEST_F(ControllerTest, AHungRankIsFoundByItsMissingHeartbeats) {
   EXPECT_EQ(controller_->phase(), Phase::kRecovering);
   EXPECT_NE(controller_->reason().find("rank 1"), std::string::npos) << controller_->reason();
   EXPECT_NE(controller_->reason().find("no heartbeat"), std::string::npos);
+  // The silent rank is being killed: no deadline in the past keeps the loop spinning meanwhile.
+  EXPECT_GT(controller_->NextDeadline(), now_);
 }
 
 TEST_F(ControllerTest, ARankSilentFromItsStartIsHungAfterTheFirstHeartbeatBound) {
