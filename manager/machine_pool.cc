@@ -1,6 +1,7 @@
 #include "manager/machine_pool.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <cmath>
 #include <limits>
 
@@ -174,12 +175,14 @@ const Machine* MachinePool::Find(const std::string& address) const {
 }
 
 std::vector<MachineView> MachinePool::Views(const std::vector<std::string>& rank_addresses) const {
+  std::unordered_map<std::string, int> used;  // one pass: a job has ranks x machines to count
+  for (const std::string& address : rank_addresses) ++used[address];
   std::vector<MachineView> views;
   for (const Entry& e : entries_) {
     MachineView v;
     v.machine = e.machine;
-    v.used_slots = static_cast<int>(
-        std::count(rank_addresses.begin(), rank_addresses.end(), e.machine.Address()));
+    const auto it = used.find(e.machine.Address());
+    v.used_slots = it == used.end() ? 0 : it->second;
     if (!e.listed) {
       if (v.used_slots == 0) continue;
       v.state = "removed";
