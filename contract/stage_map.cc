@@ -67,19 +67,20 @@ Result<StageMap> StageMap::Parse(const std::string& text) {
   return StageMap(std::move(ranks));
 }
 
-std::string StageMap::ToString() const {
-  std::string out;
-  for (const auto& stage : ranks_) {
-    for (size_t d = 0; d < stage.size(); ++d) out += (d ? "," : "") + std::to_string(stage[d]);
-    out += ';';
+StageMap::StageMap(std::vector<std::vector<int>> ranks) {
+  auto data = std::make_shared<Data>();
+  for (const auto& stage : ranks) {
+    for (size_t d = 0; d < stage.size(); ++d) data->text += (d ? "," : "") + std::to_string(stage[d]);
+    data->text += ';';
   }
-  return out;
+  data->ranks = std::move(ranks);
+  data_ = std::move(data);
 }
 
 GridPosition StageMap::PositionOf(int rank) const {
   for (int s = 0; s < num_stages(); ++s) {
     for (int d = 0; d < num_replicas(); ++d) {
-      if (ranks_[s][d] == rank) return {s, d};
+      if (ranks()[s][d] == rank) return {s, d};
     }
   }
   throw std::out_of_range("rank " + std::to_string(rank) + " is not in the stage-to-rank map " +

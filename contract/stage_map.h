@@ -7,6 +7,7 @@
 // s, s+P, s+2P, ...: the ranks of one pipeline are consecutive.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,8 @@ struct GridPosition {
   int replica = 0;
 };
 
+// Immutable: copies share one map and its text (a job of 10,000 ranks hands the same map to
+// every rank's environment), so a copy and ToString() cost O(1).
 class StageMap {
  public:
   // The default layout of P stages x D replicas.
@@ -27,18 +30,24 @@ class StageMap {
   // hold the same number of ranks.
   static Result<StageMap> Parse(const std::string& text);
 
-  std::string ToString() const;
-  int num_stages() const { return static_cast<int>(ranks_.size()); }
-  int num_replicas() const { return ranks_.empty() ? 0 : static_cast<int>(ranks_[0].size()); }
+  const std::string& ToString() const { return data_->text; }
+  int num_stages() const { return static_cast<int>(ranks().size()); }
+  int num_replicas() const { return ranks().empty() ? 0 : static_cast<int>(ranks()[0].size()); }
   int world_size() const { return num_stages() * num_replicas(); }
 
-  int RankOf(int stage, int replica) const { return ranks_.at(stage).at(replica); }
+  int RankOf(int stage, int replica) const { return ranks().at(stage).at(replica); }
   GridPosition PositionOf(int rank) const;             // rank must be in the map
-  const std::vector<int>& RanksOfStage(int stage) const { return ranks_.at(stage); }
+  const std::vector<int>& RanksOfStage(int stage) const { return ranks().at(stage); }
 
  private:
-  explicit StageMap(std::vector<std::vector<int>> ranks) : ranks_(std::move(ranks)) {}
-  std::vector<std::vector<int>> ranks_;  // ranks_[stage][replica]
+  struct Data {
+    std::vector<std::vector<int>> ranks;  // ranks[stage][replica]
+    std::string text;                     // Varuna's format
+  };
+  explicit StageMap(std::vector<std::vector<int>> ranks);
+  const std::vector<std::vector<int>>& ranks() const { return data_->ranks; }
+
+  std::shared_ptr<const Data> data_;
 };
 
 }  // namespace mitra::contract
