@@ -85,13 +85,16 @@ std::string JsonValue::ToJson() const {
 }
 
 JsonObject& JsonObject::Set(std::string key, JsonValue value) {
-  for (Field& field : fields_) {
-    if (field.first == key) {
-      field.second = std::move(value);
-      return *this;
-    }
+  if (const std::optional<size_t> at = PositionOf(key)) {
+    fields_[*at].second = std::move(value);
+    return *this;
   }
   fields_.emplace_back(std::move(key), std::move(value));
+  if (!index_.empty()) {
+    index_.emplace(fields_.back().first, fields_.size() - 1);
+  } else if (fields_.size() > kIndexFrom) {
+    Reindex();
+  }
   return *this;
 }
 
@@ -99,17 +102,33 @@ bool JsonObject::Erase(std::string_view key) {
   for (auto it = fields_.begin(); it != fields_.end(); ++it) {
     if (it->first == key) {
       fields_.erase(it);
+      Reindex();
       return true;
     }
   }
   return false;
 }
 
-const JsonValue* JsonObject::Find(std::string_view key) const {
-  for (const Field& field : fields_) {
-    if (field.first == key) return &field.second;
+void JsonObject::Reindex() {
+  index_.clear();
+  if (fields_.size() <= kIndexFrom) return;
+  for (size_t i = 0; i < fields_.size(); ++i) index_.emplace(fields_[i].first, i);
+}
+
+std::optional<size_t> JsonObject::PositionOf(std::string_view key) const {
+  if (!index_.empty()) {
+    const auto it = index_.find(std::string(key));
+    return it == index_.end() ? std::nullopt : std::optional<size_t>(it->second);
   }
-  return nullptr;
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (fields_[i].first == key) return i;
+  }
+  return std::nullopt;
+}
+
+const JsonValue* JsonObject::Find(std::string_view key) const {
+  const std::optional<size_t> at = PositionOf(key);
+  return at ? &fields_[*at].second : nullptr;
 }
 
 std::optional<double> JsonObject::GetNumber(std::string_view key) const {

@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -90,7 +91,14 @@ class JsonObject {
   static Result<JsonObject> Parse(std::string_view text);
 
  private:
+  // Objects up to this size are searched in order; larger ones (state.json's rank -> worker
+  // table at 10,000 ranks) keep an index, so building one is not quadratic.
+  static constexpr size_t kIndexFrom = 16;
+  void Reindex();
+  std::optional<size_t> PositionOf(std::string_view key) const;
+
   std::vector<Field> fields_;
+  std::unordered_map<std::string, size_t> index_;  // key -> position; empty when small
 };
 
 // `text` as a JSON string literal, quotes included. UTF-8 passes through unchanged; bytes that

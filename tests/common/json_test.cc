@@ -80,6 +80,24 @@ TEST(Json, KeepsNestedValuesAsCompactRawText) {
   EXPECT_EQ(o->Find("b")->string_value(), R"({"c":"d","a":1})");  // keys in their order
 }
 
+TEST(Json, ALargeObjectKeepsItsOrderThroughSetsAndErases) {
+  JsonObject o;
+  for (int i = 0; i < 100; ++i) o.SetInt("k" + std::to_string(i), i);
+  o.SetInt("k50", -50);         // replaced in place
+  EXPECT_TRUE(o.Erase("k10"));  // the rest move up
+  EXPECT_FALSE(o.Erase("k10"));
+  o.SetInt("k10", 10);  // back, at the end
+  ASSERT_EQ(o.size(), 100u);
+  EXPECT_EQ(o.fields()[10].first, "k11");
+  EXPECT_EQ(o.fields()[49].first, "k50");
+  EXPECT_EQ(o.GetNumber("k50"), -50);
+  EXPECT_EQ(o.fields().back().first, "k10");
+  EXPECT_EQ(o.GetNumber("k99"), 99);
+  EXPECT_EQ(o.Find("k100"), nullptr);
+  while (o.size() > 3) o.Erase(o.fields().front().first);  // small again: searched in order
+  EXPECT_EQ(o.ToJson(), R"({"k98":98,"k99":99,"k10":10})");
+}
+
 TEST(Json, ARepeatedKeyKeepsItsLastValueInItsFirstPlace) {
   Result<JsonObject> o = JsonObject::Parse(R"({"a":1,"b":2,"a":3})");
   ASSERT_TRUE(o.ok()) << o.status().ToString();
