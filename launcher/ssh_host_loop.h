@@ -15,7 +15,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
+
+#include <pthread.h>
 
 #include "mitra/common/status.h"
 #include "launcher/process_runner.h"
@@ -88,6 +89,7 @@ class SshHostLoop {
 
  private:
   void Run();
+  static void* RunThread(void* loop);  // pthread entry: Run()
   void RunTasks();
   void Poll();
   void SendKeepalive();
@@ -111,7 +113,7 @@ class SshHostLoop {
   SteadyTime next_keepalive_{};
   bool stopping_ = false;
 
-  std::thread thread_;  // last: started when everything above exists
+  pthread_t thread_{};  // last: started when everything above exists
 };
 
 }  // namespace mitra::launcher::detail

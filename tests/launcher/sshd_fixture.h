@@ -57,7 +57,9 @@ class SshdFixture {
   static std::string PartitionUnavailableReason();
   // Cuts the host off the network: an nftables rule drops every packet from or to its address,
   // so its processes run on but nothing reaches them or comes back, as in a network partition.
-  // Reconnect (or the fixture's end) removes the rule.
+  // Reconnect (or the fixture's end) removes the rule. The rule is the address's, not this
+  // fixture's: another test using the address at the same time is cut off too (scripts/test
+  // runs the tests one at a time).
   Status CutOff(const std::string& address);
   Status Reconnect(const std::string& address);
 
