@@ -1,6 +1,7 @@
 // mitra: the manager's command-line entry point. Builds the real seams and hands over to
 // RunCommand; everything that decides lives in the mitra_manager library.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <iostream>
@@ -12,6 +13,7 @@
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "common/signal_watcher.h"
+#include "contract/placement.h"
 #include "launcher/local_process_runner.h"
 #include "manager/checkpoint_command.h"
 #include "manager/control_command.h"
@@ -25,24 +27,25 @@
 #include "manager/run_command.h"
 #include "manager/run_options.h"
 
-extern char** environ;
-
 namespace {
 
-mitra::manager::Environment ProcessEnvironment() {
-  mitra::manager::Environment env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    const std::string text(*entry);
-    const size_t eq = text.find('=');
-    if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
+using mitra::contract::ProcessEnvironment;
+
+// A manager keeps a descriptor per worker (its log file, and its pipes or its host's SSH
+// socket): 10,000 ranks pass the usual soft limit of 1,024. Raise it to the hard limit.
+void RaiseOpenFileLimit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
   }
-  return env;
 }
 
 int Run(const mitra::manager::RunOptions& options) {
   using namespace mitra;
   // A closed terminal or pipe must not kill the manager before it has stopped its workers.
   ::signal(SIGPIPE, SIG_IGN);
+  RaiseOpenFileLimit();
 
   PosixFileSystem fs;
   SystemClock clock;
