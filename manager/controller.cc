@@ -42,6 +42,7 @@ Controller::Controller(ControllerOptions options)
                               : std::make_shared<FixedStagesPolicy>(options_.stages)),
       pool_(MachinePoolOptions{options_.backoff_base_s, options_.backoff_max_s,
                                options_.restart_window_s}),
+      generation_(options_.first_generation - 1),
       last_step_(options_.start_step) {}
 
 std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, double now) {

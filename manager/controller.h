@@ -65,6 +65,9 @@ struct ControllerOptions {
   int chunk_size = 0;        // 0: DefaultChunkSize for each shape
   int64_t max_steps = 0;     // for records only
   int64_t start_step = 0;    // the step the job continues from (its newest checkpoint)
+  // The number of the first generation launched: the run directory's next logs/gen-G, so that
+  // a resumed job goes on counting. Every later launch is one more.
+  int64_t first_generation = 0;
 
   double stop_timeout_s = 60;      // SIGUSR1 -> every rank exited; then the ranks are killed
   double kill_grace_s = 3;         // SIGTERM -> SIGKILL
@@ -211,6 +214,7 @@ class Controller {
 
   Phase phase() const { return phase_; }
   std::string reason() const { return reason_; }  // why waiting, morphing, recovering
+  // The current (or last) generation's number; first_generation - 1 before the first launch.
   int64_t generation() const { return generation_; }
   const GridPlan& plan() const { return gen_.plan; }
   int64_t last_step() const { return last_step_; }
@@ -289,7 +293,7 @@ class Controller {
 
   std::shared_ptr<const ShapePolicy> policy_;
   MachinePool pool_;
-  int64_t generation_ = -1;
+  int64_t generation_;  // options_.first_generation - 1 until the first launch
   bool generation_live_ = false;  // launched, and not every rank has exited yet
   Generation gen_;  // the current (or last) generation
   // No rank can be silent past its bound before this time: a lower bound on the earliest

@@ -470,6 +470,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   controller_options.first_heartbeat_timeout_s = std::max(10.0, 2 * options.heartbeat_timeout_s);
   controller_options.max_restarts = options.max_restarts;
   controller_options.start_step = resume_step;
+  controller_options.first_generation = settings.generation;
 
   RunLoopOptions loop_options;
   loop_options.worker = WorkerProgram::Make(*program, options.program_args, c.environment,
@@ -477,7 +478,6 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   loop_options.machines_path = options.machines_path;
   loop_options.gpus_per_node = options.gpus_per_node;
   loop_options.settings = settings;
-  loop_options.first_generation = settings.generation;
   loop_options.state_fields = job_fields;
   loop_options.reported = reported;
   RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,

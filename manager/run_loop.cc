@@ -49,6 +49,7 @@ RunLoop::RunLoop(RunLoopOptions options, ControllerOptions controller_options,
       queue_(queue),
       out_(out),
       err_(err),
+      first_generation_(controller_options.first_generation),
       max_steps_(controller_options.max_steps),
       reported_(options_.reported.begin(), options_.reported.end()) {}
 
@@ -127,7 +128,7 @@ void RunLoop::Execute(const ControllerAction& action) {
 
 void RunLoop::Launch(const LaunchAction& launch) {
   const double begin = clock_->MonotonicSeconds();
-  const int64_t generation = RunGeneration(launch.generation);
+  const int64_t generation = launch.generation;
   ranks_.clear();
   ranks_generation_ = launch.generation;
 
@@ -265,7 +266,7 @@ void RunLoop::OnWorkerEvent(WorkerEvent& event) {
           "worker_exit",
           WorkerExitRecord(event.rank, static_cast<int>(it->second.pid), event.event.exit,
                            it->second.stopped_record, clock_->MonotonicSeconds() - start_s_)
-              .SetInt("generation", RunGeneration(event.generation))
+              .SetInt("generation", event.generation)
               .SetString("machine", it->second.machine)
               .SetBool("lost", event.event.exit.lost)));
     }
@@ -293,7 +294,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     if (!step) return;
     if (generation == ranks_generation_) {
       Warn(journal_->RecordStep(
-          MetricsRecord(*parsed, controller_.plan(), RunGeneration(generation))));
+          MetricsRecord(*parsed, controller_.plan(), generation)));
       stats_.Add(*step, clock_->MonotonicSeconds());
       *out_ << FormatProgressLine(*step, max_steps_, stats_.EtaSeconds(max_steps_)) << std::endl;
     }
@@ -308,7 +309,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     if (generation == ranks_generation_) {
       JsonObject record = *parsed;
       record.Erase("event");
-      record.SetInt("generation", RunGeneration(generation));
+      record.SetInt("generation", generation);
       // metrics.jsonl: evaluation records carry eval_loss and eval_<metric>, never "loss".
       JsonObject metrics;
       for (const auto& [key, value] : record.fields()) {
@@ -326,7 +327,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
       settings_ = text;
       JsonObject fields = *parsed;
       fields.Erase("event");
-      fields.SetInt("generation", RunGeneration(generation));
+      fields.SetInt("generation", generation);
       Warn(journal_->RecordEvent("settings", fields));
       *out_ << "mitra: training with " << text << std::endl;
     }
@@ -334,7 +335,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
   } else if (kind == "warning") {
     Warn(journal_->RecordEvent(
         "worker_warning", JsonObject()
-                              .SetInt("generation", RunGeneration(generation))
+                              .SetInt("generation", generation)
                               .SetInt("rank", rank)
                               .SetString("message", parsed->GetString("message").value_or(""))));
     *err_ << "mitra: warning: rank " << rank << ": " << parsed->GetString("message").value_or("")
@@ -343,7 +344,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
   } else if (kind == "checkpoint_failed") {
     JsonObject fields = *parsed;
     fields.Erase("event");
-    fields.SetInt("generation", RunGeneration(generation)).SetInt("rank", rank);
+    fields.SetInt("generation", generation).SetInt("rank", rank);
     Warn(journal_->RecordEvent(kind, fields));
     *err_ << "mitra: warning: rank " << rank << " could not write its part of the checkpoint of "
           << "step " << static_cast<int64_t>(parsed->GetNumber("step").value_or(0)) << ": "
@@ -352,7 +353,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
   } else if (kind == "checkpoint" || kind == "restored") {
     JsonObject fields = *parsed;
     fields.Erase("event");
-    fields.SetInt("generation", RunGeneration(generation)).SetInt("rank", rank);
+    fields.SetInt("generation", generation).SetInt("rank", rank);
     Warn(journal_->RecordEvent(kind, fields));
     report.kind = RankReport::Kind::kCheckpoint;
     report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
@@ -415,9 +416,6 @@ void RunLoop::StartHealthCheck(const Machine& machine) {
 
 void RunLoop::OnRecord(const RecordAction& record) {
   JsonObject fields = record.fields;
-  if (const std::optional<double> g = fields.GetNumber("generation"); g && *g >= 0) {
-    fields.SetInt("generation", RunGeneration(static_cast<int64_t>(*g)));
-  }
   Warn(journal_->RecordEvent(record.event, fields));
   last_event_ = JsonObject().SetString("event", record.event);
   for (const auto& [key, value] : fields.fields()) last_event_.Set(key, value);
@@ -433,7 +431,7 @@ void RunLoop::OnRecord(const RecordAction& record) {
       }
       *err_ << FormatFailureReport(
                    record.fields.GetString("reason").value_or(""),
-                   RunDir::LogName(RunGeneration(ranks_generation_), it->first), lines)
+                   RunDir::LogName(ranks_generation_, it->first), lines)
             << std::flush;
       return;
     }
@@ -496,7 +494,7 @@ void RunLoop::WriteState(bool force) {
   snapshot.elapsed_s = now - start_s_;
   snapshot.updated_at = clock_->WallSeconds();
   JsonObject state = StateRecord(options_.state_fields, controller_.plan(),
-                                 RunGeneration(std::max<int64_t>(0, controller_.generation())),
+                                 std::max(first_generation_, controller_.generation()),
                                  snapshot);
   state.SetString("reason", controller_.reason());
   if (final_state_.empty()) state.Set("workers", JsonValue::Raw(workers.ToJson()));
@@ -531,7 +529,7 @@ void RunLoop::PublishStatus(bool changed) {
     status.state = final_state_.empty() ? PhaseName(controller_.phase()) : final_state_;
     status.reason = controller_.reason();
     if (controller_.phase() != Phase::kWaiting) {  // waiting: no shape runs
-      status.generation = RunGeneration(std::max<int64_t>(0, controller_.generation()));
+      status.generation = std::max(first_generation_, controller_.generation());
       status.stages = controller_.plan().stages;
       status.replicas = controller_.plan().replicas;
     }

@@ -45,7 +45,6 @@ struct RunLoopOptions {
   std::string machines_path;      // for messages about list edits
   int gpus_per_node = 1;
   LaunchSettings settings;        // generation, resume step and rendezvous are filled per launch
-  int64_t first_generation = 0;   // the run directory's next logs/gen-G
   double state_interval_s = 1;
   double health_check_timeout_s = 5;
   JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
@@ -116,7 +115,6 @@ class RunLoop {
   // wake-ups (every 0.25 s at least) publish a change that waited.
   void PublishStatus(bool changed);
   void Warn(const mitra::Status& status);
-  int64_t RunGeneration(int64_t generation) const { return options_.first_generation + generation; }
 
   RunLoopOptions options_;
   Controller controller_;
@@ -132,6 +130,7 @@ class RunLoop {
   std::deque<ControllerInput> inputs_;  // produced while carrying out actions
   std::map<int, LiveRank> ranks_;       // of the current generation
   int64_t ranks_generation_ = -1;
+  int64_t first_generation_ = 0;  // the controller's first; the state shows it before a launch
   StepStats stats_;
   std::string settings_;  // the last `settings` text shown
   int64_t max_steps_ = 0;
