@@ -480,6 +480,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   loop_options.settings = settings;
   loop_options.state_fields = job_fields;
   loop_options.reported = reported;
+  if (c.prepare_loop) c.prepare_loop(&loop_options);
   RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,
                &run_dir, journal->get(), c.events, c.out, c.err);
   if (c.on_loop_started) c.on_loop_started(&loop);

@@ -22,6 +22,7 @@
 namespace mitra::manager {
 
 class RunLoop;
+struct RunLoopOptions;
 
 // The outside world, as RunCommand sees it; main() builds the real one. Pointers must
 // outlive the call.
@@ -34,6 +35,9 @@ struct RunContext {
   // Called with the loop once it exists and with nullptr when it is over (the control socket
   // asks it for the status meanwhile). May be empty.
   std::function<void(RunLoop*)> on_loop_started;
+  // Adjusts the loop's options just before the loop is made: tests put its seams on a
+  // simulation here (tests/manager/fake_transports.h). May be empty.
+  std::function<void(RunLoopOptions*)> prepare_loop;
   // Makes this manager the only one on the run directory (its control socket); an error names
   // the manager already there. Called once every input is checked. May be empty.
   std::function<Status(const std::string& run_dir)> claim_run_dir;

@@ -152,6 +152,7 @@ Result<launcher::ProcessRunner*> FakeTransports::RunnerFor(const manager::Machin
 }
 
 Status FakeTransports::Check(const manager::Machine& machine, double) {
+  std::lock_guard<std::mutex> lock(check_mu_);  // mitra run checks its machines in parallel
   ++checks_;
   if (HostOf(machine.Address()).healthy) return Status::Ok();
   return Status::Unavailable("ssh to " + machine.Address() + " failed (scripted)");

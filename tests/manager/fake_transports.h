@@ -13,13 +13,15 @@
 // Time moves only when the loop waits for its next event (Attach): the clock jumps to the next
 // scripted instant, so a run of simulated minutes takes milliseconds and never sleeps.
 //
-// Not thread-safe: Attach makes the loop run health checks inline, so that everything happens
-// on the loop's thread.
+// Not thread-safe, except Check for machines the test has scripted (SetHealthy or
+// SetReachable): Attach makes the loop run health checks inline, so that everything happens on
+// the loop's thread; only `mitra run`'s first look at its machines runs in parallel.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <optional>
 #include <queue>
@@ -146,6 +148,7 @@ class FakeTransports : public manager::Transports {
   std::vector<std::unique_ptr<Process>> processes_;  // in start order
   int64_t checkpoint_step_ = 0;
   int checks_ = 0;
+  std::mutex check_mu_;
   std::vector<std::pair<int, int>> signals_;
 };
 
