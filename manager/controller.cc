@@ -42,8 +42,9 @@ Controller::Controller(ControllerOptions options)
                               : std::make_shared<FixedStagesPolicy>(options_.stages)),
       pool_(MachinePoolOptions{options_.backoff_base_s, options_.backoff_max_s,
                                options_.restart_window_s}),
-      generation_(options_.first_generation - 1),
-      last_step_(options_.start_step) {}
+      last_step_(options_.start_step) {
+  gen_.number = options_.first_generation - 1;
+}
 
 std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, double now) {
   now_ = now;
@@ -67,22 +68,14 @@ std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, d
 
 double Controller::NextDeadline() const {
   if (phase_ == Phase::kFinished) return kInfinity;
-  double next = deadlines_.Earliest();
-  if (generation_live_) {
+  double next = gen_.deadlines.Earliest();
+  if (gen_.live) {
     if (!gen_.AllReady() && ending_ == Ending::kNone) {
-      next = std::min(next, launch_time_ + options_.startup_timeout_s);
+      next = std::min(next, gen_.launched_at + options_.startup_timeout_s);
     }
   }
-  if (SilenceWatched()) next = std::min(next, silence_due_);
+  if (SilenceWatched()) next = std::min(next, gen_.silence_due);
   next = std::min(next, pool_.NextCheckDue());
-  return next;
-}
-
-double Controller::Deadlines::Earliest() const {
-  double next = kInfinity;
-  for (const auto& d : {stop, finish, kill, abandon, health}) {
-    if (d) next = std::min(next, *d);
-  }
   return next;
 }
 
@@ -186,7 +179,7 @@ void Controller::OnReport(const RankReport& in) {
   switch (in.kind) {
     case RankReport::Kind::kReady:
       if (!gen_.MarkReady(in.rank)) return;
-      if (gen_.AllReady()) Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - launch_time_});
+      if (gen_.AllReady()) Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - gen_.launched_at});
       return;
     case RankReport::Kind::kHeartbeat:
       if (!r.heartbeats) {
@@ -198,13 +191,13 @@ void Controller::OnReport(const RankReport& in) {
       return;
     case RankReport::Kind::kStep:
       last_step_ = std::max(last_step_, in.step);
-      if (!first_step_seen_) {
-        first_step_seen_ = true;
-        if (!change_kind_.empty()) {
-          Tell(TrainingAgainFact{change_kind_, in.step, gen_.ShapeText(), now_ - change_detected_,
-                                 ranks_exited_ - change_detected_, launch_time_ - ranks_exited_,
-                                 now_ - launch_time_});
-          change_kind_.clear();
+      if (!gen_.first_step_seen) {
+        gen_.first_step_seen = true;
+        if (!change_.kind.empty()) {
+          Tell(TrainingAgainFact{change_.kind, in.step, gen_.ShapeText(), now_ - change_.detected,
+                                 change_.ranks_exited - change_.detected, gen_.launched_at - change_.ranks_exited,
+                                 now_ - gen_.launched_at});
+          change_.kind.clear();
         }
       }
       return;
@@ -217,12 +210,12 @@ void Controller::OnReport(const RankReport& in) {
         training_done_ = true;
         Tell(TrainingDoneFact{in.step});
       }
-      if (stopped_step_ < 0) {
-        stopped_step_ = in.step;
-      } else if (stopped_step_ != in.step) {
-        stopped_steps_agree_ = false;
+      if (gen_.stopped_step < 0) {
+        gen_.stopped_step = in.step;
+      } else if (gen_.stopped_step != in.step) {
+        gen_.stopped_steps_agree = false;
       }
-      Tell(RankStoppedFact{in.rank, in.step, now_ - stop_signalled_});
+      Tell(RankStoppedFact{in.rank, in.step, now_ - gen_.stop_signalled});
       return;
   }
 }
@@ -233,8 +226,8 @@ void Controller::OnExited(const RankExited& in) {
   RankState& r = *rank;
   r.running = false;
   if (in.exit.ok()) {
-    if (ending_ == Ending::kNone && gen_.Running() > 0 && !deadlines_.finish) {
-      deadlines_.finish = now_ + options_.finish_timeout_s;
+    if (ending_ == Ending::kNone && gen_.Running() > 0 && !gen_.deadlines.finish) {
+      gen_.deadlines.finish = now_ + options_.finish_timeout_s;
     }
     MaybeEndGeneration();
     return;
@@ -311,7 +304,7 @@ void Controller::OnStop(const StopInput& in) {
       }
       [[fallthrough]];
     case Phase::kStopping:
-      if (!deadlines_.kill && !deadlines_.abandon) {
+      if (!gen_.deadlines.kill && !gen_.deadlines.abandon) {
         StoppingFact fact;
         fact.how = StoppingFact::How::kSecondRequest;
         fact.source = in.source;
@@ -322,8 +315,8 @@ void Controller::OnStop(const StopInput& in) {
                                             " before they stopped"};
         }
         Terminate("second " + in.source);
-      } else if (deadlines_.kill) {
-        deadlines_.kill = now_;  // impatient: SIGKILL now
+      } else if (gen_.deadlines.kill) {
+        gen_.deadlines.kill = now_;  // impatient: SIGKILL now
       }
       return;
     case Phase::kFinished:
@@ -332,12 +325,12 @@ void Controller::OnStop(const StopInput& in) {
 }
 
 bool Controller::SilenceWatched() const {
-  return generation_live_ && ending_ != Ending::kRecover && ending_ != Ending::kFinish;
+  return gen_.live && ending_ != Ending::kRecover && ending_ != Ending::kFinish;
 }
 
 void Controller::WatchSilence(const RankState& r) {
   if (const std::optional<double> silent_for = SilenceBound(r)) {
-    silence_due_ = std::min(silence_due_, r.last_heard + *silent_for);
+    gen_.silence_due = std::min(gen_.silence_due, r.last_heard + *silent_for);
   }
 }
 
@@ -347,8 +340,8 @@ std::optional<double> Controller::SilenceBound(const RankState& r) const {
 }
 
 void Controller::OnTimers() {
-  if (generation_live_ && ending_ == Ending::kNone) {
-    if (!gen_.AllReady() && now_ >= launch_time_ + options_.startup_timeout_s) {
+  if (gen_.live && ending_ == Ending::kNone) {
+    if (!gen_.AllReady() && now_ >= gen_.launched_at + options_.startup_timeout_s) {
       for (size_t i = 0; i < gen_.ranks.size(); ++i) {
         if (gen_.ranks[i].running && !gen_.ranks[i].ready) {
           Fail(static_cast<int>(i),
@@ -360,15 +353,15 @@ void Controller::OnTimers() {
       }
     }
   }
-  if (SilenceWatched() && now_ >= silence_due_) {
+  if (SilenceWatched() && now_ >= gen_.silence_due) {
     // Some rank may be silent: look at all of them, and note when the next one may be.
-    silence_due_ = kInfinity;
+    gen_.silence_due = kInfinity;
     std::optional<int> silent;
     for (size_t i = 0; i < gen_.ranks.size(); ++i) {
       const RankState& r = gen_.ranks[i];
       const std::optional<double> bound = SilenceBound(r);
       if (!bound) continue;
-      silence_due_ = std::min(silence_due_, r.last_heard + *bound);
+      gen_.silence_due = std::min(gen_.silence_due, r.last_heard + *bound);
       if (!silent && now_ - r.last_heard >= *bound) silent = static_cast<int>(i);
     }
     if (silent) {
@@ -381,8 +374,8 @@ void Controller::OnTimers() {
            true);
     }
   }
-  if (deadlines_.stop && now_ >= *deadlines_.stop) {
-    deadlines_.stop.reset();
+  if (gen_.deadlines.stop && now_ >= *gen_.deadlines.stop) {
+    gen_.deadlines.stop.reset();
     const std::string why = "the workers did not stop within " +
                             DurationText(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
     if (ending_ == Ending::kStop) {
@@ -393,8 +386,8 @@ void Controller::OnTimers() {
       Fail(std::nullopt, why, /*blame_machine=*/false);
     }
   }
-  if (deadlines_.finish && now_ >= *deadlines_.finish) {
-    deadlines_.finish.reset();
+  if (gen_.deadlines.finish && now_ >= *gen_.deadlines.finish) {
+    gen_.deadlines.finish.reset();
     // Ranks that reported `stopped` have left training and may take their time.
     std::vector<std::string> running;
     for (size_t i = 0; i < gen_.ranks.size(); ++i) {
@@ -410,12 +403,12 @@ void Controller::OnTimers() {
       Terminate(why);
     }
   }
-  if (deadlines_.kill && now_ >= *deadlines_.kill) {
-    deadlines_.kill.reset();
+  if (gen_.deadlines.kill && now_ >= *gen_.deadlines.kill) {
+    gen_.deadlines.kill.reset();
     KillRunning("");
   }
-  if (deadlines_.abandon && now_ >= *deadlines_.abandon) {
-    deadlines_.abandon.reset();
+  if (gen_.deadlines.abandon && now_ >= *gen_.deadlines.abandon) {
+    gen_.deadlines.abandon.reset();
     std::vector<std::string> left;
     for (size_t i = 0; i < gen_.ranks.size(); ++i) {
       if (!gen_.ranks[i].running) continue;
@@ -425,8 +418,8 @@ void Controller::OnTimers() {
     if (!left.empty()) Tell(AbandonFact{left, options_.abandon_s});
     MaybeEndGeneration();
   }
-  if (deadlines_.health && now_ >= *deadlines_.health) {
-    deadlines_.health.reset();
+  if (gen_.deadlines.health && now_ >= *gen_.deadlines.health) {
+    gen_.deadlines.health.reset();
     MaybeEndGeneration();
   }
   for (const Machine& m : pool_.DueChecks(now_)) actions_.push_back(CheckHostAction{m});
@@ -456,7 +449,7 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
 
 bool Controller::DiffersFromCurrent(const GridPlan& desired,
                                     const std::vector<Machine>& machines) const {
-  if (!generation_live_) return true;
+  if (!gen_.live) return true;
   if (desired.stages != gen_.plan.stages || desired.replicas != gen_.plan.replicas) return true;
   for (size_t r = 0; r < desired.ranks.size(); ++r) {
     const Machine& want = machines[desired.ranks[r].machine];
@@ -480,37 +473,28 @@ void Controller::TryLaunch() {
   }
   waiting_reason_.clear();
   std::optional<int64_t> expected;
-  if (ending_ == Ending::kMorph && stopped_step_ >= 0 && stopped_steps_agree_) {
-    expected = stopped_step_;
+  if (ending_ == Ending::kMorph && gen_.stopped_step >= 0 && gen_.stopped_steps_agree) {
+    expected = gen_.stopped_step;
   }
-  ++generation_;
-  gen_ = Generation::Launched(std::move(desired->first), std::move(desired->second), now_);
-  silence_due_ = kInfinity;  // nothing is expected of a rank before it starts
-  generation_live_ = true;
-  exit_noted_ = false;
+  gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
+                              std::move(desired->second), now_);
   phase_ = Phase::kRunning;
   reason_.clear();
   ending_ = Ending::kNone;
-  stopped_step_ = -1;
-  stopped_steps_agree_ = true;
-  first_step_seen_ = false;
-  launch_time_ = now_;
-  stop_signalled_ = now_;  // until a stop is asked for, `stopped` comes at the end of training
-  deadlines_ = Deadlines{};
-  actions_.push_back(LaunchAction{generation_, gen_.plan, gen_.machines, expected});
+  actions_.push_back(LaunchAction{gen_.number, gen_.plan, gen_.machines, expected});
 }
 
 // ---- Helpers -----------------------------------------------------------------------------
 
 void Controller::Tell(const Fact& fact) {
   Narration told = Narrate(fact);
-  told.fields.SetInt("generation", generation_);
+  told.fields.SetInt("generation", gen_.number);
   actions_.push_back(
       RecordAction{std::move(told.event), std::move(told.fields), std::move(told.line), told.error});
 }
 
 RankState* Controller::CurrentRank(int64_t generation, int rank) {
-  return generation == generation_ && gen_.Has(rank) ? &gen_.ranks[rank] : nullptr;
+  return generation == gen_.number && gen_.Has(rank) ? &gen_.ranks[rank] : nullptr;
 }
 
 void Controller::SignalRunning(int signal_number) {
@@ -520,17 +504,17 @@ void Controller::SignalRunning(int signal_number) {
 }
 
 void Controller::Signal(int rank, int signal_number) {
-  actions_.push_back(SignalAction{generation_, rank, signal_number});
+  actions_.push_back(SignalAction{gen_.number, rank, signal_number});
 }
 
 bool Controller::TearingDown() const {
-  return ending_ == Ending::kRecover || ending_ == Ending::kFinish || deadlines_.kill.has_value() ||
-         deadlines_.abandon.has_value();
+  return ending_ == Ending::kRecover || ending_ == Ending::kFinish || gen_.deadlines.kill.has_value() ||
+         gen_.deadlines.abandon.has_value();
 }
 
 std::vector<MachineView> Controller::Machines() const {
   std::vector<std::string> running;
-  if (generation_live_) {
+  if (gen_.live) {
     for (const RankState& r : gen_.ranks) {
       if (r.running) running.push_back(gen_.machines[r.machine].Address());
     }
@@ -540,7 +524,7 @@ std::vector<MachineView> Controller::Machines() const {
 
 std::vector<bool> Controller::RunningRanksMask() const {
   std::vector<bool> mask;
-  for (const RankState& r : gen_.ranks) mask.push_back(generation_live_ && r.running);
+  for (const RankState& r : gen_.ranks) mask.push_back(gen_.live && r.running);
   return mask;
 }
 

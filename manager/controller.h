@@ -215,7 +215,7 @@ class Controller {
   Phase phase() const { return phase_; }
   std::string reason() const { return reason_; }  // why waiting, morphing, recovering
   // The current (or last) generation's number; first_generation - 1 before the first launch.
-  int64_t generation() const { return generation_; }
+  int64_t generation() const { return gen_.number; }
   const GridPlan& plan() const { return gen_.plan; }
   int64_t last_step() const { return last_step_; }
   bool finished() const { return phase_ == Phase::kFinished; }
@@ -293,38 +293,17 @@ class Controller {
 
   std::shared_ptr<const ShapePolicy> policy_;
   MachinePool pool_;
-  int64_t generation_;  // options_.first_generation - 1 until the first launch
-  bool generation_live_ = false;  // launched, and not every rank has exited yet
-  Generation gen_;  // the current (or last) generation
-  // No rank can be silent past its bound before this time: a lower bound on the earliest
-  // silence deadline, so an input costs O(1) until then, not a look at every rank (a heartbeat
-  // only moves its rank's deadline later). OnTimers looks at all ranks once it is reached.
-  double silence_due_ = std::numeric_limits<double>::infinity();
+  Generation gen_;  // the current (or last) generation, with its deadlines
   int64_t last_step_ = 0;
   bool training_done_ = false;  // every rank reported `stopped` at the last step
-  int64_t stopped_step_ = -1;  // the step every rank reported in `stopped`, if they agree
-  bool stopped_steps_agree_ = true;
-  bool first_step_seen_ = false;
-  double launch_time_ = 0;
-  // Timings of the change that ended the previous generation, for the first-step record.
-  std::string change_kind_;  // "morph", "recovery" or "" (the first launch)
-  double change_detected_ = 0;
-  double ranks_exited_ = 0;
-  double stop_signalled_ = 0;  // SIGUSR1 sent (or the launch): rank_stopped's after_s
-  bool exit_noted_ = false;  // ranks_exited_ is this generation's
-  std::vector<double> restart_times_;
-
-  // The current generation's deadlines; each is set by the step that starts waiting for
-  // something and cleared when it comes, and all of them go with the generation.
-  struct Deadlines {
-    std::optional<double> stop;     // SIGUSR1 sent: every rank must exit by then
-    std::optional<double> finish;   // a rank finished: the others must follow by then
-    std::optional<double> kill;     // SIGTERM sent: SIGKILL then
-    std::optional<double> abandon;  // SIGKILL sent: stop waiting for exits then
-    std::optional<double> health;   // a failure: stop waiting for health checks then
-    double Earliest() const;
+  // The change that ended the previous generation, kept for the next one's first-step record.
+  struct Change {
+    std::string kind;        // "morph", "recovery" or "" (the first launch, or told already)
+    double detected = 0;     // the edit, failure or request that began it
+    double ranks_exited = 0;  // the last rank of the ending generation exited
   };
-  Deadlines deadlines_;
+  Change change_;
+  std::vector<double> restart_times_;
 };
 
 }  // namespace mitra::manager

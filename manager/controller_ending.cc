@@ -19,8 +19,8 @@ void Controller::BeginMorph(const std::string& why) {
   ending_ = Ending::kMorph;
   phase_ = Phase::kMorphing;
   reason_ = why;
-  change_kind_ = "morph";
-  change_detected_ = now_;
+  change_.kind = "morph";
+  change_.detected = now_;
   Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running()});
   AskRanksToStop();
 }
@@ -46,17 +46,17 @@ void Controller::AskRanksToStop() {
     Terminate("not all workers were ready");
     return;
   }
-  deadlines_.stop = now_ + options_.stop_timeout_s;
-  stop_signalled_ = now_;
+  gen_.deadlines.stop = now_ + options_.stop_timeout_s;
+  gen_.stop_signalled = now_;
   SignalRunning(SIGUSR1);
 }
 
 void Controller::Terminate(const std::string& why) {
-  deadlines_.stop.reset();
+  gen_.deadlines.stop.reset();
   if (gen_.Running() == 0) return;
   Tell(TerminateFact{why, gen_.RunningPids(), options_.kill_grace_s});
   SignalRunning(SIGTERM);
-  deadlines_.kill = now_ + options_.kill_grace_s;
+  gen_.deadlines.kill = now_ + options_.kill_grace_s;
 }
 
 void Controller::Fail(std::optional<int> rank, const std::string& what, bool blame_machine) {
@@ -107,15 +107,15 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
       ending_ = Ending::kRecover;
       phase_ = Phase::kRecovering;
       reason_ = what;
-      change_kind_ = "recovery";
-      change_detected_ = now_;
-      deadlines_.health = now_ + options_.health_wait_s;
+      change_.kind = "recovery";
+      change_.detected = now_;
+      gen_.deadlines.health = now_ + options_.health_wait_s;
     }
   }
   // The survivors' collectives are already failing; anything they were writing is a partial
   // checkpoint that is never loaded. SIGKILL is the quickest way to a clean slate.
-  deadlines_.stop.reset();
-  deadlines_.kill.reset();
+  gen_.deadlines.stop.reset();
+  gen_.deadlines.kill.reset();
   KillRunning(what);
 }
 
@@ -123,7 +123,7 @@ void Controller::KillRunning(const std::string& why) {
   if (gen_.Running() == 0) return;
   Tell(KillFact{gen_.RunningPids(), why});
   SignalRunning(SIGKILL);
-  deadlines_.abandon = now_ + options_.abandon_s;
+  gen_.deadlines.abandon = now_ + options_.abandon_s;
 }
 
 void Controller::FailAfterTraining(std::optional<int> rank, const std::string& what) {
@@ -139,17 +139,17 @@ void Controller::FailAfterTraining(std::optional<int> rank, const std::string& w
 }
 
 void Controller::MaybeEndGeneration() {
-  if (!generation_live_ || gen_.Running() > 0) return;
+  if (!gen_.live || gen_.Running() > 0) return;
   if (ending_ == Ending::kRecover) {
-    // Wait for the failed machines' health checks, up to deadlines_.health.
-    if (pool_.CheckInFlight() && deadlines_.health) {
+    // Wait for the failed machines' health checks, up to gen_.deadlines.health.
+    if (pool_.CheckInFlight() && gen_.deadlines.health) {
       NoteRanksExited();
       return;
     }
   }
-  generation_live_ = false;
+  gen_.live = false;
   NoteRanksExited();
-  deadlines_ = Deadlines{};
+  gen_.deadlines = Deadlines{};
   if (final_failure_) {
     Finish(final_failure_->outcome, final_failure_->reason);
     return;
@@ -172,14 +172,14 @@ void Controller::MaybeEndGeneration() {
 }
 
 void Controller::NoteRanksExited() {
-  if (exit_noted_) return;
-  exit_noted_ = true;
-  ranks_exited_ = now_;
+  if (gen_.exit_noted) return;
+  gen_.exit_noted = true;
+  change_.ranks_exited = now_;
 }
 
 void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
   phase_ = Phase::kFinished;
-  generation_live_ = false;
+  gen_.live = false;
   actions_.push_back(FinishAction{outcome, reason});
 }
 

@@ -4,8 +4,21 @@
 
 namespace mitra::manager {
 
-Generation Generation::Launched(planner::GridPlan plan, std::vector<Machine> machines, double now) {
+double Deadlines::Earliest() const {
+  double next = std::numeric_limits<double>::infinity();
+  for (const auto& d : {stop, finish, kill, abandon, health}) {
+    if (d) next = std::min(next, *d);
+  }
+  return next;
+}
+
+Generation Generation::Launched(int64_t number, planner::GridPlan plan,
+                                std::vector<Machine> machines, double now) {
   Generation g;
+  g.number = number;
+  g.live = true;
+  g.launched_at = now;
+  g.stop_signalled = now;  // until a stop is asked for, `stopped` comes at the end of training
   g.ranks.assign(plan.world_size(), RankState{});
   for (size_t r = 0; r < g.ranks.size(); ++r) {
     g.ranks[r].machine = plan.ranks[r].machine;

@@ -1,10 +1,15 @@
 // The generation that runs now, as the controller follows it: the plan it was launched in, the
-// machines it runs on, and each rank's state (running, ready, last heard from, left training).
+// machines it runs on, each rank's state (running, ready, last heard from, left training), and
+// everything else that lives exactly as long as the generation: what its ranks said when they
+// stopped, when it was launched and asked to stop, and its deadlines. A launch makes a new
+// Generation, so nothing of the previous one leaks into the next.
 //
 // Plain data and the queries the controller asks of it; every decision stays in controller.h.
 #pragma once
 
 #include <cstdint>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,15 +30,43 @@ struct RankState {
   double last_heard = 0;    // since started: the start, else the last record
 };
 
+// What a generation waits for, and until when; each is set by the step that starts waiting for
+// something and cleared when it comes.
+struct Deadlines {
+  std::optional<double> stop;     // SIGUSR1 sent: every rank must exit by then
+  std::optional<double> finish;   // a rank finished: the others must follow by then
+  std::optional<double> kill;     // SIGTERM sent: SIGKILL then
+  std::optional<double> abandon;  // SIGKILL sent: stop waiting for exits then
+  std::optional<double> health;   // a failure: stop waiting for health checks then
+  double Earliest() const;        // infinity when none is set
+};
+
 struct Generation {
+  // The generation's number (the run directory's logs/gen-N); before the first launch, one less
+  // than the first.
+  int64_t number = -1;
+  bool live = false;  // launched, and not every rank has exited yet
   planner::GridPlan plan;
   std::vector<Machine> machines;  // indexed by plan.ranks[r].machine
   std::vector<RankState> ranks;   // indexed by rank
   int ready = 0;                  // ranks that reported ready (MarkReady)
 
-  // Every rank of `plan` running (until a start failure or an exit says otherwise), heard from
-  // at `now`.
-  static Generation Launched(planner::GridPlan plan, std::vector<Machine> machines, double now);
+  double launched_at = 0;
+  double stop_signalled = 0;  // SIGUSR1 sent (else the launch): what `stopped` is timed from
+  bool first_step_seen = false;
+  int64_t stopped_step = -1;  // the step every rank reported in `stopped`, if they agree
+  bool stopped_steps_agree = true;
+  bool exit_noted = false;  // the time its last rank exited has been noted
+  // No rank can be silent past its bound before this time: a lower bound on the earliest
+  // silence deadline, so an input costs O(1) until then, not a look at every rank (a heartbeat
+  // only moves its rank's deadline later). Nothing is expected of a rank before it starts.
+  double silence_due = std::numeric_limits<double>::infinity();
+  Deadlines deadlines;
+
+  // Generation `number`, launched at `now`: every rank of `plan` running (until a start failure
+  // or an exit says otherwise), heard from at `now`.
+  static Generation Launched(int64_t number, planner::GridPlan plan, std::vector<Machine> machines,
+                             double now);
 
   bool Has(int rank) const { return rank >= 0 && rank < static_cast<int>(ranks.size()); }
   // Marks `rank` ready; false when it was already. Kept as a count: asked on every input.
