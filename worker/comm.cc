@@ -1,9 +1,9 @@
 #include "worker/comm.h"
 
-#include <cstdio>
-
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "common/duration_text.h"
 
 namespace mitra::worker {
 namespace {
@@ -50,12 +50,6 @@ cutpoint::Activations DecodeHeader(const torch::Tensor& header) {
   return acts;
 }
 
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g s", s);
-  return buf;
-}
-
 }  // namespace
 
 std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend) {
@@ -86,7 +80,7 @@ std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend)
     throw PeerError("rendezvous at " + placement.rdzv_host + ":" +
                     std::to_string(placement.rdzv_port) + " (generation " +
                     std::to_string(placement.generation) + ", " + std::to_string(world) +
-                    " ranks) did not complete within " + Seconds(placement.timeout_s) + ": " +
+                    " ranks) did not complete within " + SecondsText(placement.timeout_s) + " s" + ": " +
                     e.what());
   }
   return comm;
@@ -115,7 +109,7 @@ void Comm::Wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& w
   } catch (const std::exception& e) {
     std::string cause = e.what();
     cause = cause.substr(0, cause.find('\n'));  // c10::Error appends a backtrace
-    throw PeerError(what + " failed (timeout " + Seconds(placement_.timeout_s) + "): " + cause);
+    throw PeerError(what + " failed (timeout " + SecondsText(placement_.timeout_s) + " s" + "): " + cause);
   }
 }
 
