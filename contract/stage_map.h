@@ -5,8 +5,13 @@
 // ';' after each stage). Position within a stage's list is the replica index, so rank 2 is
 // (stage 0, replica 1). The default layout for P stages and D replicas puts stage s on ranks
 // s, s+P, s+2P, ...: the ranks of one pipeline are consecutive.
+//
+// "PxD" ("2x3") is the default layout of P stages and D replicas in a few bytes. The manager
+// writes it only where the listed form would be longer than kLongestListedText (a job of about
+// 15,000 ranks and more), because Linux caps one environment string at 128 KiB.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,10 +29,13 @@ struct GridPosition {
 // every rank's environment), so a copy and ToString() cost O(1).
 class StageMap {
  public:
-  // The default layout of P stages x D replicas.
+  static constexpr size_t kLongestListedText = 64 * 1024;
+
+  // The default layout of P stages x D replicas; its text lists the ranks up to
+  // kLongestListedText bytes, beyond that it reads "PxD".
   static StageMap Default(int num_stages, int num_replicas);
-  // Parses Varuna's format; every rank 0..world-1 must appear exactly once and every stage must
-  // hold the same number of ranks.
+  // Parses Varuna's format, where every rank 0..world-1 must appear exactly once and every stage
+  // must hold the same number of ranks, or "PxD".
   static Result<StageMap> Parse(const std::string& text);
 
   const std::string& ToString() const { return data_->text; }
@@ -45,6 +53,7 @@ class StageMap {
     std::string text;                     // Varuna's format
   };
   explicit StageMap(std::vector<std::vector<int>> ranks);
+  StageMap(std::vector<std::vector<int>> ranks, std::string text);
   const std::vector<std::vector<int>>& ranks() const { return data_->ranks; }
 
   std::shared_ptr<const Data> data_;
