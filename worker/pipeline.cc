@@ -1,5 +1,7 @@
 #include "worker/pipeline.h"
 
+#include <chrono>
+
 #include <torch/torch.h>
 
 namespace mitra::worker {
@@ -162,10 +164,16 @@ double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::In
   for (size_t i = 0; i < schedule.size(); ++i) {
     const auto start = StepTrace::Clock::now();
     executor.Execute(schedule[i], i == last_backward);
+    const auto end = StepTrace::Clock::now();
     if (ctx.trace != nullptr) {
       ctx.trace->Add(std::string(planner::OpName(schedule[i].op)) +
                          std::to_string(schedule[i].micro_batch),
-                     start, StepTrace::Clock::now());
+                     start, end);
+    }
+    const Op op = schedule[i].op;
+    if (ctx.wait_s != nullptr && (op == Op::kRecvActivations || op == Op::kRecvGradients ||
+                                  op == Op::kSendActivations || op == Op::kSendGradients)) {
+      *ctx.wait_s += std::chrono::duration<double>(end - start).count();
     }
   }
   return executor.loss_sum();

@@ -37,6 +37,7 @@ struct PipelineContext {
   int64_t step = 0;                // of ForwardKey: the step, or ForwardKey::kEvalStep
   int64_t first_micro_batch = 0;   // global index of this replica's first micro-batch
   StepTrace* trace = nullptr;      // records every instruction when set
+  double* wait_s = nullptr;        // when set, the sends' and receives' seconds are added here
 };
 
 // Micro-batch `i` of this replica's share of the step (first and last stages only).

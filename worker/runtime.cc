@@ -1,6 +1,7 @@
 #include "mitra/worker/runtime.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -155,17 +156,22 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
     trace = std::make_unique<StepTrace>(placement_.rank, placement_.stage(), placement_.replica());
   }
   ++steps_run_;
-  // Times a phase of the step into the trace, when there is one.
+  const auto step_start = StepTrace::Clock::now();
+  double wait_s = 0;
+  // Times a phase of waiting for peers, and into the trace when there is one.
   auto phase = [&](const char* name, const std::function<void()>& run) {
     const auto start = StepTrace::Clock::now();
     run();
-    if (trace) trace->Add(name, start, StepTrace::Clock::now());
+    const auto end = StepTrace::Clock::now();
+    wait_s += std::chrono::duration<double>(end - start).count();
+    if (trace) trace->Add(name, start, end);
   };
   if (buffer_sync_) buffer_sync_->BeginStep();
   PipelineContext ctx = Context(step, share_.first_micro_batch);
   ctx.reducer = reducer_.get();
   ctx.loss_scale = 1.0 / static_cast<double>(options_.global_batch);
   ctx.trace = trace.get();
+  ctx.wait_s = &wait_s;
   const double loss = RunPipelineStep(ctx, schedule_, num_micro_batches(),
                                       [&](int mb) { return MicroBatch(step, mb); });
   phase("reduce", [&] {
@@ -210,6 +216,9 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   }
   if (before_update_) std::exchange(before_update_, nullptr)();
   optimizer_->Step(result.lr);
+  result.wait_s = wait_s;
+  result.compute_s = std::max(
+      0.0, std::chrono::duration<double>(StepTrace::Clock::now() - step_start).count() - wait_s);
   if (trace) {
     trace->Add("update", update_start, StepTrace::Clock::now());
     if (Status s = trace->Write(options_.trace_path); !s.ok()) {

@@ -71,6 +71,10 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool stop = false;     // some rank asked to stop: every rank sees the same value
+  // This rank's share of the step: waiting for peers (pipeline receives and sends, the
+  // data-parallel and tied-weight reductions, the step's all-reduce) and everything else.
+  double wait_s = 0;
+  double compute_s = 0;
 };
 
 // What an evaluation pass found; every rank gets the same.

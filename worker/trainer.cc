@@ -81,18 +81,19 @@ int Trainer::Run() {
   InstallStopHandlers();
   // A worker started by the manager proves it is alive while it trains (and while it waits
   // for peers or writes checkpoints).
+  StepTimes step_times;
   const Heartbeat heartbeat(placement->rank,
-                            placement->standalone ? 0 : placement->heartbeat_s);
+                            placement->standalone ? 0 : placement->heartbeat_s, &step_times);
   try {
     if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, *placement);
-    return Train(*placement);
+    return Train(*placement, &step_times);
   } catch (const PeerError& e) {
     spdlog::error("rank {}: {}; stopping", placement->rank, e.what());
     return 1;
   }
 }
 
-int Trainer::Train(const Placement& placement) {
+int Trainer::Train(const Placement& placement, StepTimes* times) {
   RuntimeOptions runtime_options = options_.runtime;
   if (const char* trace = std::getenv("MITRA_TRACE_SAMPLES")) runtime_options.sample_trace = trace;
   // One step's trace: where the manager asks for it, else where the program does (a file per
@@ -164,6 +165,7 @@ int Trainer::Train(const Placement& placement) {
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
+    if (times != nullptr) times->Add(step, r.compute_s, r.wait_s);
     if (placement.rank == 0) {
       Record record("step");
       record.Add("step", step)

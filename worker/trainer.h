@@ -30,6 +30,7 @@ namespace mitra::worker {
 
 class Checkpointer;
 class Stage;
+class StepTimes;
 
 // Evaluation during training: a forward-only pass in evaluation mode over `dataset`, shared
 // among the replicas, after every `every` steps and after the last one. The mean loss and the
@@ -63,7 +64,8 @@ class Trainer {
   int Run();
 
  private:
-  int Train(const Placement& placement);
+  // `times` (may be null) gets every step's compute and wait time for the heartbeat.
+  int Train(const Placement& placement, StepTimes* times);
   // Which step to start from: the placement's resume step, or for a program run alone, the
   // newest valid checkpoint in its checkpoint directory. Restores it; -1 on failure (logged).
   int64_t Resume(const Placement& placement, Checkpointer* checkpointer);
