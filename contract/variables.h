@@ -38,6 +38,9 @@ inline constexpr char kProfileSlots[] = "MITRA_PROFILE_SLOTS";
 inline constexpr char kProfileMicroBatches[] = "MITRA_PROFILE_MICRO_BATCHES";
 inline constexpr char kProfileRepeats[] = "MITRA_PROFILE_REPEATS";
 
+// What the --preemption-command is told: the machine it runs for, as the list writes it.
+inline constexpr char kMachine[] = "MITRA_MACHINE";
+
 // Every variable the manager sets. A worker's environment never inherits one of these from the
 // manager's own (a MITRA_RANK left in the user's shell must not reach a worker); the debugging
 // settings a user may give (MITRA_TRACE_SAMPLES, MITRA_MALLOC_TUNING) are not among them.
@@ -47,7 +50,7 @@ inline constexpr const char* kManagedVariables[] = {
     kGeneration,     kHost,            kThreads,           kTimeoutS,       kRunDir,
     kCheckpointDir,  kCheckpointEvery, kKeepCheckpoints,   kHeartbeatS,     kSchedule,
     kRecompute,      kPartition,       kStepTrace,         kDescribe,       kProfile,
-    kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats,
+    kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
 };
 
 }  // namespace mitra::contract

@@ -78,12 +78,20 @@ void Answer(const JsonObject& request) {
   // snapshot (which never holds "ok").
   JsonObject snapshot = request;
   snapshot.Erase("ok");
-  ControlRequests requests({[] {}, [&snapshot] { return snapshot; }}, "/runs/fuzz", 42);
+  std::string drained;
+  ControlRequests requests(
+      {[] {}, [&snapshot] { return snapshot; }, [&drained](const std::string& a) { drained = a; }},
+      "/runs/fuzz", 42);
   const JsonObject response = CheckResponse(requests.Answer(request));
   const std::string command = request.GetString("command").value_or("");
-  if (command != kStopCommand && command != kStatusCommand) {
-    FUZZ_CHECK(!response.Find("ok")->bool_value());
-    FUZZ_CHECK(!response.GetString("error").value_or("").empty());
+  const bool ok = response.Find("ok")->bool_value();
+  if (command != kStopCommand && command != kStatusCommand && command != kDrainCommand) {
+    FUZZ_CHECK(!ok);
+  }
+  if (!ok) FUZZ_CHECK(!response.GetString("error").value_or("").empty());
+  // A drain is asked only for a machine the snapshot lists.
+  if (!drained.empty()) {
+    FUZZ_CHECK(command == kDrainCommand && request.GetString("machine") == drained);
   }
   // The status answer (built for every request, so that any field can reach it), and what
   // `mitra status` makes of it.

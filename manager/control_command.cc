@@ -96,8 +96,8 @@ int ShowRecordedState(const ControlCommandOptions& options, const Status& why, s
 
 Result<ControlCommandOptions> ParseControlCommandLine(const std::vector<std::string>& args) {
   ControlCommandOptions o;
-  if (args.empty() || (args[0] != "status" && args[0] != "stop")) {
-    return Status::Internal("ParseControlCommandLine needs status or stop first");
+  if (args.empty() || (args[0] != "status" && args[0] != "stop" && args[0] != "drain")) {
+    return Status::Internal("ParseControlCommandLine needs status, stop or drain first");
   }
   o.action = args[0];
   Flags flags(o.action);
@@ -105,13 +105,25 @@ Result<ControlCommandOptions> ParseControlCommandLine(const std::vector<std::str
   flags.Seconds("--timeout", &o.timeout_s, "10");
   if (o.action == "status") {
     flags.Switch("--json", &o.json);
-  } else {
+  } else if (o.action == "stop") {
     flags.Switch("--wait", &o.wait);
+  } else {
+    flags.Word("MACHINE", &o.machine);
   }
   if (Status s = flags.Parse(std::vector<std::string>(args.begin() + 1, args.end())); !s.ok()) {
     return s;
   }
-  if (flags.help()) o.help_text = o.action == "status" ? StatusUsage() : StopUsage();
+  if (flags.help()) {
+    o.help_text = o.action == "status" ? StatusUsage()
+                  : o.action == "stop" ? StopUsage()
+                                       : DrainUsage();
+    return o;
+  }
+  if (o.action == "drain" && o.machine.empty()) {
+    return Status::InvalidArgument(
+        "mitra drain: which machine? give its address as the machine list writes it, e.g. "
+        "`mitra drain --run-dir DIR 10.0.0.7` (`mitra status` lists them)");
+  }
   return o;
 }
 
@@ -143,6 +155,39 @@ std::string StopUsage() {
          "\n"
          "Exit codes: 0 the manager is stopping (with --wait: has exited), 1 no manager\n"
          "runs on DIR, it refused or did not exit in time, 2 bad usage.\n";
+}
+
+std::string DrainUsage() {
+  return "usage: mitra drain [--run-dir DIR] [--timeout S] MACHINE\n"
+         "\n"
+         "Moves the job running on DIR off MACHINE with a planned morph (every worker\n"
+         "checkpoints after the same step; nothing is lost, no failure is recorded) and keeps\n"
+         "it off until MACHINE's line in the machine list changes. MACHINE is its address as\n"
+         "the list writes it (`mitra status` shows them). The word `drain` on the machine's\n"
+         "line does the same from the list.\n"
+         "\n"
+         "  --run-dir DIR   the run directory given to `mitra run` (default mitra-run)\n"
+         "  --timeout S     seconds to wait for the answer (default 10)\n"
+         "\n"
+         "Exit codes: 0 the manager is draining it (or has), 1 no manager runs on DIR or it\n"
+         "refused (a machine the list lacks), 2 bad usage.\n";
+}
+
+int DrainCommand(const ControlCommandOptions& options, std::ostream& out, std::ostream& err) {
+  JsonObject request;
+  request.SetString("command", kDrainCommand).SetString("machine", options.machine);
+  Result<JsonObject> response = SendControlRequest(ControlSocketPath(options.run_dir), request,
+                                                   AnswerTimeout(options));
+  if (!response.ok()) {
+    err << "mitra drain: " << response.status().message() << std::endl;
+    return kExitFailed;
+  }
+  if (const std::string error = ErrorOf(*response); !error.empty()) {
+    err << "mitra drain: the manager answered: " << error << std::endl;
+    return kExitFailed;
+  }
+  out << "mitra drain: " << response->GetString("message").value_or("draining") << std::endl;
+  return kExitOk;
 }
 
 int StatusCommand(const ControlCommandOptions& options, std::ostream& out, std::ostream& err) {
@@ -221,8 +266,9 @@ int ControlCommand(const std::vector<std::string>& args, std::ostream& out, std:
     out << options->help_text;
     return kExitOk;
   }
-  return options->action == "status" ? StatusCommand(*options, out, err)
-                                     : StopCommand(*options, out, err);
+  if (options->action == "status") return StatusCommand(*options, out, err);
+  if (options->action == "drain") return DrainCommand(*options, out, err);
+  return StopCommand(*options, out, err);
 }
 
 }  // namespace mitra::manager

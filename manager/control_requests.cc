@@ -1,7 +1,9 @@
 #include "manager/control_requests.h"
 
 #include <utility>
+#include <vector>
 
+#include "common/strings.h"
 #include "manager/status_report.h"
 
 namespace mitra::manager {
@@ -29,11 +31,45 @@ std::string ControlRequests::Answer(const JsonObject& request) {
     for (const auto& [key, value] : snapshot.fields()) status.Set(key, value);
     return status.SetInt("manager_pid", manager_pid_).SetString("run_dir", run_dir_).ToJson();
   }
-  return JsonObject()
-      .SetBool("ok", false)
-      .SetString("error", "unknown command '" + command + "' (" + kStatusCommand + ", " +
-                              kStopCommand + ")")
-      .ToJson();
+  if (command == kDrainCommand) return Drain(request.GetString("machine").value_or(""));
+  return Refused("unknown command '" + command + "' (" + kStatusCommand + ", " + kStopCommand +
+                 ", " + kDrainCommand + ")");
+}
+
+std::string ControlRequests::Drain(const std::string& address) {
+  const StatusReport status =
+      StatusReport::FromJson(hooks_.status ? hooks_.status() : JsonObject());
+  if (status.machines.empty() || !hooks_.drain) {
+    return Refused("the job has not started yet: drain " + address + " once `mitra status` "
+                   "lists the machines");
+  }
+  std::vector<std::string> listed;
+  for (const MachineStatus& m : status.machines) {
+    if (m.state == "removed") continue;
+    if (m.address == address) {
+      if (m.state == "drained") {
+        return JsonObject()
+            .SetBool("ok", true)
+            .SetString("message", address + " is drained already (" + m.reason + ")")
+            .ToJson();
+      }
+      hooks_.drain(address);
+      return JsonObject()
+          .SetBool("ok", true)
+          .SetString("message",
+                     "draining " + address + ": the job moves off it with a planned morph and "
+                     "stays off until its line in the machine list changes")
+          .ToJson();
+    }
+    listed.push_back(m.address);
+  }
+  return Refused(address.empty() ? "drain needs a machine: one of " + Join(listed, ", ")
+                                 : "no machine of the list is " + address + "; the list has " +
+                                       Join(listed, ", "));
+}
+
+std::string ControlRequests::Refused(const std::string& error) {
+  return JsonObject().SetBool("ok", false).SetString("error", error).ToJson();
 }
 
 }  // namespace mitra::manager

@@ -4,6 +4,9 @@
 //   {"command":"stop"}    asks the job to stop as Ctrl-C does; a second one says it is under way
 //   {"command":"status"}  the run's StatusReport (status_report.h), plus the manager's pid and
 //                         run directory
+//   {"command":"drain","machine":ADDRESS}
+//                         moves the job off a machine of the list (a planned morph) and keeps it
+//                         off until its line changes; an address the list lacks is refused
 //   anything else         {"ok":false,"error":...} naming the commands there are
 #pragma once
 
@@ -24,6 +27,8 @@ class ControlRequests {
     std::function<void()> stop;
     // The run's status snapshot; {"state":"starting"} before the run loop exists.
     std::function<JsonObject()> status;
+    // Asks the run to drain the machine at `address` (one the status lists).
+    std::function<void(const std::string& address)> drain;
   };
 
   ControlRequests(Hooks hooks, std::string run_dir, int64_t manager_pid);
@@ -32,6 +37,9 @@ class ControlRequests {
   std::string Answer(const JsonObject& request);
 
  private:
+  std::string Drain(const std::string& address);
+  static std::string Refused(const std::string& error);
+
   const Hooks hooks_;
   const std::string run_dir_;
   const int64_t manager_pid_;

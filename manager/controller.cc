@@ -59,6 +59,7 @@ std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, d
                  [this](const RankExited& in) { OnExited(in); },
                  [this](const HostChecked& in) { OnHostChecked(in); },
                  [this](const StopInput& in) { OnStop(in); },
+                 [this](const DrainMachine& in) { OnDrain(in); },
                  [](const TimerInput&) {},
              },
              input);
@@ -144,6 +145,36 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
       Tell(fact);
       return;
   }
+}
+
+void Controller::OnDrain(const DrainMachine& in) {
+  DrainFact fact{in.address, in.by};
+  if (pool_.Drained(in.address)) return;  // drained already: said when it was
+  if (!pool_.Drain(in.address, in.by)) {
+    fact.action = DrainFact::Action::kUnknown;
+    Tell(fact);
+    return;
+  }
+  const bool in_use =
+      gen_.live && std::any_of(gen_.machines.begin(), gen_.machines.end(),
+                               [&](const Machine& m) { return m.Address() == in.address; });
+  switch (phase_) {
+    case Phase::kRunning:
+      if (!in_use) break;
+      fact.action = DrainFact::Action::kMorph;
+      Tell(fact);
+      BeginMorph("draining " + in.address + " (" + in.by + ")");
+      return;
+    case Phase::kMorphing:
+    case Phase::kRecovering:
+      if (in_use) fact.action = DrainFact::Action::kFolded;
+      break;
+    case Phase::kWaiting:
+    case Phase::kStopping:
+    case Phase::kFinished:
+      break;
+  }
+  Tell(fact);
 }
 
 void Controller::OnRankStarted(const RankStarted& in) {

@@ -149,11 +149,19 @@ struct StopInput {
   bool escalates = true;
 };
 
+// Move the job off a listed machine and keep it off until its line in the list changes:
+// `mitra drain`, a preemption notice, or a straggler with --exclude-stragglers. `by` names it.
+struct DrainMachine {
+  std::string address;  // Machine::Address()
+  std::string by;
+};
+
 // Time passed; deadlines are checked on every input, this one carries nothing else.
 struct TimerInput {};
 
-using ControllerInput = std::variant<StartInput, MachinesChanged, RankStarted, RankStartFailed,
-                                     RankReport, RankExited, HostChecked, StopInput, TimerInput>;
+using ControllerInput =
+    std::variant<StartInput, MachinesChanged, RankStarted, RankStartFailed, RankReport,
+                 RankExited, HostChecked, StopInput, DrainMachine, TimerInput>;
 
 // ---- Actions -----------------------------------------------------------------------------
 
@@ -244,6 +252,7 @@ class Controller {
   void OnExited(const RankExited& in);
   void OnHostChecked(const HostChecked& in);
   void OnStop(const StopInput& in);
+  void OnDrain(const DrainMachine& in);
   void OnTimers();
 
   // Plans the next generation on the usable machines and launches it, or waits.

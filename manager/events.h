@@ -31,7 +31,15 @@ struct MachineListEdited {
   std::string contents;
 };
 
-using Event = std::variant<WorkerEvent, StopRequested, MachineListEdited, HostChecked>;
+// The preemption command (--preemption-command) ended on `address`: exit status 0 means the
+// machine will be taken.
+struct PreemptionChecked {
+  std::string address;
+  launcher::ExitStatus exit;
+};
+
+using Event = std::variant<WorkerEvent, StopRequested, MachineListEdited, HostChecked,
+                           DrainMachine, PreemptionChecked>;
 using EventQueue = BlockingQueue<Event>;
 
 }  // namespace mitra::manager

@@ -14,7 +14,8 @@ namespace {
 constexpr int kMaxSlots = 1024;
 
 std::string NotAHost(std::string_view text) {
-  return "'" + std::string(text) + "' is not a host name (expected [user@]host[:port] [slots=N])";
+  return "'" + std::string(text) +
+         "' is not a host name (expected [user@]host[:port] [slots=N] [drain])";
 }
 
 std::string Lower(std::string_view text) {
@@ -90,7 +91,7 @@ std::string ParseAddress(std::string_view address, Machine* m) {
 std::string ParseLine(std::string_view line, int default_slots, Machine* m) {
   const std::vector<std::string_view> fields = SplitFields(line);
   for (size_t i = 1; i < fields.size(); ++i) {
-    if (fields[i].find('=') == std::string_view::npos) {
+    if (fields[i].find('=') == std::string_view::npos && fields[i] != "drain") {
       return NotAHost(line);
     }
   }
@@ -99,10 +100,16 @@ std::string ParseLine(std::string_view line, int default_slots, Machine* m) {
   bool have_slots = false;
   for (size_t i = 1; i < fields.size(); ++i) {
     const std::string_view field = fields[i];
+    if (field == "drain") {
+      if (m->drain) return "drain is given twice";
+      m->drain = true;
+      continue;
+    }
     const std::string_view key = field.substr(0, field.find('='));
     const std::string_view value = field.substr(field.find('=') + 1);
     if (key != "slots") {
-      return "unknown setting '" + std::string(field) + "' (the only setting is slots=N)";
+      return "unknown setting '" + std::string(field) +
+             "' (a machine takes slots=N and the word drain)";
     }
     if (have_slots) return "slots= is given twice";
     const std::optional<int64_t> slots = ParseInt64(value);

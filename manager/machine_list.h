@@ -5,6 +5,7 @@
 //   10.0.0.7 slots=4             # SSH to port 22 as the current user
 //   alice@node12:2222 slots=8    # user, port
 //   node13                       # bare host: default_slots (--gpus-per-node, 1 by default)
+//   node14 slots=8 drain         # listed, but the job moves off it and keeps out
 //
 // Host names are validated so that nothing a shell would interpret can ever reach one: a host
 // is a DNS name (letters, digits, '-', '.'), an IPv4 address or a bracketed IPv6 address; a
@@ -25,6 +26,7 @@ struct Machine {
   std::string host;  // as written (IPv6 without brackets)
   int port = 0;      // 0 = the SSH default
   int slots = 1;
+  bool drain = false;  // `drain` on its line: the job keeps off it while the word is there
   int line = 0;  // 1-based line in the file, for messages
 
   // `localhost` or `127.0.0.1` without user or port: workers run as local processes. With a
@@ -41,7 +43,7 @@ struct MachineList {
 
 // Parses the text of a machine list. `file_name` only labels messages. Every bad line is
 // reported, one per line of the message: "machines.txt:7: 'node 4' is not a host name
-// (expected [user@]host[:port] [slots=N])". A host listed twice is an error (localhost and
+// (expected [user@]host[:port] [slots=N] [drain])". A host listed twice is an error (localhost and
 // 127.0.0.1 are one host); so is a list without machines.
 Result<MachineList> ParseMachineList(std::string_view text, std::string_view file_name,
                                      int default_slots);

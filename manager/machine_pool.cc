@@ -14,6 +14,8 @@ std::string MachinePool::Change::Describe() const {
   if (!added.empty()) parts.push_back("added " + Join(added, ", "));
   if (!removed.empty()) parts.push_back("removed " + Join(removed, ", "));
   if (!resized.empty()) parts.push_back(Join(resized, ", "));
+  if (!drained.empty()) parts.push_back("drained " + Join(drained, ", "));
+  if (!undrained.empty()) parts.push_back("no longer drained " + Join(undrained, ", "));
   return parts.empty() ? "no machine added or removed" : Join(parts, "; ");
 }
 
@@ -44,7 +46,16 @@ MachinePool::Change MachinePool::Update(const MachineList& list) {
         change.resized.push_back(m.Address() + " " + std::to_string(known->machine.slots) +
                                  " -> " + std::to_string(m.slots) + " slots");
       }
+      const bool line_changed = !known->listed || known->machine.slots != m.slots ||
+                                known->machine.drain != m.drain;
+      if (m.drain && (line_changed || !known->IsDrained())) {
+        change.drained.push_back(m.Address());
+      } else if (!m.drain && known->IsDrained() && line_changed) {
+        change.undrained.push_back(m.Address());
+      }
+      if (line_changed) e.drained_by.clear();  // a drain asked for holds until the line changes
     }
+    if (known == nullptr && m.drain) change.drained.push_back(m.Address());
     e.machine = m;
     e.listed = true;
     entries.push_back(std::move(e));
@@ -72,6 +83,18 @@ MachinePool::Change MachinePool::Update(const MachineList& list) {
     change.to_check.push_back(e.machine);
   }
   return change;
+}
+
+bool MachinePool::Drain(const std::string& address, const std::string& by) {
+  Entry* e = FindEntry(address);
+  if (e == nullptr || !e->listed) return false;
+  if (!e->IsDrained()) e->drained_by = by;
+  return true;
+}
+
+bool MachinePool::Drained(const std::string& address) const {
+  const Entry* e = FindEntry(address);
+  return e != nullptr && e->IsDrained();
 }
 
 MachinePool::Blame MachinePool::BlameFailure(const std::string& address, const std::string& why,
@@ -154,11 +177,12 @@ std::vector<Machine> MachinePool::Usable(std::vector<std::string>* out) const {
   std::vector<Machine> usable;
   for (const Entry& e : entries_) {
     if (!e.listed) continue;
-    if (e.health == Health::kUsable) {
+    if (e.health == Health::kUsable && !e.IsDrained()) {
       usable.push_back(e.machine);
     } else if (out != nullptr) {
-      out->push_back(e.machine.Address() +
-                     (e.health == Health::kChecking ? " (being checked)" : " (failed)"));
+      out->push_back(e.machine.Address() + (e.IsDrained()                   ? " (drained)"
+                                            : e.health == Health::kChecking ? " (being checked)"
+                                                                            : " (failed)"));
     }
   }
   return usable;
@@ -166,7 +190,7 @@ std::vector<Machine> MachinePool::Usable(std::vector<std::string>* out) const {
 
 bool MachinePool::Shrunk(const Machine& machine) const {
   const Entry* e = FindEntry(machine.Address());
-  return e == nullptr || !e->listed || e->machine.slots < machine.slots;
+  return e == nullptr || !e->listed || e->IsDrained() || e->machine.slots < machine.slots;
 }
 
 const Machine* MachinePool::Find(const std::string& address) const {
@@ -186,6 +210,9 @@ std::vector<MachineView> MachinePool::Views(const std::vector<std::string>& rank
     if (!e.listed) {
       if (v.used_slots == 0) continue;
       v.state = "removed";
+    } else if (e.IsDrained()) {
+      v.state = "drained";
+      v.reason = e.machine.drain ? "drain in the machine list" : e.drained_by;
     } else if (e.health == Health::kFailed) {
       v.state = "failed";
       v.retry_at = e.retry_at;

@@ -9,7 +9,9 @@
 //     within the failure window keeps it out for backoff_base_s, then 2x, 4x, ... (`localhost`
 //     is checked at once every time: its failures are the program's, not the machine's);
 //   - every failed check doubles the wait before the next one (backoff_base_s, 2x, 4x, ... up
-//     to backoff_max_s); a passed check makes the machine usable and resets the wait.
+//     to backoff_max_s); a passed check makes the machine usable and resets the wait;
+//   - a drained machine (the word `drain` on its line, or Drain: `mitra drain`, a preemption
+//     notice, a straggler) is not usable, whatever its health, until its line changes.
 // Pure: time comes in as arguments, and checks to run go out as return values.
 #pragma once
 
@@ -30,10 +32,10 @@ struct MachinePoolOptions {
 // A machine of the list (or one that left it while ranks still ran there), as status shows it.
 struct MachineView {
   Machine machine;
-  std::string state;  // "in use", "idle", "checking", "failed", "removed"
+  std::string state;  // "in use", "idle", "checking", "failed", "drained", "removed"
   int used_slots = 0;
   double retry_at = 0;  // "failed": when the next health check is due (controller time)
-  std::string reason;   // "failed", "checking": why
+  std::string reason;   // "failed", "checking": why; "drained": by what
 };
 
 class MachinePool {
@@ -45,14 +47,22 @@ class MachinePool {
     std::vector<std::string> added;    // addresses
     std::vector<std::string> removed;  // addresses
     std::vector<std::string> resized;  // "ADDRESS 4 -> 2 slots"
+    std::vector<std::string> drained;  // addresses whose line now says `drain`
+    std::vector<std::string> undrained;  // drained ones whose line changed
     std::vector<Machine> to_check;     // health checks to start now
-    std::string Describe() const;      // "added a; removed b; c 4 -> 2 slots"
+    std::string Describe() const;  // "added a; removed b; c 4 -> 2 slots; drained d"
   };
 
   // The list at start: every machine usable.
   void Reset(const MachineList& list);
   // A new list; machines that enter it are to be checked before they join.
   Change Update(const MachineList& list);
+
+  // Keeps the listed machine at `address` out of the job until its line in the list changes;
+  // `by` says what asked ("mitra drain", "preemption notice", ...). False when no listed
+  // machine has that address; true (and nothing changes) when it is drained already.
+  bool Drain(const std::string& address, const std::string& by);
+  bool Drained(const std::string& address) const;
 
   // A failure of the job blamed on the machine at `address`: checked at once the first time,
   // kept out with backoff when it fails again within the window.
@@ -85,7 +95,7 @@ class MachinePool {
 
   // The usable listed machines, in list order; `out` gets "ADDRESS (failed)" for the others.
   std::vector<Machine> Usable(std::vector<std::string>* out) const;
-  // Whether `machine` (as launched) left the list or lost slots since.
+  // Whether `machine` (as launched) left the list, lost slots or was drained since.
   bool Shrunk(const Machine& machine) const;
   const Machine* Find(const std::string& address) const;
 
@@ -104,6 +114,8 @@ class MachinePool {
     int failed_checks = 0;  // in a row
     double retry_at = 0;
     std::string reason;
+    std::string drained_by;  // Drain's `by` until the line changes; "" when not asked
+    bool IsDrained() const { return machine.drain || !drained_by.empty(); }
   };
   Entry* FindEntry(const std::string& address);
   const Entry* FindEntry(const std::string& address) const;

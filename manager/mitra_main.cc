@@ -96,6 +96,9 @@ int Run(const mitra::manager::RunOptions& options) {
   context.claim_run_dir = [&](const std::string& run_dir) {
     manager::ControlRequests::Hooks hooks;
     hooks.stop = [&events] { events.Push(manager::StopRequested{0}); };
+    hooks.drain = [&events](const std::string& address) {
+      events.Push(manager::DrainMachine{address, "mitra drain"});
+    };
     hooks.status = [&] {
       std::lock_guard<std::mutex> lock(loop_mu);
       return loop ? loop->Status() : JsonObject().SetString("state", "starting");
@@ -167,7 +170,7 @@ int Planning(mitra::manager::CommandKind kind, const std::vector<std::string>& a
 int main(int argc, char** argv) {
   using mitra::manager::CommandKind;
   const std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && (args[0] == "status" || args[0] == "stop")) {
+  if (!args.empty() && (args[0] == "status" || args[0] == "stop" || args[0] == "drain")) {
     return mitra::manager::ControlCommand(args, std::cout, std::cerr);
   }
   mitra::Result<mitra::manager::Command> command = mitra::manager::ParseCommandLine(args);

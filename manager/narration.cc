@@ -44,6 +44,31 @@ Narration ListChanged(const ListChangedFact& f) {
   return Told("machines_changed", fields);
 }
 
+Narration Drained(const DrainFact& f) {
+  using Action = DrainFact::Action;
+  JsonObject fields = JsonObject().SetString("machine", f.machine).SetString("by", f.by);
+  const std::string head = "mitra: draining " + f.machine + " (" + f.by + "): ";
+  switch (f.action) {
+    case Action::kMorph:
+      return Told("drain", fields.SetString("action", "morph"),
+                  head + "moving the job off it with a planned morph; it stays out until its "
+                         "line in the machine list changes");
+    case Action::kFolded:
+      return Told("drain", fields.SetString("action", "folded"),
+                  head + "the next generation leaves it out");
+    case Action::kKeepOff:
+      return Told("drain", fields.SetString("action", "none"),
+                  head + "no worker runs there; it stays out until its line in the machine list "
+                         "changes");
+    case Action::kUnknown:
+      break;
+  }
+  return Told("drain_refused", fields.SetString("why", "not in the machine list"),
+              "mitra: cannot drain " + f.machine + " (" + f.by +
+                  "): no machine of the list has that address",
+              /*error=*/true);
+}
+
 Narration Stopping(const StoppingFact& f) {
   using How = StoppingFact::How;
   JsonObject fields;
@@ -104,6 +129,7 @@ Narration Narrate(const Fact& fact) {
   return std::visit(
       Overloaded{
           [](const ListChangedFact& f) { return ListChanged(f); },
+          [](const DrainFact& f) { return Drained(f); },
           [](const AllReadyFact& f) {
             return Told("ready", JsonObject().SetNumber("rendezvous_s", RoundedSeconds(f.after_s)),
                         "mitra: all " + std::to_string(f.ranks) + " workers ready after " +

@@ -35,6 +35,19 @@ struct ListChangedFact {
   std::string why;    // kIgnored
 };
 
+// A machine is drained (controller.h's DrainMachine); what the controller does about it.
+struct DrainFact {
+  enum class Action {
+    kKeepOff,  // no rank runs there: it stays out of every later generation
+    kMorph,    // ranks run there: a planned morph moves them off
+    kFolded,   // a morph or recovery is under way: the next generation leaves it out
+    kUnknown,  // no listed machine has that address
+  };
+  std::string machine;
+  std::string by;
+  Action action = Action::kKeepOff;
+};
+
 struct AllReadyFact {
   int ranks = 0;
   double after_s = 0;
@@ -148,7 +161,7 @@ struct FailureFact {
   bool after_training = false;  // nothing is relaunched
 };
 
-using Fact = std::variant<ListChangedFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,
+using Fact = std::variant<ListChangedFact, DrainFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,
                           RankStoppedFact, StartFailedFact, HostHealthyFact, HostKeptOutFact,
                           StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
                           AbandonFact, WaitingFact, MorphFact, FailureFact>;

@@ -480,6 +480,9 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   loop_options.settings = settings;
   loop_options.state_fields = job_fields;
   loop_options.reported = reported;
+  loop_options.preemption_command = options.preemption_command;
+  loop_options.preemption_interval_s = options.preemption_interval_s;
+  loop_options.exclude_stragglers = options.exclude_stragglers;
   if (c.prepare_loop) c.prepare_loop(&loop_options);
   RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,
                &run_dir, journal->get(), c.events, c.out, c.err);

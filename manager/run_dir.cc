@@ -5,6 +5,7 @@ namespace mitra::manager {
 std::string RunDir::StatePath() const { return JoinPath(path_, "state.json"); }
 std::string RunDir::EventsPath() const { return JoinPath(path_, "events.jsonl"); }
 std::string RunDir::MetricsPath() const { return JoinPath(path_, "metrics.jsonl"); }
+std::string RunDir::RankStepsPath() const { return JoinPath(path_, "rank_steps.jsonl"); }
 
 std::string RunDir::LogName(int64_t generation, int rank) {
   return "logs/gen-" + std::to_string(generation) + "/rank-" + std::to_string(rank) + ".log";

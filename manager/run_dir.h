@@ -25,6 +25,7 @@ class RunDir {
   std::string StatePath() const;
   std::string EventsPath() const;
   std::string MetricsPath() const;
+  std::string RankStepsPath() const;  // rank_steps.jsonl: each rank's compute and wait times
   // "logs/gen-0/rank-1.log": the name used in messages.
   static std::string LogName(int64_t generation, int rank);
   std::string LogPath(int64_t generation, int rank) const;

@@ -8,16 +8,17 @@ Result<std::unique_ptr<RunJournal>> RunJournal::Open(FileSystem* fs, Clock* cloc
   if (!events.ok()) return events.status();
   Result<std::unique_ptr<AppendableFile>> metrics = fs->OpenForAppend(dir.MetricsPath());
   if (!metrics.ok()) return metrics.status();
-  return std::unique_ptr<RunJournal>(new RunJournal(
-      fs, clock, dir.StatePath(), std::move(events).value(), std::move(metrics).value()));
+  return std::unique_ptr<RunJournal>(
+      new RunJournal(fs, clock, dir, std::move(events).value(), std::move(metrics).value()));
 }
 
-RunJournal::RunJournal(FileSystem* fs, Clock* clock, std::string state_path,
+RunJournal::RunJournal(FileSystem* fs, Clock* clock, const RunDir& dir,
                        std::unique_ptr<AppendableFile> events,
                        std::unique_ptr<AppendableFile> metrics)
     : fs_(fs),
       clock_(clock),
-      state_path_(std::move(state_path)),
+      state_path_(dir.StatePath()),
+      rank_steps_path_(dir.RankStepsPath()),
       events_(std::move(events)),
       metrics_(std::move(metrics)) {}
 
@@ -34,6 +35,18 @@ Status RunJournal::RecordStep(const JsonObject& step_record) {
   record.Erase("event");
   record.SetNumber("time", clock_->WallSeconds());
   return metrics_->Append(record.ToJson() + "\n");
+}
+
+Status RunJournal::RecordRankSteps(const JsonObject& fields) {
+  if (!rank_steps_) {
+    Result<std::unique_ptr<AppendableFile>> file = fs_->OpenForAppend(rank_steps_path_);
+    if (!file.ok()) return file.status();
+    rank_steps_ = std::move(file).value();
+  }
+  JsonObject record;
+  record.SetNumber("time", clock_->WallSeconds());
+  for (const auto& [key, value] : fields.fields()) record.Set(key, value);
+  return rank_steps_->Append(record.ToJson() + "\n");
 }
 
 Status RunJournal::WriteState(const JsonObject& state) {

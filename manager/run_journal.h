@@ -1,4 +1,5 @@
-// RunJournal: the run directory's records (events.jsonl, metrics.jsonl, state.json).
+// RunJournal: the run directory's records (events.jsonl, metrics.jsonl, rank_steps.jsonl,
+// state.json).
 //
 // Every record is one JSON object on one line, written with a single append so that a reader
 // tailing the file never sees half a record. state.json is replaced atomically.
@@ -25,18 +26,23 @@ class RunJournal {
   Status RecordEvent(const std::string& name, const JsonObject& fields);
   // Appends a worker's step record to metrics.jsonl: its fields without "event", plus "time".
   Status RecordStep(const JsonObject& step_record);
+  // Appends a rank's step times, as its heartbeat brought them, to rank_steps.jsonl (created on
+  // first use): `fields` plus "time".
+  Status RecordRankSteps(const JsonObject& fields);
   // Replaces state.json with `state` (pretty-printed, one field per line).
   Status WriteState(const JsonObject& state);
 
  private:
-  RunJournal(FileSystem* fs, Clock* clock, std::string state_path,
+  RunJournal(FileSystem* fs, Clock* clock, const RunDir& dir,
              std::unique_ptr<AppendableFile> events, std::unique_ptr<AppendableFile> metrics);
 
   FileSystem* fs_;
   Clock* clock_;
   std::string state_path_;
+  std::string rank_steps_path_;
   std::unique_ptr<AppendableFile> events_;
   std::unique_ptr<AppendableFile> metrics_;
+  std::unique_ptr<AppendableFile> rank_steps_;  // opened by the first RecordRankSteps
 };
 
 }  // namespace mitra::manager

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
+#include "common/duration_text.h"
 #include "common/signal_watcher.h"
 #include "common/overloaded.h"
 #include "common/strings.h"
+#include "contract/variables.h"
 #include "manager/run_command.h"
 #include "manager/run_records.h"
 
@@ -61,8 +64,11 @@ int RunLoop::Run(const MachineList& machines, const std::vector<std::string>& un
   start_s_ = clock_->MonotonicSeconds();
   Handle(StartInput{machines, unreachable});
   while (!controller_.finished()) {
+    CheckPreemption();
     const double now = clock_->MonotonicSeconds();
-    const double wait_s = std::clamp(controller_.NextDeadline() - now, 0.0, kMaxWaitS);
+    double next = controller_.NextDeadline();
+    if (!options_.preemption_command.empty()) next = std::min(next, next_preemption_s_);
+    const double wait_s = std::clamp(next - now, 0.0, kMaxWaitS);
     std::optional<Event> event = options_.next_event
                                      ? options_.next_event(wait_s)
                                      : queue_->PopFor(std::chrono::duration<double>(wait_s));
@@ -81,6 +87,8 @@ int RunLoop::Run(const MachineList& machines, const std::vector<std::string>& un
                    },
                    [this](MachineListEdited& e) { OnMachineListEdited(e.contents); },
                    [this](HostChecked& e) { Handle(e); },
+                   [this](DrainMachine& e) { Handle(e); },
+                   [this](PreemptionChecked& e) { OnPreemptionChecked(e); },
                },
                *event);
   }
@@ -131,6 +139,11 @@ void RunLoop::Launch(const LaunchAction& launch) {
   const int64_t generation = launch.generation;
   ranks_.clear();
   ranks_generation_ = launch.generation;
+  std::vector<int> stage_of_rank(launch.plan.world_size(), -1);
+  for (int stage = 0; stage < launch.plan.stage_map.num_stages(); ++stage) {
+    for (const int rank : launch.plan.stage_map.RanksOfStage(stage)) stage_of_rank[rank] = stage;
+  }
+  stragglers_.emplace(options_.stragglers, std::move(stage_of_rank));
 
   // Which checkpoint the generation resumes from: the newest that verifies.
   LaunchSettings settings = options_.settings;
@@ -289,6 +302,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     report.kind = RankReport::Kind::kReady;
   } else if (kind == "heartbeat") {
     report.kind = RankReport::Kind::kHeartbeat;
+    if (parsed->Find("steps") != nullptr) OnStepTimes(generation, rank, *parsed);
   } else if (kind == "step" && rank == 0) {
     const std::optional<StepRecord> step = StepRecord::FromJson(*parsed);
     if (!step) return;
@@ -410,6 +424,89 @@ void RunLoop::StartHealthCheck(const Machine& machine) {
                             done->store(true);
                           }),
                           done});
+}
+
+// ---- Stragglers ----------------------------------------------------------------------------
+
+void RunLoop::OnStepTimes(int64_t generation, int rank, const JsonObject& heartbeat) {
+  const auto it = ranks_.find(rank);
+  if (generation != ranks_generation_ || it == ranks_.end() || !stragglers_) return;
+  const int steps = static_cast<int>(heartbeat.GetNumber("steps").value_or(0));
+  const double compute_s = heartbeat.GetNumber("compute_s").value_or(-1);
+  const double wait_s = heartbeat.GetNumber("wait_s").value_or(-1);
+  if (steps <= 0 || compute_s < 0 || wait_s < 0) return;
+  const int stage = stragglers_->StageOf(rank);
+  Warn(journal_->RecordRankSteps(JsonObject()
+                                     .SetInt("generation", generation)
+                                     .SetInt("rank", rank)
+                                     .SetInt("stage", stage)
+                                     .SetInt("step", static_cast<int64_t>(
+                                                         heartbeat.GetNumber("step").value_or(0)))
+                                     .SetInt("steps", steps)
+                                     .SetNumber("compute_s", compute_s)
+                                     .SetNumber("wait_s", wait_s)));
+  const std::optional<Straggler> found = stragglers_->Observe(rank, steps, compute_s);
+  if (!found) return;
+  const std::string& machine = it->second.machine;
+  Warn(journal_->RecordEvent("straggler", JsonObject()
+                                              .SetInt("generation", generation)
+                                              .SetInt("rank", rank)
+                                              .SetString("machine", machine)
+                                              .SetInt("stage", found->stage)
+                                              .SetNumber("compute_s", RoundedSeconds(found->compute_s))
+                                              .SetNumber("peer_median_s",
+                                                         RoundedSeconds(found->peer_median_s))
+                                              .SetNumber("ratio", std::round(found->ratio * 100) / 100)
+                                              .SetInt("steps", found->steps)
+                                              .SetBool("drain", options_.exclude_stragglers)));
+  char ratio[16];
+  std::snprintf(ratio, sizeof(ratio), "%.1f", found->ratio);
+  *err_ << "mitra: rank " << rank << " on " << machine << " is a straggler: "
+        << DurationText(found->compute_s) << " of compute per step, " << ratio
+        << "x its stage peers' median (" << DurationText(found->peer_median_s) << "), for "
+        << found->steps << " steps"
+        << (options_.exclude_stragglers ? "; draining its machine (--exclude-stragglers)"
+                                        : "; --exclude-stragglers would drain its machine")
+        << std::endl;
+  if (options_.exclude_stragglers) {
+    Handle(DrainMachine{machine, "straggler: rank " + std::to_string(rank)});
+  }
+}
+
+// ---- Preemption notices ------------------------------------------------------------------
+
+void RunLoop::CheckPreemption() {
+  if (options_.preemption_command.empty()) return;
+  const double now = clock_->MonotonicSeconds();
+  if (now < next_preemption_s_) return;
+  next_preemption_s_ = now + options_.preemption_interval_s;
+  for (const MachineView& view : controller_.Machines()) {
+    if (view.state == "removed" || view.state == "drained") continue;
+    const std::string address = view.machine.Address();
+    if (preemption_running_.count(address) > 0) continue;
+    Result<launcher::ProcessRunner*> runner = transports_->RunnerFor(view.machine);
+    if (!runner.ok()) continue;  // unreachable: its health checks say so
+    const bool local = view.machine.IsLocal();
+    launcher::ProcessSpec spec;
+    spec.program = "/bin/sh";
+    spec.args = {"-c", options_.preemption_command};
+    spec.environment = options_.worker.EnvironmentFor(local);
+    spec.environment[contract::kMachine] = address;
+    spec.working_directory = options_.worker.DirectoryFor(local);
+    EventQueue* queue = queue_;
+    Result<launcher::StartedProcess> started =
+        (*runner)->Start(spec, [queue, address](launcher::ProcessEvent event) {
+          if (event.kind == launcher::ProcessEvent::Kind::kExited) {
+            queue->Push(PreemptionChecked{address, event.exit});
+          }
+        });
+    if (started.ok()) preemption_running_.insert(address);
+  }
+}
+
+void RunLoop::OnPreemptionChecked(const PreemptionChecked& checked) {
+  preemption_running_.erase(checked.address);
+  if (checked.exit.ok()) Handle(DrainMachine{checked.address, "preemption notice"});
 }
 
 // ---- Records -----------------------------------------------------------------------------

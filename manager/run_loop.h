@@ -35,6 +35,7 @@
 #include "manager/run_dir.h"
 #include "manager/run_journal.h"
 #include "manager/status_report.h"
+#include "manager/stragglers.h"
 #include "manager/transports.h"
 #include "manager/worker_env.h"
 
@@ -48,6 +49,14 @@ struct RunLoopOptions {
   double state_interval_s = 1;
   double health_check_timeout_s = 5;
   JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
+  // --preemption-command: run with `sh -c` on every listed machine that is not drained, every
+  // preemption_interval_s, through the machine's transport; exit status 0 means "this machine
+  // will be taken" and drains it. "": none. A command still running is not started again. It
+  // gets the workers' environment plus MITRA_MACHINE, the machine's address as the list has it.
+  std::string preemption_command;
+  double preemption_interval_s = 5;
+  StragglerOptions stragglers;     // when a rank is a straggler (stragglers.h)
+  bool exclude_stragglers = false;  // --exclude-stragglers: drain a straggler's machine
   std::vector<std::string> reported;  // damaged checkpoints the caller has named already
 
   // The loop's remaining ways out to the world. Each defaults to the real thing; tests and
@@ -108,6 +117,11 @@ class RunLoop {
   void OnRecord(const RecordAction& record);
   void OnFinish(const FinishAction& finish);
   void StartHealthCheck(const Machine& machine);
+  // Starts the preemption command on each machine due for it; when the next round is due.
+  void CheckPreemption();
+  void OnPreemptionChecked(const PreemptionChecked& checked);
+  // A heartbeat with step times: recorded, and judged for stragglers.
+  void OnStepTimes(int64_t generation, int rank, const JsonObject& heartbeat);
   Result<int> RendezvousPort(const Machine& machine, int64_t generation);
   void WriteState(bool force);
   // Brings the status up to date after an event; `changed`: more than its times changed. The
@@ -148,6 +162,9 @@ class RunLoop {
     std::shared_ptr<std::atomic<bool>> done;
   };
   std::vector<Check> checks_;
+  double next_preemption_s_ = 0;           // the next round of preemption commands
+  std::set<std::string> preemption_running_;  // machines whose command has not ended
+  std::optional<StragglerDetector> stragglers_;  // of the current generation
 
   mutable std::mutex status_mu_;
   StatusReport status_;  // guarded by status_mu_

@@ -32,6 +32,10 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Text("--known-hosts", &o.known_hosts, "a path", "~/.ssh/known_hosts");
   flags.Text("--identity", &o.identity, "a path", "~/.ssh/id_ed25519");
   flags.Text("--profile", &o.profile_dir, "a directory name", "profile");
+  flags.Text("--preemption-command", &o.preemption_command, "a shell command",
+             "'curl -sf http://169.254.169.254/spot/notice'");
+  flags.Seconds("--preemption-interval", &o.preemption_interval_s, "5");
+  flags.Switch("--exclude-stragglers", &o.exclude_stragglers);
   flags.Program(&o.program, &o.program_args,
                 "mitra run --machines machines.txt --batch-size 64 -- ./train --lr 0.1");
   if (Status s = flags.Parse(args); !s.ok()) return s;
@@ -104,7 +108,7 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
   }
   return Status::InvalidArgument("mitra: unknown command '" + name +
                                  "'; the commands are run, profile, plan, checkpoint, status, "
-                                 "stop (see `mitra --help`)");
+                                 "stop, drain (see `mitra --help`)");
 }
 
 std::string MainUsage() {
@@ -113,6 +117,7 @@ std::string MainUsage() {
          "       mitra plan --profile DIR --batch-size B (--slots N | --machines FILE)\n"
          "       mitra checkpoint list|verify DIR | export DIR OUT.pt\n"
          "       mitra status | stop [--run-dir DIR]\n"
+         "       mitra drain [--run-dir DIR] MACHINE\n"
          "       mitra --help | run --help | --version\n"
          "\n"
          "mitra runs a pipeline x data-parallel training job on the machines in FILE.\n"
@@ -168,6 +173,12 @@ std::string RunUsage() {
          "  --env KEY=VALUE       set a variable for every worker (repeatable)\n"
          "  --known-hosts FILE    SSH host keys (default ~/.ssh/known_hosts)\n"
          "  --identity FILE       SSH private key (default: ssh-agent, then ~/.ssh/id_*)\n"
+         "  --preemption-command CMD\n"
+         "                        run `sh -c CMD` on every machine every few seconds; exit\n"
+         "                        status 0 means the machine will be taken: the job moves off\n"
+         "                        it with a planned morph (like `mitra drain`)\n"
+         "  --preemption-interval S  between two runs of it on a machine (default 5)\n"
+         "  --exclude-stragglers  drain the machine of a rank found to be a straggler\n"
          "\n"
          "Ctrl-C (or `mitra stop`) asks every worker to checkpoint and stop after the same\n"
          "step; a second Ctrl-C kills them. `mitra status` shows the job.\n";

@@ -36,6 +36,9 @@ struct RunOptions {
   std::vector<std::pair<std::string, std::string>> env;  // --env KEY=VALUE (repeatable)
   std::string known_hosts;     // --known-hosts: "" = ~/.ssh/known_hosts
   std::string identity;        // --identity: an SSH private key; "" = agent, then ~/.ssh/id_*
+  std::string preemption_command;     // --preemption-command: "" = none
+  double preemption_interval_s = 5;   // --preemption-interval
+  bool exclude_stragglers = false;    // --exclude-stragglers
   std::string program;         // after `--`
   std::vector<std::string> program_args;
 };

@@ -39,6 +39,7 @@ namespace mitra::manager {
 
 inline constexpr const char* kStatusCommand = "status";
 inline constexpr const char* kStopCommand = "stop";
+inline constexpr const char* kDrainCommand = "drain";  // with "machine": an address
 
 struct MachineStatus {
   std::string address;  // as Machine::Address() writes it

@@ -91,6 +91,27 @@ TEST_F(ControlCommandTest, StopPrintsWhatTheManagerDoes) {
             "mitra stop: stopping: every worker will checkpoint after the same step\n");
 }
 
+TEST_F(ControlCommandTest, DrainSendsTheMachineAndPrintsTheAnswer) {
+  server_ = std::make_unique<ControlServer>(
+      ControlSocketPath(RunDir()), [this](const JsonObject& request) -> std::string {
+        received_.Push(request.GetString("command").value_or("") + " " +
+                       request.GetString("machine").value_or(""));
+        if (request.GetString("machine") == "127.0.0.9") {
+          return R"({"ok":false,"error":"no machine of the list is 127.0.0.9"})";
+        }
+        return R"({"ok":true,"message":"draining 127.0.0.3: the job moves off it"})";
+      });
+  ASSERT_TRUE(server_->Start().ok());
+  ASSERT_EQ(Run({"drain", "--run-dir", RunDir(), "127.0.0.3"}), 0) << err_.str();
+  EXPECT_EQ(received_.TryPop(), "drain 127.0.0.3");
+  EXPECT_EQ(out_.str(), "mitra drain: draining 127.0.0.3: the job moves off it\n");
+  EXPECT_EQ(Run({"drain", "--run-dir", RunDir(), "127.0.0.9"}), 1);
+  EXPECT_TRUE(Contains(err_.str(), "the manager answered: no machine of the list is 127.0.0.9"))
+      << err_.str();
+  EXPECT_EQ(Run({"drain", "--run-dir", RunDir()}), 2);
+  EXPECT_TRUE(Contains(err_.str(), "which machine?")) << err_.str();
+}
+
 TEST_F(ControlCommandTest, StopWaitReturnsOnceTheManagerHasExited) {
   StartManager();
   std::future<int> stop = std::async(std::launch::async, [this] {

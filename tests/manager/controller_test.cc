@@ -165,6 +165,51 @@ TEST_F(ControllerTest, ShrinksWhenHostRemovedFromList) {
   EXPECT_TRUE(Recorded("first_step"));
 }
 
+TEST_F(ControllerTest, DrainingAMachineInUseMorphsOffItWithoutAFailure) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunGeneration(5);
+  Feed(DrainMachine{"127.0.0.3", "mitra drain"});
+  EXPECT_TRUE(Recorded("drain"));
+  EXPECT_EQ(controller_->phase(), Phase::kMorphing);
+  EXPECT_EQ(SignalsOf(SIGUSR1), (std::vector<int>{0, 1, 2, 3}));
+  StopAll(6);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.expected_step, 6);
+  EXPECT_EQ(Addresses(launch), (std::vector<std::string>{"127.0.0.2", "127.0.0.2"}));
+  RunGeneration(7);
+  // Draining again says nothing new; the drained machine's loss later is no failure either.
+  Feed(DrainMachine{"127.0.0.3", "mitra drain"});
+  EXPECT_TRUE(last_.empty());
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});  // the line is unchanged
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  for (const MachineView& v : controller_->Machines()) {
+    if (v.machine.Address() == "127.0.0.3") {
+      EXPECT_EQ(v.state, "drained");
+    }
+  }
+  // Its line changes: it is back, and the job grows onto it again.
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=3\n")});
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  EXPECT_EQ(controller_->phase(), Phase::kMorphing);
+}
+
+TEST_F(ControllerTest, DrainingAnIdleOrUnknownMachineOnlySaysSo) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunGeneration(1);
+  // An extra slot that changes no shape: .3 joins the pool but runs nothing.
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=1\n")});
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  ASSERT_EQ(controller_->phase(), Phase::kRunning);
+  Feed(DrainMachine{"127.0.0.3", "preemption notice"});
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  ASSERT_EQ(All<RecordAction>().size(), 1u);
+  EXPECT_EQ(All<RecordAction>()[0].fields.GetString("action"), "none");
+  Feed(DrainMachine{"10.9.9.9", "mitra drain"});
+  EXPECT_TRUE(Recorded("drain_refused"));
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+}
+
 TEST_F(ControllerTest, TheFirstStepRecordSplitsEachMorphsDowntime) {
   Feed(StartInput{List("localhost slots=4\n"), {}});
   RunGeneration(1);

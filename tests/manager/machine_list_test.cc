@@ -66,7 +66,23 @@ TEST(MachineList, LocalhostWithUserOrPortMeansSsh) {
 TEST(MachineList, ReportsABadHostWithFileAndLine) {
   EXPECT_EQ(ParseError("localhost\n\n# c\n\n\n\nnode 4\n"),
             "machines.txt:7: 'node 4' is not a host name (expected [user@]host[:port] "
-            "[slots=N])");
+            "[slots=N] [drain])");
+}
+
+TEST(MachineList, TheWordDrainMarksAMachine) {
+  Result<MachineList> list =
+      ParseMachineList("a slots=2 drain\nb drain slots=3\nc\n", "machines.txt", 1);
+  ASSERT_TRUE(list.ok()) << list.status().message();
+  EXPECT_TRUE(list->machines[0].drain);
+  EXPECT_EQ(list->machines[0].slots, 2);
+  EXPECT_TRUE(list->machines[1].drain);
+  EXPECT_EQ(list->machines[1].slots, 3);
+  EXPECT_FALSE(list->machines[2].drain);
+  EXPECT_NE(ParseError("a drain drain\n").find("machines.txt:1: drain is given twice"),
+            std::string::npos);
+  EXPECT_NE(ParseError("a drain=yes\n").find("a machine takes slots=N and the word drain"),
+            std::string::npos)
+      << ParseError("a drain=yes\n");
 }
 
 TEST(MachineList, RejectsShellMetacharacters) {

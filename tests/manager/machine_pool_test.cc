@@ -39,6 +39,46 @@ TEST(MachinePool, AMachineBackInTheListIsCheckedAgain) {
   EXPECT_EQ(Addresses(back.to_check), std::vector<std::string>{"b"});
 }
 
+TEST(MachinePool, ADrainedMachineStaysOutUntilItsLineChanges) {
+  MachinePool pool(MachinePoolOptions{});
+  pool.Reset(List("a slots=2\nb slots=2\n"));
+  EXPECT_FALSE(pool.Drain("c", "mitra drain"));  // not in the list
+  EXPECT_TRUE(pool.Drain("b", "mitra drain"));
+  EXPECT_TRUE(pool.Drained("b"));
+  std::vector<std::string> out;
+  EXPECT_EQ(Addresses(pool.Usable(&out)), std::vector<std::string>{"a"});
+  EXPECT_EQ(out, std::vector<std::string>{"b (drained)"});
+  Machine b;
+  b.host = "b";
+  b.slots = 2;
+  EXPECT_TRUE(pool.Shrunk(b));
+  // A passed health check does not bring it back, nor does an edit elsewhere in the list.
+  pool.OnChecked("b", true, "", 0);
+  pool.Update(List("a slots=2\nb slots=2\nc slots=1\n"));
+  EXPECT_TRUE(pool.Drained("b"));
+  for (const MachineView& v : pool.Views({})) {
+    if (v.machine.Address() == "b") {
+      EXPECT_EQ(v.state, "drained");
+      EXPECT_EQ(v.reason, "mitra drain");
+    }
+  }
+  // Its line changes: it is back.
+  const MachinePool::Change change = pool.Update(List("a slots=2\nb slots=1\nc slots=1\n"));
+  EXPECT_FALSE(pool.Drained("b"));
+  EXPECT_EQ(change.undrained, std::vector<std::string>{"b"});
+}
+
+TEST(MachinePool, TheWordDrainInTheListDrainsWhileItIsThere) {
+  MachinePool pool(MachinePoolOptions{});
+  pool.Reset(List("a slots=2\nb slots=2\n"));
+  const MachinePool::Change drained = pool.Update(List("a slots=2\nb slots=2 drain\n"));
+  EXPECT_EQ(drained.Describe(), "drained b");
+  EXPECT_EQ(Addresses(pool.Usable(nullptr)), std::vector<std::string>{"a"});
+  const MachinePool::Change back = pool.Update(List("a slots=2\nb slots=2\n"));
+  EXPECT_EQ(back.Describe(), "no longer drained b");
+  EXPECT_EQ(Addresses(pool.Usable(nullptr)), (std::vector<std::string>{"a", "b"}));
+}
+
 TEST(MachinePool, BlameChecksOnceThenBacksOffAndFailedChecksDoubleTheWait) {
   MachinePool pool(MachinePoolOptions{2, 300, 600});
   pool.Reset(List("a slots=1\n"));

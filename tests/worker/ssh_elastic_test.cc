@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <iostream>
 #include <filesystem>
@@ -209,6 +210,98 @@ TEST_F(SshElastic, AHostCutOffByTheNetworkIsLeftOutLikeAFrozenOne) {
       << r.err;
   std::cout << "host cut off -> training again without it: " << recovered_s << " s\n";
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
+// Runs `mitra drain` on the test's run directory.
+testing::MitraResult Drain(const std::string& run_dir, const std::string& machine,
+                           const std::string& cwd) {
+  return testing::RunProgram(MITRA_BINARY, {"drain", "--run-dir", run_dir, machine}, cwd, 30);
+}
+
+TEST_F(SshElastic, ADrainedHostIsLeftWithAPlannedMorphAndItsLossIsNoFailure) {
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const MitraResult drain = Drain(run_dir_, Address(kHostB), tmp_.path());
+  ASSERT_EQ(drain.exit_code, 0) << drain.output();
+  EXPECT_TRUE(Contains(drain.out, "mitra drain: draining " + Address(kHostB))) << drain.out;
+  ASSERT_TRUE(WaitForOutput(*mitra, "mitra: morph done: training again in 2 x 1", 60))
+      << mitra->Stdout() << mitra->Stderr();
+  ASSERT_TRUE(sshd_->Stop(kHostB).ok());  // the machine is taken, as its notice said
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: draining " + Address(kHostB) + " (mitra drain): moving"))
+      << r.out;
+  EXPECT_EQ(testing::EventsNamed(run_dir_, "drain").size(), 1u);
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "failure").empty()) << r.output();
+  EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 2u);
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, APreemptionNoticeDrainsItsHost) {
+  // The notice is a file the test creates; the command looks for the one of its machine.
+  const std::string notices = tmp_.Path("notices");
+  std::filesystem::create_directories(notices);
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2),
+                     {"--preemption-command", "test -e '" + notices + "'/\"$MITRA_MACHINE\"",
+                      "--preemption-interval", "1"});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+  tmp_.Write("notices/" + Address(kHostB), "");
+  ASSERT_TRUE(WaitForOutput(*mitra, "mitra: morph done: training again in 2 x 1", 60))
+      << mitra->Stdout() << mitra->Stderr();
+  ASSERT_TRUE(sshd_->Stop(kHostB).ok());
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const std::vector<JsonObject> drains = testing::EventsNamed(run_dir_, "drain");
+  ASSERT_EQ(drains.size(), 1u) << r.output();
+  EXPECT_EQ(drains[0].GetString("machine"), Address(kHostB));
+  EXPECT_EQ(drains[0].GetString("by"), "preemption notice");
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "failure").empty()) << r.output();
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoWorkerLeft();
+}
+
+TEST_F(SshElastic, ASlowedRankIsAStragglerAndItsHostIsDrained) {
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2), {"--exclude-stragglers"}, kLongJob);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
+  // Rank 3 (stage 1, replica 1, on host B) gets about half a CPU: stopped 40 ms in every 80.
+  const pid_t slowed = NewestPid(3);
+  ASSERT_GT(slowed, 0);
+  std::atomic<bool> done{false};
+  std::thread quota([&] {
+    while (!done && ::kill(slowed, SIGSTOP) == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      ::kill(slowed, SIGCONT);
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+  });
+  const bool found = WaitForOutput(*mitra, "is a straggler", 90);
+  done = true;
+  quota.join();
+  ::kill(slowed, SIGCONT);
+  ASSERT_TRUE(found) << mitra->Stdout() << mitra->Stderr();
+  const MitraResult r = mitra->Wait(300);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const std::vector<JsonObject> stragglers = testing::EventsNamed(run_dir_, "straggler");
+  ASSERT_FALSE(stragglers.empty());
+  EXPECT_EQ(stragglers[0].GetNumber("rank"), 3) << stragglers[0].ToJson();
+  EXPECT_EQ(stragglers[0].GetString("machine"), Address(kHostB));
+  EXPECT_GE(stragglers[0].GetNumber("ratio").value_or(0), 1.3);
+  std::cout << "straggler: " << stragglers[0].ToJson() << "\n";
+  const std::vector<JsonObject> drains = testing::EventsNamed(run_dir_, "drain");
+  ASSERT_EQ(drains.size(), 1u) << r.output();
+  EXPECT_EQ(drains[0].GetString("by"), "straggler: rank 3");
+  EXPECT_TRUE(Contains(r.out, "mitra: morph done: training again in 2 x 1")) << r.out;
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "failure").empty()) << r.output();
+  // Every rank's step times are in rank_steps.jsonl.
+  const std::vector<JsonObject> times = testing::ReadJsonLines(run_dir_ + "/rank_steps.jsonl");
+  ASSERT_FALSE(times.empty());
+  EXPECT_TRUE(times[0].GetNumber("compute_s").has_value()) << times[0].ToJson();
+  testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoWorkerLeft();
 }
 

@@ -1,0 +1,51 @@
+#include "manager/stragglers.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace mitra::manager {
+
+StragglerDetector::StragglerDetector(StragglerOptions options, std::vector<int> stage_of_rank)
+    : options_(options), stage_of_rank_(std::move(stage_of_rank)), ranks_(stage_of_rank_.size()) {
+  for (size_t r = 0; r < stage_of_rank_.size(); ++r) {
+    const int stage = stage_of_rank_[r];
+    if (stage < 0) continue;
+    if (ranks_of_stage_.size() <= static_cast<size_t>(stage)) ranks_of_stage_.resize(stage + 1);
+    ranks_of_stage_[stage].push_back(static_cast<int>(r));
+  }
+}
+
+std::optional<double> StragglerDetector::PeerMedian(int rank) {
+  scratch_.clear();
+  for (const int peer : ranks_of_stage_[stage_of_rank_[rank]]) {
+    if (peer != rank && ranks_[peer].compute_s >= 0) scratch_.push_back(ranks_[peer].compute_s);
+  }
+  if (scratch_.empty()) return std::nullopt;
+  const size_t middle = scratch_.size() / 2;
+  std::nth_element(scratch_.begin(), scratch_.begin() + middle, scratch_.end());
+  double median = scratch_[middle];
+  if (scratch_.size() % 2 == 0) {  // the mean of the two middle ones
+    median = (median + *std::max_element(scratch_.begin(), scratch_.begin() + middle)) / 2;
+  }
+  return median;
+}
+
+std::optional<Straggler> StragglerDetector::Observe(int rank, int steps, double compute_s) {
+  if (StageOf(rank) < 0 || steps <= 0 || compute_s < 0) {
+    return std::nullopt;
+  }
+  RankTimes& times = ranks_[rank];
+  times.compute_s = compute_s;
+  const std::optional<double> median = PeerMedian(rank);
+  if (!median || *median <= 0 || compute_s < options_.ratio * *median) {
+    times.slow_steps = 0;
+    return std::nullopt;
+  }
+  times.slow_steps += steps;
+  if (times.reported || times.slow_steps < options_.steps) return std::nullopt;
+  times.reported = true;
+  return Straggler{rank, stage_of_rank_[rank], compute_s, *median, compute_s / *median,
+                   times.slow_steps};
+}
+
+}  // namespace mitra::manager
