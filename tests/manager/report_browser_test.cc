@@ -4,65 +4,40 @@
 // its DOM must say that every chart drew without a script error, and its screenshot must be a
 // page of the expected size with the charts' colours on it (png_stats.py reads the PNG).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
-#include <regex>
+#include <fstream>
 
-#include "common/json.h"
+#include "tests/manager/report_browser.h"
 #include "tests/manager/run_helpers.h"
 #include "tests/prerequisite.h"
 
 namespace mitra::testing {
 namespace {
 
-constexpr const char* kChartJs = "/usr/share/javascript/chart.js/chart.min.js";
-
 bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// The full path of `name` on PATH, or "".
-std::string FindOnPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "/usr/bin:/bin";
-  for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
-    end = dirs.find(':', begin);
-    const std::string file = dirs.substr(begin, end - begin) + "/" + name;
-    if (::access(file.c_str(), X_OK) == 0) return file;
-  }
-  return "";
-}
-
-std::string Missing() {
-  if (FindOnPath("chromium").empty()) return "chromium is not installed (apt-get install chromium)";
-  if (FindOnPath("python3").empty()) return "python3 is not installed";
-  if (!std::filesystem::exists(kChartJs)) {
-    return "Chart.js is not installed (apt-get install libjs-chart.js)";
-  }
-  return "";
-}
-
-int CountOf(const std::string& text, const std::string& part) {
-  int n = 0;
-  for (size_t at = 0; (at = text.find(part, at)) != std::string::npos; at += part.size()) ++n;
-  return n;
+void Append(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::app) << text;
 }
 
 class ReportBrowserTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    MITRA_SKIP_WITHOUT(Missing());
+    MITRA_SKIP_WITHOUT(MissingBrowser());
     dir_.Write("machines.txt", "localhost slots=2\n");
   }
 
-  // mitra run on 2 slots in 1 x 2 for 24 steps; rank 1 of the first generation dies after
-  // step 6, so the job recovers in a second generation.
-  std::vector<std::string> RunArgs() const {
-    return {"run", "--machines", "machines.txt", "--run-dir", "run", "--batch-size", "8",
-            "--nstages", "1", "--max-steps", "24", "--max-restarts", "2", "--",
-            FAKE_WORKER_BINARY, "--step-ms", "60", "--crash-rank", "1", "--crash-at-step", "6",
-            "--fail-generation", "0"};
+  // mitra run on 2 slots in 1 x 2 for `steps` steps of fake_worker with `worker_args`.
+  std::vector<std::string> RunArgs(int steps, const std::vector<std::string>& worker_args) const {
+    std::vector<std::string> args = {"run", "--machines", "machines.txt", "--run-dir", "run",
+                                     "--batch-size", "8", "--nstages", "1", "--max-steps",
+                                     std::to_string(steps), "--max-restarts", "2", "--",
+                                     FAKE_WORKER_BINARY};
+    args.insert(args.end(), worker_args.begin(), worker_args.end());
+    return args;
   }
 
   MitraResult Report(const std::vector<std::string>& extra = {}) {
@@ -71,61 +46,16 @@ class ReportBrowserTest : public ::testing::Test {
     return RunProgram(MITRA_BINARY, args, dir_.path(), 30);
   }
 
-  // chromium --headless with a profile of its own in the test's directory.
-  MitraResult Chromium(const std::vector<std::string>& args) {
-    std::vector<std::string> all = {"--headless", "--no-sandbox", "--disable-gpu",
-                                    "--user-data-dir=" + dir_.Path("chromium-profile"),
-                                    "--window-size=1200,2000", "--hide-scrollbars"};
-    all.insert(all.end(), args.begin(), args.end());
-    return RunProgram(FindOnPath("chromium"), all, dir_.path(), 90);
-  }
-
-  // The page rendered: every chart drew and no script failed.
-  void ExpectRendered(const std::string& page_path) {
-    const std::string page = ReadFileOrEmpty(page_path);
-    ASSERT_FALSE(page.empty()) << page_path;
-    const int canvases = CountOf(page, "<canvas");
-    EXPECT_GE(canvases, 6) << "the summary's charts are missing";
-    const MitraResult dom = Chromium({"--dump-dom", "file://" + page_path});
-    ASSERT_EQ(dom.exit_code, 0) << dom.output();
-    std::smatch body;
-    ASSERT_TRUE(std::regex_search(dom.out, body, std::regex("<body[^>]*>"))) << dom.out;
-    EXPECT_TRUE(Contains(body.str(), "data-charts=\"drawn\"")) << body.str() << "\n"
-                                                               << dom.out.substr(0, 4000);
-    EXPECT_TRUE(Contains(body.str(), "data-chart-count=\"" + std::to_string(canvases) + "\""))
-        << body.str();
-    EXPECT_TRUE(Contains(dom.out, "<pre id=\"errors\"></pre>")) << "script errors in the page";
-  }
-
-  // The screenshot: the window's size, not blank, with the colours of the charts' first two
-  // series (#1f77b4 for generation 0, #ff7f0e for generation 1) on it.
-  void ExpectScreenshot(const std::string& page_path) {
-    const std::string png = dir_.Path("report.png");
-    const MitraResult shot = Chromium({"--screenshot=" + png, "file://" + page_path});
-    ASSERT_EQ(shot.exit_code, 0) << shot.output();
-    const MitraResult stats =
-        RunProgram(FindOnPath("python3"), {MITRA_PNG_STATS, png, "1f77b4", "ff7f0e"},
-                   dir_.path(), 60);
-    ASSERT_EQ(stats.exit_code, 0) << stats.output();
-    Result<JsonObject> s = JsonObject::Parse(stats.out);
-    ASSERT_TRUE(s.ok()) << stats.out;
-    EXPECT_EQ(s->GetNumber("width"), 1200) << stats.out;
-    EXPECT_EQ(s->GetNumber("height"), 2000) << stats.out;
-    EXPECT_GE(s->GetNumber("colours").value_or(0), 100) << stats.out;
-    const double non_white = s->GetNumber("non_white").value_or(0);
-    EXPECT_GT(non_white, 0.02) << stats.out;
-    EXPECT_LT(non_white, 0.6) << stats.out;
-    Result<JsonObject> near = JsonObject::Parse(s->Find("near")->string_value());
-    ASSERT_TRUE(near.ok()) << stats.out;
-    EXPECT_GE(near->GetNumber("1f77b4").value_or(0), 200) << "generation 0's series: " << stats.out;
-    EXPECT_GE(near->GetNumber("ff7f0e").value_or(0), 200) << "generation 1's series: " << stats.out;
-  }
-
   TempDir dir_;
 };
 
+// Rank 1 of the first generation dies after step 6, so the job recovers in a second one.
 TEST_F(ReportBrowserTest, AReportOfARunningJobAndOfTheFinishedOneRenderInChromium) {
-  std::unique_ptr<MitraProcess> run = MitraProcess::Start(MITRA_BINARY, RunArgs(), dir_.path());
+  std::unique_ptr<MitraProcess> run = MitraProcess::Start(
+      MITRA_BINARY,
+      RunArgs(24, {"--step-ms", "60", "--crash-rank", "1", "--crash-at-step", "6",
+                   "--fail-generation", "0"}),
+      dir_.path());
   ASSERT_TRUE(run);
   // While it runs, after the recovery: its files are being appended to.
   ASSERT_TRUE(run->WaitForStdout("mitra: recovery done", 60)) << run->Stdout() << run->Stderr();
@@ -133,7 +63,7 @@ TEST_F(ReportBrowserTest, AReportOfARunningJobAndOfTheFinishedOneRenderInChromiu
   ASSERT_EQ(running.exit_code, 0) << running.output();
   EXPECT_TRUE(Contains(running.out, "mitra report: wrote run/report.html (")) << running.out;
   EXPECT_TRUE(Contains(running.out, "still running")) << running.out;
-  ExpectRendered(dir_.Path("run/report.html"));
+  EXPECT_EQ(ExpectPageRendered(dir_, dir_.Path("run/report.html")), 6);
 
   const MitraResult finished = run->Wait(60);
   ASSERT_EQ(finished.exit_code, 0) << finished.output();
@@ -148,8 +78,41 @@ TEST_F(ReportBrowserTest, AReportOfARunningJobAndOfTheFinishedOneRenderInChromiu
   EXPECT_TRUE(Contains(page, "Per-rank step times are not recorded for this run"));
   EXPECT_TRUE(Contains(page, " * Chart.js v")) << "Chart.js keeps its licence header";
   EXPECT_TRUE(Contains(page, " * Released under the MIT License"));
-  ExpectRendered(dir_.Path("final.html"));
-  ExpectScreenshot(dir_.Path("final.html"));
+  // loss and throughput over steps and time, step times, the timeline.
+  EXPECT_EQ(ExpectPageRendered(dir_, dir_.Path("final.html")), 6);
+  // Generation 0's series are #1f77b4, generation 1's #ff7f0e.
+  ExpectScreenshot(dir_, dir_.Path("final.html"), dir_.Path("final.png"), {"1f77b4", "ff7f0e"});
+}
+
+// rank_steps.jsonl and `straggler` events, as their contract (docs/mitra-run.md) says, added
+// to a real run directory: the page draws each rank's compute and wait and lists the straggler.
+TEST_F(ReportBrowserTest, PerRankStepTimesAndStragglersRenderWhenRecorded) {
+  const MitraResult run = RunProgram(MITRA_BINARY, RunArgs(10, {}), dir_.path(), 60);
+  ASSERT_EQ(run.exit_code, 0) << run.output();
+  std::string lines;
+  for (int step : {5, 10}) {
+    for (int rank : {0, 1}) {
+      lines += "{\"time\":" + std::to_string(1.8e9 + step) +
+               ",\"generation\":0,\"rank\":" + std::to_string(rank) +
+               ",\"stage\":0,\"step\":" + std::to_string(step) +
+               ",\"steps\":5,\"compute_s\":" + (rank == 1 ? "0.05" : "0.02") +
+               ",\"wait_s\":" + (rank == 1 ? "0.001" : "0.03") + "}\n";
+    }
+  }
+  dir_.Write("run/rank_steps.jsonl", lines + "{\"time\":1.8e9,\"gener");  // one being written
+  Append(dir_.Path("run/events.jsonl"),
+         "{\"time\":1800000010,\"event\":\"straggler\",\"generation\":0,\"rank\":1,"
+         "\"machine\":\"localhost\",\"stage\":0,\"compute_s\":0.05,\"peer_median_s\":0.02,"
+         "\"ratio\":2.5,\"steps\":20}\n");
+  const MitraResult report = Report();
+  ASSERT_EQ(report.exit_code, 0) << report.output();
+  const std::string page = ReadFileOrEmpty(dir_.Path("run/report.html"));
+  EXPECT_FALSE(Contains(page, "not recorded"));
+  EXPECT_TRUE(Contains(page, "<tr><td>rank 1</td><td>0</td><td>localhost</td><td>0</td>"
+                             "<td>50.0 ms</td><td>20.0 ms</td><td>2.50</td><td>20</td></tr>"))
+      << page.substr(page.find("Per-rank"), 3000);
+  // The six charts of any run, the ranks' compute and wait, and their compute over steps.
+  EXPECT_EQ(ExpectPageRendered(dir_, dir_.Path("run/report.html")), 8);
 }
 
 TEST_F(ReportBrowserTest, BadInputExitsTwoAndWritesNothing) {
