@@ -135,7 +135,7 @@ inline constexpr const char* kReportScript = R"JS(
           indexAxis: 'y',
           plugins: Object.assign(titled('Timeline: generations, downtime of each morph and recovery, checkpoints'),
                                  { tooltip: { callbacks: { label: function (ctx) { return ctx.raw.note; } } } }),
-          scales: { x: Object.assign(timeAxis(), { min: 0 }), y: { stacked: true } }
+          scales: { x: Object.assign(timeAxis(), { min: 0, max: end }), y: { stacked: true } }
         }
       };
     });
