@@ -128,9 +128,12 @@ TEST_F(RunReportTest, AHalfWrittenLastLineIsLeftOutNotAnError) {
 
 TEST_F(RunReportTest, ADamagedCompleteLineIsCountedAndSkipped) {
   fs_.AddFile("run/metrics.jsonl", Step(1, 0, 1, 3.0) + "{\"step\":2,\"lo\x01\n[1,2]\n" +
-                                       Step(3, 0, 3, 2.0));
+                                       Step(3, 0, 3, 2.0) +
+                                       "{\"step\":1e300,\"loss\":\"x\",\"samples\":-1e300}\n");
   const RunReport r = Read();
-  EXPECT_EQ(r.steps.size(), 2u);
+  ASSERT_EQ(r.steps.size(), 3u);
+  EXPECT_EQ(r.steps[2].step, 0);  // values of the wrong type or range read as absent
+  EXPECT_EQ(r.steps[2].loss, 0);
   EXPECT_EQ(r.skipped_lines, 2);
   EXPECT_TRUE(Contains(Page(r), "unreadable records"));
 }
