@@ -51,8 +51,13 @@ inline constexpr const char* kReportScript = R"JS(
     const axis = function (title, extra) {
       return Object.assign({ title: { display: true, text: title } }, extra || {});
     };
+    // m:ss, or seconds for a run shorter than a minute (whose ticks fall between seconds).
+    const timeTick = function (value, index, ticks) {
+      if (this.max - this.min >= 60) return clock(value);
+      return Chart.Ticks.formatters.numeric.call(this, value, index, ticks) + ' s';
+    };
     const timeAxis = function () {
-      return axis('wall time since start (m:ss)', { type: 'linear', ticks: { callback: clock } });
+      return axis('wall time since start', { type: 'linear', ticks: { callback: timeTick } });
     };
     const stepAxis = function () { return axis('step', { type: 'linear' }); };
     const titled = function (text) { return { title: { display: true, text: text } }; };
@@ -80,10 +85,11 @@ inline constexpr const char* kReportScript = R"JS(
                borderColor: '#000', backgroundColor: '#000',
                data: data.evals.map(function (e) { return { x: e[key], y: e.loss }; }) };
     };
-    const plot = function (id, title, x, datasets, yTitle) {
+    const plot = function (id, title, x, datasets, yTitle, fromZero) {
       draw(id, function () {
         return { type: 'scatter', data: { datasets: datasets },
-                 options: { plugins: titled(title), scales: { x: x, y: axis(yTitle) } } };
+                 options: { plugins: titled(title),
+                            scales: { x: x, y: axis(yTitle, { beginAtZero: !!fromZero }) } } };
       });
     };
     const withEvals = function (sets, key) { return data.evals.length ? sets.concat([evalSet(key)]) : sets; };
@@ -92,7 +98,7 @@ inline constexpr const char* kReportScript = R"JS(
     plot('loss_time', 'Loss over wall time', timeAxis(), withEvals(perGeneration(s.time, s.loss, true), 'time'), 'loss');
     plot('rate_time', 'Throughput over wall time', timeAxis(), perGeneration(s.time, s.rate, true), data.rate_unit);
     plot('step_time', 'Step time of each step, by generation', stepAxis(),
-         perGeneration(s.step, s.step_time, false), 'seconds per step');
+         perGeneration(s.step, s.step_time, false), 'seconds per step', true);
 
     draw('timeline', function () {
       const rows = ['downtime', 'checkpoints'].concat(data.generations.map(function (g) {

@@ -89,19 +89,21 @@ TEST_F(ReportBrowserTest, AReportOfARunningJobAndOfTheFinishedOneRenderInChromiu
 TEST_F(ReportBrowserTest, PerRankStepTimesAndStragglersRenderWhenRecorded) {
   const MitraResult run = RunProgram(MITRA_BINARY, RunArgs(10, {}), dir_.path(), 60);
   ASSERT_EQ(run.exit_code, 0) << run.output();
+  // At the times of the run's last steps.
+  const double end = ReadJsonLines(dir_.Path("run/metrics.jsonl")).back().GetNumber("time").value();
   std::string lines;
   for (int step : {5, 10}) {
     for (int rank : {0, 1}) {
-      lines += "{\"time\":" + std::to_string(1.8e9 + step) +
+      lines += "{\"time\":" + std::to_string(end - 0.1 * (10 - step)) +
                ",\"generation\":0,\"rank\":" + std::to_string(rank) +
                ",\"stage\":0,\"step\":" + std::to_string(step) +
                ",\"steps\":5,\"compute_s\":" + (rank == 1 ? "0.05" : "0.02") +
                ",\"wait_s\":" + (rank == 1 ? "0.001" : "0.03") + "}\n";
     }
   }
-  dir_.Write("run/rank_steps.jsonl", lines + "{\"time\":1.8e9,\"gener");  // one being written
+  dir_.Write("run/rank_steps.jsonl", lines + "{\"time\":" + std::to_string(end) + ",\"gener");
   Append(dir_.Path("run/events.jsonl"),
-         "{\"time\":1800000010,\"event\":\"straggler\",\"generation\":0,\"rank\":1,"
+         "{\"time\":" + std::to_string(end) + ",\"event\":\"straggler\",\"generation\":0,\"rank\":1,"
          "\"machine\":\"localhost\",\"stage\":0,\"compute_s\":0.05,\"peer_median_s\":0.02,"
          "\"ratio\":2.5,\"steps\":20}\n");
   const MitraResult report = Report();
