@@ -77,12 +77,18 @@ std::vector<RankSteps> MeansPerRank(const std::vector<RankSteps>& samples) {
 }
 
 // What the script draws, as JSON; times are seconds since the run started.
-json ChartData(const RunReport& r) {
+json ChartData(const RunReport& r, size_t max_points) {
   const double t0 = r.started > 0 ? r.started : (r.steps.empty() ? 0 : r.steps.front().time);
   json steps = {{"step", json::array()}, {"time", json::array()}, {"loss", json::array()},
                 {"rate", json::array()}, {"step_time", json::array()},
                 {"generation", json::array()}};
-  for (const StepPoint& p : r.steps) {
+  const size_t n = r.steps.size();
+  const size_t stride = std::max<size_t>(1, (n + max_points - 1) / std::max<size_t>(max_points, 1));
+  std::vector<size_t> shown;
+  for (size_t i = 0; i < n; i += stride) shown.push_back(i);
+  if (n > 0 && shown.back() != n - 1) shown.push_back(n - 1);  // the newest step, always
+  for (const size_t i : shown) {
+    const StepPoint& p = r.steps[i];
     steps["step"].push_back(p.step);
     steps["time"].push_back(p.time - t0);
     steps["loss"].push_back(p.loss);
@@ -279,7 +285,7 @@ std::string RenderReportPage(const RunReport& r, const PageOptions& options) {
   page += CheckpointsTable(r);
   page += "<h2>Per-rank step times</h2>\n" + RanksSection(r);
   page += "<script id=\"report-data\" type=\"application/json\">" +
-          ScriptSafe(ChartData(r).dump(-1, ' ', false, json::error_handler_t::replace)) + "</script>\n";
+          ScriptSafe(ChartData(r, options.max_chart_points).dump(-1, ' ', false, json::error_handler_t::replace)) + "</script>\n";
   page += "<script>\n" + std::string(kReportScript) + "\n</script>\n</body>\n</html>\n";
   return page;
 }

@@ -19,6 +19,9 @@ struct PageOptions {
   std::string chart_js;        // the text of Chart.js (a UMD build that defines `Chart`)
   std::string chart_js_from;   // where it was read, named in a comment of the page
   double generated_at = 0;     // Unix seconds, shown in the page
+  // At most about this many steps go into each chart (every k-th, and the last), so that a long
+  // run's page stays quick to draw; the summary counts them all.
+  size_t max_chart_points = 5000;
 };
 
 std::string RenderReportPage(const RunReport& report, const PageOptions& options);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/clock.h"
+#include "common/json.h"
 #include "manager/report_command.h"
 #include "manager/report_page.h"
 #include "tests/common/memory_file_system.h"
@@ -236,6 +237,23 @@ TEST_F(RunReportTest, ThePageIsSelfContainedAndItsDataCannotEndItsScript) {
   EXPECT_TRUE(Contains(page, "<\\/script><b>x<\\/b>"));                // in the data
   EXPECT_FALSE(Contains(page, "src=\"http"));
   EXPECT_FALSE(Contains(page, "href=\"http"));
+}
+
+TEST_F(RunReportTest, ALongRunsChartsGetEveryKthStepAndTheLast) {
+  std::string metrics;
+  for (int step = 1; step <= 25; ++step) metrics += Step(step, 0, 100 + step, 1.0);
+  fs_.AddFile("run/metrics.jsonl", metrics);
+  PageOptions options;
+  options.max_chart_points = 10;
+  const std::string page = RenderReportPage(Read(), options);
+  const std::string open = "<script id=\"report-data\" type=\"application/json\">";
+  const size_t begin = page.find(open) + open.size();
+  Result<JsonObject> data = JsonObject::Parse(page.substr(begin, page.find("</script>", begin) - begin));
+  ASSERT_TRUE(data.ok()) << data.status().message();
+  Result<JsonObject> steps = JsonObject::Parse(data->Find("steps")->string_value());
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(steps->Find("step")->string_value(), "[1,4,7,10,13,16,19,22,25]");
+  EXPECT_TRUE(Contains(page, "<th>steps</th><td>25</td>"));
 }
 
 TEST_F(RunReportTest, BadRunDirectoriesNameTheFix) {
