@@ -1,5 +1,8 @@
 #include "manager/report_command.h"
 
+#include <cstdint>
+#include <string>
+
 #include "manager/report_page.h"
 #include "manager/run_command.h"
 #include "manager/run_report.h"
@@ -12,6 +15,11 @@ std::string Parent(const std::string& path) {
   const size_t slash = path.find_last_of('/');
   if (slash == std::string::npos) return "";
   return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// "1 step", "40 steps".
+std::string Counted(int64_t n, const std::string& noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
 }  // namespace
@@ -49,8 +57,8 @@ int ReportCommand(const ReportCommandOptions& options, FileSystem& fs, const Clo
         << "); give a file in a directory you can write with -o FILE" << std::endl;
     return kExitBadInput;
   }
-  out << "mitra report: wrote " << target << " (" << report->LastStep() << " steps, "
-      << report->generations.size() << " generations, "
+  out << "mitra report: wrote " << target << " (" << Counted(report->LastStep(), "step") << ", "
+      << Counted(static_cast<int64_t>(report->generations.size()), "generation") << ", "
       << (report->end.finished ? report->end.state : "still running")
       << "); open it in a browser" << std::endl;
   return kExitOk;

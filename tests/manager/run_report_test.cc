@@ -298,9 +298,13 @@ TEST_F(ReportCommandTest, WritesThePageIntoTheRunDirectory) {
   const std::string page = fs_.Contents("run/report.html");
   EXPECT_TRUE(Contains(page, "/*! Chart.js v3 */ var Chart;"));
   EXPECT_TRUE(Contains(page, "inlined from chart.min.js"));
+  fs_.AddFile("run/events.jsonl", std::string(kEvents).substr(0, std::string(kEvents).find("{\"time\":103.0")));
+  fs_.AddFile("run/metrics.jsonl", Step(1, 0, 101.5, 3.0));
   ASSERT_TRUE(fs_.CreateDirectories("out").ok());
   ASSERT_EQ(Report("out/r.html"), 0) << err_.str();
-  EXPECT_FALSE(fs_.Contents("out/r.html").empty());
+  EXPECT_EQ(out_.str(), "mitra report: wrote out/r.html (1 step, 1 generation, still running); "
+                        "open it in a browser\n");
+  EXPECT_TRUE(Contains(fs_.Contents("out/r.html"), "still running; report made"));
 }
 
 TEST_F(ReportCommandTest, BadInputExitsTwoAndNamesTheFix) {
