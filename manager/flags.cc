@@ -113,9 +113,15 @@ struct Flags::Impl {
     return extras.empty() ? Status::Ok() : Unexpected(extras.front());
   }
 
-  void Add(const std::string& name, const std::string& example, Reader read) {
-    flags.emplace_back(name, true);
-    app.add_option(name,
+  // `names` is one flag name, or a short and a long one ("-o,--out"): messages use the last.
+  void Add(const std::string& names, const std::string& example, Reader read) {
+    std::string name;
+    for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
+      end = names.find(',', begin);
+      name = names.substr(begin, end == std::string::npos ? end : end - begin);
+      flags.emplace_back(name, true);
+    }
+    app.add_option(names,
                    [this, name, example, read](const CLI::results_t& values) {
                      const std::string value = values.empty() ? "" : values.back();
                      // CLI11 takes the next argument whatever it is; a flag is not a value.

@@ -40,7 +40,8 @@ class Flags {
   Flags& operator=(const Flags&) = delete;
 
   // Flags with a value, given as `--name VALUE` or `--name=VALUE`; when one is repeated the last
-  // value counts (--env: every one). `example` is a good value, shown with a bad one.
+  // value counts (--env: every one). `example` is a good value, shown with a bad one. A name may
+  // be a short and a long one, "-o,--out" (`-o FILE` or `--out FILE`); messages use the long.
   //
   // Text: any non-empty text; `what` is what it names, e.g. "a file name".
   void Text(const std::string& name, std::string* out, const std::string& what,

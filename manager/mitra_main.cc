@@ -22,6 +22,7 @@
 #include "manager/machine_list_watcher.h"
 #include "manager/machine_transports.h"
 #include "manager/planner_commands.h"
+#include "manager/report_command.h"
 #include "manager/run_loop.h"
 #include "manager/status_report.h"
 #include "manager/run_command.h"
@@ -189,6 +190,11 @@ int main(int argc, char** argv) {
       return Run(command->run);
     case CommandKind::kCheckpoint:
       return mitra::manager::CheckpointCommand(command->checkpoint, std::cout, std::cerr);
+    case CommandKind::kReport: {
+      mitra::PosixFileSystem fs;
+      mitra::SystemClock clock;
+      return mitra::manager::ReportCommand(command->report, fs, clock, std::cout, std::cerr);
+    }
     case CommandKind::kProfile:
     case CommandKind::kPlan:
       return Planning(command->kind, command->args);

@@ -81,6 +81,29 @@ Result<Command> ParseCheckpoint(const std::vector<std::string>& args) {
   return command;
 }
 
+// `mitra report RUN_DIR [-o FILE] [--chart-js FILE]`
+Result<Command> ParseReport(const std::vector<std::string>& args) {
+  Command command;
+  command.kind = CommandKind::kReport;
+  ReportCommandOptions& o = command.report;
+  Flags flags("report");
+  flags.Word("run_dir", &o.run_dir);
+  flags.Text("-o,--out", &o.out, "a file name", "report.html");
+  flags.Text("--chart-js", &o.chart_js, "a file name", "chart.min.js");
+  if (Status s = flags.Parse(args); !s.ok()) return s;
+  if (flags.help()) {
+    command.kind = CommandKind::kHelp;
+    command.help_text = ReportUsage();
+    return command;
+  }
+  if (o.run_dir.empty()) {
+    return Status::InvalidArgument(
+        "mitra report: no run directory given; e.g. mitra report mitra-run (see `mitra report "
+        "--help`)");
+  }
+  return command;
+}
+
 }  // namespace
 
 Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
@@ -100,6 +123,9 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
   if (name == "checkpoint") {
     return ParseCheckpoint(std::vector<std::string>(args.begin() + 1, args.end()));
   }
+  if (name == "report") {
+    return ParseReport(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   if (name == "profile" || name == "plan") {
     // Parsed by planner_commands.h, whose usage --help prints.
     command.kind = name == "profile" ? CommandKind::kProfile : CommandKind::kPlan;
@@ -107,8 +133,8 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args) {
     return command;
   }
   return Status::InvalidArgument("mitra: unknown command '" + name +
-                                 "'; the commands are run, profile, plan, checkpoint, status, "
-                                 "stop, drain (see `mitra --help`)");
+                                 "'; the commands are run, profile, plan, checkpoint, report, "
+                                 "status, stop, drain (see `mitra --help`)");
 }
 
 std::string MainUsage() {
@@ -116,6 +142,7 @@ std::string MainUsage() {
          "       mitra profile --machines FILE --batch-size B --out DIR -- PROGRAM [ARGS...]\n"
          "       mitra plan --profile DIR --batch-size B (--slots N | --machines FILE)\n"
          "       mitra checkpoint list|verify DIR | export DIR OUT.pt\n"
+         "       mitra report RUN_DIR [-o FILE]\n"
          "       mitra status | stop [--run-dir DIR]\n"
          "       mitra drain [--run-dir DIR] MACHINE\n"
          "       mitra --help | run --help | --version\n"
@@ -182,6 +209,23 @@ std::string RunUsage() {
          "\n"
          "Ctrl-C (or `mitra stop`) asks every worker to checkpoint and stop after the same\n"
          "step; a second Ctrl-C kills them. `mitra status` shows the job.\n";
+}
+
+std::string ReportUsage() {
+  return "usage: mitra report RUN_DIR [-o FILE] [--chart-js FILE]\n"
+         "\n"
+         "Writes one HTML page about the job in RUN_DIR (finished or still running): loss and\n"
+         "throughput over steps and wall time, step time per generation, the timeline of\n"
+         "generations with every morph, failure and recovery and its downtime, checkpoints,\n"
+         "per-rank step times and a summary. The page needs no network: Chart.js is inlined.\n"
+         "\n"
+         "  -o, --out FILE    where to write it (default RUN_DIR/report.html)\n"
+         "  --chart-js FILE   the Chart.js to inline (default " +
+         std::string(kDebianChartJs) +
+         ",\n"
+         "                    from Debian's libjs-chart.js)\n"
+         "\n"
+         "Exit codes: 0 written, 2 bad usage or input (nothing is written).\n";
 }
 
 }  // namespace mitra::manager

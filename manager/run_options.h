@@ -43,7 +43,7 @@ struct RunOptions {
   std::vector<std::string> program_args;
 };
 
-enum class CommandKind { kRun, kCheckpoint, kProfile, kPlan, kHelp, kVersion };
+enum class CommandKind { kRun, kCheckpoint, kReport, kProfile, kPlan, kHelp, kVersion };
 
 // `mitra checkpoint list|verify DIR`, `mitra checkpoint export DIR OUT.pt`
 struct CheckpointCommandOptions {
@@ -53,10 +53,21 @@ struct CheckpointCommandOptions {
   std::string out;     // export: the file to write
 };
 
+// Where Debian's libjs-chart.js installs Chart.js.
+inline constexpr const char* kDebianChartJs = "/usr/share/javascript/chart.js/chart.min.js";
+
+// `mitra report RUN_DIR [-o FILE] [--chart-js FILE]`
+struct ReportCommandOptions {
+  std::string run_dir;                    // required
+  std::string out;                        // -o, --out: "" = RUN_DIR/report.html
+  std::string chart_js = kDebianChartJs;  // --chart-js: the Chart.js file inlined in the page
+};
+
 struct Command {
   CommandKind kind = CommandKind::kHelp;
   RunOptions run;         // kRun
   CheckpointCommandOptions checkpoint;  // kCheckpoint
+  ReportCommandOptions report;          // kReport
   std::vector<std::string> args;  // kProfile, kPlan: argv after the command's name
   std::string help_text;  // kHelp: what to print
 };
@@ -69,5 +80,6 @@ Result<Command> ParseCommandLine(const std::vector<std::string>& args);
 std::string MainUsage();
 std::string RunUsage();
 std::string CheckpointUsage();
+std::string ReportUsage();
 
 }  // namespace mitra::manager

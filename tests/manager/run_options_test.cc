@@ -135,7 +135,7 @@ TEST(RunOptions, RejectsBadNumbers) {
 
 TEST(RunOptions, AnUnknownCommandNamesTheCommands) {
   EXPECT_TRUE(Contains(ParseError({"frob"}), "unknown command 'frob'"));
-  EXPECT_TRUE(Contains(ParseError({"frob"}), "run, profile, plan, checkpoint, status, stop"));
+  EXPECT_TRUE(Contains(ParseError({"frob"}), "run, profile, plan, checkpoint, report, status, stop"));
 }
 
 TEST(RunOptions, ElasticFlags) {
@@ -183,6 +183,29 @@ TEST(RunOptions, CheckpointCommands) {
   EXPECT_EQ(ParseError({"checkpoint", "show", "d"}), CheckpointUsage());
   EXPECT_EQ(ParseError({"checkpoint", "list", "d", "--all"}),
             "mitra checkpoint: unknown flag '--all'; see `mitra checkpoint --help`");
+}
+
+TEST(RunOptions, ReportCommand) {
+  const Command plain = ParseOk({"report", "runs/a"});
+  ASSERT_EQ(plain.kind, CommandKind::kReport);
+  EXPECT_EQ(plain.report.run_dir, "runs/a");
+  EXPECT_EQ(plain.report.out, "");
+  EXPECT_EQ(plain.report.chart_js, kDebianChartJs);
+  EXPECT_EQ(ParseOk({"report", "runs/a", "-o", "r.html"}).report.out, "r.html");
+  EXPECT_EQ(ParseOk({"report", "--out=r.html", "runs/a"}).report.out, "r.html");
+  EXPECT_EQ(ParseOk({"report", "runs/a", "--chart-js", "c.js"}).report.chart_js, "c.js");
+  EXPECT_EQ(ParseOk({"report", "--help"}).help_text, ReportUsage());
+  EXPECT_EQ(ParseError({"report"}),
+            "mitra report: no run directory given; e.g. mitra report mitra-run (see `mitra "
+            "report --help`)");
+  EXPECT_EQ(ParseError({"report", "runs/a", "-o"}),
+            "mitra report: -o needs a value; see `mitra report --help`");
+  EXPECT_EQ(ParseError({"report", "--out", "--chart-js", "c.js", "runs/a"}),
+            "mitra report: --out needs a value; see `mitra report --help`");
+  EXPECT_EQ(ParseError({"report", "runs/a", "--chart", "x"}),
+            "mitra report: unknown flag '--chart'; did you mean --chart-js? See `mitra report "
+            "--help`");
+  EXPECT_TRUE(Contains(ParseError({"report", "runs/a", "runs/b"}), "unexpected argument 'runs/b'"));
 }
 
 TEST(RunOptions, HelpAndVersion) {
