@@ -34,6 +34,7 @@
 #include "manager/progress.h"
 #include "manager/run_dir.h"
 #include "manager/run_journal.h"
+#include "manager/run_observer.h"
 #include "manager/status_report.h"
 #include "manager/transports.h"
 #include "manager/worker_env.h"
@@ -49,6 +50,9 @@ struct RunLoopOptions {
   double health_check_timeout_s = 5;
   JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
   std::vector<std::string> reported;  // damaged checkpoints the caller has named already
+  // Told the machines' states whenever the status lists them again (the journal tells it the
+  // records). May be null; must outlive the loop.
+  RunObserver* observer = nullptr;
 
   // The loop's remaining ways out to the world. Each defaults to the real thing; tests and
   // bench/manager_scale replace them to run the loop on a simulated clock, single-threaded
