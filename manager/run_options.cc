@@ -32,6 +32,8 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Text("--known-hosts", &o.known_hosts, "a path", "~/.ssh/known_hosts");
   flags.Text("--identity", &o.identity, "a path", "~/.ssh/id_ed25519");
   flags.Text("--profile", &o.profile_dir, "a directory name", "profile");
+  flags.Whole("--metrics-port", 1, &o.metrics_port, "9400", 65535);
+  flags.Text("--metrics-address", &o.metrics_address, "an IP address", "0.0.0.0");
   flags.Program(&o.program, &o.program_args,
                 "mitra run --machines machines.txt --batch-size 64 -- ./train --lr 0.1");
   if (Status s = flags.Parse(args); !s.ok()) return s;
@@ -168,6 +170,10 @@ std::string RunUsage() {
          "  --env KEY=VALUE       set a variable for every worker (repeatable)\n"
          "  --known-hosts FILE    SSH host keys (default ~/.ssh/known_hosts)\n"
          "  --identity FILE       SSH private key (default: ssh-agent, then ~/.ssh/id_*)\n"
+         "  --metrics-port PORT   serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+         "  --metrics-address ADDR\n"
+         "                        the address they are served on (default 127.0.0.1: this\n"
+         "                        machine only; 0.0.0.0: every interface)\n"
          "\n"
          "Ctrl-C (or `mitra stop`) asks every worker to checkpoint and stop after the same\n"
          "step; a second Ctrl-C kills them. `mitra status` shows the job.\n";

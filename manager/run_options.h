@@ -36,6 +36,8 @@ struct RunOptions {
   std::vector<std::pair<std::string, std::string>> env;  // --env KEY=VALUE (repeatable)
   std::string known_hosts;     // --known-hosts: "" = ~/.ssh/known_hosts
   std::string identity;        // --identity: an SSH private key; "" = agent, then ~/.ssh/id_*
+  int64_t metrics_port = 0;    // --metrics-port: serve Prometheus metrics there; 0 = none
+  std::string metrics_address = "127.0.0.1";  // --metrics-address: where they are served
   std::string program;         // after `--`
   std::vector<std::string> program_args;
 };
