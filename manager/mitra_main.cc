@@ -129,6 +129,9 @@ int Run(const mitra::manager::RunOptions& options) {
   context.err = &std::cerr;
   const int code = manager::RunCommand(options, context);
   if (list_watcher) list_watcher->Stop();
+  // Before the control socket goes (what `mitra stop --wait` waits for), so that a manager
+  // started next finds the port free. civetweb's stop waits out its listener's poll: about 2 s.
+  metrics_server.reset();
   if (control) control->Stop();
   return code;
 }
