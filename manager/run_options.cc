@@ -33,7 +33,8 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Text("--identity", &o.identity, "a path", "~/.ssh/id_ed25519");
   flags.Text("--profile", &o.profile_dir, "a directory name", "profile");
   flags.Whole("--metrics-port", 1, &o.metrics_port, "9400", 65535);
-  flags.Text("--metrics-address", &o.metrics_address, "an IP address", "0.0.0.0");
+  std::string metrics_address;  // "" when not given
+  flags.Text("--metrics-address", &metrics_address, "an IP address", "0.0.0.0");
   flags.Program(&o.program, &o.program_args,
                 "mitra run --machines machines.txt --batch-size 64 -- ./train --lr 0.1");
   if (Status s = flags.Parse(args); !s.ok()) return s;
@@ -51,6 +52,14 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
     return Status::InvalidArgument(
         "mitra run: --batch-size is required: the global batch in samples per step, e.g. "
         "--batch-size 64");
+  }
+  if (!metrics_address.empty()) {
+    if (o.metrics_port == 0) {
+      return Status::InvalidArgument(
+          "mitra run: --metrics-address says where --metrics-port serves the metrics: add "
+          "--metrics-port PORT (e.g. --metrics-port 9400), or leave out --metrics-address");
+    }
+    o.metrics_address = metrics_address;
   }
   if (Status s = flags.CheckProgram(); !s.ok()) return s;
   return command;

@@ -175,6 +175,10 @@ TEST(RunOptions, MetricsPortAndAddress) {
   EXPECT_TRUE(Contains(ParseError({"run", "--machines", "m", "--batch-size", "8",
                                    "--metrics-port", "0", "--", "p"}),
                        "--metrics-port '0' is not a whole number >= 1"));
+  EXPECT_EQ(ParseError({"run", "--machines", "m", "--batch-size", "8", "--metrics-address",
+                        "0.0.0.0", "--", "p"}),
+            "mitra run: --metrics-address says where --metrics-port serves the metrics: add "
+            "--metrics-port PORT (e.g. --metrics-port 9400), or leave out --metrics-address");
   EXPECT_TRUE(Contains(RunUsage(), "--metrics-port PORT"));
   EXPECT_TRUE(Contains(RunUsage(), "--metrics-address ADDR"));
 }
