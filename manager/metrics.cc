@@ -19,7 +19,7 @@ using prometheus::Gauge;
 
 // The states state.json and `mitra status` name (docs/mitra-run.md#statejson), each a member of
 // mitra_state from the start so that a query for one finds 0 rather than nothing.
-constexpr const char* kStates[] = {"running", "morphing", "recovering", "waiting",
+constexpr const char* kStates[] = {"running",  "morphing", "recovering", "waiting",
                                    "stopping", "done",     "stopped",    "failed"};
 // The machines' states of `mitra status`, as label values ("in use" -> "in_use").
 constexpr const char* kMachineStates[] = {"in_use", "idle", "failed"};
@@ -57,8 +57,9 @@ RunMetrics::RunMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   tokens_per_second_family_ =
       &BuildGauge()
            .Name("mitra_tokens_per_second")
-           .Help("Training throughput of the last step, in tokens per second (programs that "
-                 "declare tokens per sample).")
+           .Help(
+               "Training throughput of the last step, in tokens per second (programs that "
+               "declare tokens per sample).")
            .Register(r);
   generation_ = NewGauge(r, "mitra_generation",
                          "The current generation: every launch of the workers (the first, each "
@@ -76,14 +77,16 @@ RunMetrics::RunMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                    "manager started (0: none yet).");
   state_family_ = &BuildGauge()
                        .Name("mitra_state")
-                       .Help("1 for the manager's current state (running, morphing, recovering, "
-                             "waiting, stopping, done, stopped, failed), 0 for the others.")
+                       .Help(
+                           "1 for the manager's current state (running, morphing, recovering, "
+                           "waiting, stopping, done, stopped, failed), 0 for the others.")
                        .Register(r);
   for (const char* state : kStates) states_[state] = &state_family_->Add({{"state", state}});
   machines_family_ = &BuildGauge()
                           .Name("mitra_machines")
-                          .Help("Machines of the list by state: in_use (running workers), idle, "
-                                "failed (kept out until a health check passes).")
+                          .Help(
+                              "Machines of the list by state: in_use (running workers), idle, "
+                              "failed (kept out until a health check passes).")
                           .Register(r);
   for (const char* state : kMachineStates) {
     machines_[state] = &machines_family_->Add({{"state", state}});
@@ -102,9 +105,10 @@ RunMetrics::RunMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          "the launch.");
   downtime_family_ = &BuildCounter()
                           .Name("mitra_downtime_seconds_total")
-                          .Help("Seconds of training lost to morphs and recoveries: from the "
-                                "change being seen to the first step after it (stop, relaunch, "
-                                "start-up and checkpoint load), by kind.")
+                          .Help(
+                              "Seconds of training lost to morphs and recoveries: from the "
+                              "change being seen to the first step after it (stop, relaunch, "
+                              "start-up and checkpoint load), by kind.")
                           .Register(r);
   for (const char* kind : kChangeKinds) downtime_[kind] = &downtime_family_->Add({{"kind", kind}});
   checkpoints_ = NewCounter(r, "mitra_checkpoints_total", "Complete checkpoints written.");

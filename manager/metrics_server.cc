@@ -56,11 +56,13 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
     switch (error) {
       case EADDRINUSE:
         return Status::InvalidArgument(
-            flag + where + " is taken by another program (`ss -ltnp` shows which): pick a free "
+            flag + where +
+            " is taken by another program (`ss -ltnp` shows which): pick a free "
             "port with --metrics-port");
       case EACCES:
-        return Status::InvalidArgument(flag + "ports below 1024 need privileges: pick a port "
-                                              "from 1024 up with --metrics-port");
+        return Status::InvalidArgument(flag +
+                                       "ports below 1024 need privileges: pick a port "
+                                       "from 1024 up with --metrics-port");
       case EADDRNOTAVAIL:
         return Status::InvalidArgument("--metrics-address " + address +
                                        " is not an address of this machine: give one of its "

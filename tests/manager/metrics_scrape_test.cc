@@ -30,12 +30,23 @@ namespace {
 
 // The families docs/mitra-run.md promises, each with its HELP and TYPE.
 const char* const kFamilies[] = {
-    "mitra_step",          "mitra_loss",           "mitra_samples_per_second",
-    "mitra_generation",    "mitra_world_size",     "mitra_failures_total",
-    "mitra_morphs_total",  "mitra_downtime_seconds_total", "mitra_stages",
-    "mitra_replicas",      "mitra_ready_workers",  "mitra_checkpoints_total",
-    "mitra_checkpoint_blocked_seconds_total",      "mitra_restarts_total",
-    "mitra_machines",      "mitra_stragglers_total", "mitra_state",
+    "mitra_step",
+    "mitra_loss",
+    "mitra_samples_per_second",
+    "mitra_generation",
+    "mitra_world_size",
+    "mitra_failures_total",
+    "mitra_morphs_total",
+    "mitra_downtime_seconds_total",
+    "mitra_stages",
+    "mitra_replicas",
+    "mitra_ready_workers",
+    "mitra_checkpoints_total",
+    "mitra_checkpoint_blocked_seconds_total",
+    "mitra_restarts_total",
+    "mitra_machines",
+    "mitra_stragglers_total",
+    "mitra_state",
 };
 
 // `name` found on PATH, or "".
@@ -65,10 +76,10 @@ struct Scrape {
 
 Scrape Get(const std::string& curl, int port, const std::string& dir) {
   Scrape scrape;
-  const MitraResult r =
-      RunProgram(curl, {"-sS", "--fail", "--max-time", "10",
-                        "http://127.0.0.1:" + std::to_string(port) + "/metrics"},
-                 dir, 20);
+  const MitraResult r = RunProgram(curl,
+                                   {"-sS", "--fail", "--max-time", "10",
+                                    "http://127.0.0.1:" + std::to_string(port) + "/metrics"},
+                                   dir, 20);
   scrape.text = r.output();
   scrape.ok = r.exit_code == 0;
   if (!scrape.ok) return scrape;
@@ -97,8 +108,8 @@ class MetricsScrape : public ::testing::Test {
   }
 
   std::vector<std::string> Args(const std::vector<std::string>& flags) const {
-    std::vector<std::string> args = {"run", "--machines", machines_, "--batch-size", "16",
-                                     "--nstages", "1", "--run-dir", run_dir_};
+    std::vector<std::string> args = {"run",       "--machines", machines_,   "--batch-size", "16",
+                                     "--nstages", "1",          "--run-dir", run_dir_};
     args.insert(args.end(), flags.begin(), flags.end());
     args.insert(args.end(), {"--", MITRA_GPT_TRAIN, "--model", "tiny"});
     return args;
@@ -125,11 +136,10 @@ class MetricsScrape : public ::testing::Test {
 };
 
 TEST_F(MetricsScrape, ServesTheRunWhileItTrainsAndAfterAMorph) {
-  auto mitra = MitraProcess::Start(
-      MITRA_BINARY,
-      Args({"--max-steps", "100000", "--checkpoint-every", "5", "--metrics-port",
-            std::to_string(port_)}),
-      tmp_.path());
+  auto mitra = MitraProcess::Start(MITRA_BINARY,
+                                   Args({"--max-steps", "100000", "--checkpoint-every", "5",
+                                         "--metrics-port", std::to_string(port_)}),
+                                   tmp_.path());
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
 
@@ -163,8 +173,7 @@ TEST_F(MetricsScrape, ServesTheRunWhileItTrainsAndAfterAMorph) {
   // A second slot: the job grows into 1 x 2, and the scrape says what it cost.
   const std::string staged = tmp_.Write("machines.txt.new", "localhost slots=2\n");
   ASSERT_EQ(std::rename(staged.c_str(), machines_.c_str()), 0);
-  ASSERT_TRUE(mitra->WaitForStdout("mitra: morph done", 120)) << mitra->Stdout()
-                                                              << mitra->Stderr();
+  ASSERT_TRUE(mitra->WaitForStdout("mitra: morph done", 120)) << mitra->Stdout() << mitra->Stderr();
   const Scrape grown = ScrapeUntil(
       [](const Scrape& s) { return s["mitra_world_size"] == 2 && s["mitra_step"] > 0; }, 30);
   EXPECT_EQ(grown["mitra_world_size"], 2) << grown.text;
@@ -196,9 +205,9 @@ TEST_F(MetricsScrape, ATakenPortIsRefusedBeforeAnythingStarts) {
   ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
   ASSERT_EQ(::listen(listener, 1), 0);
 
-  const MitraResult r = RunProgram(
-      MITRA_BINARY, Args({"--max-steps", "5", "--metrics-port", std::to_string(port_)}),
-      tmp_.path(), 60);
+  const MitraResult r =
+      RunProgram(MITRA_BINARY, Args({"--max-steps", "5", "--metrics-port", std::to_string(port_)}),
+                 tmp_.path(), 60);
   ::close(listener);
   EXPECT_EQ(r.exit_code, 2) << r.output();
   const std::string port = std::to_string(port_);

@@ -37,8 +37,8 @@ std::string HttpGet(int port) {
 
 TEST(MetricsServer, ServesTheRunsMetricsOverHttp) {
   RunMetrics metrics;
-  metrics.OnStep(JsonObject().SetInt("step", 7).SetNumber("loss", 1.5).SetNumber("samples_per_s",
-                                                                                 320));
+  metrics.OnStep(
+      JsonObject().SetInt("step", 7).SetNumber("loss", 1.5).SetNumber("samples_per_s", 320));
   Result<std::unique_ptr<MetricsServer>> server = MetricsServer::Start("127.0.0.1", 0, metrics);
   ASSERT_TRUE(server.ok()) << server.status().message();
   ASSERT_GT((*server)->port(), 0);

@@ -189,8 +189,8 @@ TEST_F(RunMetricsTest, ALaunchAndTheStateSetTheShapeAndWaitingHasNone) {
 
 TEST_F(RunMetricsTest, AMorphIsCountedWithItsDowntimeAndIsNoRestart) {
   metrics_.OnEvent(Launch(0, 2, 2));
-  metrics_.OnEvent(Told(MorphFact{"machine list changed: localhost 4 -> 2 slots", "2 x 2", 116, 4},
-                        0));
+  metrics_.OnEvent(
+      Told(MorphFact{"machine list changed: localhost 4 -> 2 slots", "2 x 2", 116, 4}, 0));
   metrics_.OnEvent(Launch(1, 2, 1));
   metrics_.OnEvent(Told(TrainingAgainFact{"morph", 117, "2 x 1", 0.9, 0.3, 0, 0.6}, 1));
   const Scrape scrape = Read();
@@ -242,8 +242,8 @@ TEST_F(RunMetricsTest, AFailureAfterTrainingIsAFailureButNoRestart) {
 TEST_F(RunMetricsTest, CheckpointsAreCountedWithTheTimeTheyBlockedTraining) {
   metrics_.OnEvent(Checkpoint(100, 0.25));
   metrics_.OnEvent(Checkpoint(200, 0.5));
-  metrics_.OnEvent(Record("checkpoint_failed", JsonObject().SetInt("step", 300).SetString(
-                                                   "error", "disk full")));
+  metrics_.OnEvent(Record("checkpoint_failed",
+                          JsonObject().SetInt("step", 300).SetString("error", "disk full")));
   const Scrape scrape = Read();
   EXPECT_EQ(scrape["mitra_checkpoints_total"], 2);
   EXPECT_EQ(scrape["mitra_checkpoint_blocked_seconds_total"], 0.75);
@@ -252,8 +252,8 @@ TEST_F(RunMetricsTest, CheckpointsAreCountedWithTheTimeTheyBlockedTraining) {
 
 TEST_F(RunMetricsTest, StragglerEventsAreCountedByName) {
   for (int i = 0; i < 2; ++i) {
-    metrics_.OnEvent(Record("straggler", JsonObject().SetInt("rank", 3).SetString("machine",
-                                                                                  "10.0.0.7")));
+    metrics_.OnEvent(
+        Record("straggler", JsonObject().SetInt("rank", 3).SetString("machine", "10.0.0.7")));
   }
   EXPECT_EQ(Read()["mitra_stragglers_total"], 2);
 }
