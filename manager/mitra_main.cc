@@ -21,6 +21,8 @@
 #include "manager/control_socket.h"
 #include "manager/machine_list_watcher.h"
 #include "manager/machine_transports.h"
+#include "manager/metrics.h"
+#include "manager/metrics_server.h"
 #include "manager/planner_commands.h"
 #include "manager/report_command.h"
 #include "manager/run_loop.h"
@@ -110,6 +112,20 @@ int Run(const mitra::manager::RunOptions& options) {
         [&](const JsonObject& request) { return requests->Answer(request); });
     return control->Start();
   };
+  // --metrics-port: the run's Prometheus metrics, served from the exposer's own thread.
+  // Declared before the server, so it outlives it.
+  manager::RunMetrics metrics;
+  std::unique_ptr<manager::MetricsServer> metrics_server;
+  if (options.metrics_port > 0) {
+    context.observer = &metrics;
+    context.serve_metrics = [&]() -> Status {
+      Result<std::unique_ptr<manager::MetricsServer>> server = manager::MetricsServer::Start(
+          options.metrics_address, static_cast<int>(options.metrics_port), metrics);
+      if (!server.ok()) return server.status();
+      metrics_server = std::move(server).value();
+      return Status::Ok();
+    };
+  }
   context.environment = ProcessEnvironment();
   context.working_directory = CurrentDirectory();
   context.manager_pid = static_cast<int>(::getpid());
@@ -117,6 +133,9 @@ int Run(const mitra::manager::RunOptions& options) {
   context.err = &std::cerr;
   const int code = manager::RunCommand(options, context);
   if (list_watcher) list_watcher->Stop();
+  // Before the control socket goes (what `mitra stop --wait` waits for), so that a manager
+  // started next finds the port free. civetweb's stop waits out its listener's poll: about 2 s.
+  metrics_server.reset();
   if (control) control->Stop();
   return code;
 }

@@ -305,6 +305,10 @@ int RunCommand(const RunOptions& options, RunContext& c) {
       options.checkpoint_dir.empty() ? JoinPath(options.run_dir, "checkpoints")
                                      : options.checkpoint_dir));
 
+  if (c.serve_metrics) {
+    if (Status s = c.serve_metrics(); !s.ok()) return BadInput(c, s.message());
+  }
+
   // 2. Ask the program for its shape; plan the grid.
   launcher::ProcessSpec describe;
   describe.program = *program;
@@ -399,7 +403,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   if (Status s = run_dir.Create(*c.fs, settings.generation); !s.ok()) {
     return BadInput(c, s.message() + "; pass --run-dir with a directory you can write");
   }
-  Result<std::unique_ptr<RunJournal>> journal = RunJournal::Open(c.fs, c.clock, run_dir);
+  Result<std::unique_ptr<RunJournal>> journal = RunJournal::Open(c.fs, c.clock, run_dir, c.observer);
   if (!journal.ok()) {
     return BadInput(c, journal.status().message() + "; pass --run-dir with a writable directory");
   }
@@ -483,6 +487,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   loop_options.preemption_command = options.preemption_command;
   loop_options.preemption_interval_s = options.preemption_interval_s;
   loop_options.exclude_stragglers = options.exclude_stragglers;
+  loop_options.observer = c.observer;
   if (c.prepare_loop) c.prepare_loop(&loop_options);
   RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,
                &run_dir, journal->get(), c.events, c.out, c.err);

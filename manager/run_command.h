@@ -15,6 +15,7 @@
 #include "common/file_system.h"
 #include "launcher/process_runner.h"
 #include "manager/events.h"
+#include "manager/run_observer.h"
 #include "manager/run_options.h"
 #include "manager/transports.h"
 #include "manager/worker_env.h"
@@ -45,6 +46,13 @@ struct RunContext {
   // change arrives on `events` as MachineListEdited. May be empty (the list is read once).
   std::function<Status(const std::string& path, const std::string& contents)>
       watch_machine_list;
+  // Told every record of the run and the machines' states: the Prometheus metrics
+  // (metrics.h, --metrics-port). May be null.
+  RunObserver* observer = nullptr;
+  // Starts serving the metrics (--metrics-port); called once the flags, the machine list and
+  // the program are checked, before the program is run to describe itself. An error (a port
+  // taken) is bad input. May be empty.
+  std::function<Status()> serve_metrics;
   Environment environment;                    // the manager's own environment
   std::string working_directory;              // absolute; relative paths start here
   int manager_pid = 0;

@@ -3,30 +3,33 @@
 namespace mitra::manager {
 
 Result<std::unique_ptr<RunJournal>> RunJournal::Open(FileSystem* fs, Clock* clock,
-                                                     const RunDir& dir) {
+                                                     const RunDir& dir,
+                                                     RunObserver* observer) {
   Result<std::unique_ptr<AppendableFile>> events = fs->OpenForAppend(dir.EventsPath());
   if (!events.ok()) return events.status();
   Result<std::unique_ptr<AppendableFile>> metrics = fs->OpenForAppend(dir.MetricsPath());
   if (!metrics.ok()) return metrics.status();
-  return std::unique_ptr<RunJournal>(
-      new RunJournal(fs, clock, dir, std::move(events).value(), std::move(metrics).value()));
+  return std::unique_ptr<RunJournal>(new RunJournal(
+      fs, clock, dir, std::move(events).value(), std::move(metrics).value(), observer));
 }
 
 RunJournal::RunJournal(FileSystem* fs, Clock* clock, const RunDir& dir,
                        std::unique_ptr<AppendableFile> events,
-                       std::unique_ptr<AppendableFile> metrics)
+                       std::unique_ptr<AppendableFile> metrics, RunObserver* observer)
     : fs_(fs),
       clock_(clock),
       state_path_(dir.StatePath()),
       rank_steps_path_(dir.RankStepsPath()),
       events_(std::move(events)),
-      metrics_(std::move(metrics)) {}
+      metrics_(std::move(metrics)),
+      observer_(observer) {}
 
 Status RunJournal::RecordEvent(const std::string& name, const JsonObject& fields) {
   JsonObject record;
   record.SetNumber("time", clock_->WallSeconds());
   record.SetString("event", name);
   for (const auto& [key, value] : fields.fields()) record.Set(key, value);
+  if (observer_ != nullptr) observer_->OnEvent(record);
   return events_->Append(record.ToJson() + "\n");
 }
 
@@ -34,6 +37,7 @@ Status RunJournal::RecordStep(const JsonObject& step_record) {
   JsonObject record = step_record;
   record.Erase("event");
   record.SetNumber("time", clock_->WallSeconds());
+  if (observer_ != nullptr) observer_->OnStep(record);
   return metrics_->Append(record.ToJson() + "\n");
 }
 
@@ -50,6 +54,7 @@ Status RunJournal::RecordRankSteps(const JsonObject& fields) {
 }
 
 Status RunJournal::WriteState(const JsonObject& state) {
+  if (observer_ != nullptr) observer_->OnState(state);
   std::string text = "{\n";
   const auto& fields = state.fields();
   for (size_t i = 0; i < fields.size(); ++i) {

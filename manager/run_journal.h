@@ -12,6 +12,7 @@
 #include "common/file_system.h"
 #include "common/json.h"
 #include "manager/run_dir.h"
+#include "manager/run_observer.h"
 
 namespace mitra::manager {
 
@@ -19,8 +20,10 @@ namespace mitra::manager {
 class RunJournal {
  public:
   // Opens (creating) events.jsonl and metrics.jsonl in `dir`, which must exist. `fs` and
-  // `clock` must outlive the journal.
-  static Result<std::unique_ptr<RunJournal>> Open(FileSystem* fs, Clock* clock, const RunDir& dir);
+  // `clock` must outlive the journal, and so must `observer` (may be null), which is told every
+  // record as written, even one the disk refused.
+  static Result<std::unique_ptr<RunJournal>> Open(FileSystem* fs, Clock* clock, const RunDir& dir,
+                                                  RunObserver* observer = nullptr);
 
   // Appends {"time":T,"event":NAME,...fields} to events.jsonl (T: Unix seconds).
   Status RecordEvent(const std::string& name, const JsonObject& fields);
@@ -34,7 +37,8 @@ class RunJournal {
 
  private:
   RunJournal(FileSystem* fs, Clock* clock, const RunDir& dir,
-             std::unique_ptr<AppendableFile> events, std::unique_ptr<AppendableFile> metrics);
+             std::unique_ptr<AppendableFile> events, std::unique_ptr<AppendableFile> metrics,
+             RunObserver* observer);
 
   FileSystem* fs_;
   Clock* clock_;
@@ -43,6 +47,7 @@ class RunJournal {
   std::unique_ptr<AppendableFile> events_;
   std::unique_ptr<AppendableFile> metrics_;
   std::unique_ptr<AppendableFile> rank_steps_;  // opened by the first RecordRankSteps
+  RunObserver* observer_;
 };
 
 }  // namespace mitra::manager

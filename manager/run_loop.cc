@@ -619,6 +619,7 @@ void RunLoop::PublishStatus(bool changed) {
       if (view.state == "failed") m.until = view.retry_at + wall_offset;
       m.reason = view.reason;
     }
+    if (options_.observer != nullptr) options_.observer->OnMachines(*machines);
   }
   std::optional<StatusReport> fresh;
   if (changed) {

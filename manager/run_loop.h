@@ -34,6 +34,7 @@
 #include "manager/progress.h"
 #include "manager/run_dir.h"
 #include "manager/run_journal.h"
+#include "manager/run_observer.h"
 #include "manager/status_report.h"
 #include "manager/stragglers.h"
 #include "manager/transports.h"
@@ -58,6 +59,9 @@ struct RunLoopOptions {
   StragglerOptions stragglers;     // when a rank is a straggler (stragglers.h)
   bool exclude_stragglers = false;  // --exclude-stragglers: drain a straggler's machine
   std::vector<std::string> reported;  // damaged checkpoints the caller has named already
+  // Told the machines' states whenever the status lists them again (the journal tells it the
+  // records). May be null; must outlive the loop.
+  RunObserver* observer = nullptr;
 
   // The loop's remaining ways out to the world. Each defaults to the real thing; tests and
   // bench/manager_scale replace them to run the loop on a simulated clock, single-threaded

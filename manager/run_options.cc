@@ -36,6 +36,9 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
              "'curl -sf http://169.254.169.254/spot/notice'");
   flags.Seconds("--preemption-interval", &o.preemption_interval_s, "5");
   flags.Switch("--exclude-stragglers", &o.exclude_stragglers);
+  flags.Whole("--metrics-port", 1, &o.metrics_port, "9400", 65535);
+  std::string metrics_address;  // "" when not given
+  flags.Text("--metrics-address", &metrics_address, "an IP address", "0.0.0.0");
   flags.Program(&o.program, &o.program_args,
                 "mitra run --machines machines.txt --batch-size 64 -- ./train --lr 0.1");
   if (Status s = flags.Parse(args); !s.ok()) return s;
@@ -53,6 +56,14 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
     return Status::InvalidArgument(
         "mitra run: --batch-size is required: the global batch in samples per step, e.g. "
         "--batch-size 64");
+  }
+  if (!metrics_address.empty()) {
+    if (o.metrics_port == 0) {
+      return Status::InvalidArgument(
+          "mitra run: --metrics-address says where --metrics-port serves the metrics: add "
+          "--metrics-port PORT (e.g. --metrics-port 9400), or leave out --metrics-address");
+    }
+    o.metrics_address = metrics_address;
   }
   if (Status s = flags.CheckProgram(); !s.ok()) return s;
   return command;
@@ -206,6 +217,10 @@ std::string RunUsage() {
          "                        it with a planned morph (like `mitra drain`)\n"
          "  --preemption-interval S  between two runs of it on a machine (default 5)\n"
          "  --exclude-stragglers  drain the machine of a rank found to be a straggler\n"
+         "  --metrics-port PORT   serve Prometheus metrics at http://ADDR:PORT/metrics\n"
+         "  --metrics-address ADDR\n"
+         "                        the address they are served on (default 127.0.0.1: this\n"
+         "                        machine only; 0.0.0.0: every interface)\n"
          "\n"
          "Ctrl-C (or `mitra stop`) asks every worker to checkpoint and stop after the same\n"
          "step; a second Ctrl-C kills them. `mitra status` shows the job.\n";

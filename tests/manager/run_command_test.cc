@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/strings.h"
+#include "manager/metrics.h"
 #include "manager/run_loop.h"
 #include "mitra/contract/variables.h"
 #include "tests/common/memory_file_system.h"
@@ -222,6 +224,68 @@ TEST_F(RunCommandTest, MoreStagesThanSegmentsIsRefused) {
 TEST_F(RunCommandTest, ABadThreadCountInTheEnvironmentIsRefused) {
   context_.environment[contract::kThreads] = "many";
   ExpectRefused(Run("localhost slots=2\n"), "MITRA_THREADS='many'");
+}
+
+// The metrics a scrape would read agree with what the run directory's records say happened:
+// a grow by a list edit (a morph), a crash and its recovery, periodic checkpoints.
+TEST_F(RunCommandTest, TheMetricsFollowTheRunsRecords) {
+  RunMetrics metrics;
+  context_.observer = &metrics;
+  options_.max_steps = 20;
+  fake_.At(clock_.MonotonicSeconds() + 5.2,
+           [this] { events_.Push(MachineListEdited{"localhost slots=4\n"}); });
+  fake_.At(clock_.MonotonicSeconds() + 12.7, [this] { fake_.Crash(2, 9); });
+
+  EXPECT_EQ(Run("localhost slots=2\n"), kExitOk) << err_.str();
+
+  ASSERT_EQ(Events("morph").size(), 1u);
+  ASSERT_EQ(Events("failure").size(), 1u);
+  const std::string text = metrics.Text();
+  auto value = [&text](const std::string& sample) -> double {
+    for (const std::string_view line : SplitLines(text)) {
+      if (StartsWith(line, sample + " ")) return std::stod(std::string(line.substr(sample.size())));
+    }
+    ADD_FAILURE() << "no sample " << sample << " in\n" << text;
+    return -1;
+  };
+  EXPECT_EQ(value("mitra_step"), 20);
+  EXPECT_GT(value("mitra_loss"), 0);
+  EXPECT_EQ(value("mitra_samples_per_second"), 16);  // a simulated step: 16 samples in 1 s
+  EXPECT_EQ(value("mitra_morphs_total"), 1);
+  EXPECT_EQ(value("mitra_failures_total"), 1);
+  EXPECT_EQ(value("mitra_restarts_total"), 1);
+  EXPECT_EQ(value("mitra_checkpoints_total"), static_cast<double>(Events("checkpoint").size()));
+  EXPECT_EQ(value("mitra_state{state=\"done\"}"), 1);
+  const std::vector<std::pair<int, int>> launches = Launches();
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_EQ(value("mitra_generation"), launches.back().first);
+  EXPECT_EQ(value("mitra_world_size"), launches.back().second);
+  // One machine, idle once the job is done.
+  EXPECT_EQ(value("mitra_machines{state=\"idle\"}"), 1);
+  EXPECT_EQ(value("mitra_machines{state=\"in_use\"}") + value("mitra_machines{state=\"failed\"}"),
+            0);
+  // Each change's downtime, as its first_step record gives it.
+  std::map<std::string, double> downtime;
+  for (const JsonObject& first : Events("first_step")) {
+    downtime[first.GetString("kind").value_or("")] += first.GetNumber("downtime_s").value_or(0);
+  }
+  ASSERT_EQ(downtime.size(), 2u);
+  EXPECT_GT(downtime["morph"], 0);
+  EXPECT_GT(downtime["recovery"], 0);
+  EXPECT_DOUBLE_EQ(value("mitra_downtime_seconds_total{kind=\"morph\"}"), downtime["morph"]);
+  EXPECT_DOUBLE_EQ(value("mitra_downtime_seconds_total{kind=\"recovery\"}"),
+                   downtime["recovery"]);
+}
+
+TEST_F(RunCommandTest, MetricsThatCannotBeServedAreBadInputBeforeTheProgramRuns) {
+  context_.serve_metrics = [] {
+    return Status::InvalidArgument("--metrics-port 9400: 127.0.0.1:9400 is taken by another "
+                                   "program (`ss -ltnp` shows which): pick a free port with "
+                                   "--metrics-port");
+  };
+  ExpectRefused(Run("localhost slots=2\n"),
+                "mitra run: --metrics-port 9400: 127.0.0.1:9400 is taken");
+  EXPECT_TRUE(describer_.processes.empty());
 }
 
 TEST_F(RunCommandTest, AnotherManagerOnTheRunDirectoryIsRefused) {

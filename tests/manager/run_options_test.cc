@@ -159,6 +159,30 @@ TEST(RunOptions, ElasticFlags) {
                        "--max-restarts"));
 }
 
+TEST(RunOptions, MetricsPortAndAddress) {
+  const RunOptions plain = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "p"}).run;
+  EXPECT_EQ(plain.metrics_port, 0);  // no metrics served
+  EXPECT_EQ(plain.metrics_address, "127.0.0.1");
+  const RunOptions o = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--metrics-port",
+                                "9400", "--metrics-address=0.0.0.0", "--", "p"})
+                           .run;
+  EXPECT_EQ(o.metrics_port, 9400);
+  EXPECT_EQ(o.metrics_address, "0.0.0.0");
+  EXPECT_EQ(ParseError({"run", "--machines", "m", "--batch-size", "8", "--metrics-port",
+                        "70000", "--", "p"}),
+            "mitra run: --metrics-port '70000' is not a whole number from 1 to 65535 (e.g. "
+            "--metrics-port 9400)");
+  EXPECT_TRUE(Contains(ParseError({"run", "--machines", "m", "--batch-size", "8",
+                                   "--metrics-port", "0", "--", "p"}),
+                       "--metrics-port '0' is not a whole number >= 1"));
+  EXPECT_EQ(ParseError({"run", "--machines", "m", "--batch-size", "8", "--metrics-address",
+                        "0.0.0.0", "--", "p"}),
+            "mitra run: --metrics-address says where --metrics-port serves the metrics: add "
+            "--metrics-port PORT (e.g. --metrics-port 9400), or leave out --metrics-address");
+  EXPECT_TRUE(Contains(RunUsage(), "--metrics-port PORT"));
+  EXPECT_TRUE(Contains(RunUsage(), "--metrics-address ADDR"));
+}
+
 TEST(RunOptions, TheProgramsArgumentsAreNeverMitras) {
   const RunOptions o = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "./train",
                                 "--batch-size", "abc", "--help", "--frob", "--"})
