@@ -10,6 +10,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/file_system.h"
@@ -45,6 +46,9 @@ struct RunContext {
   // change arrives on `events` as MachineListEdited. May be empty (the list is read once).
   std::function<Status(const std::string& path, const std::string& contents)>
       watch_machine_list;
+  // Expands a Slurm host list for `--machines slurm`; empty: `scontrol show hostnames`.
+  std::function<Result<std::vector<std::string>>(const std::string& host_list)>
+      expand_slurm_nodes;
   Environment environment;                    // the manager's own environment
   std::string working_directory;              // absolute; relative paths start here
   int manager_pid = 0;
