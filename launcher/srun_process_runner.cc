@@ -17,10 +17,10 @@ namespace detail {
 struct SrunStep {
   std::mutex mu;
   std::condition_variable changed;
-  std::optional<SrunTask> task;  // guarded by mu: set once the task reported
-  bool exited = false;           // guarded by mu
-  bool abandoned = false;        // guarded by mu: Start gave up on it; deliver nothing
-  ExitStatus exit;               // guarded by mu: srun's exit, translated
+  std::optional<SrunTask> task;         // guarded by mu: set once the task reported
+  bool exited = false;                  // guarded by mu
+  bool abandoned = false;               // guarded by mu: Start gave up on it; deliver nothing
+  ExitStatus exit;                      // guarded by mu: srun's exit, translated
   std::vector<std::string> last_lines;  // guarded by mu
   ProcessEventSink sink;
 };
@@ -59,15 +59,11 @@ std::string LastLinesText(const std::vector<std::string>& lines) {
 std::vector<std::string> SrunArguments(const SrunOptions& options,
                                        const std::string& working_directory,
                                        const std::vector<std::string>& command) {
-  std::vector<std::string> args{"--jobid=" + options.job_id,
-                                "--nodes=1",
-                                "--ntasks=1",
-                                "--nodelist=" + options.node,
-                                "--overlap",
+  std::vector<std::string> args{"--jobid=" + options.job_id, "--nodes=1", "--ntasks=1",
+                                "--nodelist=" + options.node, "--overlap",
                                 // sbatch --export=NONE would otherwise reach the steps through
                                 // SLURM_EXPORT_ENV and leave the task without PATH.
-                                "--export=ALL",
-                                "--input=none"};
+                                "--export=ALL", "--input=none"};
   if (!working_directory.empty()) args.push_back("--chdir=" + working_directory);
   args.push_back("--");
   args.insert(args.end(), command.begin(), command.end());
@@ -146,8 +142,9 @@ Result<std::string> SrunProcessRunner::Srun() {
   Result<std::string> found =
       local_->ResolveProgram("srun", path == options_.environment.end() ? "" : path->second);
   if (!found.ok()) {
-    return Status::InvalidArgument("srun was not found on PATH: --launcher srun needs Slurm's "
-                                   "client commands (Debian: apt-get install slurm-client)");
+    return Status::InvalidArgument(
+        "srun was not found on PATH: --launcher srun needs Slurm's "
+        "client commands (Debian: apt-get install slurm-client)");
   }
   srun_ = *found;
   return srun_;
@@ -194,9 +191,9 @@ Result<StartedProcess> SrunProcessRunner::Start(const ProcessSpec& spec, Process
   if (!started.ok()) return started.status();
 
   std::unique_lock<std::mutex> lock(step->mu);
-  const bool settled = step->changed.wait_for(
-      lock, std::chrono::duration<double>(options_.start_timeout_s),
-      [&step] { return step->task.has_value() || step->exited; });
+  const bool settled =
+      step->changed.wait_for(lock, std::chrono::duration<double>(options_.start_timeout_s),
+                             [&step] { return step->task.has_value() || step->exited; });
   if (!step->task) {
     step->abandoned = true;
     if (!settled) {
@@ -208,8 +205,8 @@ Result<StartedProcess> SrunProcessRunner::Start(const ProcessSpec& spec, Process
                              " s (is the allocation's node busy or down? `scontrol show node " +
                              options_.node + "`)");
     }
-    return Status::Unavailable("srun could not start '" + spec.program + "' on " +
-                               options_.node + ": it " + step->exit.ToString() + " (" +
+    return Status::Unavailable("srun could not start '" + spec.program + "' on " + options_.node +
+                               ": it " + step->exit.ToString() + " (" +
                                LastLinesText(step->last_lines) + ")");
   }
   const int64_t pid = step->task->pid;
@@ -238,8 +235,8 @@ Status SrunProcessRunner::Signal(ProcessId id, int signal_number) {
     name = step->task->step;
   }
   Result<CommandResult> sent =
-      command_({"scancel", "--signal=" + std::to_string(signal_number), name},
-               options_.environment, options_.command_timeout_s);
+      command_({"scancel", "--signal=" + std::to_string(signal_number), name}, options_.environment,
+               options_.command_timeout_s);
   if (sent.ok() && sent->ok()) return Status::Ok();
   {
     std::lock_guard<std::mutex> lock(step->mu);
@@ -275,9 +272,9 @@ Status SrunProcessRunner::KillOrphan(int64_t pid, const std::string& run_dir) {
   Result<std::string> srun = Srun();
   if (!srun.ok()) return srun.status();
   std::vector<std::string> argv{*srun};
-  for (std::string& a : SrunArguments(options_, "", {"/bin/sh", "-c", kKillIfWorker,
-                                                     "mitra-orphan", run_dir,
-                                                     std::to_string(pid)})) {
+  for (std::string& a : SrunArguments(
+           options_, "",
+           {"/bin/sh", "-c", kKillIfWorker, "mitra-orphan", run_dir, std::to_string(pid)})) {
     argv.push_back(std::move(a));
   }
   Result<CommandResult> result = command_(argv, options_.environment, options_.command_timeout_s);

@@ -122,8 +122,8 @@ class SrunProcessRunner : public ProcessRunner {
   const SrunOptions options_;
   ProcessRunner* local_;
   LocalCommandFunction command_;
-  std::mutex mu_;      // guards srun_ and steps_
-  std::string srun_;   // "" until looked up
+  std::mutex mu_;     // guards srun_ and steps_
+  std::string srun_;  // "" until looked up
   std::map<ProcessId, std::shared_ptr<detail::SrunStep>> steps_;
 };
 

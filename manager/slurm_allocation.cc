@@ -55,13 +55,13 @@ Result<std::vector<std::string>> ExpandWithScontrol(const std::string& host_list
   Result<launcher::CommandResult> result =
       launcher::RunLocalCommand({"scontrol", "show", "hostnames", host_list}, environment, 30);
   if (!result.ok()) {
-    return Status::InvalidArgument("cannot expand SLURM_JOB_NODELIST with scontrol: " +
-                                   result.status().message() +
-                                   " (Debian: apt-get install slurm-client)");
+    return Status::InvalidArgument(
+        "cannot expand SLURM_JOB_NODELIST with scontrol: " + result.status().message() +
+        " (Debian: apt-get install slurm-client)");
   }
   if (!result->ok()) {
-    return Status::InvalidArgument("`scontrol show hostnames " + host_list + "` failed: " +
-                                   std::string(Trim(result->err)));
+    return Status::InvalidArgument("`scontrol show hostnames " + host_list +
+                                   "` failed: " + std::string(Trim(result->err)));
   }
   std::vector<std::string> hosts;
   for (const std::string_view line : SplitLines(result->out)) {
@@ -95,11 +95,10 @@ Result<MachineList> SlurmMachineList(const Environment& environment, int slots_p
     Result<std::vector<int>> counts = ParseSlurmCounts(tasks, "SLURM_TASKS_PER_NODE");
     if (!counts.ok()) return counts.status();
     if (counts->size() != hosts->size()) {
-      return Status::InvalidArgument("SLURM_TASKS_PER_NODE='" + tasks + "' counts " +
-                                     std::to_string(counts->size()) + " nodes but " +
-                                     "SLURM_JOB_NODELIST='" + node_list + "' has " +
-                                     std::to_string(hosts->size()) +
-                                     "; pass --gpus-per-node N to give every node N slots");
+      return Status::InvalidArgument(
+          "SLURM_TASKS_PER_NODE='" + tasks + "' counts " + std::to_string(counts->size()) +
+          " nodes but " + "SLURM_JOB_NODELIST='" + node_list + "' has " +
+          std::to_string(hosts->size()) + "; pass --gpus-per-node N to give every node N slots");
     }
     slots = std::move(counts).value();
   }

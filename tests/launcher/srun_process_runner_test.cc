@@ -36,9 +36,9 @@ ProcessSpec Spec() {
 
 TEST(SrunCommandLine, RunsOneTaskOnTheNodeAsAnOverlappingStepOfTheAllocation) {
   EXPECT_EQ(SrunArguments(Options(), "/srv/job", {"true"}),
-            (std::vector<std::string>{"--jobid=812", "--nodes=1", "--ntasks=1",
-                                      "--nodelist=gpu07", "--overlap", "--export=ALL",
-                                      "--input=none", "--chdir=/srv/job", "--", "true"}));
+            (std::vector<std::string>{"--jobid=812", "--nodes=1", "--ntasks=1", "--nodelist=gpu07",
+                                      "--overlap", "--export=ALL", "--input=none",
+                                      "--chdir=/srv/job", "--", "true"}));
   const std::vector<std::string> no_directory = SrunArguments(Options(), "", {"true"});
   EXPECT_EQ(std::count(no_directory.begin(), no_directory.end(), "--chdir=/srv/job"), 0);
 }
@@ -87,9 +87,9 @@ TEST(SrunExit, ATaskKilledBySignalIsReportedAsThatSignal) {
   const ExitStatus exit = TaskExitFromSrun(Exited(137), {"srun: error: gpu07: task 0: Killed"});
   EXPECT_EQ(exit.signal, SIGKILL);
   EXPECT_FALSE(exit.lost);
-  EXPECT_EQ(TaskExitFromSrun(Exited(139), {"srun: error: gpu07: task 0: Segmentation fault"})
-                .signal,
-            SIGSEGV);
+  EXPECT_EQ(
+      TaskExitFromSrun(Exited(139), {"srun: error: gpu07: task 0: Segmentation fault"}).signal,
+      SIGSEGV);
 }
 
 TEST(SrunExit, AnExitCodeStaysAnExitCodeEvenAbove128) {
