@@ -38,6 +38,16 @@ struct ExitStatus {
   std::string ToString() const;
 };
 
+// What a short command (a health check, a signal sent through a tool) did: SshProcessRunner's
+// RunCommand, RunLocalCommand (local_command.h).
+struct CommandResult {
+  int exit_code = 0;  // meaningful when signal == 0
+  int signal = 0;     // the signal that ended it; 0 when it exited by itself
+  std::string out;    // all of its stdout
+  std::string err;    // all of its stderr
+  bool ok() const { return signal == 0 && exit_code == 0; }
+};
+
 // Assigned by a runner; unique within it and never reused (unlike OS pids).
 using ProcessId = int64_t;
 

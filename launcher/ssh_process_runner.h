@@ -46,15 +46,6 @@ struct SshProcessRunnerOptions {
   size_t tail_lines = 20;       // lines kept for ProcessEvent::last_lines
 };
 
-// What a command run by RunCommand did.
-struct CommandResult {
-  int exit_code = 0;  // meaningful when signal == 0
-  int signal = 0;     // the signal that ended it; 0 when it exited by itself
-  std::string out;    // all of its stdout
-  std::string err;    // all of its stderr
-  bool ok() const { return signal == 0 && exit_code == 0; }
-};
-
 class SshProcessRunner : public ProcessRunner {
  public:
   // Starts the I/O thread; does not connect. `fs` opens the log files and must outlive the

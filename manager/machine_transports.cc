@@ -10,6 +10,8 @@
 #include <iterator>
 #include <thread>
 
+#include "launcher/local_command.h"
+
 namespace mitra::manager {
 namespace {
 
@@ -65,6 +67,7 @@ std::string MachineTransports::WorkerAddress(const Machine& machine) const {
 
 Result<launcher::ProcessRunner*> MachineTransports::RunnerFor(const Machine& machine) {
   if (machine.IsLocal()) return local_;
+  if (options_.srun) return static_cast<launcher::ProcessRunner*>(Slurm(machine));
   launcher::SshProcessRunner* remote = Remote(machine);
   if (Status s = remote->Connect(); !s.ok()) return s;
   return static_cast<launcher::ProcessRunner*>(remote);
@@ -72,6 +75,7 @@ Result<launcher::ProcessRunner*> MachineTransports::RunnerFor(const Machine& mac
 
 Status MachineTransports::Check(const Machine& machine, double timeout_s) {
   if (machine.IsLocal()) return Status::Ok();
+  if (options_.srun) return Slurm(machine)->Check(timeout_s);
   launcher::SshProcessRunner* remote = Remote(machine);
   if (Status s = remote->Connect(); !s.ok()) return s;
   Result<launcher::CommandResult> result = remote->RunCommand({"true"}, timeout_s);
@@ -88,6 +92,7 @@ Status MachineTransports::Check(const Machine& machine, double timeout_s) {
 Status MachineTransports::KillOrphan(const Machine& machine, int64_t pid,
                                      const std::string& run_dir) {
   if (machine.IsLocal()) return KillLocalOrphan(pid, run_dir);
+  if (options_.srun) return Slurm(machine)->KillOrphan(pid, run_dir);
   launcher::SshProcessRunner* remote = Remote(machine);
   const std::string pid_text = std::to_string(pid);
   // Two commands, each an argv quoted word by word: nothing reaches a remote shell as syntax.
@@ -116,6 +121,17 @@ launcher::SshProcessRunner* MachineTransports::Remote(const Machine& machine) {
     // A keepalive every 0.75 s, three unanswered: a machine that vanishes is noticed in ~2.3 s.
     ssh.ssh.keepalive_interval_s = 0.75;
     runner = std::make_unique<launcher::SshProcessRunner>(ssh, fs_);
+  }
+  return runner.get();
+}
+
+launcher::SrunProcessRunner* MachineTransports::Slurm(const Machine& machine) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<launcher::SrunProcessRunner>& runner = steps_[machine.Address()];
+  if (!runner) {
+    launcher::SrunOptions srun = *options_.srun;
+    srun.node = machine.host;
+    runner = std::make_unique<launcher::SrunProcessRunner>(srun, local_, launcher::RunLocalCommand);
   }
   return runner.get();
 }

@@ -66,6 +66,14 @@ int Run(const mitra::manager::RunOptions& options) {
   manager::MachineTransportsOptions transport_options;
   transport_options.known_hosts = options.known_hosts;
   transport_options.identity = options.identity;
+  if (options.launcher == manager::Launcher::kSrun) {
+    // RunCommand refuses srun outside an allocation before any step is started.
+    launcher::SrunOptions srun;
+    srun.environment = ProcessEnvironment();
+    const auto job = srun.environment.find("SLURM_JOB_ID");
+    if (job != srun.environment.end()) srun.job_id = job->second;
+    transport_options.srun = srun;
+  }
   manager::MachineTransports transports(transport_options, &runner, &fs);
 
   // The machine list, watched from the moment it is read: every edit becomes an event.

@@ -21,6 +21,7 @@
 #include "manager/planner_commands.h"
 #include "manager/profile_job.h"
 #include "manager/run_loop.h"
+#include "manager/slurm_allocation.h"
 #include "planner/shape_policy.h"
 #include "contract/variables.h"
 #include "mitra/planner/batch_split.h"
@@ -178,6 +179,46 @@ Status CheckSshFiles(const RunOptions& options, const MachineList& machines) {
   return Status::Ok();
 }
 
+// The machine list: the file --machines names (its text in `text`, for the watcher), or the
+// Slurm allocation's nodes for `--machines slurm`.
+Result<MachineList> ReadMachines(RunContext& c, const RunOptions& options, std::string* text) {
+  if (options.machines_path == kSlurmMachines) {
+    const int slots = options.gpus_per_node_given ? options.gpus_per_node : 0;
+    if (c.expand_slurm_nodes) return SlurmMachineList(c.environment, slots, c.expand_slurm_nodes);
+    const Environment& environment = c.environment;
+    return SlurmMachineList(c.environment, slots, [&environment](const std::string& list) {
+      return ExpandWithScontrol(list, environment);
+    });
+  }
+  Result<std::string> read = c.fs->ReadFile(options.machines_path);
+  if (!read.ok()) {
+    // LoadMachineList words a missing or unreadable list best.
+    return LoadMachineList(*c.fs, options.machines_path, options.gpus_per_node).status();
+  }
+  *text = std::move(read).value();
+  return ParseMachineList(*text, options.machines_path, options.gpus_per_node);
+}
+
+// What the launcher needs: SSH's key files, or for srun an allocation to start steps in and
+// machines that are Slurm nodes (no SSH user or port).
+Status CheckLauncher(RunContext& c, const RunOptions& options, const MachineList& machines) {
+  if (options.launcher == Launcher::kSsh) return CheckSshFiles(options, machines);
+  if (Lookup(c.environment, "SLURM_JOB_ID") == nullptr) {
+    return Status::InvalidArgument(
+        "--launcher srun starts the workers as job steps of the Slurm allocation mitra runs in, "
+        "and SLURM_JOB_ID is not set: run it inside one (in an sbatch script, or `salloc "
+        "--nodes=2 --ntasks-per-node=4 mitra run ...`), or use --launcher ssh");
+  }
+  for (const Machine& m : machines.machines) {
+    if (!m.IsLocal() && (!m.user.empty() || m.port != 0)) {
+      return Status::InvalidArgument(
+          "'" + m.Address() + "' names an SSH user or port, which --launcher srun does not use: "
+          "list the Slurm node name alone (or use --launcher ssh)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckMachines(RunContext& c, const MachineList& machines,
                      std::vector<std::string>* unreachable) {
   std::vector<const Machine*> remote;
@@ -255,18 +296,13 @@ Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
 
 int RunCommand(const RunOptions& options, RunContext& c) {
   // 1. Everything that can be checked without running the program.
-  const std::string machines_path = JoinPath(c.working_directory, options.machines_path);
-  Result<std::string> machines_text = c.fs->ReadFile(options.machines_path);
-  if (!machines_text.ok()) {
-    // LoadMachineList words a missing or unreadable list best.
-    return BadInput(c, LoadMachineList(*c.fs, options.machines_path, options.gpus_per_node)
-                           .status()
-                           .message());
-  }
-  Result<MachineList> machines =
-      ParseMachineList(*machines_text, options.machines_path, options.gpus_per_node);
+  const bool slurm = options.machines_path == kSlurmMachines;
+  const std::string machines_path =
+      slurm ? std::string(kSlurmMachines) : JoinPath(c.working_directory, options.machines_path);
+  std::string machines_text;
+  Result<MachineList> machines = ReadMachines(c, options, &machines_text);
   if (!machines.ok()) return BadInput(c, machines.status().message());
-  if (Status s = CheckSshFiles(options, *machines); !s.ok()) return BadInput(c, s.message());
+  if (Status s = CheckLauncher(c, options, *machines); !s.ok()) return BadInput(c, s.message());
   Result<int> threads = ResolveThreads(options, c.environment);
   if (!threads.ok()) return BadInput(c, threads.status().message());
   Result<double> timeout_s = ResolveTimeout(options, c.environment);
@@ -384,8 +420,8 @@ int RunCommand(const RunOptions& options, RunContext& c) {
     if (Status s = c.claim_run_dir(run_dir.path()); !s.ok()) return BadInput(c, s.message());
   }
   if (run_dir.HoldsRun(*c.fs)) KillOrphans(*c.fs, run_dir, *c.transports, *c.out);
-  if (c.watch_machine_list) {
-    if (Status s = c.watch_machine_list(machines_path, *machines_text); !s.ok()) {
+  if (c.watch_machine_list && !slurm) {  // an allocation's nodes are fixed: nothing to watch
+    if (Status s = c.watch_machine_list(machines_path, machines_text); !s.ok()) {
       *c.err << "mitra run: warning: cannot watch " << options.machines_path << ": "
              << s.message() << "; edits of the list will not be noticed" << std::endl;
     }
@@ -444,8 +480,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   JsonObject job_fields;
   job_fields.SetInt("manager_pid", c.manager_pid)
       .SetString("run_dir", run_dir.path())
-      .SetString("machines_file",
-                 NormalizePath(JoinPath(c.working_directory, options.machines_path)))
+      .SetString("machines_file", slurm ? machines_path : NormalizePath(machines_path))
       .SetString("program", *program)
       .Set("program_args", JsonValue::StringArray(options.program_args))
       .SetNumber("started_at", c.clock->WallSeconds());

@@ -10,6 +10,7 @@
 #include <functional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/file_system.h"
@@ -53,6 +54,9 @@ struct RunContext {
   // the program are checked, before the program is run to describe itself. An error (a port
   // taken) is bad input. May be empty.
   std::function<Status()> serve_metrics;
+  // Expands a Slurm host list for `--machines slurm`; empty: `scontrol show hostnames`.
+  std::function<Result<std::vector<std::string>>(const std::string& host_list)>
+      expand_slurm_nodes;
   Environment environment;                    // the manager's own environment
   std::string working_directory;              // absolute; relative paths start here
   int manager_pid = 0;

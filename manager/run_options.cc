@@ -16,7 +16,10 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Whole("--batch-size", 1, &o.batch_size, "64", kMaxBatch);
   flags.Whole("--nstages", 1, &o.stages, "2");
   flags.Whole("--chunk-size", 1, &o.chunk_size, "4");
+  o.gpus_per_node = 0;  // 0 until given: --machines slurm tells the two apart
   flags.Whole("--gpus-per-node", 1, &o.gpus_per_node, "4");
+  std::string launcher;
+  flags.Text("--launcher", &launcher, "ssh or srun", "srun");
   flags.Whole("--max-steps", 0, &o.max_steps, "1000");
   flags.Text("--run-dir", &o.run_dir, "a directory name", "mitra-run");
   flags.Whole("--threads", 1, &o.threads, "4");
@@ -46,6 +49,15 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
     command.kind = CommandKind::kHelp;
     command.help_text = RunUsage();
     return command;
+  }
+  o.gpus_per_node_given = o.gpus_per_node > 0;
+  if (!o.gpus_per_node_given) o.gpus_per_node = 1;
+  if (launcher == "srun") {
+    o.launcher = Launcher::kSrun;
+  } else if (!launcher.empty() && launcher != "ssh") {
+    return Status::InvalidArgument("mitra run: --launcher '" + launcher +
+                                   "' is not a launcher; use --launcher ssh (the default) or "
+                                   "--launcher srun (inside a Slurm allocation)");
   }
   if (o.machines_path.empty()) {
     return Status::InvalidArgument(
@@ -182,7 +194,9 @@ std::string RunUsage() {
          "\n"
          "  --machines FILE       machine list: `localhost slots=N`, `[user@]host[:port]\n"
          "                        slots=N` for SSH machines ('#' comments); edit it while the\n"
-         "                        job runs to grow or shrink it\n"
+         "                        job runs to grow or shrink it. `--machines slurm`: the nodes\n"
+         "                        of the Slurm allocation mitra runs in, slots from\n"
+         "                        SLURM_TASKS_PER_NODE (or --gpus-per-node)\n"
          "  --batch-size B        global batch, samples per step (split over the replicas)\n"
          "  --nstages P           pipeline stages; replicas D = slots / P. Without it the\n"
          "                        planner chooses P, D, micro-batch, schedule and partition\n"
@@ -209,6 +223,8 @@ std::string RunUsage() {
          "  --code-dir DIR        working directory of the workers on SSH machines (default:\n"
          "                        the directory mitra run was started in)\n"
          "  --env KEY=VALUE       set a variable for every worker (repeatable)\n"
+         "  --launcher ssh|srun   how workers on other machines start: over SSH (default), or\n"
+         "                        as Slurm job steps of the allocation (srun)\n"
          "  --known-hosts FILE    SSH host keys (default ~/.ssh/known_hosts)\n"
          "  --identity FILE       SSH private key (default: ssh-agent, then ~/.ssh/id_*)\n"
          "  --preemption-command CMD\n"

@@ -15,13 +15,18 @@
 
 namespace mitra::manager {
 
+// How workers on machines other than `localhost` are started (--launcher).
+enum class Launcher { kSsh, kSrun };
+
 struct RunOptions {
-  std::string machines_path;          // --machines (required)
+  std::string machines_path;          // --machines (required); "slurm": the Slurm allocation
   int64_t batch_size = 0;             // --batch-size: global batch B in samples (required)
   int stages = 0;                     // --nstages: pipeline stages P; 0 = planned (--profile)
   std::string profile_dir;            // --profile: what the planner plans from
   int chunk_size = 0;                 // --chunk-size: micro-batch; 0 = DefaultChunkSize (grid.h)
   int gpus_per_node = 1;              // --gpus-per-node: slots of a machine line without slots=
+  bool gpus_per_node_given = false;   // --machines slurm: it overrides the allocation's tasks
+  Launcher launcher = Launcher::kSsh;  // --launcher ssh|srun
   int64_t max_steps = 0;              // --max-steps: 0 = the program's own default
   std::string run_dir = "mitra-run";  // --run-dir
   std::string checkpoint_dir;         // --checkpoint-dir: "" = RUN_DIR/checkpoints

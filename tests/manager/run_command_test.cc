@@ -193,6 +193,48 @@ TEST_F(RunCommandTest, AMachineUnreachableAtStartJoinsOnceItAnswers) {
   EXPECT_EQ(Launches(), (std::vector<std::pair<int, int>>{{0, 2}, {1, 4}}));
 }
 
+TEST_F(RunCommandTest, SlurmMachinesAreTheAllocationsNodesAndAreNotWatched) {
+  options_.machines_path = "slurm";
+  options_.launcher = Launcher::kSrun;
+  context_.environment["SLURM_JOB_ID"] = "812";
+  context_.environment["SLURM_JOB_NODELIST"] = "node[1-2]";
+  context_.environment["SLURM_TASKS_PER_NODE"] = "2,1";
+  std::vector<std::string> expanded;
+  context_.expand_slurm_nodes = [&expanded](const std::string& list) {
+    expanded.push_back(list);
+    return Result<std::vector<std::string>>(std::vector<std::string>{"node1", "node2"});
+  };
+  bool watched = false;
+  context_.watch_machine_list = [&watched](const std::string&, const std::string&) {
+    watched = true;
+    return Status::Ok();
+  };
+  EXPECT_EQ(RunCommand(options_, context_), kExitOk) << err_.str();
+  EXPECT_EQ(expanded, (std::vector<std::string>{"node[1-2]"}));
+  EXPECT_FALSE(watched) << "an allocation's nodes are fixed";
+  EXPECT_NE(out_.str().find("mitra: machines: node1 (2 slots), node2 (1 slot)"),
+            std::string::npos)
+      << out_.str();
+  EXPECT_EQ(Launches(), (std::vector<std::pair<int, int>>{{0, 3}}));
+  ASSERT_EQ(Events("start").size(), 1u);
+  EXPECT_EQ(Events("start")[0].GetString("machines_file"), "slurm");
+}
+
+TEST_F(RunCommandTest, SlurmMachinesOutsideAnAllocationAreRefused) {
+  options_.machines_path = "slurm";
+  ExpectRefused(RunCommand(options_, context_), "SLURM_JOB_NODELIST is not set");
+  EXPECT_TRUE(describer_.processes.empty());
+}
+
+TEST_F(RunCommandTest, TheSrunLauncherOutsideAnAllocationIsRefused) {
+  options_.launcher = Launcher::kSrun;
+  fs_.AddFile(kMachines, "node1 slots=2\n");
+  ExpectRefused(RunCommand(options_, context_), "SLURM_JOB_ID is not set");
+  context_.environment["SLURM_JOB_ID"] = "812";
+  fs_.AddFile(kMachines, "alice@node1:2222 slots=2\n");
+  ExpectRefused(RunCommand(options_, context_), "names an SSH user or port");
+}
+
 TEST_F(RunCommandTest, AMissingMachineListIsRefused) {
   options_.machines_path = "/opt/job/nowhere.txt";
   ExpectRefused(RunCommand(options_, context_), "nowhere.txt");

@@ -66,6 +66,23 @@ TEST(RunOptions, ParsesEveryFlagAndTheProgram) {
   EXPECT_EQ(o.program_args, (std::vector<std::string>{"--lr", "0.1", "--"}));
 }
 
+TEST(RunOptions, TheLauncherIsSshUnlessSrunIsAsked) {
+  const RunOptions ssh = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "p"}).run;
+  EXPECT_EQ(ssh.launcher, Launcher::kSsh);
+  EXPECT_FALSE(ssh.gpus_per_node_given);
+  const RunOptions srun = ParseOk({"run", "--machines", "slurm", "--launcher", "srun",
+                                   "--gpus-per-node", "4", "--batch-size", "8", "--", "p"})
+                              .run;
+  EXPECT_EQ(srun.launcher, Launcher::kSrun);
+  EXPECT_EQ(srun.machines_path, "slurm");
+  EXPECT_TRUE(srun.gpus_per_node_given);
+  EXPECT_EQ(srun.gpus_per_node, 4);
+  const std::string error = ParseError(
+      {"run", "--machines", "m", "--launcher", "mpirun", "--batch-size", "8", "--", "p"});
+  EXPECT_TRUE(Contains(error, "--launcher 'mpirun' is not a launcher")) << error;
+  EXPECT_TRUE(Contains(error, "--launcher srun")) << error;
+}
+
 TEST(RunOptions, HasDefaults) {
   const RunOptions o = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "p"}).run;
   EXPECT_EQ(o.stages, 0);  // planned
