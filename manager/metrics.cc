@@ -22,7 +22,7 @@ using prometheus::Gauge;
 constexpr const char* kStates[] = {"running",  "morphing", "recovering", "waiting",
                                    "stopping", "done",     "stopped",    "failed"};
 // The machines' states of `mitra status`, as label values ("in use" -> "in_use").
-constexpr const char* kMachineStates[] = {"in_use", "idle", "failed"};
+constexpr const char* kMachineStates[] = {"in_use", "idle", "failed", "drained"};
 // What a first_step record's `kind` says the downtime was for.
 constexpr const char* kChangeKinds[] = {"morph", "recovery"};
 
@@ -86,7 +86,8 @@ RunMetrics::RunMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
                           .Name("mitra_machines")
                           .Help(
                               "Machines of the list by state: in_use (running workers), idle, "
-                              "failed (kept out until a health check passes).")
+                              "failed (kept out until a health check passes), drained (kept out "
+                              "until its line changes).")
                           .Register(r);
   for (const char* state : kMachineStates) {
     machines_[state] = &machines_family_->Add({{"state", state}});
