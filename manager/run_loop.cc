@@ -462,8 +462,9 @@ void RunLoop::OnStepTimes(int64_t generation, int rank, const JsonObject& heartb
   char ratio[16];
   std::snprintf(ratio, sizeof(ratio), "%.1f", found->ratio);
   *err_ << "mitra: rank " << rank << " on " << machine << " is a straggler: "
-        << DurationText(found->compute_s) << " of compute per step, " << ratio
-        << "x its stage peers' median (" << DurationText(found->peer_median_s) << "), for "
+        << SecondsText(RoundedSeconds(found->compute_s)) << " s of compute per step, " << ratio
+        << "x its stage peers' median (" << SecondsText(RoundedSeconds(found->peer_median_s))
+        << " s), for "
         << found->steps << " steps"
         << (options_.exclude_stragglers ? "; draining its machine (--exclude-stragglers)"
                                         : "; --exclude-stragglers would drain its machine")

@@ -14,6 +14,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/strings.h"
 #include "planner/profile.h"
 #include "tests/launcher/sshd_fixture.h"
 #include "tests/prerequisite.h"
@@ -268,15 +269,16 @@ TEST_F(SshElastic, ASlowedRankIsAStragglerAndItsHostIsDrained) {
   auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2), {"--exclude-stragglers"}, kLongJob);
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
-  // Rank 3 (stage 1, replica 1, on host B) gets about half a CPU: stopped 40 ms in every 80.
+  // Rank 3 (stage 1, replica 1, on host B) gets about a quarter of a CPU: stopped 60 ms in
+  // every 80.
   const pid_t slowed = NewestPid(3);
   ASSERT_GT(slowed, 0);
   std::atomic<bool> done{false};
   std::thread quota([&] {
     while (!done && ::kill(slowed, SIGSTOP) == 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));
       ::kill(slowed, SIGCONT);
-      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
   const bool found = WaitForOutput(*mitra, "is a straggler", 90);
@@ -292,6 +294,9 @@ TEST_F(SshElastic, ASlowedRankIsAStragglerAndItsHostIsDrained) {
   EXPECT_EQ(stragglers[0].GetString("machine"), Address(kHostB));
   EXPECT_GE(stragglers[0].GetNumber("ratio").value_or(0), 1.3);
   std::cout << "straggler: " << stragglers[0].ToJson() << "\n";
+  for (const std::string_view line : SplitLines(r.err)) {
+    if (Contains(std::string(line), "is a straggler")) std::cout << line << "\n";
+  }
   const std::vector<JsonObject> drains = testing::EventsNamed(run_dir_, "drain");
   ASSERT_EQ(drains.size(), 1u) << r.output();
   EXPECT_EQ(drains[0].GetString("by"), "straggler: rank 3");
