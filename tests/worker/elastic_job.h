@@ -147,4 +147,22 @@ inline void ExpectSameTraining(const ElasticJob& job, const std::string& run_dir
   EXPECT_EQ(ReadSampleTrace(trace), ref.samples) << "a sample was skipped or repeated";
 }
 
+// A job of two workers, one of which was killed with SIGKILL after step 5 and checkpoints
+// every step, ended as it must (`r`: `mitra run`'s result): done, the kill named, recovered
+// into 2 x 1 from a checkpoint of step 2 or later, the uninterrupted job's training, no worker
+// left.
+inline void ExpectRecoveredFromAKilledWorker(const ElasticJob& job, const MitraResult& r,
+                                             const std::string& run_dir,
+                                             const std::string& trace) {
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.err.find("was killed by signal SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("mitra: recovery done: training again in 2 x 1"), std::string::npos)
+      << r.out;
+  const std::vector<JsonObject> launches = EventsNamed(run_dir, "launch");
+  ASSERT_EQ(launches.size(), 2u);
+  EXPECT_GE(launches[1].GetNumber("resume_step").value_or(0), 2);
+  ExpectSameTraining(job, run_dir, trace, /*consecutive=*/false);
+  ExpectNoProcessLeft(run_dir);
+}
+
 }  // namespace mitra::testing

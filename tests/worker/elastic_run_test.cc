@@ -166,16 +166,7 @@ TEST_F(ElasticGpt, AKilledWorkerIsRecoveredFromTheNewestCheckpoint) {
   const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
-  EXPECT_NE(r.err.find("was killed by signal SIGKILL"), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("mitra: recovery done: training again in 2 x 1"), std::string::npos)
-      << r.out;
-  const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
-  ASSERT_EQ(launches.size(), 2u);
-  EXPECT_GE(launches[1].GetNumber("resume_step").value_or(0), 2);
-  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
-  ExpectNoProcessLeft(run_dir_);
+  testing::ExpectRecoveredFromAKilledWorker(kJob, mitra->Wait(180), run_dir_, trace_);
 }
 
 TEST_F(ElasticGpt, AStoppedWorkerIsFoundByItsMissingHeartbeatsAndRecovered) {
