@@ -7,6 +7,7 @@
 #include "examples/fashion/classifier_model.h"
 #include "examples/gpt/gpt_model.h"
 #include "worker/checkpointer.h"
+#include "worker/heartbeat.h"
 #include "mitra/worker/optimizer.h"
 #include "mitra/worker/data.h"
 #include "mitra/worker/lr_schedule.h"
@@ -128,6 +129,21 @@ TEST(Stage, SegmentWeightsDoNotDependOnWhichStageBuildsThem) {
   for (const auto& p : split.parameters()) {
     EXPECT_TRUE(torch::equal(p.tensor, alone.Find(p.name))) << p.name;
   }
+}
+
+TEST(StepTimes, AHeartbeatTakesTheStepsSinceThePreviousOne) {
+  StepTimes times;
+  EXPECT_EQ(times.Take().steps, 0);
+  times.Add(7, 0.25, 0.05);
+  times.Add(8, 0.75, 0.15);
+  const StepTimes::Window w = times.Take();
+  EXPECT_EQ(w.steps, 2);
+  EXPECT_EQ(w.last_step, 8);
+  EXPECT_DOUBLE_EQ(w.compute_s, 1.0);  // sums: the heartbeat divides by steps
+  EXPECT_DOUBLE_EQ(w.wait_s, 0.2);
+  EXPECT_EQ(times.Take().steps, 0);  // taken: the next window starts empty
+  times.Add(9, 0.5, 0.0);
+  EXPECT_EQ(times.Take().last_step, 9);
 }
 
 TEST(LrSchedule, DescribesItself) {
