@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <mutex>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
@@ -81,6 +83,40 @@ Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
       c10::make_intrusive<c10d::TCPStore>(p.rdzv_host, opts));
 }
 
+void Checkpointer::PrepareStaging() {
+  if (options_.dir.empty() || !options_.async || options_.every <= 0 || writer_.joinable()) return;
+  struct Wanted {
+    std::string key;  // "" for a spare
+    std::vector<int64_t> sizes;
+    c10::ScalarType type;
+  };
+  std::vector<Wanted> wanted;
+  const int spares_each = runtime_.optimizer().StateTensorsPerParameter();
+  for (int i : SegmentsThisRankWrites()) {
+    const std::string prefix = spec_.segments[i].name + ".";
+    for (const auto& p : runtime_.stage().parameters()) {
+      if (p.name.rfind(prefix, 0) != 0 || p.tensor.dim() == 0) continue;
+      const std::vector<int64_t> sizes = p.tensor.sizes().vec();
+      wanted.push_back({prefix + "param/" + p.name.substr(prefix.size()), sizes,
+                        p.tensor.scalar_type()});
+      for (int k = 0; k < spares_each; ++k) wanted.push_back({"", sizes, p.tensor.scalar_type()});
+    }
+  }
+  preparing_ = true;
+  writer_ = std::thread([this, wanted = std::move(wanted)] {
+    torch::NoGradGuard no_grad;
+    for (const Wanted& w : wanted) {
+      // Zeroing touches every page now, rather than in the first save's copy.
+      torch::Tensor buffer = checkpoint::EmptyAligned(w.sizes, w.type).zero_();
+      if (w.key.empty()) {
+        spares_[{w.sizes, w.type}].push_back(std::move(buffer));
+      } else {
+        staging_[w.key] = std::move(buffer);
+      }
+    }
+  });
+}
+
 Checkpointer::~Checkpointer() { Wait(); }
 
 std::string Checkpointer::Key(int64_t step, const std::string& what) const {
@@ -100,8 +136,14 @@ torch::Tensor Checkpointer::Staging(const std::string& key, const torch::Tensor&
   torch::Tensor& buffer = staging_[key];
   if (!buffer.defined() || !buffer.sizes().equals(source.sizes()) ||
       buffer.scalar_type() != source.scalar_type()) {
-    // Page-aligned, so that the writer hands it to the disk without copying it.
-    buffer = checkpoint::EmptyAligned(source.sizes(), source.scalar_type());
+    auto spare = spares_.find({source.sizes().vec(), source.scalar_type()});
+    if (spare != spares_.end() && !spare->second.empty()) {
+      buffer = std::move(spare->second.back());
+      spare->second.pop_back();
+    } else {
+      // Page-aligned, so that the writer hands it to the disk without copying it.
+      buffer = checkpoint::EmptyAligned(source.sizes(), source.scalar_type());
+    }
   }
   return buffer;
 }
@@ -158,7 +200,11 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
 
 void Checkpointer::Save(int64_t steps_done) {
   if (options_.dir.empty()) return;
+  const double entered = Now();
+  const bool was_preparing = std::exchange(preparing_, false);
   if (Status s = Wait(); !s.ok()) spdlog::error("checkpoint: {}", s.message());
+  // Waiting for the staging memory to be ready blocked training: it counts.
+  const double prepare_wait_s = was_preparing ? Now() - entered : 0;
   std::shared_ptr<Snapshot> snap = TakeSnapshot(steps_done);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -168,11 +214,11 @@ void Checkpointer::Save(int64_t steps_done) {
   }
   if (!options_.async) {
     CopyAndRelease(*snap);
-    snap->save_s = Now() - snap->started;
+    snap->save_s = Now() - snap->started + prepare_wait_s;
     last_status_ = Write(*snap);
     return;
   }
-  snap->save_s = Now() - snap->started;
+  snap->save_s = Now() - snap->started + prepare_wait_s;
   // The parameters and the optimizer state stay as they are until the next optimizer step:
   // the copy may run until then.
   runtime_.BeforeNextUpdate([this] { Release(); });

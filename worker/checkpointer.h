@@ -13,7 +13,11 @@
 // reports. The next optimizer step waits for the copy if it is not done yet
 // (Runtime::BeforeNextUpdate); the checkpoint record's blocked_s counts that wait and the time
 // in Save(). A new Save() first waits for the previous one, so the copies go into the same
-// staging buffers every time: only the first save pays for allocating that memory.
+// staging buffers every time. With periodic saves PrepareStaging() allocates and touches the
+// staging memory in the background before the first save (the parameters' own buffers, and
+// Optimizer::StateTensorsPerParameter() spares of each parameter's shape for its state), so
+// that the first save costs what the others do; a save that comes before that is done waits
+// for it, and counts the wait as blocked.
 // Not thread-safe: call from the training thread.
 #pragma once
 
@@ -71,6 +75,10 @@ class Checkpointer {
   void Save(int64_t steps_done);
   // Waits for the save in flight; its status (OK when there is none).
   Status Wait();
+  // With periodic asynchronous saves, starts allocating and touching the staging memory of
+  // the saves to come on the writer thread (see above); call it once the state is restored
+  // (a restore reading the checkpoint at the same time would go slower). Otherwise nothing.
+  void PrepareStaging();
 
   // Restores parameters, buffers, optimizer state and RNG from the checkpoint of step `step`:
   // checks the checksums of the files this rank reads, and that the names and shapes match the
@@ -102,8 +110,9 @@ class Checkpointer {
   void WarnAboutChangedSettings(const std::string& path,
                                 const std::map<std::string, torch::Tensor>& written) const;
   void Warn(const std::string& message) const;  // rank 0's log and a `warning` record
-  // The staging buffer kept under `key` for `source` (allocated on first use). Used by one
-  // thread at a time: the writer while a save is in flight, else the training thread.
+  // The staging buffer kept under `key` for `source` (a prepared spare of its shape, else
+  // allocated on first use). Used by one thread at a time: the writer while a save (or the
+  // preparation) is in flight, else the training thread.
   torch::Tensor Staging(const std::string& key, const torch::Tensor& source);
   std::string Key(int64_t step, const std::string& what) const;
 
@@ -112,6 +121,9 @@ class Checkpointer {
   CheckpointOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;  // its own connection: used by the writer thread
   std::map<std::string, torch::Tensor> staging_;  // reused by every snapshot (see Staging)
+  // Prepared buffers not yet given a key, by shape and type (see Staging).
+  std::map<std::pair<std::vector<int64_t>, c10::ScalarType>, std::vector<torch::Tensor>> spares_;
+  bool preparing_ = false;  // the writer thread prepares staging memory (PrepareStaging)
   std::thread writer_;
   Status last_status_;
   std::mutex mu_;  // guards the three below, shared by the training and writer threads

@@ -63,6 +63,7 @@ class Sgd : public LibTorchOptimizer<torch::optim::SGD, torch::optim::SGDParamSt
       : LibTorchOptimizer(parameters, options), options_(options) {}
 
   std::string Name() const override { return "sgd"; }
+  int StateTensorsPerParameter() const override { return options_.momentum() != 0 ? 1 : 0; }
   std::string Describe() const override {
     std::string out = "SGD (momentum " + Number(options_.momentum());
     if (options_.dampening() != 0) out += "; dampening " + Number(options_.dampening());
@@ -98,6 +99,7 @@ class AdamFamily : public LibTorchOptimizer<TorchOptimizer, ParamState> {
         name_(std::move(name)), title_(std::move(title)), options_(options) {}
 
   std::string Name() const override { return name_; }
+  int StateTensorsPerParameter() const override { return 2; }  // exp_avg, exp_avg_sq
   std::string Describe() const override {
     return title_ + " (betas " + Number(std::get<0>(options_.betas())) + ", " +
            Number(std::get<1>(options_.betas())) + "; eps " + Number(options_.eps()) +

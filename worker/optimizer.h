@@ -44,6 +44,11 @@ class Optimizer {
   // InvalidArgument, naming it, when a tensor is missing or of another shape.
   virtual Status SetState(const torch::Tensor& param,
                           const std::map<std::string, torch::Tensor>& state) = 0;
+  // How many tensors of each parameter's own shape its state holds once it has been updated
+  // (Adam: 2, SGD with momentum: 1), or 0 when unknown. A hint only: the checkpointer prepares
+  // that much staging memory before the first save, so that the first save is as cheap as the
+  // others.
+  virtual int StateTensorsPerParameter() const { return 0; }
 };
 
 using OptimizerFactory =

@@ -153,6 +153,8 @@ int Trainer::Train(const Placement& placement, StepTimes* times) {
   }
   int64_t step = Resume(placement, checkpointer.get());
   if (step < 0) return 2;
+  // The first save's staging memory, made ready while the first steps train.
+  if (checkpointer) checkpointer->PrepareStaging();
   int64_t saved_step = step;
 
   const int64_t tokens_per_step = opts.global_batch * spec_.tokens_per_sample;
