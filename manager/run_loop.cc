@@ -5,13 +5,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 
-#include "common/duration_text.h"
 #include "common/signal_watcher.h"
 #include "common/overloaded.h"
 #include "common/strings.h"
-#include "contract/variables.h"
 #include "manager/run_command.h"
 #include "manager/run_records.h"
 

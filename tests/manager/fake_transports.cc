@@ -3,10 +3,10 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <utility>
 
+#include "mitra/contract/stage_map.h"
 #include "mitra/contract/variables.h"
 
 namespace mitra::testing {
@@ -41,6 +41,7 @@ struct FakeTransports::Process {
   int stages = 1;
   int replicas = 1;
   int64_t step = 0;  // completed steps
+  int64_t beat_step = 0;  // `step` at the previous heartbeat
   int64_t max_steps = 0;
   int64_t checkpoint_every = 0;
   bool ready = false;
@@ -216,10 +217,11 @@ void FakeTransports::OnStart(Host& host, int index) {
   // "0,2;1,3;" or "2x2" (contract/stage_map.h); counted, not parsed: at 10,000 ranks every
   // process would parse a 49 KB map.
   const std::string map = EnvText(env, contract::kStageToRankMap);
-  const size_t x = map.find('x');
-  p.stages = std::max<int>(1, x != std::string::npos
-                                  ? std::atoi(map.substr(0, x).c_str())
-                                  : static_cast<int>(std::count(map.begin(), map.end(), ';')));
+  if (map.find('x') != std::string::npos) {
+    p.stages = contract::StageMap::Parse(map).value().num_stages();
+  } else {
+    p.stages = std::max<int>(1, static_cast<int>(std::count(map.begin(), map.end(), ';')));
+  }
   p.replicas = std::max<int>(1, static_cast<int>(EnvInt(env, contract::kWorldSize)) / p.stages);
   p.step = EnvInt(env, contract::kResumeStep);
   p.max_steps = EnvInt(env, contract::kMaxSteps);
@@ -261,7 +263,15 @@ void FakeTransports::Ready(Process& p) {
 
 void FakeTransports::Heartbeat(Process& p) {
   if (p.exited || p.hung || script_.heartbeat_s <= 0) return;
-  Say(p, "{\"event\":\"heartbeat\",\"rank\":" + std::to_string(p.rank) + "}");
+  std::string beat = "{\"event\":\"heartbeat\",\"rank\":" + std::to_string(p.rank);
+  if (p.step > p.beat_step) {  // the steps since the last one: 80% compute, 20% waiting
+    beat += ",\"steps\":" + std::to_string(p.step - p.beat_step) +
+            ",\"step\":" + std::to_string(p.step) +
+            ",\"compute_s\":" + std::to_string(0.8 * script_.step_s) +
+            ",\"wait_s\":" + std::to_string(0.2 * script_.step_s);
+    p.beat_step = p.step;
+  }
+  Say(p, beat + "}");
   After(script_.heartbeat_s, [this, &p] { Heartbeat(p); });
 }
 

@@ -3,7 +3,8 @@
 //
 // Every machine of the list gets a ScriptedProcessRunner whose processes are simulated workers
 // following docs/worker-contract.md: `ready` and a heartbeat after `ready_after_s`, then a
-// heartbeat every `heartbeat_s` and a training step every `step_s` (rank 0 prints `step`; every
+// heartbeat every `heartbeat_s` (with the step times of the steps since the previous one) and a
+// training step every `step_s` (rank 0 prints `step`; every
 // rank of a generation steps at the same instants, as the real ones do in lockstep); a
 // `checkpoint` from rank 0 every MITRA_CHECKPOINT_EVERY steps; at MITRA_MAX_STEPS or after
 // SIGUSR1, a checkpoint and `stopped` after the step, then exit 0; SIGTERM and SIGKILL end them

@@ -133,6 +133,23 @@ TEST_F(RunLoopTest, RunsAJobToCompletionAndWritesItsRecords) {
   ASSERT_TRUE(state.ok()) << fs_.Contents(run_dir_.StatePath());
   EXPECT_EQ(state->GetString("state"), "done");
   EXPECT_EQ(state->GetNumber("step"), 4);
+
+  // rank_steps.jsonl: each rank's heartbeats that followed steps, with their times.
+  const std::vector<JsonObject> times = Records(run_dir_.RankStepsPath());
+  ASSERT_FALSE(times.empty());
+  int steps[2] = {0, 0};
+  for (const JsonObject& t : times) {
+    const int rank = static_cast<int>(t.GetNumber("rank").value_or(-1));
+    ASSERT_TRUE(rank == 0 || rank == 1) << t.ToJson();
+    steps[rank] += static_cast<int>(t.GetNumber("steps").value_or(0));
+    EXPECT_EQ(t.GetNumber("stage"), 0);
+    EXPECT_NEAR(t.GetNumber("compute_s").value_or(0), 0.8, 1e-9);
+    EXPECT_NEAR(t.GetNumber("wait_s").value_or(0), 0.2, 1e-9);
+  }
+  // The last step's heartbeat may not come before the worker exits.
+  EXPECT_GE(steps[0], 3);
+  EXPECT_LE(steps[0], 4);
+  EXPECT_TRUE(Events("straggler").empty());
 }
 
 TEST_F(RunLoopTest, GivesEachRankItsPlaceAndALocalRendezvousItsPickedPort) {
