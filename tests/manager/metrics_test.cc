@@ -137,9 +137,11 @@ TEST_F(RunMetricsTest, AStepRecordSetsStepLossAndThroughputAndAnEvaluationDoesNo
   JsonObject with_tokens = Step(13, 2.25, 600);
   with_tokens.SetNumber("tokens_per_s", 76800);
   metrics_.OnStep(with_tokens);
+  // An evaluation record (metrics.jsonl's eval_ fields) is no training step: nothing moves.
   metrics_.OnStep(JsonObject()
-                      .SetInt("step", 13)
+                      .SetInt("step", 99)
                       .SetNumber("eval_loss", 9.5)
+                      .SetNumber("eval_samples_per_s", 1)
                       .SetInt("eval_samples", 100)
                       .SetInt("generation", 0));
   const Scrape scrape = Read();
