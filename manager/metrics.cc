@@ -87,7 +87,8 @@ RunMetrics::RunMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
                           .Help(
                               "Machines of the list by state: in_use (running workers), idle, "
                               "failed (kept out until a health check passes), drained (kept out "
-                              "until its line changes).")
+                              "until its line changes), checking (a health check under way), "
+                              "removed (out of the list, ranks still there).")
                           .Register(r);
   for (const char* state : kMachineStates) {
     machines_[state] = &machines_family_->Add({{"state", state}});
