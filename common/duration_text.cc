@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <ctime>
 
 namespace mitra {
 
@@ -42,6 +43,16 @@ std::string HumanDuration(double seconds) {
   }
   const int64_t minutes = (s % 3600) / 60;
   return std::to_string(s / 3600) + " h" + (minutes ? " " + std::to_string(minutes) + " min" : "");
+}
+
+std::string LocalTimeText(double unix_seconds, const char* format) {
+  if (!(std::fabs(unix_seconds) < 1e15)) return "?";
+  const std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm local{};
+  if (::localtime_r(&t, &local) == nullptr) return "?";
+  char buffer[64];
+  if (std::strftime(buffer, sizeof(buffer), format, &local) == 0) return "?";
+  return buffer;
 }
 
 }  // namespace mitra

@@ -21,4 +21,8 @@ std::string ClockDuration(double seconds);
 // elapsed times in `mitra status`. Negative durations read "0 s".
 std::string HumanDuration(double seconds);
 
+// `unix_seconds` as local time in strftime's `format` ("%H:%M:%S"); "?" for a time no time_t
+// holds (a damaged record's), rather than an undefined conversion.
+std::string LocalTimeText(double unix_seconds, const char* format);
+
 }  // namespace mitra

@@ -45,12 +45,7 @@ std::string Fixed(double value, int decimals) {
 }
 
 std::string LocalTime(double unix_seconds) {
-  const std::time_t t = static_cast<std::time_t>(unix_seconds);
-  std::tm tm{};
-  localtime_r(&t, &tm);
-  char buf[64];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
-  return buf;
+  return LocalTimeText(unix_seconds, "%Y-%m-%d %H:%M:%S");
 }
 
 // (generation, rank) -> steps-weighted means of compute and wait.

@@ -40,16 +40,7 @@ std::string FormatNumber(double value, int decimals) {
   return buffer;
 }
 
-std::string ClockTime(double unix_seconds) {
-  // A time_t cannot hold every double (converting one beyond it is undefined).
-  if (!(std::fabs(unix_seconds) < 1e15)) return "?";
-  const std::time_t t = static_cast<std::time_t>(unix_seconds);
-  struct tm local {};
-  if (::localtime_r(&t, &local) == nullptr) return "?";
-  char buffer[16];
-  std::strftime(buffer, sizeof(buffer), "%H:%M:%S", &local);
-  return buffer;
-}
+std::string ClockTime(double unix_seconds) { return LocalTimeText(unix_seconds, "%H:%M:%S"); }
 
 std::string Plural(int64_t count, const std::string& word) {
   return std::to_string(count) + " " + word + (count == 1 ? "" : "s");

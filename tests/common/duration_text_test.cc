@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 namespace mitra {
 namespace {
 
@@ -30,6 +32,13 @@ TEST(DurationText, HumanDurationUsesTheTwoLargestUnits) {
   EXPECT_EQ(HumanDuration(125), "2 min 5 s");
   EXPECT_EQ(HumanDuration(120), "2 min");
   EXPECT_EQ(HumanDuration(3 * 3600 + 4 * 60 + 5), "3 h 4 min");
+}
+
+TEST(DurationText, LocalTimeTextRefusesTimesNoTimeTHolds) {
+  EXPECT_EQ(LocalTimeText(1e300, "%H:%M:%S"), "?");
+  EXPECT_EQ(LocalTimeText(std::nan(""), "%H:%M:%S"), "?");
+  const std::string now = LocalTimeText(1.7e9, "%Y-%m-%d %H:%M:%S");
+  EXPECT_EQ(now.size(), 19u) << now;  // a real date and time
 }
 
 }  // namespace
