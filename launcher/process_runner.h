@@ -19,6 +19,8 @@ namespace mitra::launcher {
 
 // Output lines that start with this are messages for the manager (docs/worker-contract.md).
 inline constexpr std::string_view kMessagePrefix = "@mitra ";
+// The longest line SendLine takes: within one pipe buffer, so a write never waits for a reader.
+inline constexpr size_t kMaxSentLine = 60 * 1024;
 
 struct ProcessSpec {
   std::string program;                             // as returned by ResolveProgram
@@ -89,6 +91,21 @@ class ProcessRunner {
   // Sends `signal_number` to a process this runner started. A process that has already exited
   // is left alone and the call is ok: a runner never signals a process it did not start.
   virtual Status Signal(ProcessId id, int signal_number) = 0;
+
+  // Whether SendLine works: whether a process this runner starts can be told things after its
+  // start (a worker that waits, parked, for its next placement reads it from standard input).
+  // A runner that cannot never gets a worker asked to wait: its workers exit after a stop.
+  virtual bool CanSendLines() const { return false; }
+
+  // Writes `line` and a newline to the standard input of a process this runner started, whole,
+  // without waiting for the process to read it (a line is at most kMaxSentLine bytes). Another
+  // line may follow. Unavailable when the process has exited or its input is closed; Aborted
+  // when this runner cannot send at all (CanSendLines is false).
+  virtual Status SendLine(ProcessId id, const std::string& line) {
+    (void)id;
+    (void)line;
+    return Status::Aborted("this launcher cannot send a line to a running process");
+  }
 };
 
 }  // namespace mitra::launcher
