@@ -19,8 +19,8 @@ namespace mitra::launcher {
 
 // Output lines that start with this are messages for the manager (docs/worker-contract.md).
 inline constexpr std::string_view kMessagePrefix = "@mitra ";
-// The longest line SendLine takes: within one pipe buffer, so a write never waits for a reader.
-inline constexpr size_t kMaxSentLine = 60 * 1024;
+// The longest line SendLine takes (a placement of the largest job is well within it).
+inline constexpr size_t kMaxSentLine = 1 << 20;
 
 struct ProcessSpec {
   std::string program;                             // as returned by ResolveProgram
@@ -97,10 +97,11 @@ class ProcessRunner {
   // A runner that cannot never gets a worker asked to wait: its workers exit after a stop.
   virtual bool CanSendLines() const { return false; }
 
-  // Writes `line` and a newline to the standard input of a process this runner started, whole,
-  // without waiting for the process to read it (a line is at most kMaxSentLine bytes). Another
-  // line may follow. Unavailable when the process has exited or its input is closed; Aborted
-  // when this runner cannot send at all (CanSendLines is false).
+  // Writes `line` (no newline in it, at most kMaxSentLine bytes) and a newline to the standard
+  // input of a process this runner started, whole; it may wait a few seconds at most for the
+  // process to read what does not fit the pipe. Another line may follow. Unavailable when the
+  // process has exited or its input is closed (or the wait ran out); Aborted when this runner
+  // cannot send at all (CanSendLines is false); InvalidArgument for a bad line.
   virtual Status SendLine(ProcessId id, const std::string& line) {
     (void)id;
     (void)line;
