@@ -159,6 +159,12 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
     }
     p.recompute = *v == "1";
   }
+  if (const std::string* v = Find(env, kPark)) {
+    if (*v != "0" && *v != "1") {
+      return Status::InvalidArgument("MITRA_PARK='" + *v + "' is not 0 or 1");
+    }
+    p.park = *v == "1";
+  }
   if (p.rdzv_port == 0) {
     if (!p.standalone) {
       return Status::InvalidArgument("MITRA_RDZV_PORT is not set: the manager passes it");
@@ -195,6 +201,7 @@ Environment Placement::ToEnvironment() const {
   if (recompute >= 0) env[kRecompute] = recompute ? "1" : "0";
   if (!partition.empty()) env[kPartition] = partition;
   if (!step_trace.empty()) env[kStepTrace] = step_trace;
+  if (park) env[kPark] = "1";
   return env;
 }
 

@@ -45,6 +45,10 @@ struct Placement {
   int recompute = -1;  // -1 unset, else 0 or 1
   std::string partition;
   std::string step_trace;  // where to write one step's chrome trace; "": the program's own
+  // The manager can send the next placement on standard input (MITRA_PARK=1): after a stop it
+  // asked for, with its checkpoint on disk, the worker may park and wait for one instead of
+  // exiting (worker/parking.h).
+  bool park = false;
 
   int stage() const { return stage_map.PositionOf(rank).stage; }
   int replica() const { return stage_map.PositionOf(rank).replica; }

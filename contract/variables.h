@@ -29,6 +29,9 @@ inline constexpr char kSchedule[] = "MITRA_SCHEDULE";
 inline constexpr char kRecompute[] = "MITRA_RECOMPUTE";
 inline constexpr char kPartition[] = "MITRA_PARTITION";
 inline constexpr char kStepTrace[] = "MITRA_STEP_TRACE";
+// "1": the manager can send this worker its next placement on standard input, so after a stop
+// it asked for, the worker may park instead of exiting (docs/worker-contract.md).
+inline constexpr char kPark[] = "MITRA_PARK";
 
 // Requests instead of training.
 inline constexpr char kDescribe[] = "MITRA_DESCRIBE";
@@ -49,7 +52,8 @@ inline constexpr const char* kManagedVariables[] = {
     kGlobalBatch,    kMaxSteps,        kResumeStep,        kRdzvHost,       kRdzvPort,
     kGeneration,     kHost,            kThreads,           kTimeoutS,       kRunDir,
     kCheckpointDir,  kCheckpointEvery, kKeepCheckpoints,   kHeartbeatS,     kSchedule,
-    kRecompute,      kPartition,       kStepTrace,         kDescribe,       kProfile,
+    kRecompute,      kPartition,       kStepTrace,         kPark,           kDescribe,
+    kProfile,
     kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
 };
 

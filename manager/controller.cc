@@ -209,8 +209,12 @@ void Controller::OnReport(const RankReport& in) {
   r.last_heard = now_;
   switch (in.kind) {
     case RankReport::Kind::kReady:
+      r.can_park = in.can_park;
       if (!gen_.MarkReady(in.rank)) return;
-      if (gen_.AllReady()) Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - gen_.launched_at});
+      if (gen_.AllReady()) {
+        gen_.all_ready_at = now_;
+        Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - gen_.launched_at});
+      }
       return;
     case RankReport::Kind::kHeartbeat:
       if (!r.heartbeats) {
@@ -220,14 +224,38 @@ void Controller::OnReport(const RankReport& in) {
       return;
     case RankReport::Kind::kCheckpoint:
       return;
+    case RankReport::Kind::kRestored:
+      if (in.rank == 0) gen_.restore_s = in.seconds;
+      return;
+    case RankReport::Kind::kParked:
+      // Stopped as asked, its part of the checkpoint on disk: like an exit, but the process
+      // stays for the next generation.
+      if (!r.running || r.parked) return;
+      r.running = false;
+      r.parked = true;
+      parked_.Add(ParkedWorker{gen_.number, in.rank, gen_.MachineOf(in.rank).Address(),
+                               gen_.plan.ranks[in.rank].local_rank});
+      MaybeEndGeneration();
+      return;
     case RankReport::Kind::kStep:
       last_step_ = std::max(last_step_, in.step);
       if (!gen_.first_step_seen) {
         gen_.first_step_seen = true;
         if (!change_.kind.empty()) {
-          Tell(TrainingAgainFact{change_.kind, in.step, gen_.ShapeText(), now_ - change_.detected,
-                                 change_.ranks_exited - change_.detected, gen_.launched_at - change_.ranks_exited,
-                                 now_ - gen_.launched_at});
+          TrainingAgainFact fact;
+          fact.kind = change_.kind;
+          fact.step = in.step;
+          fact.shape = gen_.ShapeText();
+          fact.kept = gen_.kept;
+          fact.started = static_cast<int>(gen_.ranks.size()) - gen_.kept;
+          fact.downtime_s = now_ - change_.detected;
+          fact.stop_s = change_.ranks_exited - change_.detected;
+          fact.relaunch_s = gen_.launched_at - change_.ranks_exited;
+          const double ready_at = gen_.all_ready_at >= 0 ? gen_.all_ready_at : now_;
+          fact.ready_s = ready_at - gen_.launched_at;
+          fact.load_s = std::min(gen_.restore_s, now_ - ready_at);
+          fact.first_step_s = now_ - ready_at - fact.load_s;
+          Tell(fact);
           change_.kind.clear();
         }
       }
@@ -494,6 +522,7 @@ void Controller::TryLaunch() {
   std::string why;
   auto desired = DesiredPlan(&why);
   if (!desired) {
+    ReleaseParked();  // a machine that comes later starts afresh
     phase_ = Phase::kWaiting;
     reason_ = why;
     if (why != waiting_reason_) {
@@ -503,16 +532,20 @@ void Controller::TryLaunch() {
     return;
   }
   waiting_reason_.clear();
+  std::vector<ParkedWorker> unneeded;
+  std::map<int, ParkedWorker> kept = parked_.TakeFor(desired->first, desired->second, &unneeded);
+  if (!unneeded.empty()) actions_.push_back(ReleaseAction{std::move(unneeded)});
   std::optional<int64_t> expected;
   if (ending_ == Ending::kMorph && gen_.stopped_step >= 0 && gen_.stopped_steps_agree) {
     expected = gen_.stopped_step;
   }
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
                               std::move(desired->second), now_);
+  gen_.kept = static_cast<int>(kept.size());
   phase_ = Phase::kRunning;
   reason_.clear();
   ending_ = Ending::kNone;
-  actions_.push_back(LaunchAction{gen_.number, gen_.plan, gen_.machines, expected});
+  actions_.push_back(LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept)});
 }
 
 // ---- Helpers -----------------------------------------------------------------------------
@@ -526,6 +559,10 @@ void Controller::Tell(const Fact& fact) {
 
 RankState* Controller::CurrentRank(int64_t generation, int rank) {
   return generation == gen_.number && gen_.Has(rank) ? &gen_.ranks[rank] : nullptr;
+}
+
+void Controller::ReleaseParked() {
+  if (!parked_.empty()) actions_.push_back(ReleaseAction{parked_.TakeAll()});
 }
 
 void Controller::SignalRunning(int signal_number) {

@@ -13,7 +13,10 @@
 //   waiting     fewer usable slots than stages: nothing runs until a machine arrives
 //   running     a generation trains
 //   morphing    the machines changed: every rank was sent SIGUSR1, checkpoints after the same
-//               step and exits; then the next generation starts in the new shape
+//               step and exits; then the next generation starts in the new shape. When every
+//               rank said it can park, they get SIGUSR2 instead, checkpoint and park; the next
+//               generation keeps the parked workers on machines it uses (regrouping in place,
+//               parked_workers.h) and starts processes only for the other ranks
 //   recovering  a rank failed, vanished or hung: the others are stopped, the failed machine is
 //               health-checked, and the next generation starts from the newest checkpoint
 //   stopping    the user asked to stop: like morphing, but nothing is relaunched
@@ -46,6 +49,7 @@
 #include "manager/generation.h"
 #include "manager/machine_pool.h"
 #include "manager/narration.h"
+#include "manager/parked_workers.h"
 #include "planner/shape_policy.h"
 
 namespace mitra::manager {
@@ -118,11 +122,13 @@ struct RankStartFailed {
 
 // A `@mitra` record of a rank (docs/worker-contract.md), reduced to what decides anything.
 struct RankReport {
-  enum class Kind { kReady, kStep, kHeartbeat, kCheckpoint, kStopped };
+  enum class Kind { kReady, kStep, kHeartbeat, kCheckpoint, kRestored, kStopped, kParked };
   int64_t generation = 0;
   int rank = 0;
   Kind kind = Kind::kHeartbeat;
-  int64_t step = 0;  // kStep, kCheckpoint, kStopped
+  int64_t step = 0;  // kStep, kCheckpoint, kRestored, kStopped, kParked
+  bool can_park = false;  // kReady: the rank parks when a morph asks it to (SIGUSR2)
+  double seconds = 0;     // kRestored: how long loading the checkpoint took
   // kStopped: the rank left training because it reached its last step (reason `max_steps`).
   // Once every rank has said so, the job's training is complete and checkpointed: the job is
   // never relaunched after it, whatever the ranks do next.
@@ -174,6 +180,14 @@ struct LaunchAction {
   GridPlan plan;
   std::vector<Machine> machines;
   std::optional<int64_t> expected_step;
+  // The ranks that parked workers take (told their placement, not started); every other rank
+  // starts a process.
+  std::map<int, ParkedWorker> kept;
+};
+
+// Lets parked workers exit: nothing needs them.
+struct ReleaseAction {
+  std::vector<ParkedWorker> workers;
 };
 
 struct SignalAction {
@@ -202,8 +216,8 @@ struct FinishAction {
   std::string reason;  // kFailed: why, for the last line
 };
 
-using ControllerAction =
-    std::variant<LaunchAction, SignalAction, CheckHostAction, RecordAction, FinishAction>;
+using ControllerAction = std::variant<LaunchAction, ReleaseAction, SignalAction, CheckHostAction,
+                                      RecordAction, FinishAction>;
 
 // ---- The state machine -------------------------------------------------------------------
 
@@ -273,8 +287,10 @@ class Controller {
   // SIGKILL to every running rank (`why` for the record; "" after a SIGTERM's grace).
   void KillRunning(const std::string& why);
   // SIGUSR1 to every running rank, or SIGTERM when not all are ready (before `ready` a worker
-  // may not have its SIGUSR1 handler yet).
-  void AskRanksToStop();
+  // may not have its SIGUSR1 handler yet). `park`: SIGUSR2 instead when every rank can park.
+  void AskRanksToStop(bool park = false);
+  // Lets every parked worker go (ReleaseAction).
+  void ReleaseParked();
   void Terminate(const std::string& why);
   void MaybeEndGeneration();
   // Remembers when the last rank of the generation exited (once per generation).
@@ -313,6 +329,7 @@ class Controller {
   };
   Change change_;
   std::vector<double> restart_times_;
+  ParkedWorkers parked_;
 };
 
 }  // namespace mitra::manager

@@ -22,7 +22,7 @@ void Controller::BeginMorph(const std::string& why) {
   change_.kind = "morph";
   change_.detected = now_;
   Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running()});
-  AskRanksToStop();
+  AskRanksToStop(/*park=*/true);
 }
 
 std::string Controller::KillHint(const StopInput& in) {
@@ -39,7 +39,7 @@ void Controller::BeginStop(const StopInput& in) {
   AskRanksToStop();
 }
 
-void Controller::AskRanksToStop() {
+void Controller::AskRanksToStop(bool park) {
   if (!gen_.AllReady()) {
     // Before `ready` a worker may not have its SIGUSR1 handler yet, and it has trained
     // nothing in this generation: terminate it.
@@ -48,7 +48,11 @@ void Controller::AskRanksToStop() {
   }
   gen_.deadlines.stop = now_ + options_.stop_timeout_s;
   gen_.stop_signalled = now_;
-  SignalRunning(SIGUSR1);
+  // SIGUSR2's default action ends a process: only when every rank said it handles it.
+  const bool all_park = std::all_of(gen_.ranks.begin(), gen_.ranks.end(), [](const RankState& r) {
+    return !r.running || r.can_park;
+  });
+  SignalRunning(park && all_park ? SIGUSR2 : SIGUSR1);
 }
 
 void Controller::Terminate(const std::string& why) {
@@ -68,6 +72,10 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
   FailureFact fact;
   fact.reason = what;
   fact.step = last_step_;
+  // Regrouping in place went wrong: the kept workers are killed with the rest below, so the
+  // next generation starts every rank afresh (none is parked: a launch lets go of the parked
+  // workers it does not keep).
+  fact.during_regroup = gen_.kept > 0 && !gen_.first_step_seen;
   if (rank) {
     fact.where = FailureFact::Where{*rank, gen_.ranks[*rank].pid,
                                     gen_.MachineOf(*rank).Address()};
@@ -178,6 +186,7 @@ void Controller::NoteRanksExited() {
 }
 
 void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
+  ReleaseParked();
   phase_ = Phase::kFinished;
   gen_.live = false;
   actions_.push_back(FinishAction{outcome, reason});

@@ -14,11 +14,14 @@
 namespace mitra::manager {
 
 // Output or exit of the worker with rank `rank` of generation `generation` (the controller's
-// numbering).
+// numbering) when it was started; `runner` started it (the event carries its id). A parked
+// worker kept by a later generation goes on under another generation and rank: the loop
+// routes its events there.
 struct WorkerEvent {
   int64_t generation = 0;
   int rank = 0;
   launcher::ProcessEvent event;
+  const launcher::ProcessRunner* runner = nullptr;
 };
 
 // SIGINT or SIGTERM reached the manager (signal_number), or `mitra stop` asked (0).

@@ -26,6 +26,8 @@ struct RankState {
   bool ready = false;
   bool heartbeats = false;  // has sent a heartbeat: hang detection is on
   bool stopped = false;     // printed `stopped`: may keep working, no heartbeats expected
+  bool can_park = false;    // said so when ready: a morph may ask it to park (SIGUSR2)
+  bool parked = false;      // parked: no longer running, its process waits for a placement
   bool finished = false;    // ... at the job's last step
   double last_heard = 0;    // since started: the start, else the last record
 };
@@ -52,6 +54,10 @@ struct Generation {
   int ready = 0;                  // ranks that reported ready (MarkReady)
 
   double launched_at = 0;
+  int kept = 0;               // ranks taken by parked workers of an earlier generation
+  double all_ready_at = -1;   // every rank reported ready; -1: not yet
+  double restore_s = 0;       // rank 0's restore of the checkpoint
+
   double stop_signalled = 0;  // SIGUSR1 sent (else the launch): what `stopped` is timed from
   bool first_step_seen = false;
   int64_t stopped_step = -1;  // the step every rank reported in `stopped`, if they agree

@@ -120,7 +120,40 @@ Narration Failure(const FailureFact& f) {
     fields.SetInt("rank", f.where->rank).SetInt("pid", f.where->pid).SetString("machine",
                                                                                f.where->machine);
   }
-  return Told("failure", fields, "mitra: failure: " + f.reason, true);
+  if (f.during_regroup) fields.SetBool("during_regroup", true);
+  return Told("failure", fields,
+              "mitra: failure: " + f.reason +
+                  (f.during_regroup ? " (while regrouping in place: every worker starts afresh)"
+                                    : ""),
+              true);
+}
+
+Narration TrainingAgain(const TrainingAgainFact& f) {
+  // A process start, or a regroup of parked workers, or both.
+  const std::string ready = f.kept == 0 ? "start" : f.started == 0 ? "regroup" : "start and regroup";
+  std::string line = "mitra: " + f.kind + " done: training again in " + f.shape + " at step " +
+                     std::to_string(f.step) + "; downtime " + DurationText(f.downtime_s) +
+                     " (stop " + DurationText(f.stop_s) + ", relaunch " +
+                     DurationText(f.relaunch_s) + ", " + ready + " " + DurationText(f.ready_s) +
+                     ", load " + DurationText(f.load_s) + ", first step " +
+                     DurationText(f.first_step_s) + ")";
+  if (f.kept > 0) {
+    line += "; " + std::to_string(f.kept) + (f.kept == 1 ? " worker" : " workers") + " kept, " +
+            std::to_string(f.started) + " started";
+  }
+  return Told("first_step", JsonObject()
+                                .SetString("kind", f.kind)
+                                .SetInt("step", f.step)
+                                .SetString("shape", f.shape)
+                                .SetInt("kept", f.kept)
+                                .SetInt("started", f.started)
+                                .SetNumber("downtime_s", RoundedSeconds(f.downtime_s))
+                                .SetNumber("stop_s", RoundedSeconds(f.stop_s))
+                                .SetNumber("relaunch_s", RoundedSeconds(f.relaunch_s))
+                                .SetNumber("ready_s", RoundedSeconds(f.ready_s))
+                                .SetNumber("load_s", RoundedSeconds(f.load_s))
+                                .SetNumber("first_step_s", RoundedSeconds(f.first_step_s)),
+              line);
 }
 
 }  // namespace
@@ -135,22 +168,7 @@ Narration Narrate(const Fact& fact) {
                         "mitra: all " + std::to_string(f.ranks) + " workers ready after " +
                             DurationText(f.after_s));
           },
-          [](const TrainingAgainFact& f) {
-            return Told("first_step",
-                        JsonObject()
-                            .SetString("kind", f.kind)
-                            .SetInt("step", f.step)
-                            .SetString("shape", f.shape)
-                            .SetNumber("downtime_s", RoundedSeconds(f.downtime_s))
-                            .SetNumber("stop_s", RoundedSeconds(f.stop_s))
-                            .SetNumber("relaunch_s", RoundedSeconds(f.relaunch_s))
-                            .SetNumber("first_step_s", RoundedSeconds(f.first_step_s)),
-                        "mitra: " + f.kind + " done: training again in " + f.shape +
-                            " at step " + std::to_string(f.step) + "; downtime " +
-                            DurationText(f.downtime_s) + " (stop " + DurationText(f.stop_s) +
-                            ", relaunch " + DurationText(f.relaunch_s) + ", first step " +
-                            DurationText(f.first_step_s) + ")");
-          },
+          [](const TrainingAgainFact& f) { return TrainingAgain(f); },
           [](const TrainingDoneFact& f) {
             return Told("training_done", JsonObject().SetInt("step", f.step));
           },

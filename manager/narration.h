@@ -54,11 +54,17 @@ struct AllReadyFact {
 };
 
 // The first step after a morph or a recovery, and where the downtime went.
+// The first step after a morph or recovery, and the downtime it ended, split: stop (the change
+// seen -> every rank exited or parked), relaunch (-> launched), ready (-> every rank ready: a
+// process start, or a regroup when parked workers were kept), load (rank 0's restore) and first
+// step (the rest).
 struct TrainingAgainFact {
   std::string kind;  // "morph" or "recovery"
   int64_t step = 0;
   std::string shape;
-  double downtime_s = 0, stop_s = 0, relaunch_s = 0, first_step_s = 0;
+  int kept = 0;     // ranks taken by parked workers
+  int started = 0;  // ranks that started a process
+  double downtime_s = 0, stop_s = 0, relaunch_s = 0, ready_s = 0, load_s = 0, first_step_s = 0;
 };
 
 struct TrainingDoneFact {
@@ -159,6 +165,7 @@ struct FailureFact {
   };
   std::optional<Where> where;
   bool after_training = false;  // nothing is relaunched
+  bool during_regroup = false;  // kept workers had not trained yet: the next start is afresh
 };
 
 using Fact = std::variant<ListChangedFact, DrainFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,

@@ -522,6 +522,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   loop_options.preemption_command = options.preemption_command;
   loop_options.preemption_interval_s = options.preemption_interval_s;
   loop_options.exclude_stragglers = options.exclude_stragglers;
+  loop_options.regroup = !options.no_regroup;
   loop_options.observer = c.observer;
   if (c.prepare_loop) c.prepare_loop(&loop_options);
   RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,

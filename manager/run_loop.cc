@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <tuple>
 
 #include "common/signal_watcher.h"
 #include "common/overloaded.h"
 #include "common/strings.h"
+#include "mitra/contract/park.h"
 #include "manager/run_command.h"
 #include "manager/run_records.h"
 
@@ -89,7 +91,28 @@ int RunLoop::Run(const MachineList& machines, const std::vector<std::string>& un
                },
                *event);
   }
+  AwaitReleased();
   return exit_code_ < 0 ? kExitFailed : exit_code_;
+}
+
+void RunLoop::AwaitReleased() {
+  // A released worker exits as soon as it reads its line; one that does not is ended with the
+  // manager (its input closes) or by the run's clean-up of leftover workers.
+  constexpr double kReleaseWaitS = 5;
+  const double until = clock_->MonotonicSeconds() + kReleaseWaitS;
+  while (!released_.empty()) {
+    const double wait_s = until - clock_->MonotonicSeconds();
+    if (wait_s <= 0) break;
+    std::optional<Event> event = options_.next_event
+                                     ? options_.next_event(std::min(wait_s, kMaxWaitS))
+                                     : queue_->PopFor(std::chrono::duration<double>(
+                                           std::min(wait_s, kMaxWaitS)));
+    if (!event) continue;
+    if (WorkerEvent* e = std::get_if<WorkerEvent>(&*event);
+        e != nullptr && e->event.kind == launcher::ProcessEvent::Kind::kExited) {
+      released_.erase({e->runner, e->event.id});
+    }
+  }
 }
 
 void RunLoop::Handle(const ControllerInput& input) {
@@ -115,6 +138,7 @@ void RunLoop::Handle(const ControllerInput& input) {
 void RunLoop::Execute(const ControllerAction& action) {
   std::visit(Overloaded{
                  [this](const LaunchAction& a) { Launch(a); },
+                 [this](const ReleaseAction& a) { Release(a); },
                  [this](const SignalAction& a) {
                    if (a.generation != ranks_generation_) return;
                    const auto it = ranks_.find(a.rank);
@@ -170,6 +194,7 @@ void RunLoop::Launch(const LaunchAction& launch) {
 
   const Machine& first = launch.machines[launch.plan.ranks[0].machine];
   settings.rdzv_host = transports_->WorkerAddress(first);
+  std::vector<int> kept_ranks;
   Result<int> port = RendezvousPort(first, generation);
   settings.rdzv_port = port.ok() ? *port : 0;
 
@@ -199,16 +224,29 @@ void RunLoop::Launch(const LaunchAction& launch) {
     spec.args = options_.worker.args;
     LaunchSettings rank_settings = settings;
     if (!machine.IsLocal()) rank_settings.trace_dir.clear();  // not our disk
+    rank_settings.park = options_.regroup && (*runner)->CanSendLines();
     spec.environment = WorkerEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()),
                                          launch.plan, placement,
                                          transports_->WorkerAddress(machine), rank_settings);
+    if (const auto kept = launch.kept.find(rank); kept != launch.kept.end()) {
+      std::string why;
+      if (!Keep(kept->second, generation, rank, spec.environment, &live, &why)) {
+        fail(why);
+        continue;
+      }
+      kept_ranks.push_back(rank);
+      pids[rank] = live.pid;
+      ranks_[rank] = live;
+      results.push_back(RankStarted{launch.generation, rank, live.pid});
+      continue;
+    }
     spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
     spec.log_path = run_dir_->LogPath(generation, rank);
     EventQueue* queue = queue_;
     const int64_t g = launch.generation;
     Result<launcher::StartedProcess> started =
-        (*runner)->Start(spec, [queue, g, rank](launcher::ProcessEvent event) {
-          queue->Push(WorkerEvent{g, rank, std::move(event)});
+        (*runner)->Start(spec, [queue, g, rank, from = *runner](launcher::ProcessEvent event) {
+          queue->Push(WorkerEvent{g, rank, std::move(event), from});
         });
     if (!started.ok()) {
       fail(started.status().message());
@@ -227,7 +265,9 @@ void RunLoop::Launch(const LaunchAction& launch) {
   for (const RankPlacement& p : launch.plan.ranks) {
     machines.push_back(launch.machines[p.machine].Address());
   }
+  std::vector<int64_t> kept_list(kept_ranks.begin(), kept_ranks.end());
   record.Set("machines", JsonValue::StringArray(machines))
+      .Set("kept", JsonValue::IntArray(kept_list))
       .SetInt("resume_step", settings.resume_step)
       .SetString("rdzv", settings.rdzv_host + ":" + std::to_string(settings.rdzv_port));
   Warn(journal_->RecordEvent("launch", record));
@@ -239,18 +279,61 @@ void RunLoop::Launch(const LaunchAction& launch) {
     pid_text.push_back(pid > 0 ? std::to_string(pid) : "-");
     started += pid > 0;
   }
-  if (started == 0) {
+  const int kept = static_cast<int>(kept_ranks.size());
+  started -= kept;
+  if (started + kept == 0) {
     *err_ << "mitra: generation " << generation << " (" << launch.plan.stages << " x "
           << launch.plan.replicas << "): no worker could be started" << std::endl;
   } else {
-    *out_ << "mitra: launched " << started << (started == 1 ? " worker" : " workers")
-          << " (generation " << generation << ", " << launch.plan.stages << " x "
+    *out_ << "mitra: ";
+    if (started > 0) *out_ << "launched " << started << (started == 1 ? " worker" : " workers");
+    if (started > 0 && kept > 0) *out_ << " and ";
+    if (kept > 0) *out_ << "kept " << kept << " parked " << (kept == 1 ? "worker" : "workers");
+    *out_ << " (generation " << generation << ", " << launch.plan.stages << " x "
           << launch.plan.replicas;
     if (settings.resume_step > 0) *out_ << ", from step " << settings.resume_step;
     *out_ << "), pids " << Join(pid_text, " ") << std::endl;
   }
   for (ControllerInput& input : results) inputs_.push_back(std::move(input));
   WriteState(true);
+}
+
+bool RunLoop::Keep(const ParkedWorker& worker, int64_t generation, int rank,
+                   const Environment& environment, LiveRank* live, std::string* why) {
+  const auto it = parked_.find({worker.generation, worker.rank});
+  if (it == parked_.end()) {
+    *why = "the parked worker of generation " + std::to_string(worker.generation) + " rank " +
+           std::to_string(worker.rank) + " is gone";
+    return false;
+  }
+  LiveRank parked = std::move(it->second);
+  parked_.erase(it);
+  const mitra::Status sent = parked.runner->SendLine(parked.id, contract::PlacementLine(environment));
+  if (!sent.ok()) {
+    *why = "the parked worker (pid " + std::to_string(parked.pid) +
+           ") could not be told its placement: " + sent.message();
+    // It is of no use now; it exits when its input closes or its wait ends, or is killed here.
+    (void)parked.runner->Signal(parked.id, SIGKILL);
+    return false;
+  }
+  routes_[{parked.runner, parked.id}] = {generation, rank};
+  live->runner = parked.runner;
+  live->id = parked.id;
+  live->pid = parked.pid;
+  return true;
+}
+
+void RunLoop::Release(const ReleaseAction& release) {
+  for (const ParkedWorker& worker : release.workers) {
+    const auto it = parked_.find({worker.generation, worker.rank});
+    if (it == parked_.end()) continue;
+    const LiveRank& parked = it->second;
+    if (!parked.runner->SendLine(parked.id, contract::ExitLine()).ok()) {
+      (void)parked.runner->Signal(parked.id, SIGKILL);
+    }
+    released_.insert({parked.runner, parked.id});
+    parked_.erase(it);
+  }
 }
 
 Result<int> RunLoop::RendezvousPort(const Machine& machine, int64_t generation) {
@@ -264,6 +347,20 @@ Result<int> RunLoop::RendezvousPort(const Machine& machine, int64_t generation) 
 // ---- Worker output -----------------------------------------------------------------------
 
 void RunLoop::OnWorkerEvent(WorkerEvent& event) {
+  const ProcessKey key{event.runner, event.event.id};
+  if (const auto route = routes_.find(key); route != routes_.end()) {
+    std::tie(event.generation, event.rank) = route->second;  // a kept worker's new place
+  }
+  if (event.event.kind == launcher::ProcessEvent::Kind::kExited) {
+    routes_.erase(key);
+    released_.erase(key);
+    for (auto it = parked_.begin(); it != parked_.end(); ++it) {
+      if (it->second.runner == event.runner && it->second.id == event.event.id) {
+        parked_.erase(it);  // gone while parked: nothing will keep it
+        break;
+      }
+    }
+  }
   if (event.event.kind == launcher::ProcessEvent::Kind::kMessage) {
     OnMessage(event.generation, event.rank, event.event.message);
     return;
@@ -297,6 +394,15 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
   RankReport report{generation, rank, RankReport::Kind::kHeartbeat, 0};
   if (kind == "ready") {
     report.kind = RankReport::Kind::kReady;
+    report.can_park = parsed->Find("park") != nullptr && parsed->Find("park")->bool_value();
+  } else if (kind == "parked") {
+    report.kind = RankReport::Kind::kParked;
+    report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
+    if (generation == ranks_generation_) {
+      if (const auto it = ranks_.find(rank); it != ranks_.end() && it->second.runner != nullptr) {
+        parked_[{generation, rank}] = it->second;
+      }
+    }
   } else if (kind == "heartbeat") {
     report.kind = RankReport::Kind::kHeartbeat;
     if (parsed->Find("steps") != nullptr) OnStepTimes(generation, rank, *parsed);
@@ -366,8 +472,9 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     fields.Erase("event");
     fields.SetInt("generation", generation).SetInt("rank", rank);
     Warn(journal_->RecordEvent(kind, fields));
-    report.kind = RankReport::Kind::kCheckpoint;
+    report.kind = kind == "restored" ? RankReport::Kind::kRestored : RankReport::Kind::kCheckpoint;
     report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
+    report.seconds = parsed->GetNumber("seconds").value_or(0);
   } else {
     return;
   }

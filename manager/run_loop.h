@@ -56,6 +56,9 @@ struct RunLoopOptions {
   // gets the workers' environment plus MITRA_MACHINE, the machine's address as the list has it.
   std::string preemption_command;
   double preemption_interval_s = 5;
+  // Workers whose runner can send them lines may park on a morph and be kept by the next
+  // generation (docs/manager.md, "Regrouping in place"); --no-regroup turns it off.
+  bool regroup = true;
   StragglerOptions stragglers;     // when a rank is a straggler (stragglers.h)
   bool exclude_stragglers = false;  // --exclude-stragglers: drain a straggler's machine
   std::vector<std::string> reported;  // damaged checkpoints the caller has named already
@@ -115,6 +118,13 @@ class RunLoop {
   void Handle(const ControllerInput& input);
   void Execute(const ControllerAction& action);
   void Launch(const LaunchAction& launch);
+  // Hands parked worker `worker` rank `rank`'s placement, `environment`; false when it cannot
+  // be told (then the rank is reported as not started).
+  bool Keep(const ParkedWorker& worker, int64_t generation, int rank,
+            const Environment& environment, LiveRank* live, std::string* why);
+  void Release(const ReleaseAction& release);
+  // After the job's end: waits a little for released workers to exit (they are told to).
+  void AwaitReleased();
   void OnWorkerEvent(WorkerEvent& event);
   void OnMessage(int64_t generation, int rank, const std::string& text);
   void OnMachineListEdited(const std::string& contents);
@@ -147,6 +157,12 @@ class RunLoop {
 
   std::deque<ControllerInput> inputs_;  // produced while carrying out actions
   std::map<int, LiveRank> ranks_;       // of the current generation
+  using ProcessKey = std::pair<const launcher::ProcessRunner*, launcher::ProcessId>;
+  // Parked workers, by the generation and rank they parked as.
+  std::map<std::pair<int64_t, int>, LiveRank> parked_;
+  // Where the events of a kept worker go now: its current generation and rank.
+  std::map<ProcessKey, std::pair<int64_t, int>> routes_;
+  std::set<ProcessKey> released_;  // told to exit, not exited yet
   int64_t ranks_generation_ = -1;
   int64_t first_generation_ = 0;  // the controller's first; the state shows it before a launch
   StepStats stats_;

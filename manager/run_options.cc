@@ -39,6 +39,7 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
              "'curl -sf http://169.254.169.254/spot/notice'");
   flags.Seconds("--preemption-interval", &o.preemption_interval_s, "5");
   flags.Switch("--exclude-stragglers", &o.exclude_stragglers);
+  flags.Switch("--no-regroup", &o.no_regroup);
   flags.Whole("--metrics-port", 1, &o.metrics_port, "9400", 65535);
   std::string metrics_address;  // "" when not given
   flags.Text("--metrics-address", &metrics_address, "an IP address", "0.0.0.0");
@@ -233,6 +234,8 @@ std::string RunUsage() {
          "                        it with a planned morph (like `mitra drain`)\n"
          "  --preemption-interval S  between two runs of it on a machine (default 5)\n"
          "  --exclude-stragglers  drain the machine of a rank found to be a straggler\n"
+         "  --no-regroup          on a morph, stop every worker and start the next generation\n"
+         "                        afresh, instead of keeping the workers whose machine stays\n"
          "  --metrics-port PORT   serve Prometheus metrics at http://ADDR:PORT/metrics\n"
          "  --metrics-address ADDR\n"
          "                        the address they are served on (default 127.0.0.1: this\n"

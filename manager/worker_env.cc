@@ -40,6 +40,7 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
     p.recompute = plan.recompute ? 1 : 0;
   }
   p.partition = plan.partition;
+  p.park = settings.park;
   if (!settings.trace_dir.empty()) {
     p.step_trace = settings.trace_dir + "/rank-" + std::to_string(placement.rank) + ".trace.json";
   }

@@ -34,6 +34,7 @@ struct LaunchSettings {
   int64_t checkpoint_every = 0;
   int keep_checkpoints = 3;
   std::string trace_dir;  // where each rank writes one step's trace; "": none
+  bool park = false;      // MITRA_PARK: the worker's runner can send it its next placement
 };
 
 // `base` without the contract's variables (a MITRA_RANK left in the user's shell must not

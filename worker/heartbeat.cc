@@ -22,14 +22,14 @@ StepTimes::Window StepTimes::Take() {
   return std::exchange(window_, Window{});
 }
 
-Heartbeat::Heartbeat(int rank, double interval_s, StepTimes* times) {
+Heartbeat::Heartbeat(int rank, double interval_s, StepTimes* times) : rank_(rank) {
   if (interval_s <= 0) return;
-  thread_ = std::thread([this, rank, interval_s, times] {
+  thread_ = std::thread([this, interval_s, times] {
     std::unique_lock<std::mutex> lock(mu_);
     while (!done_) {
       lock.unlock();
       Record beat("heartbeat");
-      beat.Add("rank", rank);
+      beat.Add("rank", rank_.load());
       if (const StepTimes::Window w = times ? times->Take() : StepTimes::Window{}; w.steps > 0) {
         beat.Add("steps", w.steps)
             .Add("step", w.last_step)

@@ -10,6 +10,7 @@
 // destructor, which wakes and joins it (returns within microseconds).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
@@ -44,7 +45,11 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
+  // The rank the records name from now on: a parked worker's place in the next generation.
+  void SetRank(int rank) { rank_ = rank; }
+
  private:
+  std::atomic<int> rank_;
   std::mutex mu_;
   std::condition_variable wake_;
   bool done_ = false;

@@ -1,6 +1,7 @@
 #include "mitra/worker/trainer.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <chrono>
@@ -19,15 +20,27 @@
 #include "worker/comm.h"
 #include "mitra/worker/stage.h"
 #include "worker/heartbeat.h"
+#include "worker/parking.h"
 #include "worker/profiler.h"
 #include "worker/report.h"
 
 namespace mitra::worker {
 namespace {
 
+// Set by the stop signals: kExitAfterStop (SIGUSR1, SIGINT) and kParkAfterStop (SIGUSR2, a
+// morph: park when the placement allows it, else exit).
+constexpr int kExitAfterStop = 1;
+constexpr int kParkAfterStop = 2;
 volatile std::sig_atomic_t g_stop_requested = 0;
 
-extern "C" void OnStopSignal(int) { g_stop_requested = 1; }
+// How long a parked worker waits for its next placement. The manager hands it one, or lets it
+// go, as soon as the generation it stopped in has ended; the end of its input (the manager
+// gone) ends the wait at once.
+constexpr double kParkTimeoutS = 300;
+
+extern "C" void OnStopSignal(int signal_number) {
+  g_stop_requested = g_stop_requested | (signal_number == SIGUSR2 ? kParkAfterStop : kExitAfterStop);
+}
 
 // glibc serves allocations above its mmap threshold (128 KiB at first, adapting upwards only
 // after such a block is freed) with fresh mmap'd pages and returns them on free, so every step
@@ -46,6 +59,7 @@ void InstallStopHandlers() {
   sa.sa_handler = OnStopSignal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, nullptr);
+  sigaction(SIGUSR2, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 }
 
@@ -80,20 +94,37 @@ int Trainer::Run() {
   TuneMalloc();
   InstallStopHandlers();
   // A worker started by the manager proves it is alive while it trains (and while it waits
-  // for peers or writes checkpoints).
+  // for peers, writes checkpoints or is parked).
   StepTimes step_times;
-  const Heartbeat heartbeat(placement->rank,
-                            placement->standalone ? 0 : placement->heartbeat_s, &step_times);
-  try {
-    if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, *placement);
-    return Train(*placement, &step_times);
-  } catch (const PeerError& e) {
-    spdlog::error("rank {}: {}; stopping", placement->rank, e.what());
-    return 1;
+  Heartbeat heartbeat(placement->rank, placement->standalone ? 0 : placement->heartbeat_s,
+                      &step_times);
+  Placement current = *placement;
+  for (;;) {
+    Ended ended;
+    try {
+      if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, current);
+      ended = Train(current, &step_times);
+    } catch (const PeerError& e) {
+      spdlog::error("rank {}: {}; stopping", current.rank, e.what());
+      return 1;
+    }
+    if (ended.exit_code != 0 || !ended.asked_to_stop || !current.park) return ended.exit_code;
+    Result<std::optional<Placement>> next =
+        AwaitPlacement(STDIN_FILENO, current, ended.step, kParkTimeoutS);
+    if (!next.ok()) {
+      spdlog::error("rank {}: {}", current.rank, next.status().message());
+      return 2;
+    }
+    if (!*next) return 0;
+    spdlog::info("rank {} of generation {} goes on as rank {} of generation {}", current.rank,
+                 current.generation, (*next)->rank, (*next)->generation);
+    current = std::move(**next);
+    heartbeat.SetRank(current.rank);
+    g_stop_requested = 0;
   }
 }
 
-int Trainer::Train(const Placement& placement, StepTimes* times) {
+Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
   RuntimeOptions runtime_options = options_.runtime;
   if (const char* trace = std::getenv("MITRA_TRACE_SAMPLES")) runtime_options.sample_trace = trace;
   // One step's trace: where the manager asks for it, else where the program does (a file per
@@ -109,7 +140,7 @@ int Trainer::Train(const Placement& placement, StepTimes* times) {
   auto created = Runtime::Create(spec_, dataset_, placement, runtime_options);
   if (!created.ok()) {
     spdlog::error("rank {}: {}", placement.rank, created.status().message());
-    return created.status().code() == Status::Code::kInvalidArgument ? 2 : 1;
+    return {created.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
   }
   Runtime& rt = **created;
   const RuntimeOptions& opts = rt.options();
@@ -126,6 +157,7 @@ int Trainer::Train(const Placement& placement, StepTimes* times) {
       .Add("stages", placement.num_stages())
       .Add("replicas", placement.num_replicas())
       .Add("generation", placement.generation)
+      .Add("park", placement.park)
       .Emit();
   if (placement.rank == 0) {
     const std::string settings = rt.DescribeSettings();
@@ -147,12 +179,12 @@ int Trainer::Train(const Placement& placement, StepTimes* times) {
   if (!ck.dir.empty()) {
     if (Status s = checkpoint::CheckWritable(ck.dir); !s.ok()) {
       spdlog::error("rank {}: {}", placement.rank, s.message());
-      return 2;
+      return {2};
     }
     checkpointer = std::make_unique<Checkpointer>(rt, spec_, ck);
   }
   int64_t step = Resume(placement, checkpointer.get());
-  if (step < 0) return 2;
+  if (step < 0) return {2};
   // The first save's staging memory, made ready while the first steps train.
   if (checkpointer) checkpointer->PrepareStaging();
   int64_t saved_step = step;
@@ -207,7 +239,7 @@ int Trainer::Train(const Placement& placement, StepTimes* times) {
     if (saved_step != step) checkpointer->Save(step);  // the final save is synchronous:
     if (Status s = checkpointer->Wait(); !s.ok()) {    // Wait() returns when it is on disk
       spdlog::error("rank {}: {}", placement.rank, s.message());
-      return 1;
+      return {1};
     }
   }
   if (!options_.dump_params.empty() &&
@@ -218,7 +250,9 @@ int Trainer::Train(const Placement& placement, StepTimes* times) {
     SaveParameters(rt.stage(), options_.dump_params + "/" + name + ".pt");
   }
   Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
-  return 0;
+  // Parks only when every stop signal asked it to, with its part of the checkpoint on disk.
+  return {0, reason == "signal" && g_stop_requested == kParkAfterStop && checkpointer != nullptr,
+          step};
 }
 
 int64_t Trainer::Resume(const Placement& placement, Checkpointer* checkpointer) {

@@ -16,6 +16,10 @@
 //
 // After Run() returns the program may go on working (evaluate, export, save) as long as it
 // needs: the manager knows from the `stopped` record that it finished training.
+//
+// A worker the manager can reach on its standard input (MITRA_PARK=1) does not exit when it
+// is asked to stop: it parks (worker/parking.h) and, told its place in the next generation,
+// trains again in the same process; Run() returns when it is told to exit.
 #pragma once
 
 #include <memory>
@@ -64,8 +68,15 @@ class Trainer {
   int Run();
 
  private:
+  // How a Train() ended: the process's exit code, and whether training stopped because the
+  // manager asked (SIGUSR1) with everything on disk, after `step`: then the worker may park.
+  struct Ended {
+    int exit_code = 0;
+    bool asked_to_stop = false;
+    int64_t step = 0;
+  };
   // `times` (may be null) gets every step's compute and wait time for the heartbeat.
-  int Train(const Placement& placement, StepTimes* times);
+  Ended Train(const Placement& placement, StepTimes* times);
   // Which step to start from: the placement's resume step, or for a program run alone, the
   // newest valid checkpoint in its checkpoint directory. Restores it; -1 on failure (logged).
   int64_t Resume(const Placement& placement, Checkpointer* checkpointer);

@@ -194,7 +194,7 @@ TEST_F(RunMetricsTest, AMorphIsCountedWithItsDowntimeAndIsNoRestart) {
   metrics_.OnEvent(
       Told(MorphFact{"machine list changed: localhost 4 -> 2 slots", "2 x 2", 116, 4}, 0));
   metrics_.OnEvent(Launch(1, 2, 1));
-  metrics_.OnEvent(Told(TrainingAgainFact{"morph", 117, "2 x 1", 0.9, 0.3, 0, 0.6}, 1));
+  metrics_.OnEvent(Told(TrainingAgainFact{"morph", 117, "2 x 1", 0, 2, 0.9, 0.3, 0, 0.4, 0, 0.2}, 1));
   const Scrape scrape = Read();
   EXPECT_EQ(scrape["mitra_morphs_total"], 1);
   EXPECT_EQ(scrape["mitra_restarts_total"], 0);
@@ -214,11 +214,11 @@ TEST_F(RunMetricsTest, AFailureItsRestartAndTheRecoverysDowntimeAddUp) {
   metrics_.OnEvent(Told(failure, 0));
   EXPECT_EQ(Read()["mitra_restarts_total"], 0);  // counted when the workers are relaunched
   metrics_.OnEvent(Launch(1, 2, 1));
-  metrics_.OnEvent(Told(TrainingAgainFact{"recovery", 171, "2 x 1", 1.6, 0, 0, 1.6}, 1));
+  metrics_.OnEvent(Told(TrainingAgainFact{"recovery", 171, "2 x 1", 0, 2, 1.6, 0, 0, 1.2, 0, 0.4}, 1));
   // A second one, and a morph between: only the failure's launch is a restart.
   metrics_.OnEvent(Told(failure, 1));
   metrics_.OnEvent(Launch(2, 2, 1));
-  metrics_.OnEvent(Told(TrainingAgainFact{"recovery", 180, "2 x 1", 2.25, 0.25, 0, 2}, 2));
+  metrics_.OnEvent(Told(TrainingAgainFact{"recovery", 180, "2 x 1", 0, 2, 2.25, 0.25, 0, 1.5, 0, 0.5}, 2));
   metrics_.OnEvent(Told(MorphFact{"127.0.0.3 joined", "2 x 1", 190, 2}, 2));
   metrics_.OnEvent(Launch(3, 2, 2));
 

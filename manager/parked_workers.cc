@@ -1,0 +1,35 @@
+#include "manager/parked_workers.h"
+
+#include <utility>
+
+namespace mitra::manager {
+
+std::map<int, ParkedWorker> ParkedWorkers::TakeFor(const planner::GridPlan& plan,
+                                                   const std::vector<Machine>& machines,
+                                                   std::vector<ParkedWorker>* left) {
+  std::map<int, ParkedWorker> kept;
+  std::vector<bool> taken(workers_.size(), false);
+  for (const bool same_local_rank : {true, false}) {
+    for (const planner::RankPlacement& p : plan.ranks) {
+      if (kept.count(p.rank)) continue;
+      const std::string& address = machines[p.machine].Address();
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        const ParkedWorker& w = workers_[i];
+        if (taken[i] || w.machine != address) continue;
+        if (same_local_rank && w.local_rank != p.local_rank) continue;
+        taken[i] = true;
+        kept.emplace(p.rank, w);
+        break;
+      }
+    }
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (!taken[i]) left->push_back(std::move(workers_[i]));
+  }
+  workers_.clear();
+  return kept;
+}
+
+std::vector<ParkedWorker> ParkedWorkers::TakeAll() { return std::exchange(workers_, {}); }
+
+}  // namespace mitra::manager

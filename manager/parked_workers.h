@@ -1,0 +1,47 @@
+// The workers that are parked: they stopped when a morph asked them to (SIGUSR2), their part of
+// the checkpoint on disk, and wait alive for a place in the next generation
+// (docs/manager.md, "Regrouping in place"). The controller hands each to a rank of the next
+// launch on the same machine, or lets it go.
+//
+// Plain data and the matching; the controller decides when.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "manager/machine_list.h"
+#include "planner/grid.h"
+
+namespace mitra::manager {
+
+// A parked worker, known by the generation and rank it last trained as.
+struct ParkedWorker {
+  int64_t generation = 0;
+  int rank = 0;
+  std::string machine;  // Machine::Address()
+  int local_rank = 0;   // its place among the ranks on that machine
+};
+
+class ParkedWorkers {
+ public:
+  void Add(ParkedWorker worker) { workers_.push_back(std::move(worker)); }
+  bool empty() const { return workers_.empty(); }
+  size_t size() const { return workers_.size(); }
+
+  // Takes every parked worker that a rank of `plan` (on `machines`) can use: one on the rank's
+  // machine with its local rank (a GPU stays with its process), else any on that machine. The
+  // map goes from the new rank to the worker that takes it; `left` gets the rest, which nothing
+  // needs. Leaves none parked.
+  std::map<int, ParkedWorker> TakeFor(const planner::GridPlan& plan,
+                                      const std::vector<Machine>& machines,
+                                      std::vector<ParkedWorker>* left);
+  // Takes all of them.
+  std::vector<ParkedWorker> TakeAll();
+
+ private:
+  std::vector<ParkedWorker> workers_;
+};
+
+}  // namespace mitra::manager

@@ -1,0 +1,188 @@
+// Regrouping in place, as the controller decides it: a morph asks ranks that can park to park
+// (SIGUSR2), the next generation keeps the parked workers on the machines it uses and lets the
+// rest go, a user's stop never parks anyone, and a generation whose kept workers fail before
+// their first step is followed by a full restart.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/manager/controller_fixture.h"
+#include "tests/manager/machine_lists.h"
+
+namespace mitra::manager {
+namespace {
+
+using testing::List;
+
+class ControllerRegroupTest : public ControllerTest {
+ protected:
+  // Like RunGeneration, with every rank saying it can park.
+  void RunParkingGeneration(int64_t step) {
+    const int64_t g = controller_->generation();
+    const int world = controller_->plan().world_size();
+    for (int r = 0; r < world; ++r) Feed(RankStarted{g, r, 100 + r});
+    for (int r = 0; r < world; ++r) {
+      RankReport ready{g, r, RankReport::Kind::kReady, 0};
+      ready.can_park = true;
+      Feed(ready);
+      Feed(RankReport{g, r, RankReport::Kind::kHeartbeat, 0});
+    }
+    Feed(RankReport{g, 0, RankReport::Kind::kStep, step});
+  }
+  // Every rank of the current generation reports `stopped` at `step`, then parks; the actions
+  // of the last report are kept in last_.
+  void ParkAll(int64_t step) {
+    const int64_t g = controller_->generation();
+    const int world = controller_->plan().world_size();
+    for (int r = 0; r < world; ++r) Feed(RankReport{g, r, RankReport::Kind::kStopped, step});
+    for (int r = 0; r < world; ++r) Feed(RankReport{g, r, RankReport::Kind::kParked, step});
+  }
+  static std::vector<int> Ranks(const std::vector<ParkedWorker>& workers) {
+    std::vector<int> out;
+    for (const ParkedWorker& w : workers) out.push_back(w.rank);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::vector<ParkedWorker> Released() const {
+    std::vector<ParkedWorker> out;
+    for (const ReleaseAction& r : All<ReleaseAction>()) {
+      out.insert(out.end(), r.workers.begin(), r.workers.end());
+    }
+    return out;
+  }
+};
+
+TEST_F(ControllerRegroupTest, AMorphParksTheRanksAndTheNextGenerationKeepsThemOnItsMachines) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});  // 127.0.0.3 leaves: 2 x 2 -> 2 x 1
+  EXPECT_EQ(SignalsOf(SIGUSR2), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(SignalsOf(SIGUSR1).empty());
+  ParkAll(6);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.generation, 1);
+  EXPECT_EQ(launch.expected_step, 6);
+  // The new ranks 0 and 1 run on 127.0.0.2, where ranks 0 and 1 parked, each on its own slot.
+  ASSERT_EQ(launch.kept.size(), 2u);
+  EXPECT_EQ(launch.kept.at(0).generation, 0);
+  EXPECT_EQ(launch.kept.at(0).rank, 0);
+  EXPECT_EQ(launch.kept.at(1).rank, 1);
+  // The workers of 127.0.0.3 are let go.
+  EXPECT_EQ(Ranks(Released()), (std::vector<int>{2, 3}));
+  EXPECT_EQ(Released()[0].machine, "127.0.0.3");
+}
+
+TEST_F(ControllerRegroupTest, AGrowKeepsEveryParkedWorkerAndStartsOnlyTheNewRanks) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  EXPECT_EQ(SignalsOf(SIGUSR2).size(), 2u);
+  ParkAll(6);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.plan.world_size(), 4);
+  EXPECT_EQ(launch.kept.size(), 2u);
+  EXPECT_TRUE(Released().empty());
+  // The first step tells how many were kept and started.
+  now_ += 0.5;
+  RunParkingGeneration(7);
+  const auto records = All<RecordAction>();
+  const auto first = std::find_if(records.begin(), records.end(),
+                                  [](const RecordAction& r) { return r.event == "first_step"; });
+  ASSERT_NE(first, records.end());
+  EXPECT_EQ(first->fields.GetNumber("kept"), 2);
+  EXPECT_EQ(first->fields.GetNumber("started"), 2);
+  EXPECT_NE(first->line.find("regroup"), std::string::npos) << first->line;
+}
+
+TEST_F(ControllerRegroupTest, AParkedWorkerKeepsItsSlotOnAMachine) {
+  // Two ranks parked on one machine, its slot order matters for GPUs: local rank 1 stays 1.
+  ParkedWorkers parked;
+  parked.Add(ParkedWorker{4, 7, "127.0.0.2", 1});
+  parked.Add(ParkedWorker{4, 3, "127.0.0.2", 0});
+  planner::GridPlan plan;
+  plan.stages = 2;
+  plan.replicas = 1;
+  plan.ranks = {{0, 0, 0, 0, 0}, {1, 0, 1, 1, 0}};
+  std::vector<ParkedWorker> left;
+  Machine machine;
+  machine.host = "127.0.0.2";
+  machine.slots = 2;
+  const auto kept = parked.TakeFor(plan, {machine}, &left);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept.at(0).rank, 3);
+  EXPECT_EQ(kept.at(1).rank, 7);
+  EXPECT_TRUE(left.empty());
+  EXPECT_TRUE(parked.empty());
+}
+
+TEST_F(ControllerRegroupTest, RanksThatCannotParkAreAskedToStopWithSigusr1) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunGeneration(5);  // ready without saying they can park
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  EXPECT_EQ(SignalsOf(SIGUSR1).size(), 4u);
+  EXPECT_TRUE(SignalsOf(SIGUSR2).empty());
+}
+
+TEST_F(ControllerRegroupTest, AStopNeverParksAndLetsGoOfWorkersParkedByAMorph) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(StopInput{"SIGINT", true});
+  EXPECT_EQ(SignalsOf(SIGUSR1).size(), 2u);
+  EXPECT_TRUE(SignalsOf(SIGUSR2).empty());
+
+  // A stop asked while a morph's ranks park: the parked workers are let go at the end.
+  Make(Options());
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  Feed(StopInput{"SIGINT", true});
+  ParkAll(6);
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_EQ(All<FinishAction>()[0].outcome, FinishAction::Outcome::kStopped);
+  EXPECT_EQ(Ranks(Released()), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(All<LaunchAction>().empty());
+}
+
+TEST_F(ControllerRegroupTest, AKeptWorkerThatFailsBeforeTheFirstStepMakesTheNextStartAfresh) {
+  Feed(StartInput{List("127.0.0.2 slots=4\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  ParkAll(6);
+  ASSERT_EQ(OnlyLaunch().kept.size(), 2u);
+  EXPECT_EQ(Ranks(Released()), (std::vector<int>{2, 3}));
+  const int64_t g = controller_->generation();
+  Feed(RankStarted{g, 0, 100});
+  Feed(RankStarted{g, 1, 101});
+  // Rank 1 dies while the kept workers rendezvous: a recovery, said to be a failed regroup.
+  Feed(RankExited{g, 1, launcher::ExitStatus{0, SIGKILL}});
+  const auto failures = All<RecordAction>();
+  const auto failure = std::find_if(failures.begin(), failures.end(),
+                                    [](const RecordAction& r) { return r.event == "failure"; });
+  ASSERT_NE(failure, failures.end());
+  EXPECT_TRUE(failure->fields.Find("during_regroup") != nullptr);
+  EXPECT_NE(failure->line.find("every worker starts afresh"), std::string::npos);
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0}));
+  Feed(RankExited{g, 0, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"127.0.0.2", true, ""});  // the failed machine is healthy: relaunched
+  const LaunchAction& relaunch = OnlyLaunch();
+  EXPECT_EQ(relaunch.generation, g + 1);
+  EXPECT_TRUE(relaunch.kept.empty());
+}
+
+TEST_F(ControllerRegroupTest, WaitingForMachinesLetsTheParkedWorkersGo) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=1\n")});  // fewer slots than stages
+  ParkAll(6);
+  EXPECT_EQ(controller_->phase(), Phase::kWaiting);
+  EXPECT_EQ(Ranks(Released()), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(All<LaunchAction>().empty());
+}
+
+}  // namespace
+}  // namespace mitra::manager

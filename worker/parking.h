@@ -1,0 +1,22 @@
+// Parking: a worker that stopped because the manager asked it to (a morph), with its checkpoint
+// on disk, waits alive for its place in the next generation instead of exiting, so that the next
+// generation starts without a process start (loading LibTorch and the program's data, building
+// the model): the worker builds its new stage, rendezvous with the new generation and restores
+// the checkpoint it just wrote. The lines it reads are contract/park.h's.
+#pragma once
+
+#include <optional>
+
+#include "mitra/common/status.h"
+#include "mitra/worker/placement.h"
+
+namespace mitra::worker {
+
+// Says the worker is parked (`@mitra {"event":"parked","rank":R,"step":S}`) and waits for one
+// line on `fd` for at most `timeout_s`: the next placement, or nullopt when the worker should
+// exit (told so, the end of the input, or nothing within `timeout_s`, which is logged).
+// InvalidArgument for a line that is not an order, or a placement that does not parse.
+Result<std::optional<Placement>> AwaitPlacement(int fd, const Placement& parked_in, int64_t step,
+                                                double timeout_s);
+
+}  // namespace mitra::worker
