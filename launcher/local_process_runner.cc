@@ -8,12 +8,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/process.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
+#include "common/duration_text.h"
 #include "common/strings.h"
 #include "launcher/output_lines.h"
 
@@ -24,10 +28,26 @@ namespace bp = boost::process;
 namespace detail {
 
 struct LocalChild {
+  ~LocalChild() {
+    if (input_fd >= 0) ::close(input_fd);
+  }
+
+  // Called by the watcher once the process has exited. A SendLine waiting for room gives up
+  // within a poll slice, so this waits that long at most.
+  void CloseInput() {
+    exited = true;
+    std::lock_guard<std::mutex> lock(input_mu);
+    if (input_fd >= 0) ::close(input_fd);
+    input_fd = -1;
+  }
+
   ProcessId id = 0;
   pid_t pid = 0;
   std::mutex mu;        // held while reaping and while signalling
   bool reaped = false;  // guarded by mu
+  std::mutex input_mu;  // held while writing a line and while closing the input
+  int input_fd = -1;    // guarded by input_mu: the write end of the stdin pipe; -1 once closed
+  std::atomic<bool> exited{false};  // the watcher has seen the exit
   std::thread watcher;
 };
 
@@ -111,6 +131,7 @@ class Watcher {
     event.kind = ProcessEvent::Kind::kExited;
     event.id = id_;
     event.exit = Reap();
+    child_->CloseInput();  // before kExited: once the manager knows, SendLine is Unavailable
     splitter_.Finish([this](std::string_view line) { OnLine(line); });
     ::close(fd_);
     log_.reset();
@@ -191,6 +212,45 @@ class Watcher {
   char buffer_[64 * 1024];
 };
 
+// Blocks SIGPIPE in the calling thread for its lifetime, so that writing to a pipe nobody reads
+// fails with EPIPE instead of killing the manager (a test binary or a tool embedding the runner
+// does not ignore SIGPIPE as `mitra run` does). A write raises SIGPIPE in the writing thread only,
+// so blocking it here is enough; Discard() takes back the one that a failed write left pending.
+class SigpipeBlock {
+ public:
+  SigpipeBlock() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+  }
+  ~SigpipeBlock() { ::pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+  SigpipeBlock(const SigpipeBlock&) = delete;
+  SigpipeBlock& operator=(const SigpipeBlock&) = delete;
+
+  // After a write failed with EPIPE: the SIGPIPE it raised is not delivered when the mask goes.
+  void Discard() {
+    if (was_pending_) return;  // someone else's: leave it
+    sigset_t pending;
+    sigpending(&pending);
+    if (sigismember(&pending, SIGPIPE) != 1) return;
+    const timespec zero{};
+    while (::sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+
+ private:
+  sigset_t pipe_;
+  sigset_t old_;
+  bool was_pending_ = false;
+};
+
+// How long SendLine polls for room before it looks again whether the process has exited.
+constexpr std::chrono::milliseconds kSendPollSlice(50);
+
 bool IsExecutableFile(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
@@ -270,6 +330,11 @@ Result<StartedProcess> LocalProcessRunner::Start(const ProcessSpec& spec, Proces
     return Status::IoError(std::string("cannot create a pipe: ") + std::strerror(errno));
   }
   bp::pipe pipe(fds[0], fds[1]);  // owns both ends from here on
+  int in_fds[2];
+  if (::pipe2(in_fds, O_CLOEXEC) != 0) {  // the child's stdin: the runner keeps the write end
+    return Status::IoError(std::string("cannot create a pipe: ") + std::strerror(errno));
+  }
+  bp::pipe input(in_fds[0], in_fds[1]);
   std::vector<std::string> env_strings;
   for (const auto& [name, value] : spec.environment) env_strings.push_back(name + "=" + value);
   std::vector<char*> envp;
@@ -282,7 +347,7 @@ Result<StartedProcess> LocalProcessRunner::Start(const ProcessSpec& spec, Proces
   try {
     // clang-format would read `std_in < null, ... > pipe` as template brackets.
     // clang-format off
-    child = bp::child(bp::exe = spec.program, bp::args = spec.args, bp::std_in < bp::null,
+    child = bp::child(bp::exe = spec.program, bp::args = spec.args, bp::std_in < input,
                       (bp::std_out & bp::std_err) > pipe, bp::start_dir = directory,
                       ChildSetup(::getpid(), envp.data()), error);
     // clang-format on
@@ -295,10 +360,15 @@ Result<StartedProcess> LocalProcessRunner::Start(const ProcessSpec& spec, Proces
   child.detach();  // the watcher reaps it, not Boost
   const int read_fd = pipe.native_source();
   pipe.assign_source(-1);  // the watcher owns it now; the write end was closed by Boost
+  const int input_fd = input.native_sink();
+  input.assign_sink(-1);  // the child owns it now; Boost closed the read end here
+  // Non-blocking: SendLine waits for room with poll, bounded, never in write().
+  ::fcntl(input_fd, F_SETFL, ::fcntl(input_fd, F_GETFL) | O_NONBLOCK);
 
   auto owned = std::make_unique<detail::LocalChild>();
   detail::LocalChild* raw = owned.get();
   raw->pid = child.id();
+  raw->input_fd = input_fd;
   {
     std::lock_guard<std::mutex> lock(mu_);
     raw->id = next_id_++;
@@ -326,6 +396,74 @@ Status LocalProcessRunner::Signal(ProcessId id, int signal_number) {
                            std::strerror(errno));
   }
   return Status::Ok();
+}
+
+Status LocalProcessRunner::SendLine(ProcessId id, const std::string& line) {
+  if (Status status = CheckSentLine(line); !status.ok()) return status;
+  detail::LocalChild* child = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = children_.find(id);
+    if (it == children_.end()) {
+      return Status::Internal("no process with id " + std::to_string(id) + " was started here");
+    }
+    child = it->second.get();
+  }
+  const std::string what =
+      "process " + std::to_string(id) + " (pid " + std::to_string(child->pid) + ")";
+  const std::string data = line + "\n";
+  const auto deadline =
+      std::chrono::steady_clock::now() +
+      std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, options_.send_timeout_s) * 1e6));
+  std::lock_guard<std::mutex> lock(child->input_mu);  // one line at a time, whole
+  if (child->input_fd < 0) {
+    return Status::Unavailable("cannot send a line to " + what +
+                               (child->exited ? ": it has exited" : ": its input is closed"));
+  }
+  SigpipeBlock block_sigpipe;
+  size_t written = 0;
+  std::string failure;
+  while (written < data.size()) {
+    const ssize_t n = ::write(child->input_fd, data.data() + written, data.size() - written);
+    if (n > 0) {
+      written += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EPIPE) {
+      block_sigpipe.Discard();
+      failure = child->exited ? "it has exited" : "its standard input is closed";
+      break;
+    }
+    if (n < 0 && errno != EAGAIN) {
+      failure = std::string("cannot write to its standard input: ") + std::strerror(errno);
+      break;
+    }
+    // The pipe is full: wait for the process to read, in slices, so that an exit is noticed.
+    if (child->exited) {
+      failure = "it has exited";
+      break;
+    }
+    const auto left =
+        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      failure =
+          "it did not read its standard input for " + SecondsText(options_.send_timeout_s) + " s";
+      break;
+    }
+    pollfd p{child->input_fd, POLLOUT, 0};
+    ::poll(&p, 1, static_cast<int>(std::min(left, kSendPollSlice).count()));
+  }
+  if (failure.empty()) return Status::Ok();
+  if (written > 0) {
+    // Part of the line went out: close the input, so that the reader sees the cut line end in
+    // EOF instead of running into the next line.
+    ::close(child->input_fd);
+    child->input_fd = -1;
+    failure += " (" + std::to_string(written) + " of " + std::to_string(data.size()) +
+               " bytes were written; its input is now closed)";
+  }
+  return Status::Unavailable("cannot send a line to " + what + ": " + failure);
 }
 
 }  // namespace mitra::launcher

@@ -10,4 +10,17 @@ std::string ExitStatus::ToString() const {
   return "exited with code " + std::to_string(exit_code);
 }
 
+Status CheckSentLine(const std::string& line) {
+  if (line.find('\n') != std::string::npos) {
+    return Status::InvalidArgument("a line sent to a process must not hold a newline (at byte " +
+                                   std::to_string(line.find('\n')) + ")");
+  }
+  if (line.size() > kMaxSentLine) {
+    return Status::InvalidArgument("a line sent to a process is " + std::to_string(line.size()) +
+                                   " bytes; at most " + std::to_string(kMaxSentLine) +
+                                   " are taken");
+  }
+  return Status::Ok();
+}
+
 }  // namespace mitra::launcher

@@ -21,6 +21,12 @@ namespace mitra::launcher {
 inline constexpr std::string_view kMessagePrefix = "@mitra ";
 // The longest line SendLine takes (a placement of the largest job is well within it).
 inline constexpr size_t kMaxSentLine = 1 << 20;
+// How long SendLine waits, by default, for a process to read what does not fit its input.
+inline constexpr double kSendLineTimeoutS = 5;
+
+// Ok for a line SendLine may send; InvalidArgument, saying why, for one with a newline in it or
+// longer than kMaxSentLine. Every runner checks this first.
+Status CheckSentLine(const std::string& line);
 
 struct ProcessSpec {
   std::string program;                             // as returned by ResolveProgram

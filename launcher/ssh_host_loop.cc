@@ -55,6 +55,14 @@ int SignalFromSshName(std::string_view name) {
   return 0;
 }
 
+// Bytes on their way to a channel's stdin (one Write).
+struct PendingInput {
+  std::string data;
+  size_t sent = 0;  // handed to libssh so far
+  SteadyTime deadline;
+  WriteDone done;
+};
+
 // One channel. Its callbacks run inside libssh calls on the I/O thread and only record.
 struct ExecRecord {
   ssh_channel channel = nullptr;
@@ -64,9 +72,25 @@ struct ExecRecord {
   bool exit_seen = false;  // exit-status or exit-signal arrived
   ExitStatus exit;
   SteadyTime exit_at{};
+  bool input_open = false;         // ExecInput::kOpen, and no EOF sent since
+  std::deque<PendingInput> input;  // oldest first; only the front has begun to go out
 };
 
 namespace {
+
+// Ends every pending Write of `record` with `status` (not Ok).
+void FailInput(ExecRecord& record, const Status& status) {
+  std::deque<PendingInput> failed;
+  failed.swap(record.input);
+  for (PendingInput& pending : failed) pending.done(status);
+}
+
+// Closes the stdin of `record`'s command (EOF) and ends its pending Writes with `status`.
+void CloseInput(ExecRecord& record, const Status& status) {
+  if (record.input_open && !record.closed) ssh_channel_send_eof(record.channel);
+  record.input_open = false;
+  FailInput(record, status);
+}
 
 int OnData(ssh_session, ssh_channel, void* data, uint32_t len, int is_stderr, void* userdata) {
   auto* record = static_cast<ExecRecord*>(userdata);
@@ -178,6 +202,71 @@ void SshHostLoop::RunTasks() {
   for (Task& task : tasks) task(*this);
 }
 
+void SshHostLoop::Write(const ExecHandler* handler, std::string data, SteadyTime deadline,
+                        WriteDone done) {
+  const auto it = std::find_if(records_.begin(), records_.end(),
+                               [handler](const auto& r) { return r->handler.get() == handler; });
+  if (it == records_.end()) {
+    done(Status::Unavailable("its channel to " + description_ + " has closed"));
+    return;
+  }
+  ExecRecord& record = **it;
+  if (record.exit_seen || record.closed) {
+    done(Status::Unavailable("it has exited"));
+    return;
+  }
+  if (!record.input_open) {
+    done(Status::Unavailable("its standard input is closed"));
+    return;
+  }
+  record.input.push_back(PendingInput{std::move(data), 0, deadline, std::move(done)});
+  FlushInput(record);
+  ExpireInput(record, std::chrono::steady_clock::now());
+}
+
+// Sends what the remote window takes, never more: ssh_channel_write would otherwise wait in
+// libssh, blocking every channel of the host, until the remote command reads. A window adjust
+// from the remote side wakes the loop, which comes back here.
+void SshHostLoop::FlushInput(ExecRecord& record) {
+  while (record.input_open && !record.input.empty()) {
+    PendingInput& front = record.input.front();
+    const uint32_t window = ssh_channel_window_size(record.channel);
+    if (window == 0) return;
+    const size_t chunk = std::min<size_t>(window, front.data.size() - front.sent);
+    const int n = ssh_channel_write(record.channel, front.data.data() + front.sent,
+                                    static_cast<uint32_t>(chunk));
+    if (n < 0) {
+      CloseInput(record, Status::Unavailable(std::string("cannot write to its standard input: ") +
+                                             ssh_get_error(session_.get())));
+      return;
+    }
+    front.sent += static_cast<size_t>(n);
+    if (front.sent < front.data.size()) {
+      if (static_cast<size_t>(n) < chunk) return;  // libssh stopped short (a key exchange)
+      continue;
+    }
+    WriteDone done = std::move(front.done);
+    record.input.pop_front();
+    done(Status::Ok());
+  }
+}
+
+void SshHostLoop::ExpireInput(ExecRecord& record, SteadyTime now) {
+  while (!record.input.empty() && now >= record.input.front().deadline) {
+    PendingInput& front = record.input.front();
+    if (front.sent > 0) {
+      CloseInput(record, Status::Unavailable("it did not read its standard input in time (" +
+                                             std::to_string(front.sent) + " of " +
+                                             std::to_string(front.data.size()) +
+                                             " bytes went out; its standard input is now closed)"));
+      return;
+    }
+    WriteDone done = std::move(front.done);
+    record.input.pop_front();
+    done(Status::Unavailable("it did not read its standard input in time"));
+  }
+}
+
 int SshHostLoop::PollTimeoutMs() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -191,6 +280,7 @@ int SshHostLoop::PollTimeoutMs() const {
     if (std::optional<SteadyTime> deadline = record->handler->Deadline()) {
       wake = std::min(wake, *deadline);
     }
+    if (!record->input.empty()) wake = std::min(wake, record->input.front().deadline);
   }
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(wake - now).count();
   return static_cast<int>(std::clamp<int64_t>(ms, 0, 1000));
@@ -225,6 +315,10 @@ void SshHostLoop::Sweep() {
   for (auto it = records_.begin(); it != records_.end();) {
     ExecRecord& record = **it;
     const auto next = std::next(it);
+    if (!record.input.empty() && !record.closed && !record.exit_seen) {
+      FlushInput(record);
+      ExpireInput(record, now);
+    }
     if (record.closed || (record.exit_seen && now >= record.exit_at + kExitGrace)) {
       ExecEnd end;
       end.exit = record.exit;
@@ -249,6 +343,21 @@ void SshHostLoop::EndRecord(std::list<std::unique_ptr<ExecRecord>>::iterator it,
                             const ExecEnd& end) {
   std::unique_ptr<ExecRecord> record = std::move(*it);
   records_.erase(it);
+  switch (end.kind) {
+    case ExecEnd::Kind::kExited:
+      FailInput(*record, Status::Unavailable("it has exited"));
+      break;
+    case ExecEnd::Kind::kTimedOut:
+      FailInput(*record, Status::Unavailable("its channel was closed"));
+      break;
+    case ExecEnd::Kind::kLost:
+      FailInput(*record, end.error);
+      break;
+    case ExecEnd::Kind::kShutdown:
+      FailInput(*record,
+                Status::Unavailable("the runner for " + description_ + " is shutting down"));
+      break;
+  }
   ssh_remove_channel_callbacks(record->channel, &record->callbacks);
   if (session_ && ssh_is_connected(session_.get()) && !record->closed) {
     ssh_channel_close(record->channel);
@@ -268,7 +377,8 @@ Status SshHostLoop::EnsureConnected() {
   return Status::Ok();
 }
 
-Status SshHostLoop::Exec(const std::string& command, std::unique_ptr<ExecHandler> handler) {
+Status SshHostLoop::Exec(const std::string& command, std::unique_ptr<ExecHandler> handler,
+                         ExecInput input) {
   if (Status status = EnsureConnected(); !status.ok()) return status;
   auto record = std::make_unique<ExecRecord>();
   record->handler = std::move(handler);
@@ -297,7 +407,11 @@ Status SshHostLoop::Exec(const std::string& command, std::unique_ptr<ExecHandler
     if (!ssh_is_connected(session_.get())) Lose("the connection closed");
     return Status::Unavailable(failure);
   }
-  ssh_channel_send_eof(record->channel);  // the command's stdin is empty
+  if (input == ExecInput::kEmpty) {
+    ssh_channel_send_eof(record->channel);
+  } else {
+    record->input_open = true;  // EOF only when the channel closes (or a Write is cut short)
+  }
   records_.push_back(std::move(record));
   return Status::Ok();
 }

@@ -1,9 +1,10 @@
 // detail::SshHostLoop: the I/O thread that owns one host's SSH connection and its channels.
 //
 // libssh sessions are not thread-safe, so everything that touches the session runs here: tasks
-// posted by other threads, the channels' callbacks, keepalives and deadlines. Each command runs
-// in its own session channel and reports to an ExecHandler, on this thread only. Internal to
-// SshProcessRunner; see ssh_process_runner.h for the contract the user sees.
+// posted by other threads, the channels' callbacks, keepalives, deadlines and the bytes written
+// to channels' stdin. Each command runs in its own session channel and reports to an
+// ExecHandler, on this thread only. Internal to SshProcessRunner; see ssh_process_runner.h for
+// the contract the user sees.
 #pragma once
 
 #include <chrono>
@@ -60,6 +61,15 @@ int SignalFromSshName(std::string_view name);
 
 struct ExecRecord;  // one open channel, its callbacks and what the remote reported
 
+// What a channel's command gets on its standard input.
+enum class ExecInput {
+  kEmpty,  // EOF at once: a command that reads stdin ends its read instead of waiting
+  kOpen,   // open until the channel closes; Write sends to it
+};
+
+// Called once, on the I/O thread, with how a Write ended.
+using WriteDone = std::function<void(Status)>;
+
 class SshHostLoop {
  public:
   using Task = std::function<void(SshHostLoop&)>;
@@ -82,10 +92,19 @@ class SshHostLoop {
   const SshOptions& options() const { return options_; }
   // Connects when not connected (blocking). Errors as OpenSshSession.
   Status EnsureConnected();
-  // Connects if needed, opens a channel running `command` (the remote login shell parses it)
-  // and sends EOF for its stdin. On success `handler` receives the output and, once, the end;
+  // Connects if needed and opens a channel running `command` (the remote login shell parses
+  // it) with `input` as its stdin. On success `handler` receives the output and, once, the end;
   // on failure it is dropped without a call.
-  Status Exec(const std::string& command, std::unique_ptr<ExecHandler> handler);
+  Status Exec(const std::string& command, std::unique_ptr<ExecHandler> handler,
+              ExecInput input = ExecInput::kEmpty);
+  // Queues `data` for the stdin of the channel that `handler` (given to Exec with kOpen)
+  // receives, after what is queued there already, and sends as much as the channel's window
+  // takes; the rest goes out on the next turns of the loop, as the remote side reads. `done`
+  // gets Ok once all of it was handed to the connection, or Unavailable, saying why, when the
+  // channel has no open stdin, its command has exited, it ends first, or `deadline` passes
+  // first. When the deadline passes after part of `data` went out, the channel's stdin is
+  // closed (EOF): the reader sees the cut data end instead of running into the next.
+  void Write(const ExecHandler* handler, std::string data, SteadyTime deadline, WriteDone done);
 
  private:
   void Run();
@@ -94,6 +113,8 @@ class SshHostLoop {
   void Poll();
   void SendKeepalive();
   void Sweep();
+  void FlushInput(ExecRecord& record);
+  void ExpireInput(ExecRecord& record, SteadyTime now);
   void Lose(const std::string& why);
   void EndRecord(std::list<std::unique_ptr<ExecRecord>>::iterator it, const ExecEnd& end);
   int PollTimeoutMs() const;

@@ -11,9 +11,15 @@
 namespace mitra::launcher {
 namespace detail {
 
+// A process whose start the remote shell has reported and whose end has not come.
+struct RemoteProcess {
+  int pid = 0;                           // on the host
+  const ExecHandler* channel = nullptr;  // its channel, for SshHostLoop::Write
+};
+
 struct SshRunnerState {
   ProcessId next_id = 1;
-  std::map<ProcessId, int> running;  // started and not yet ended: id -> remote pid
+  std::map<ProcessId, RemoteProcess> running;  // started and not yet ended
 };
 
 }  // namespace detail
@@ -65,7 +71,7 @@ class ProcessHandler : public detail::ExecHandler {
       if (StartsWith(line, kPidMarker)) pid = ParseInt64(line.substr(kPidMarker.size()));
       if (pid && *pid > 0) {
         starting_ = false;
-        state_->running[id_] = static_cast<int>(*pid);
+        state_->running[id_] = detail::RemoteProcess{static_cast<int>(*pid), this};
         started_->set_value(StartedProcess{id_, static_cast<int>(*pid)});
       } else {
         Consume(line + "\n", false);
@@ -336,10 +342,12 @@ Result<StartedProcess> SshProcessRunner::Start(const ProcessSpec& spec, ProcessE
           return;
         }
         const ProcessId id = state_->next_id++;
-        Status status = loop.Exec(
-            command, std::make_unique<ProcessHandler>(
-                         id, what, std::move(*shared_log), std::move(sink), options_.tail_lines,
-                         After(options_.start_timeout_s), started, state_.get()));
+        Status status =
+            loop.Exec(command,
+                      std::make_unique<ProcessHandler>(
+                          id, what, std::move(*shared_log), std::move(sink), options_.tail_lines,
+                          After(options_.start_timeout_s), started, state_.get()),
+                      detail::ExecInput::kOpen);
         if (!status.ok()) started->set_value(status);
       });
   return result.get();
@@ -365,7 +373,8 @@ Status SshProcessRunner::Signal(ProcessId id, int signal_number) {
       }
       return;
     }
-    const std::string command = "kill -s " + std::string(name) + " " + std::to_string(it->second);
+    const std::string command =
+        "kill -s " + std::string(name) + " " + std::to_string(it->second.pid);
     Status status =
         loop.Exec(command, std::make_unique<CommandHandler>("`" + command + "` on " + description_,
                                                             After(options_.ssh.connect_timeout_s),
@@ -381,6 +390,36 @@ Status SshProcessRunner::Signal(ProcessId id, int signal_number) {
   return Status::IoError("cannot send SIG" + std::string(name) + " to process " +
                          std::to_string(id) + " on " + description_ + ": " +
                          std::string(Trim(killed->err)));
+}
+
+Status SshProcessRunner::SendLine(ProcessId id, const std::string& line) {
+  if (Status status = CheckSentLine(line); !status.ok()) return status;
+  // The deadline counts from the call: time spent queued behind other work is the caller's too.
+  const SteadyTime deadline = After(options_.send_timeout_s);
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> result = done->get_future();
+  loop_->Post([this, done, id, deadline, data = line + "\n"](detail::SshHostLoop& loop) mutable {
+    const std::string what =
+        "cannot send a line to process " + std::to_string(id) + " on " + description_;
+    auto it = state_->running.find(id);
+    if (it == state_->running.end()) {
+      if (id > 0 && id < state_->next_id) {
+        done->set_value(Status::Unavailable(what + ": it has exited"));
+      } else {
+        done->set_value(Status::Internal("no process with id " + std::to_string(id) +
+                                         " was started on " + description_));
+      }
+      return;
+    }
+    loop.Write(
+        it->second.channel, std::move(data), deadline,
+        [done, what = what + " (pid " + std::to_string(it->second.pid) + ")"](Status status) {
+          // Every way a write fails is Unavailable (the loop's, or a lost connection).
+          done->set_value(status.ok() ? status
+                                      : Status::Unavailable(what + ": " + status.message()));
+        });
+  });
+  return result.get();
 }
 
 }  // namespace mitra::launcher

@@ -7,6 +7,12 @@
 // every byte goes to the spec's local log file, `@mitra` lines become kMessage events, and
 // kExited reports the exit code, the signal (SSH exit-signal), or `lost`.
 //
+// Standard input. A process's stdin is its channel's, kept open until the channel closes (no
+// pty is asked for): `exec` hands the remote shell's stdin to the program, and SendLine writes
+// to it. A program that reads stdin to its end now waits instead of seeing EOF at once, and so
+// would a command in the remote login shell's rc files that reads stdin. RunCommand's commands
+// get EOF at once, as before.
+//
 // Connection. Connect() opens it (blocking); every other call opens it first when there is
 // none, and after a loss the next call opens a new one. A health check is Connect() then
 // RunCommand({"true"}). While connected a keepalive goes out every keepalive_interval_s; when
@@ -43,6 +49,7 @@ struct SshRunnerState;  // the running processes' remote pids; touched on the I/
 struct SshProcessRunnerOptions {
   SshOptions ssh;
   double start_timeout_s = 10;  // how long Start waits for the remote shell to report the pid
+  double send_timeout_s = kSendLineTimeoutS;  // SendLine's wait for the process to read
   size_t tail_lines = 20;       // lines kept for ProcessEvent::last_lines
 };
 
@@ -84,6 +91,17 @@ class SshProcessRunner : public ProcessRunner {
   // Ok and nothing sent when the process has already exited. Blocks up to connect plus a round
   // trip (at most connect_timeout_s).
   Status Signal(ProcessId id, int signal_number) override;
+
+  bool CanSendLines() const override { return true; }
+  // Hands the line and its newline to the I/O thread, which writes them to the process's
+  // channel as the remote window allows, after the lines sent before, and returns how that
+  // ended: Ok once all of it went to the connection (not necessarily read yet); Unavailable,
+  // naming the process and the host, when it has exited, the connection is lost, or the remote
+  // side did not take it all within send_timeout_s of the call. When that wait runs out after
+  // part of the line went out, the process's stdin is closed (EOF), so that the cut line never
+  // runs into the next one, and every later SendLine to it is Unavailable. Blocks up to
+  // send_timeout_s, plus whatever the I/O thread is busy with (connecting, a keepalive).
+  Status SendLine(ProcessId id, const std::string& line) override;
 
   // Runs argv on the host (quoted like Start; the remote login environment and directory) and
   // collects its exit and output, kept in memory. Timeout when it has not ended after

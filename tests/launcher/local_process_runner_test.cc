@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <thread>
 
 #include "tests/launcher/runner_events.h"
 #include "tests/manager/run_helpers.h"
@@ -135,6 +136,130 @@ TEST_F(LocalProcessRunnerTest, ResolveProgramExplainsWhatIsWrong) {
   Result<std::string> directory = runner.ResolveProgram(dir_.path(), "/bin");
   ASSERT_FALSE(directory.ok());
   EXPECT_NE(directory.status().message().find("is a directory"), std::string::npos);
+}
+
+TEST_F(LocalProcessRunnerTest, SendsLinesToTheChildsStdinInOrder) {
+  LocalProcessRunner runner(&fs_);
+  EXPECT_TRUE(runner.CanSendLines());
+  Result<StartedProcess> p = runner.Start(Shell(testing::EchoLinesScript(2)), Sink());
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(runner.SendLine(p->id, "one").ok());
+  ASSERT_TRUE(runner.SendLine(p->id, "two").ok());
+  const std::vector<ProcessEvent> seen = UntilExit();
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[0].message, R"({"got":"one"})");
+  EXPECT_EQ(seen[1].message, R"({"got":"two"})");
+  EXPECT_TRUE(seen[2].exit.ok()) << seen[2].exit.ToString();
+}
+
+TEST_F(LocalProcessRunnerTest, ALineToAnExitedProcessIsUnavailable) {
+  LocalProcessRunner runner(&fs_);
+  Result<StartedProcess> p = runner.Start(Shell("exit 0"), Sink());
+  ASSERT_TRUE(p.ok());
+  ASSERT_FALSE(UntilExit().empty());
+  const Status sent = runner.SendLine(p->id, "late");
+  EXPECT_EQ(sent.code(), Status::Code::kUnavailable);
+  EXPECT_NE(sent.message().find("process " + std::to_string(p->id)), std::string::npos)
+      << sent.message();
+  EXPECT_NE(sent.message().find("exited"), std::string::npos) << sent.message();
+}
+
+// The write itself meets the closed pipe (EPIPE), which raises SIGPIPE: it must not reach this
+// process, whose SIGPIPE disposition is the default (terminate), as a test binary's is.
+TEST_F(LocalProcessRunnerTest, ALineToAClosedStdinIsUnavailableAndRaisesNoSigpipe) {
+  LocalProcessRunner runner(&fs_);
+  Result<StartedProcess> p =
+      runner.Start(Shell("exec 0<&-; echo '@mitra {\"closed\":true}'; exec sleep 30"), Sink());
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(events_.WaitForMessage(R"({"closed":true})"));
+  const Status sent = runner.SendLine(p->id, "nobody reads this");
+  EXPECT_EQ(sent.code(), Status::Code::kUnavailable);
+  EXPECT_NE(sent.message().find("standard input is closed"), std::string::npos) << sent.message();
+  sigset_t pending;
+  sigpending(&pending);
+  EXPECT_EQ(sigismember(&pending, SIGPIPE), 0) << "SIGPIPE left pending";
+  ASSERT_TRUE(runner.Signal(p->id, SIGKILL).ok());
+  ASSERT_FALSE(UntilExit().empty());
+}
+
+TEST_F(LocalProcessRunnerTest, ALineLongerThanThePipeArrivesWhole) {
+  LocalProcessRunner runner(&fs_);
+  const std::string got = dir_.Path("got.txt");
+  Result<StartedProcess> p = runner.Start(Shell("head -n 1 > '" + got + "'"), Sink());
+  ASSERT_TRUE(p.ok());
+  std::string line;
+  while (line.size() < 200 * 1024) line += std::to_string(line.size()) + ",";
+  ASSERT_TRUE(runner.SendLine(p->id, line).ok());
+  const std::vector<ProcessEvent> seen = UntilExit();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(seen.back().exit.ok());
+  EXPECT_TRUE(testing::ReadFileOrEmpty(got) == line + "\n") << "the line arrived cut or changed";
+}
+
+TEST_F(LocalProcessRunnerTest, ALineNobodyReadsTimesOutAndClosesTheInput) {
+  LocalProcessRunnerOptions options;
+  options.send_timeout_s = 0.3;
+  LocalProcessRunner runner(&fs_, options);
+  Result<StartedProcess> p = runner.Start(Shell("exec sleep 30"), Sink());
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(runner.SendLine(p->id, "fits the pipe").ok());
+  const auto start = std::chrono::steady_clock::now();
+  const Status big = runner.SendLine(p->id, std::string(200 * 1024, 'x'));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(big.code(), Status::Code::kUnavailable);
+  EXPECT_NE(big.message().find("did not read"), std::string::npos) << big.message();
+  EXPECT_GE(waited, std::chrono::milliseconds(250));
+  EXPECT_LT(waited, std::chrono::seconds(3));
+  // Part of the line is in the pipe: nothing may follow it but EOF.
+  const Status after = runner.SendLine(p->id, "next");
+  EXPECT_EQ(after.code(), Status::Code::kUnavailable);
+  EXPECT_NE(after.message().find("input is closed"), std::string::npos) << after.message();
+  ASSERT_TRUE(runner.Signal(p->id, SIGKILL).ok());
+  ASSERT_FALSE(UntilExit().empty());
+}
+
+TEST_F(LocalProcessRunnerTest, RefusesBadLinesAndSendsNothingOfThem) {
+  LocalProcessRunner runner(&fs_);
+  Result<StartedProcess> p = runner.Start(Shell(testing::EchoLinesScript(1)), Sink());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(runner.SendLine(p->id, "two\nlines").code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(runner.SendLine(p->id, std::string(kMaxSentLine + 1, 'x')).code(),
+            Status::Code::kInvalidArgument);
+  ASSERT_TRUE(runner.SendLine(p->id, "good").ok());
+  const std::vector<ProcessEvent> seen = UntilExit();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].message, R"({"got":"good"})");
+}
+
+// Lines longer than PIPE_BUF, whose writes the kernel may split, from several threads at once.
+TEST_F(LocalProcessRunnerTest, LinesFromSeveralThreadsNeverInterleave) {
+  LocalProcessRunner runner(&fs_);
+  const std::string got = dir_.Path("got.txt");
+  constexpr int kThreads = 4;
+  constexpr int kLinesEach = 10;
+  Result<StartedProcess> p = runner.Start(
+      Shell("head -n " + std::to_string(kThreads * kLinesEach) + " > '" + got + "'"), Sink());
+  ASSERT_TRUE(p.ok());
+  std::vector<std::thread> senders;
+  for (int t = 0; t < kThreads; ++t) {
+    senders.emplace_back([&runner, id = p->id, t] {
+      for (int i = 0; i < kLinesEach; ++i) {
+        EXPECT_TRUE(runner.SendLine(id, std::string(20000, static_cast<char>('a' + t))).ok());
+      }
+    });
+  }
+  for (std::thread& sender : senders) sender.join();
+  ASSERT_FALSE(UntilExit().empty());
+  const std::string text = testing::ReadFileOrEmpty(got);
+  int lines = 0;
+  for (std::string_view rest = text; !rest.empty(); ++lines) {
+    const size_t end = rest.find('\n');
+    ASSERT_NE(end, std::string_view::npos);
+    const std::string_view line = rest.substr(0, end);
+    EXPECT_EQ(line, std::string(20000, line.front())) << "line " << lines << " is mixed";
+    rest.remove_prefix(end + 1);
+  }
+  EXPECT_EQ(lines, kThreads * kLinesEach);
 }
 
 TEST_F(LocalProcessRunnerTest, ALogThatCannotBeOpenedFailsTheStart) {

@@ -26,6 +26,14 @@ inline ProcessSpec ShellSpec(const std::string& script, const std::string& log_p
   return spec;
 }
 
+// A shell script that reads a line from stdin and answers `@mitra {"got":"LINE"}`, `count`
+// times, then exits 0.
+inline std::string EchoLinesScript(int count) {
+  std::string script;
+  for (int i = 0; i < count; ++i) script += R"(read -r a; echo "@mitra {\"got\":\"$a\"}"; )";
+  return script;
+}
+
 class RunnerEvents {
  public:
   ProcessEventSink Sink() {

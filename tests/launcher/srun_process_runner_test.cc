@@ -166,6 +166,17 @@ TEST_F(SrunRunnerTest, StartsSrunLocallyAndReturnsTheTasksPidOnTheNode) {
   EXPECT_EQ(events_[1].exit.signal, SIGKILL);
 }
 
+// srun runs with --input=none: nothing reaches the task, though the local srun has a stdin.
+TEST_F(SrunRunnerTest, CannotSendLines) {
+  ReportOnStart(4, 5150);
+  Result<StartedProcess> started = runner_.Start(Spec(), Sink());
+  ASSERT_TRUE(started.ok());
+  ASSERT_TRUE(local_.CanSendLines());
+  EXPECT_FALSE(runner_.CanSendLines());
+  EXPECT_EQ(runner_.SendLine(started->id, "placement").code(), Status::Code::kAborted);
+  EXPECT_TRUE(local_.processes[0].lines.empty());
+}
+
 TEST_F(SrunRunnerTest, SignalsGoToExactlyTheStepWithScancel) {
   ReportOnStart(4, 5150);
   Result<StartedProcess> started = runner_.Start(Spec(), Sink());

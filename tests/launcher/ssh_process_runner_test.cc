@@ -236,6 +236,70 @@ TEST_F(SshProcessRunnerTest, StreamsLargeOutputCompletely) {
   EXPECT_EQ(st.st_size, 4000001);
 }
 
+// Through sshd, the remote login shell and its `exec`: the process's stdin is the channel's.
+TEST_F(SshProcessRunnerTest, SendsLinesToTheRemoteProcessInOrder) {
+  SshProcessRunner runner(Options(kHost), &fs_);
+  EXPECT_TRUE(runner.CanSendLines());
+  Result<StartedProcess> p = runner.Start(Shell(testing::EchoLinesScript(2)), Sink());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_TRUE(runner.SendLine(p->id, "one").ok());
+  ASSERT_TRUE(WaitForMessage(R"({"got":"one"})"));
+  ASSERT_TRUE(runner.SendLine(p->id, "two").ok());
+  const std::vector<ProcessEvent> seen = UntilExit();
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].message, R"({"got":"two"})");
+  EXPECT_TRUE(seen[1].exit.ok()) << seen[1].exit.ToString();
+
+  const Status late = runner.SendLine(p->id, "late");
+  EXPECT_EQ(late.code(), Status::Code::kUnavailable);
+  EXPECT_NE(late.message().find("exited"), std::string::npos) << late.message();
+  EXPECT_EQ(runner.SendLine(p->id, "a\nb").code(), Status::Code::kInvalidArgument);
+}
+
+// Three lines of kMaxSentLine are more than sshd's channel window and the pipe behind it hold:
+// the last goes out only as the process, which starts reading late, takes the first.
+TEST_F(SshProcessRunnerTest, LinesBeyondTheChannelWindowArriveWholeAsTheProcessReads) {
+  SshProcessRunner runner(Options(kHost), &fs_);
+  const std::string got = local_.Path("got.txt");
+  Result<StartedProcess> p = runner.Start(Shell("sleep 1; head -n 3 > '" + got + "'"), Sink());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::string expected;
+  for (char c : {'a', 'b', 'c'}) {
+    const std::string line(kMaxSentLine, c);
+    const Status sent = runner.SendLine(p->id, line);
+    ASSERT_TRUE(sent.ok()) << sent.ToString();
+    expected += line + "\n";
+  }
+  const std::vector<ProcessEvent> seen = UntilExit(20);
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(seen.back().exit.ok()) << seen.back().exit.ToString();
+  EXPECT_TRUE(testing::ReadFileOrEmpty(got) == expected) << "the lines arrived cut or changed";
+}
+
+TEST_F(SshProcessRunnerTest, ALineNobodyReadsTimesOutAndClosesTheInput) {
+  SshProcessRunnerOptions options = Options(kHost);
+  options.send_timeout_s = 0.5;
+  SshProcessRunner runner(options, &fs_);
+  Result<StartedProcess> p = runner.Start(Shell("exec sleep 30"), Sink());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Status sent;
+  int lines = 0;
+  while (sent.ok() && lines < 8) {
+    sent = runner.SendLine(p->id, std::string(kMaxSentLine, 'x'));
+    ++lines;
+  }
+  EXPECT_EQ(sent.code(), Status::Code::kUnavailable);
+  EXPECT_NE(sent.message().find("did not read"), std::string::npos) << sent.message();
+  // Part of that line went out: sshd's window and the pipe behind it hold whole multiples of
+  // 64 KiB, which never end where a line of kMaxSentLine + 1 bytes does.
+  EXPECT_NE(sent.message().find("went out"), std::string::npos) << sent.message();
+  const Status after = runner.SendLine(p->id, "next");
+  EXPECT_EQ(after.code(), Status::Code::kUnavailable);
+  EXPECT_NE(after.message().find("input is closed"), std::string::npos) << after.message();
+  ASSERT_TRUE(runner.Signal(p->id, SIGKILL).ok());
+  ASSERT_FALSE(UntilExit().empty());
+}
+
 TEST_F(SshProcessRunnerTest, RunCommandReturnsExitCodeAndBothStreams) {
   SshProcessRunner runner(Options(kHost), &fs_);
   ASSERT_TRUE(runner.Connect().ok());

@@ -117,12 +117,21 @@ FakeTransports::Host& FakeTransports::HostOf(const std::string& address) {
     host->runner.on_signal = [this, h](ScriptedProcessRunner&, int index, int signal_number) {
       OnSignal(*h, index, signal_number);
     };
+    host->runner.on_line = [this, h](ScriptedProcessRunner&, int index, const std::string& line) {
+      OnLine(*h, index, line);
+    };
+    host->runner.can_send_lines = can_send_lines_;
   }
   return *host;
 }
 
 ScriptedProcessRunner& FakeTransports::RunnerOf(const std::string& address) {
   return HostOf(address).runner;
+}
+
+void FakeTransports::SetCanSendLines(bool can) {
+  can_send_lines_ = can;
+  for (auto& [address, host] : hosts_) host->runner.can_send_lines = can;
 }
 
 void FakeTransports::SetReachable(const std::string& address, bool reachable) {
@@ -248,6 +257,12 @@ void FakeTransports::OnSignal(Host& host, int index, int signal_number) {
     End(p, killed);  // SIGTERM, or SIGUSR1 before the handler is installed
   }
   if (on_signal) on_signal(host.address, p.rank, signal_number);
+}
+
+void FakeTransports::OnLine(Host& host, int index, const std::string& line) {
+  Process& p = *host.processes.at(index);
+  lines_.emplace_back(p.rank, line);
+  if (on_line) on_line(host.address, p.rank, line);
 }
 
 void FakeTransports::Ready(Process& p) {

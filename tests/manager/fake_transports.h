@@ -92,6 +92,12 @@ class FakeTransports : public manager::Transports {
 
   // Called for every signal sent to a simulated worker (after the fake has acted on it).
   std::function<void(const std::string& address, int rank, int signal_number)> on_signal;
+  // Called for every line sent to a simulated worker that has not exited (after it was
+  // recorded in its runner's Process::lines and in lines()).
+  std::function<void(const std::string& address, int rank, const std::string& line)> on_line;
+  // Whether the machines' runners can send lines (CanSendLines); true unless set. Applies to
+  // runners created before and after.
+  void SetCanSendLines(bool can);
 
   // ---- Inspection -------------------------------------------------------------------------
 
@@ -102,6 +108,8 @@ class FakeTransports : public manager::Transports {
   int checks() const { return checks_; }
   // Every (rank, signal) sent, in order.
   const std::vector<std::pair<int, int>>& signals() const { return signals_; }
+  // Every (rank, line) sent to a simulated worker, in order.
+  const std::vector<std::pair<int, std::string>>& lines() const { return lines_; }
   // The environment each started process got, in start order.
   std::vector<std::map<std::string, std::string>> Environments() const;
   // The runner of `address` (created on first use).
@@ -132,6 +140,7 @@ class FakeTransports : public manager::Transports {
   Process* Newest(int rank);
   void OnStart(Host& host, int index);
   void OnSignal(Host& host, int index, int signal_number);
+  void OnLine(Host& host, int index, const std::string& line);
   void Ready(Process& p);
   void Heartbeat(Process& p);
   void Step(Process& p);
@@ -151,6 +160,8 @@ class FakeTransports : public manager::Transports {
   int checks_ = 0;
   std::mutex check_mu_;
   std::vector<std::pair<int, int>> signals_;
+  std::vector<std::pair<int, std::string>> lines_;
+  bool can_send_lines_ = true;
 };
 
 }  // namespace mitra::testing
