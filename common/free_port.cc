@@ -1,12 +1,16 @@
 #include "common/free_port.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <memory>
+#include <thread>
 
 namespace mitra {
 
@@ -30,6 +34,36 @@ Result<int> PickFreeTcpPort(const std::string& ipv4_address) {
   }
   ::close(fd);
   return static_cast<int>(ntohs(addr.sin_port));
+}
+
+Status WaitUntilListening(const std::string& host, int port, double timeout_s) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+      error != 0) {
+    return Status::InvalidArgument("cannot resolve '" + host + "': " + ::gai_strerror(error));
+  }
+  const std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, ::freeaddrinfo);
+  constexpr auto kRetry = std::chrono::milliseconds(5);
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(timeout_s));
+  for (;;) {
+    for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      const bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+      ::close(fd);
+      if (connected) return Status::Ok();
+    }
+    if (std::chrono::steady_clock::now() + kRetry > deadline) {
+      return Status::Timeout("nothing listened on " + host + ":" + std::to_string(port) +
+                             " within " + std::to_string(timeout_s) + " s");
+    }
+    std::this_thread::sleep_for(kRetry);
+  }
 }
 
 }  // namespace mitra

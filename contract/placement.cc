@@ -114,6 +114,7 @@ Environment ProcessEnvironment() {
 
 bool DescribeRequested() { return IsSet(kDescribe); }
 bool ProfileRequested() { return IsSet(kProfile); }
+bool StandbyRequested() { return IsSet(kStandby); }
 
 Result<Placement> Placement::FromEnvironment() { return FromEnvironment(ProcessEnvironment()); }
 

@@ -83,6 +83,9 @@ struct ProfileRequest {
 bool DescribeRequested();
 // True when the manager asked the program to profile (MITRA_PROFILE=1).
 bool ProfileRequested();
+// True when the manager started the program ahead of a grow, to park until it is given a place
+// (MITRA_STANDBY=1, contract/park.h).
+bool StandbyRequested();
 
 // The process's environment as a map.
 Environment ProcessEnvironment();

@@ -32,6 +32,9 @@ inline constexpr char kStepTrace[] = "MITRA_STEP_TRACE";
 // "1": the manager can send this worker its next placement on standard input, so after a stop
 // it asked for, the worker may park instead of exiting (docs/worker-contract.md).
 inline constexpr char kPark[] = "MITRA_PARK";
+// "1": a worker started ahead of a grow, with no place yet: it loads, parks at once and waits
+// for its placement on standard input.
+inline constexpr char kStandby[] = "MITRA_STANDBY";
 
 // Requests instead of training.
 inline constexpr char kDescribe[] = "MITRA_DESCRIBE";
@@ -52,8 +55,8 @@ inline constexpr const char* kManagedVariables[] = {
     kGlobalBatch,    kMaxSteps,        kResumeStep,        kRdzvHost,       kRdzvPort,
     kGeneration,     kHost,            kThreads,           kTimeoutS,       kRunDir,
     kCheckpointDir,  kCheckpointEvery, kKeepCheckpoints,   kHeartbeatS,     kSchedule,
-    kRecompute,      kPartition,       kStepTrace,         kPark,           kDescribe,
-    kProfile,
+    kRecompute,      kPartition,       kStepTrace,         kPark,           kStandby,
+    kDescribe,       kProfile,
     kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
 };
 

@@ -119,6 +119,16 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
         Tell(fact);
         return;
       }
+      // A machine the generation runs on left or lost slots: the job moves off it now.
+      // Otherwise the machines only grew, and new workers may start before the morph.
+      const bool shrunk = std::any_of(gen_.machines.begin(), gen_.machines.end(),
+                                      [&](const Machine& m) { return pool_.Shrunk(m); });
+      if (desired && !shrunk) {
+        fact.action = Action::kMorph;
+        Tell(fact);
+        Morph("machine list changed: " + fact.change, desired->first, desired->second);
+        return;
+      }
       if (!desired) {
         // Fewer usable slots than stages. The running generation goes on unless it runs on a
         // machine that left the list or lost slots.
@@ -188,6 +198,10 @@ void Controller::OnRankStarted(const RankStarted& in) {
 }
 
 void Controller::OnRankStartFailed(const RankStartFailed& in) {
+  if (in.generation == kStandbyGeneration) {
+    OnStandbyGone(in.rank, in.reason);
+    return;
+  }
   RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr || !rank->running) return;
   RankState& r = *rank;
@@ -203,6 +217,10 @@ void Controller::OnRankStartFailed(const RankStartFailed& in) {
 }
 
 void Controller::OnReport(const RankReport& in) {
+  if (in.generation == kStandbyGeneration) {
+    OnStandbyReport(in);
+    return;
+  }
   RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr) return;
   RankState& r = *rank;
@@ -280,6 +298,11 @@ void Controller::OnReport(const RankReport& in) {
 }
 
 void Controller::OnExited(const RankExited& in) {
+  if (in.generation == kStandbyGeneration && !parked_.Remove(in.generation, in.rank)) {
+    OnStandbyGone(in.rank, "it " + in.exit.ToString() + " before it was ready");
+    return;
+  }
+  if (parked_.Remove(in.generation, in.rank)) return;  // a parked worker ended: not kept now
   RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr || !rank->running) return;
   RankState& r = *rank;
@@ -326,7 +349,8 @@ void Controller::OnHostChecked(const HostChecked& in) {
       std::string why;
       const auto desired = DesiredPlan(&why);
       if (desired && DiffersFromCurrent(desired->first, desired->second)) {
-        BeginMorph(in.address + (result.first ? " joined" : " is healthy again"));
+        Morph(in.address + (result.first ? " joined" : " is healthy again"), desired->first,
+              desired->second);
       }
       return;
     }
@@ -477,6 +501,10 @@ void Controller::OnTimers() {
     if (!left.empty()) Tell(AbandonFact{left, options_.abandon_s});
     MaybeEndGeneration();
   }
+  if (gen_.deadlines.warm_up && now_ >= *gen_.deadlines.warm_up) {
+    gen_.deadlines.warm_up.reset();
+    EndWarmUp();
+  }
   if (gen_.deadlines.health && now_ >= *gen_.deadlines.health) {
     gen_.deadlines.health.reset();
     MaybeEndGeneration();
@@ -559,10 +587,6 @@ void Controller::Tell(const Fact& fact) {
 
 RankState* Controller::CurrentRank(int64_t generation, int rank) {
   return generation == gen_.number && gen_.Has(rank) ? &gen_.ranks[rank] : nullptr;
-}
-
-void Controller::ReleaseParked() {
-  if (!parked_.empty()) actions_.push_back(ReleaseAction{parked_.TakeAll()});
 }
 
 void Controller::SignalRunning(int signal_number) {

@@ -38,6 +38,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -190,6 +191,18 @@ struct ReleaseAction {
   std::vector<ParkedWorker> workers;
 };
 
+// Standby workers are known by this generation and their id as the rank.
+inline constexpr int64_t kStandbyGeneration = -1;
+
+// Starts a standby worker on `machine` ahead of a grow (MITRA_STANDBY=1): it loads, parks with
+// no place, and the next generation keeps it. Its reports and exit come as generation
+// kStandbyGeneration, rank `id`.
+struct StartStandbyAction {
+  int id = 0;
+  Machine machine;
+  int local_rank = 0;
+};
+
 struct SignalAction {
   int64_t generation = 0;
   int rank = 0;
@@ -216,8 +229,8 @@ struct FinishAction {
   std::string reason;  // kFailed: why, for the last line
 };
 
-using ControllerAction = std::variant<LaunchAction, ReleaseAction, SignalAction, CheckHostAction,
-                                      RecordAction, FinishAction>;
+using ControllerAction = std::variant<LaunchAction, ReleaseAction, StartStandbyAction, SignalAction,
+                                      CheckHostAction, RecordAction, FinishAction>;
 
 // ---- The state machine -------------------------------------------------------------------
 
@@ -276,6 +289,14 @@ class Controller {
   // Whether `desired` differs from what runs now (shape or machines).
   bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
   void BeginMorph(const std::string& why);
+  // A morph into `desired`: when it needs new processes and every rank can park, they start
+  // first as standby workers and the morph waits for them (warm_up_); otherwise it begins now.
+  void Morph(const std::string& why, const GridPlan& desired, const std::vector<Machine>& machines);
+  // A standby worker's report or exit (generation kStandbyGeneration).
+  void OnStandbyReport(const RankReport& in);
+  void OnStandbyGone(int id, const std::string& reason);
+  // The warm-up is over (every standby parked, failed, or its time ran out): morph, or not.
+  void EndWarmUp();
   void BeginStop(const StopInput& in);
   static std::string KillHint(const StopInput& in);  // " (SIGINT again kills them)" or ""
 
@@ -289,7 +310,7 @@ class Controller {
   // SIGUSR1 to every running rank, or SIGTERM when not all are ready (before `ready` a worker
   // may not have its SIGUSR1 handler yet). `park`: SIGUSR2 instead when every rank can park.
   void AskRanksToStop(bool park = false);
-  // Lets every parked worker go (ReleaseAction).
+  // Lets every parked worker go, and every standby worker not parked yet (ReleaseAction).
   void ReleaseParked();
   void Terminate(const std::string& why);
   void MaybeEndGeneration();
@@ -330,6 +351,15 @@ class Controller {
   Change change_;
   std::vector<double> restart_times_;
   ParkedWorkers parked_;
+  // Standby workers started and not parked yet, by id.
+  std::map<int, ParkedWorker> standby_;
+  // A grow waiting for its standby workers: the morph's reason and the ids not parked yet.
+  struct WarmUp {
+    std::string why;
+    std::set<int> pending;
+  };
+  std::optional<WarmUp> warm_up_;
+  int next_standby_id_ = 0;
 };
 
 }  // namespace mitra::manager

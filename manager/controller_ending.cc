@@ -16,6 +16,10 @@ void Controller::BeginMorph(const std::string& why) {
     Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running(), /*skipped=*/true});
     return;
   }
+  // A grow warming up goes on as this morph; standby workers that park before the launch are
+  // still kept.
+  warm_up_.reset();
+  gen_.deadlines.warm_up.reset();
   ending_ = Ending::kMorph;
   phase_ = Phase::kMorphing;
   reason_ = why;

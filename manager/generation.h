@@ -40,6 +40,7 @@ struct Deadlines {
   std::optional<double> kill;     // SIGTERM sent: SIGKILL then
   std::optional<double> abandon;  // SIGKILL sent: stop waiting for exits then
   std::optional<double> health;   // a failure: stop waiting for health checks then
+  std::optional<double> warm_up;  // standby workers started: morph without the late ones then
   double Earliest() const;        // infinity when none is set
 };
 

@@ -218,6 +218,27 @@ Narration Narrate(const Fact& fact) {
             return Told("waiting", JsonObject().SetString("reason", f.reason),
                         "mitra: waiting: " + f.reason);
           },
+          [](const WarmUpFact& f) {
+            const size_t n = f.machines.size();
+            return Told("warm_up",
+                        JsonObject()
+                            .SetString("reason", f.reason)
+                            .Set("machines", JsonValue::StringArray(f.machines)),
+                        "mitra: " + f.reason + ": starting " + std::to_string(n) + " new " +
+                            (n == 1 ? "worker" : "workers") +
+                            " first; the job trains on until they are ready");
+          },
+          [](const StandbyFailedFact& f) {
+            return Told("standby_failed",
+                        JsonObject()
+                            .SetString("machine", f.machine)
+                            .SetString("reason", f.reason)
+                            .SetBool("morph", f.morph),
+                        "mitra: a new worker on " + f.machine + " could not start: " + f.reason +
+                            (f.morph ? "; morphing without it"
+                                     : "; the job trains on in its shape"),
+                        true);
+          },
           [](const MorphFact& f) {
             if (f.skipped) return Told("morph_skipped", JsonObject().SetString("reason", f.reason));
             return Told("morph",

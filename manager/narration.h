@@ -146,6 +146,21 @@ struct WaitingFact {
   std::string reason;
 };
 
+// A grow starts its new workers first (standby: they load and park while the job trains); the
+// morph follows when they are ready.
+struct WarmUpFact {
+  std::string reason;
+  std::vector<std::string> machines;  // one entry per new worker
+};
+
+// A standby worker could not be started, or exited before it parked: the running generation is
+// untouched; the morph goes on without it (`morph`), or, when nothing is left to change, not.
+struct StandbyFailedFact {
+  std::string machine;
+  std::string reason;
+  bool morph = false;
+};
+
 struct MorphFact {
   std::string reason;
   std::string from;  // the shape
@@ -171,7 +186,8 @@ struct FailureFact {
 using Fact = std::variant<ListChangedFact, DrainFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,
                           RankStoppedFact, StartFailedFact, HostHealthyFact, HostKeptOutFact,
                           StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
-                          AbandonFact, WaitingFact, MorphFact, FailureFact>;
+                          AbandonFact, WaitingFact, WarmUpFact, StandbyFailedFact, MorphFact,
+                          FailureFact>;
 
 // A fact as told: the event and its fields for events.jsonl, and the terminal's line ("": none;
 // on stderr when `error`).

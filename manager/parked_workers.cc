@@ -1,5 +1,6 @@
 #include "manager/parked_workers.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace mitra::manager {
@@ -31,5 +32,14 @@ std::map<int, ParkedWorker> ParkedWorkers::TakeFor(const planner::GridPlan& plan
 }
 
 std::vector<ParkedWorker> ParkedWorkers::TakeAll() { return std::exchange(workers_, {}); }
+
+bool ParkedWorkers::Remove(int64_t generation, int rank) {
+  const auto it = std::find_if(workers_.begin(), workers_.end(), [&](const ParkedWorker& w) {
+    return w.generation == generation && w.rank == rank;
+  });
+  if (it == workers_.end()) return false;
+  workers_.erase(it);
+  return true;
+}
 
 }  // namespace mitra::manager

@@ -39,6 +39,8 @@ class ParkedWorkers {
                                       std::vector<ParkedWorker>* left);
   // Takes all of them.
   std::vector<ParkedWorker> TakeAll();
+  // Forgets the one that parked as `rank` of `generation` (its process ended); false if none.
+  bool Remove(int64_t generation, int rank);
 
  private:
   std::vector<ParkedWorker> workers_;

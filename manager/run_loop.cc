@@ -139,6 +139,7 @@ void RunLoop::Execute(const ControllerAction& action) {
   std::visit(Overloaded{
                  [this](const LaunchAction& a) { Launch(a); },
                  [this](const ReleaseAction& a) { Release(a); },
+                 [this](const StartStandbyAction& a) { StartStandby(a); },
                  [this](const SignalAction& a) {
                    if (a.generation != ranks_generation_) return;
                    const auto it = ranks_.find(a.rank);
@@ -334,6 +335,41 @@ void RunLoop::Release(const ReleaseAction& release) {
     released_.insert({parked.runner, parked.id});
     parked_.erase(it);
   }
+}
+
+void RunLoop::StartStandby(const StartStandbyAction& standby) {
+  const Machine& machine = standby.machine;
+  auto failed = [&](const std::string& why) {
+    inputs_.push_back(RankStartFailed{kStandbyGeneration, standby.id, why});
+  };
+  Result<launcher::ProcessRunner*> runner = transports_->RunnerFor(machine);
+  if (!runner.ok()) return failed(runner.status().message());
+  if (!(*runner)->CanSendLines()) return failed("its launcher cannot hand it a place later");
+  launcher::ProcessSpec spec;
+  spec.program = options_.worker.program;
+  spec.args = options_.worker.args;
+  spec.environment = StandbyEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()),
+                                        options_.settings.run_dir);
+  spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
+  spec.log_path = JoinPath(run_dir_->path(), "logs/standby-" + std::to_string(standby.id) + ".log");
+  EventQueue* queue = queue_;
+  const int id = standby.id;
+  Result<launcher::StartedProcess> started =
+      (*runner)->Start(spec, [queue, id, from = *runner](launcher::ProcessEvent event) {
+        queue->Push(WorkerEvent{kStandbyGeneration, id, std::move(event), from});
+      });
+  if (!started.ok()) return failed(started.status().message());
+  LiveRank live;
+  live.runner = *runner;
+  live.id = started->id;
+  live.pid = started->pid;
+  live.machine = machine.Address();
+  live.where = machine;
+  parked_[{kStandbyGeneration, standby.id}] = live;
+  Warn(journal_->RecordEvent("standby", JsonObject()
+                                            .SetInt("id", standby.id)
+                                            .SetString("machine", machine.Address())
+                                            .SetInt("pid", started->pid)));
 }
 
 Result<int> RunLoop::RendezvousPort(const Machine& machine, int64_t generation) {

@@ -123,6 +123,8 @@ class RunLoop {
   bool Keep(const ParkedWorker& worker, int64_t generation, int rank,
             const Environment& environment, LiveRank* live, std::string* why);
   void Release(const ReleaseAction& release);
+  // Starts a standby worker; kept in parked_ from its start, so it can be kept or let go.
+  void StartStandby(const StartStandbyAction& standby);
   // After the job's end: waits a little for released workers to exit (they are told to).
   void AwaitReleased();
   void OnWorkerEvent(WorkerEvent& event);

@@ -87,4 +87,11 @@ Environment DescribeEnvironment(const Environment& base) {
   return env;
 }
 
+Environment StandbyEnvironment(const Environment& base, const std::string& run_dir) {
+  Environment env = WithoutContract(base);
+  env[contract::kStandby] = "1";
+  env[contract::kRunDir] = run_dir;  // how leftover workers of the run are found (orphans.h)
+  return env;
+}
+
 }  // namespace mitra::manager

@@ -76,4 +76,8 @@ struct WorkerProgram {
 // `base` without the contract's variables, plus MITRA_DESCRIBE=1.
 Environment DescribeEnvironment(const Environment& base);
 
+// `base` without the contract's variables, plus MITRA_STANDBY=1 and the run directory: a worker
+// started ahead of a grow, told its place later (contract/park.h).
+Environment StandbyEnvironment(const Environment& base, const std::string& run_dir);
+
 }  // namespace mitra::manager

@@ -4,6 +4,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "common/duration_text.h"
+#include "common/free_port.h"
 
 namespace mitra::worker {
 namespace {
@@ -62,6 +63,11 @@ std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend)
   opts.numWorkers = world;
   opts.waitWorkers = true;
   opts.timeout = comm->timeout_;
+  if (!opts.isServer) {
+    // Every rank of a regrouped generation is told its place at the same moment, so rank 0's
+    // store is often not listening yet; c10d's client would then wait a whole second.
+    (void)WaitUntilListening(placement.rdzv_host, placement.rdzv_port, placement.timeout_s);
+  }
   try {
     auto tcp = c10::make_intrusive<c10d::TCPStore>(placement.rdzv_host, opts);
     comm->store_ = c10::make_intrusive<c10d::PrefixStore>(

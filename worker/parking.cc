@@ -42,9 +42,8 @@ LineResult ReadLine(int fd, std::chrono::steady_clock::time_point deadline, std:
 
 }  // namespace
 
-Result<std::optional<Placement>> AwaitPlacement(int fd, const Placement& parked_in, int64_t step,
-                                                double timeout_s) {
-  Record("parked").Add("rank", parked_in.rank).Add("step", step).Emit();
+Result<std::optional<Placement>> AwaitPlacement(int fd, int rank, int64_t step, double timeout_s) {
+  Record("parked").Add("rank", rank).Add("step", step).Emit();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_s));
@@ -53,8 +52,7 @@ Result<std::optional<Placement>> AwaitPlacement(int fd, const Placement& parked_
     case LineResult::kEnd:
       return std::optional<Placement>();
     case LineResult::kTimeout:
-      spdlog::warn("rank {}: parked for {:.0f} s without a placement; exiting", parked_in.rank,
-                   timeout_s);
+      spdlog::warn("rank {}: parked for {:.0f} s without a placement; exiting", rank, timeout_s);
       return std::optional<Placement>();
     case LineResult::kLine:
       break;

@@ -12,11 +12,11 @@
 
 namespace mitra::worker {
 
-// Says the worker is parked (`@mitra {"event":"parked","rank":R,"step":S}`) and waits for one
-// line on `fd` for at most `timeout_s`: the next placement, or nullopt when the worker should
-// exit (told so, the end of the input, or nothing within `timeout_s`, which is logged).
-// InvalidArgument for a line that is not an order, or a placement that does not parse.
-Result<std::optional<Placement>> AwaitPlacement(int fd, const Placement& parked_in, int64_t step,
-                                                double timeout_s);
+// Says the worker is parked (`@mitra {"event":"parked","rank":R,"step":S}`; a standby worker,
+// which has no place yet, says rank -1 and step -1) and waits for one line on `fd` for at most
+// `timeout_s`: the next placement, or nullopt when the worker should exit (told so, the end of
+// the input, or nothing within `timeout_s`, which is logged). InvalidArgument for a line that is
+// not an order, or a placement that does not parse.
+Result<std::optional<Placement>> AwaitPlacement(int fd, int rank, int64_t step, double timeout_s);
 
 }  // namespace mitra::worker

@@ -8,6 +8,7 @@
 namespace mitra::worker {
 
 using contract::DescribeRequested;
+using contract::StandbyRequested;
 using contract::Placement;
 
 }  // namespace mitra::worker

@@ -85,7 +85,22 @@ int Trainer::Run() {
         .Emit();
     return 0;
   }
+  if (StandbyRequested()) return RunStandby();
   auto placement = Placement::FromEnvironment();
+  return Run(std::move(placement));
+}
+
+int Trainer::RunStandby() {
+  // Started ahead of a grow: everything up to here (the process, LibTorch, the program's data)
+  // is ready when the morph comes; the place in the grid comes with it.
+  Result<std::optional<Placement>> placement =
+      AwaitPlacement(STDIN_FILENO, /*rank=*/-1, /*step=*/-1, kParkTimeoutS);
+  if (!placement.ok()) return Run(placement.status());
+  if (!*placement) return 0;
+  return Run(std::move(**placement));
+}
+
+int Trainer::Run(Result<Placement> placement) {
   if (!placement.ok()) {
     spdlog::error("{}", placement.status().message());
     return 2;
@@ -110,7 +125,7 @@ int Trainer::Run() {
     }
     if (ended.exit_code != 0 || !ended.asked_to_stop || !current.park) return ended.exit_code;
     Result<std::optional<Placement>> next =
-        AwaitPlacement(STDIN_FILENO, current, ended.step, kParkTimeoutS);
+        AwaitPlacement(STDIN_FILENO, current.rank, ended.step, kParkTimeoutS);
     if (!next.ok()) {
       spdlog::error("rank {}: {}", current.rank, next.status().message());
       return 2;

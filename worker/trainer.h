@@ -17,9 +17,10 @@
 // After Run() returns the program may go on working (evaluate, export, save) as long as it
 // needs: the manager knows from the `stopped` record that it finished training.
 //
-// A worker the manager can reach on its standard input (MITRA_PARK=1) does not exit when it
-// is asked to stop: it parks (worker/parking.h) and, told its place in the next generation,
-// trains again in the same process; Run() returns when it is told to exit.
+// A worker the manager can reach on its standard input (MITRA_PARK=1) does not exit when a
+// morph asks it to stop (SIGUSR2): it parks (worker/parking.h) and, told its place in the next
+// generation, trains again in the same process; Run() returns when it is told to exit. A
+// worker started ahead of a grow (MITRA_STANDBY=1) parks before it trains at all.
 #pragma once
 
 #include <memory>
@@ -68,6 +69,11 @@ class Trainer {
   int Run();
 
  private:
+  // A standby worker (MITRA_STANDBY=1): parks before it has a place, then runs in the one it
+  // is given.
+  int RunStandby();
+  // Trains in `placement` (and in the places it is given after it parks).
+  int Run(Result<Placement> placement);
   // How a Train() ended: the process's exit code, and whether training stopped because the
   // manager asked (SIGUSR1) with everything on disk, after `step`: then the worker may park.
   struct Ended {

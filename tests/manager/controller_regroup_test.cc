@@ -76,16 +76,32 @@ TEST_F(ControllerRegroupTest, AMorphParksTheRanksAndTheNextGenerationKeepsThemOn
   EXPECT_EQ(Released()[0].machine, "127.0.0.3");
 }
 
-TEST_F(ControllerRegroupTest, AGrowKeepsEveryParkedWorkerAndStartsOnlyTheNewRanks) {
+TEST_F(ControllerRegroupTest, AGrowStartsItsNewWorkersFirstAndKeepsEveryone) {
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunParkingGeneration(5);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
   Feed(HostChecked{"127.0.0.3", true, ""});
+  // The new ranks' processes start while the job trains on: nobody is signalled yet.
+  const auto standby = All<StartStandbyAction>();
+  ASSERT_EQ(standby.size(), 2u);
+  EXPECT_EQ(standby[0].machine.Address(), "127.0.0.3");
+  EXPECT_EQ(standby[0].local_rank, 0);
+  EXPECT_EQ(standby[1].local_rank, 1);
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_TRUE(Recorded("warm_up"));
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  AdvanceAlive(3);  // they load
+  Feed(RankReport{kStandbyGeneration, standby[0].id, RankReport::Kind::kParked, -1});
+  EXPECT_TRUE(All<SignalAction>().empty());
+  Feed(RankReport{kStandbyGeneration, standby[1].id, RankReport::Kind::kParked, -1});
+  // Both ready: now the morph.
   EXPECT_EQ(SignalsOf(SIGUSR2).size(), 2u);
   ParkAll(6);
   const LaunchAction& launch = OnlyLaunch();
   EXPECT_EQ(launch.plan.world_size(), 4);
-  EXPECT_EQ(launch.kept.size(), 2u);
+  ASSERT_EQ(launch.kept.size(), 4u);  // no process starts
+  EXPECT_EQ(launch.kept.at(2).generation, kStandbyGeneration);
+  EXPECT_EQ(launch.kept.at(3).generation, kStandbyGeneration);
   EXPECT_TRUE(Released().empty());
   // The first step tells how many were kept and started.
   now_ += 0.5;
@@ -94,9 +110,48 @@ TEST_F(ControllerRegroupTest, AGrowKeepsEveryParkedWorkerAndStartsOnlyTheNewRank
   const auto first = std::find_if(records.begin(), records.end(),
                                   [](const RecordAction& r) { return r.event == "first_step"; });
   ASSERT_NE(first, records.end());
-  EXPECT_EQ(first->fields.GetNumber("kept"), 2);
-  EXPECT_EQ(first->fields.GetNumber("started"), 2);
+  EXPECT_EQ(first->fields.GetNumber("kept"), 4);
+  EXPECT_EQ(first->fields.GetNumber("started"), 0);
   EXPECT_NE(first->line.find("regroup"), std::string::npos) << first->line;
+}
+
+TEST_F(ControllerRegroupTest, ANewWorkerThatFailsToStartLeavesTheRunningGenerationUntouched) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  const auto standby = All<StartStandbyAction>();
+  ASSERT_EQ(standby.size(), 2u);
+  Feed(RankReport{kStandbyGeneration, standby[0].id, RankReport::Kind::kParked, -1});
+  // The other dies while it loads: 127.0.0.3 is suspect, the job stays in its shape.
+  Feed(RankExited{kStandbyGeneration, standby[1].id, launcher::ExitStatus{1, 0}});
+  const auto failed = All<RecordAction>();
+  const auto record = std::find_if(failed.begin(), failed.end(),
+                                   [](const RecordAction& r) { return r.event == "standby_failed"; });
+  ASSERT_NE(record, failed.end());
+  EXPECT_NE(record->line.find("the job trains on in its shape"), std::string::npos) << record->line;
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  EXPECT_EQ(controller_->generation(), 0);
+  // The one that parked is let go.
+  EXPECT_EQ(Ranks(Released()), (std::vector<int>{standby[0].id}));
+}
+
+TEST_F(ControllerRegroupTest, AGrowWhoseNewWorkersAreLateMorphsWithoutThem) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  const auto standby = All<StartStandbyAction>();
+  ASSERT_EQ(standby.size(), 2u);
+  Feed(RankReport{kStandbyGeneration, standby[0].id, RankReport::Kind::kParked, -1});
+  AdvanceAlive(ControllerOptions().startup_timeout_s);  // the last second brings the deadline
+  EXPECT_EQ(SignalsOf(SIGUSR2).size(), 2u);
+  EXPECT_EQ(Ranks(Released()), (std::vector<int>{standby[1].id}));  // exits when it parks
+  ParkAll(6);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.plan.world_size(), 4);
+  EXPECT_EQ(launch.kept.size(), 3u);  // one rank starts a process
 }
 
 TEST_F(ControllerRegroupTest, AParkedWorkerKeepsItsSlotOnAMachine) {
