@@ -570,6 +570,8 @@ void Controller::TryLaunch() {
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
                               std::move(desired->second), now_);
   gen_.kept = static_cast<int>(kept.size());
+  // A kept worker's heartbeat runs on from its last generation: its silence counts at once.
+  for (const auto& [rank, worker] : kept) gen_.ranks[rank].heartbeats = true;
   phase_ = Phase::kRunning;
   reason_.clear();
   ending_ = Ending::kNone;

@@ -109,7 +109,9 @@ Narration HostKeptOut(const HostKeptOutFact& f) {
 
 Narration Failure(const FailureFact& f) {
   JsonObject fields;
-  fields.SetString("reason", f.reason);
+  fields.SetString("reason", f.during_regroup
+                                 ? f.reason + " (while regrouping in place: every worker starts afresh)"
+                                 : f.reason);
   if (f.after_training) {
     if (f.where) fields.SetInt("rank", f.where->rank);
     return Told("failure_after_training", fields.SetInt("step", f.step), "mitra: " + f.reason,
@@ -121,10 +123,7 @@ Narration Failure(const FailureFact& f) {
                                                                                f.where->machine);
   }
   if (f.during_regroup) fields.SetBool("during_regroup", true);
-  return Told("failure", fields,
-              "mitra: failure: " + f.reason +
-                  (f.during_regroup ? " (while regrouping in place: every worker starts afresh)"
-                                    : ""),
+  return Told("failure", fields, "mitra: failure: " + fields.GetString("reason").value_or(""),
               true);
 }
 

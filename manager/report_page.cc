@@ -104,7 +104,8 @@ json ChartData(const RunReport& r, size_t max_points) {
   for (const Change& c : r.changes) {
     changes.push_back({{"kind", c.kind}, {"generation", c.generation}, {"step", c.step},
                        {"start", c.detected - t0}, {"stop", c.stop_s}, {"relaunch", c.relaunch_s},
-                       {"first_step", c.first_step_s}, {"downtime", c.downtime_s}});
+                       {"first_step", c.ready_s + c.load_s + c.first_step_s},
+                       {"downtime", c.downtime_s}});
   }
   json failures = json::array();
   for (const Failure& f : r.failures) {
@@ -183,14 +184,15 @@ std::string ChangesTable(const RunReport& r) {
   }
   std::string out =
       "<table><tr><th>kind</th><th>cause</th><th>generation</th><th>at step</th>"
-      "<th>new shape</th><th>downtime</th><th>stop</th><th>relaunch</th><th>first step</th>"
-      "</tr>\n";
+      "<th>new shape</th><th>downtime</th><th>stop</th><th>relaunch</th><th>ready</th>"
+      "<th>load</th><th>first step</th><th>workers kept</th></tr>\n";
   for (const Change& c : r.changes) {
     out += "<tr><td>" + Escape(c.kind) + "</td><td>" + Escape(c.cause) + "</td><td>" +
            std::to_string(c.generation) + "</td><td>" + std::to_string(c.step) + "</td><td>" +
            Escape(c.shape) + "</td><td>" + DurationText(c.downtime_s) + "</td><td>" +
            DurationText(c.stop_s) + "</td><td>" + DurationText(c.relaunch_s) + "</td><td>" +
-           DurationText(c.first_step_s) + "</td></tr>\n";
+           DurationText(c.ready_s) + "</td><td>" + DurationText(c.load_s) + "</td><td>" +
+           DurationText(c.first_step_s) + "</td><td>" + std::to_string(c.kept) + "</td></tr>\n";
   }
   out += "</table>\n";
   for (const Failure& f : r.failures) {

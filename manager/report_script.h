@@ -128,7 +128,7 @@ inline constexpr const char* kReportScript = R"JS(
           })),
           phase('stop', colors[1], function () { return 0; }, function (c) { return c.stop; }),
           phase('relaunch', colors[4], function (c) { return c.stop; }, function (c) { return c.relaunch; }),
-          phase('first step', colors[8], function (c) { return c.stop + c.relaunch; }, function (c) { return c.first_step; }),
+          phase('start-up, load and first step', colors[8], function (c) { return c.stop + c.relaunch; }, function (c) { return c.first_step; }),
           bars('failure', colors[3], data.failures.map(function (f) {
             return span('downtime', f.time, f.time, 'rank ' + f.rank + ': ' + f.reason);
           })),

@@ -125,7 +125,10 @@ void ReadEvent(const json& r, RunReport& report, std::string* pending_cause) {
     c.downtime_s = Num(r, "downtime_s");
     c.stop_s = Num(r, "stop_s");
     c.relaunch_s = Num(r, "relaunch_s");
+    c.ready_s = Num(r, "ready_s");
+    c.load_s = Num(r, "load_s");
     c.first_step_s = Num(r, "first_step_s");
+    c.kept = static_cast<int>(Int(r, "kept"));
     c.detected = time - c.downtime_s;
     report.changes.push_back(c);
     pending_cause->clear();

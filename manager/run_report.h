@@ -61,7 +61,10 @@ struct Change {
   std::string shape;       // the new shape
   double detected = 0;     // when the change was seen (first_step time - downtime)
   double time = 0;         // when training went on
-  double downtime_s = 0, stop_s = 0, relaunch_s = 0, first_step_s = 0;
+  // The first_step record's split; ready_s and load_s are 0 in records older than them, whose
+  // first_step_s covers the start-up and load too.
+  double downtime_s = 0, stop_s = 0, relaunch_s = 0, ready_s = 0, load_s = 0, first_step_s = 0;
+  int kept = 0;  // ranks given to parked workers
 };
 
 struct Failure {

@@ -135,6 +135,7 @@ int Trainer::Run(Result<Placement> placement) {
                  current.generation, (*next)->rank, (*next)->generation);
     current = std::move(**next);
     heartbeat.SetRank(current.rank);
+    step_times.Take();  // the old place's steps are not the new rank's
     g_stop_requested = 0;
   }
 }

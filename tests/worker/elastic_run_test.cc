@@ -6,11 +6,14 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/manager/run_helpers.h"
 #include "tests/worker/elastic_job.h"
@@ -25,6 +28,30 @@ using testing::TempDir;
 
 // ~40 ms a step for the tiny model: long enough to act mid-run, short enough for CI.
 const testing::ElasticJob kJob{16, 40};
+// Long enough for a grow's new workers to start (about a second) before the job ends.
+const testing::ElasticJob kLongJob{16, 120};
+
+// The ranks of generation `generation`'s launch that parked workers took.
+std::vector<int64_t> KeptRanks(const std::string& run_dir, int64_t generation) {
+  for (const JsonObject& launch : testing::EventsNamed(run_dir, "launch")) {
+    if (launch.GetNumber("generation") != static_cast<double>(generation)) continue;
+    std::vector<int64_t> kept;
+    const JsonValue* value = launch.Find("kept");
+    if (value == nullptr) return kept;
+    const std::string text = value->string_value();  // a JSON array of numbers, as text
+    for (size_t i = 0; i < text.size();) {
+      if (std::isdigit(static_cast<unsigned char>(text[i]))) {
+        size_t used = 0;
+        kept.push_back(std::stoll(text.substr(i), &used));
+        i += used;
+      } else {
+        ++i;
+      }
+    }
+    return kept;
+  }
+  return {};
+}
 
 class ElasticGpt : public ::testing::Test {
  protected:
@@ -53,21 +80,68 @@ TEST_F(ElasticGpt, ShrinkingTheMachineListMorphsWithoutLosingAStep) {
   const testing::MitraResult r = mitra->Wait(180);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  // The two workers that stay were kept: no process started.
+  EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
+  EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1}));
   EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 2u);
   EXPECT_TRUE(testing::EventsNamed(run_dir_, "step_lost").empty());
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoProcessLeft(run_dir_);
 }
 
-TEST_F(ElasticGpt, GrowingTheMachineListMorphsIntoTheLargerShape) {
-  auto mitra = Start("localhost slots=2\n", 2);
+TEST_F(ElasticGpt, WithoutRegroupingAShrinkRestartsEveryWorkerAndTrainsTheSame) {
+  auto mitra = Start("localhost slots=4\n", 2, {"--no-regroup"});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("kept"), std::string::npos) << r.out;
+  EXPECT_TRUE(KeptRanks(run_dir_, 1).empty());
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoProcessLeft(run_dir_);
+}
+
+TEST_F(ElasticGpt, GrowingTheMachineListStartsTheNewWorkersFirstAndKeepsEveryone) {
+  auto mitra = Start("localhost slots=2\n", 2, {}, kLongJob);
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
   RewriteFile(tmp_, "machines.txt", "localhost slots=4\n");
   const testing::MitraResult r = mitra->Wait(180);
   ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("starting 2 new workers first"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 2"), std::string::npos) << r.out;
-  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  EXPECT_NE(r.out.find("4 workers kept, 0 started"), std::string::npos) << r.out;
+  EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1, 2, 3}));
+  testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoProcessLeft(run_dir_);
+}
+
+TEST_F(ElasticGpt, AKeptWorkerThatHangsDuringTheRegroupFallsBackToAFullRestart) {
+  auto mitra = Start("localhost slots=4\n", 2, {"--heartbeat-timeout", "2"});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+  ASSERT_EQ(pids.size(), 4u);
+  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
+  // Rank 1 stays (2 x 1 keeps ranks 0 and 1): stopped as soon as it parks, it can never join
+  // the regrouped generation, which fails before its first step.
+  const std::string log = run_dir_ + "/logs/gen-0/rank-1.log";
+  bool parked = false;
+  for (int i = 0; i < 3000 && !parked; ++i) {
+    parked = testing::ReadFileOrEmpty(log).find("\"event\":\"parked\"") != std::string::npos;
+    if (!parked) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(parked) << testing::ReadFileOrEmpty(log);
+  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.err.find("while regrouping in place: every worker starts afresh"), std::string::npos)
+      << r.output();
+  EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1}));
+  EXPECT_TRUE(KeptRanks(run_dir_, 2).empty());  // the relaunch started every worker
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
   ExpectNoProcessLeft(run_dir_);
 }
 
