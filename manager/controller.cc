@@ -322,7 +322,7 @@ void Controller::OnExited(const RankExited& in) {
     if (in.exit.signal == SIGUSR1) {
       what += " (it had no SIGUSR1 handler: a worker must install one before it reports ready)";
     }
-    Fail(in.rank, what, /*blame_machine=*/true);
+    Fail(in.rank, what, /*blame_machine=*/true, /*machine_lost=*/in.exit.lost);
   }
   MaybeEndGeneration();
 }

@@ -301,7 +301,10 @@ class Controller {
   static std::string KillHint(const StopInput& in);  // " (SIGINT again kills them)" or ""
 
   // A rank failed (or, without `rank`, the generation as a whole: it did not stop in time).
-  void Fail(std::optional<int> rank, const std::string& what, bool blame_machine);
+  // `machine_lost`: the connection to its machine was lost, so the relaunch does not wait for
+  // that machine's health check (it joins later, through a grow, if it passes).
+  void Fail(std::optional<int> rank, const std::string& what, bool blame_machine,
+            bool machine_lost = false);
   // A rank failed after the job's training was complete: nothing is relaunched, the others
   // may finish their own work, and the job ends as failed.
   void FailAfterTraining(std::optional<int> rank, const std::string& what);

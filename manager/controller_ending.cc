@@ -67,7 +67,8 @@ void Controller::Terminate(const std::string& why) {
   gen_.deadlines.kill = now_ + options_.kill_grace_s;
 }
 
-void Controller::Fail(std::optional<int> rank, const std::string& what, bool blame_machine) {
+void Controller::Fail(std::optional<int> rank, const std::string& what, bool blame_machine,
+                      bool machine_lost) {
   if (training_done_) {
     FailAfterTraining(rank, what);
     if (rank && gen_.ranks[*rank].running) Signal(*rank, SIGKILL);
@@ -121,7 +122,10 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
       reason_ = what;
       change_.kind = "recovery";
       change_.detected = now_;
-      gen_.deadlines.health = now_ + options_.health_wait_s;
+      // A machine whose connection was lost is most likely gone (a frozen or dead host): its
+      // check would only time out. Otherwise the relaunch waits a little for the failed
+      // machine's check, so that a crashed worker's healthy machine stays in the shape.
+      if (!machine_lost) gen_.deadlines.health = now_ + options_.health_wait_s;
     }
   }
   // The survivors' collectives are already failing; anything they were writing is a partial
