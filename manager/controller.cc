@@ -562,7 +562,18 @@ void Controller::TryLaunch() {
   waiting_reason_.clear();
   std::vector<ParkedWorker> unneeded;
   std::map<int, ParkedWorker> kept = parked_.TakeFor(desired->first, desired->second, &unneeded);
-  if (!unneeded.empty()) actions_.push_back(ReleaseAction{std::move(unneeded)});
+  std::vector<ParkedWorker> released;
+  for (ParkedWorker& w : unneeded) {
+    // Standby workers left over stay as spares on the machines the job uses, up to --spares.
+    const bool used = std::any_of(desired->second.begin(), desired->second.end(),
+                                  [&](const Machine& m) { return m.Address() == w.machine; });
+    if (w.generation == kStandbyGeneration && used && SparesOn(w.machine) < options_.spares) {
+      parked_.Add(std::move(w));
+    } else {
+      released.push_back(std::move(w));
+    }
+  }
+  if (!released.empty()) actions_.push_back(ReleaseAction{std::move(released)});
   std::optional<int64_t> expected;
   if (ending_ == Ending::kMorph && gen_.stopped_step >= 0 && gen_.stopped_steps_agree) {
     expected = gen_.stopped_step;
@@ -576,6 +587,7 @@ void Controller::TryLaunch() {
   reason_.clear();
   ending_ = Ending::kNone;
   actions_.push_back(LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept)});
+  KeepSpares();
 }
 
 // ---- Helpers -----------------------------------------------------------------------------

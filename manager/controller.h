@@ -94,6 +94,14 @@ struct ControllerOptions {
   // More than max_restarts unplanned restarts within restart_window_s fail the job.
   int max_restarts = 5;
   double restart_window_s = 600;
+  // After a rank fails, survivors that can park get this long to do so (their collectives fail
+  // as the failed rank's connections close) before they are killed; the next generation keeps
+  // them. Not after a lost machine (its peers may not notice for a long time) nor while
+  // regrouping (then every rank starts afresh).
+  double park_grace_s = 1;
+  // Standby workers kept on each machine of the running generation, to take a failed rank's
+  // place without a process start (--spares).
+  int spares = 0;
 };
 
 // ---- Inputs ------------------------------------------------------------------------------
@@ -315,6 +323,11 @@ class Controller {
   void AskRanksToStop(bool park = false);
   // Lets every parked worker go, and every standby worker not parked yet (ReleaseAction).
   void ReleaseParked();
+  // Starts standby workers until every machine of the running generation has options_.spares
+  // of them, parked or starting.
+  void KeepSpares();
+  // How many standby workers (parked or starting) `address` has.
+  int SparesOn(const std::string& address) const;
   void Terminate(const std::string& why);
   void MaybeEndGeneration();
   // Remembers when the last rank of the generation exited (once per generation).

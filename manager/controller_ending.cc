@@ -129,10 +129,20 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
     }
   }
   // The survivors' collectives are already failing; anything they were writing is a partial
-  // checkpoint that is never loaded. SIGKILL is the quickest way to a clean slate.
+  // checkpoint that is never loaded. SIGKILL is the quickest way to a clean slate, unless they
+  // can park: then they get a moment to, and the next generation keeps them.
   gen_.deadlines.stop.reset();
   gen_.deadlines.kill.reset();
-  KillRunning(what);
+  const bool survivors_park =
+      ending_ == Ending::kRecover && !machine_lost && !fact.during_regroup && gen_.AllReady() &&
+      std::all_of(gen_.ranks.begin(), gen_.ranks.end(),
+                  [](const RankState& r) { return !r.running || r.can_park; });
+  if (!survivors_park) {
+    KillRunning(what);
+    return;
+  }
+  if (rank && gen_.ranks[*rank].running) Signal(*rank, SIGKILL);  // hung, or never started
+  gen_.deadlines.kill = now_ + options_.park_grace_s;  // then SIGKILL whoever has not parked
 }
 
 void Controller::KillRunning(const std::string& why) {

@@ -3,6 +3,7 @@
 // launch) is in controller.cc and controller_ending.cc. One class, controller.h.
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "manager/controller.h"
 
@@ -56,9 +57,13 @@ void Controller::OnStandbyReport(const RankReport& in) {
   ParkedWorker worker = it->second;
   standby_.erase(it);
   // Useful until the next generation is launched: while its grow warms up, or while the
-  // running generation stops. Afterwards nothing would keep it.
+  // running generation stops; or as a spare on a machine of the running generation.
+  const bool spare =
+      gen_.live && SparesOn(worker.machine) < options_.spares &&
+      std::any_of(gen_.machines.begin(), gen_.machines.end(),
+                  [&](const Machine& m) { return m.Address() == worker.machine; });
   const bool useful = warm_up_.has_value() || phase_ == Phase::kMorphing ||
-                      phase_ == Phase::kRecovering;
+                      phase_ == Phase::kRecovering || spare;
   if (!useful) {
     actions_.push_back(ReleaseAction{{worker}});
     return;
@@ -103,6 +108,25 @@ void Controller::EndWarmUp() {
     return;
   }
   BeginMorph(why);
+}
+
+int Controller::SparesOn(const std::string& address) const {
+  int n = parked_.Count(kStandbyGeneration, address);
+  for (const auto& [id, worker] : standby_) n += worker.machine == address;
+  return n;
+}
+
+void Controller::KeepSpares() {
+  if (options_.spares <= 0 || !gen_.live) return;
+  std::set<std::string> seen;
+  for (const Machine& machine : gen_.machines) {
+    if (!seen.insert(machine.Address()).second) continue;
+    for (int n = SparesOn(machine.Address()); n < options_.spares; ++n) {
+      const int id = next_standby_id_++;
+      standby_[id] = ParkedWorker{kStandbyGeneration, id, machine.Address(), /*local_rank=*/-1};
+      actions_.push_back(StartStandbyAction{id, machine, -1});
+    }
+  }
 }
 
 void Controller::ReleaseParked() {

@@ -33,6 +33,12 @@ std::map<int, ParkedWorker> ParkedWorkers::TakeFor(const planner::GridPlan& plan
 
 std::vector<ParkedWorker> ParkedWorkers::TakeAll() { return std::exchange(workers_, {}); }
 
+int ParkedWorkers::Count(int64_t generation, const std::string& machine) const {
+  return static_cast<int>(std::count_if(workers_.begin(), workers_.end(), [&](const ParkedWorker& w) {
+    return w.generation == generation && w.machine == machine;
+  }));
+}
+
 bool ParkedWorkers::Remove(int64_t generation, int rank) {
   const auto it = std::find_if(workers_.begin(), workers_.end(), [&](const ParkedWorker& w) {
     return w.generation == generation && w.rank == rank;

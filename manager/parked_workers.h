@@ -41,6 +41,8 @@ class ParkedWorkers {
   std::vector<ParkedWorker> TakeAll();
   // Forgets the one that parked as `rank` of `generation` (its process ended); false if none.
   bool Remove(int64_t generation, int rank);
+  // How many parked as generation `generation` on `machine`.
+  int Count(int64_t generation, const std::string& machine) const;
 
  private:
   std::vector<ParkedWorker> workers_;

@@ -508,6 +508,8 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   // A worker's first heartbeat comes once its program has loaded and reached mitra: seconds.
   controller_options.first_heartbeat_timeout_s = std::max(10.0, 2 * options.heartbeat_timeout_s);
   controller_options.max_restarts = options.max_restarts;
+  // Spares are parked workers: a launcher that cannot tell them a place cannot use them.
+  controller_options.spares = options.no_regroup ? 0 : options.spares;
   controller_options.start_step = resume_step;
   controller_options.first_generation = settings.generation;
 

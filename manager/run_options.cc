@@ -40,6 +40,7 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Seconds("--preemption-interval", &o.preemption_interval_s, "5");
   flags.Switch("--exclude-stragglers", &o.exclude_stragglers);
   flags.Switch("--no-regroup", &o.no_regroup);
+  flags.Whole("--spares", 0, &o.spares, "1");
   flags.Whole("--metrics-port", 1, &o.metrics_port, "9400", 65535);
   std::string metrics_address;  // "" when not given
   flags.Text("--metrics-address", &metrics_address, "an IP address", "0.0.0.0");
@@ -236,6 +237,8 @@ std::string RunUsage() {
          "  --exclude-stragglers  drain the machine of a rank found to be a straggler\n"
          "  --no-regroup          on a morph, stop every worker and start the next generation\n"
          "                        afresh, instead of keeping the workers whose machine stays\n"
+         "  --spares N            keep N idle workers started on each machine, to take a\n"
+         "                        failed worker's place without a process start (default 0)\n"
          "  --metrics-port PORT   serve Prometheus metrics at http://ADDR:PORT/metrics\n"
          "  --metrics-address ADDR\n"
          "                        the address they are served on (default 127.0.0.1: this\n"

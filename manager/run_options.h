@@ -45,6 +45,7 @@ struct RunOptions {
   double preemption_interval_s = 5;   // --preemption-interval
   bool exclude_stragglers = false;    // --exclude-stragglers
   bool no_regroup = false;            // --no-regroup: every generation starts every worker
+  int spares = 0;                     // --spares N: standby workers kept on each machine
   int64_t metrics_port = 0;    // --metrics-port: serve Prometheus metrics there; 0 = none
   std::string metrics_address = "127.0.0.1";  // --metrics-address: where they are served
   std::string program;         // after `--`

@@ -120,8 +120,14 @@ int Trainer::Run(Result<Placement> placement) {
       if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, current);
       ended = Train(current, &step_times);
     } catch (const PeerError& e) {
-      spdlog::error("rank {}: {}; stopping", current.rank, e.what());
-      return 1;
+      if (!current.park) {
+        spdlog::error("rank {}: {}; stopping", current.rank, e.what());
+        return 1;
+      }
+      // A peer failed: what this rank trained since the newest checkpoint is lost with it, but
+      // the process is not. It parks, and the manager's recovery may keep it.
+      spdlog::error("rank {}: {}; parking for the next generation", current.rank, e.what());
+      ended = Ended{0, true, -1};
     }
     if (ended.exit_code != 0 || !ended.asked_to_stop || !current.park) return ended.exit_code;
     Result<std::optional<Placement>> next =

@@ -241,3 +241,98 @@ TEST_F(ControllerRegroupTest, WaitingForMachinesLetsTheParkedWorkersGo) {
 
 }  // namespace
 }  // namespace mitra::manager
+
+namespace mitra::manager {
+namespace {
+
+using testing::List;
+
+class ControllerRecoveryParkTest : public ControllerRegroupTest {};
+
+TEST_F(ControllerRecoveryParkTest, SurvivorsOfAFailureParkAndTheRelaunchKeepsThem) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(RankExited{0, 3, launcher::ExitStatus{0, SIGKILL}});
+  // No SIGKILL for the survivors: their collectives fail and they park.
+  EXPECT_TRUE(SignalsOf(SIGKILL).empty());
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+  for (int r = 0; r < 3; ++r) Feed(RankReport{0, r, RankReport::Kind::kParked, -1});
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.plan.world_size(), 4);
+  ASSERT_EQ(launch.kept.size(), 3u);  // rank 3's place starts a process
+  EXPECT_EQ(launch.kept.count(3), 0u);
+}
+
+TEST_F(ControllerRecoveryParkTest, SurvivorsThatDoNotParkInTimeAreKilled) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  EXPECT_TRUE(SignalsOf(SIGKILL).empty());
+  Advance(ControllerOptions().park_grace_s);
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0}));
+}
+
+TEST_F(ControllerRecoveryParkTest, AHungRankIsKilledAtOnceAndItsPeersMayPark) {
+  Make(Options());
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  AdvanceAlive(2);
+  Feed(RankReport{0, 0, RankReport::Kind::kHeartbeat, 0});  // rank 1 goes silent
+  Advance(ControllerOptions().heartbeat_timeout_s - 0.5);     // it is; rank 0 is not
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{1}));
+}
+
+TEST_F(ControllerRecoveryParkTest, AfterALostMachineEveryoneIsKilledAtOnce) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  launcher::ExitStatus lost;
+  lost.lost = true;
+  lost.exit_code = -1;
+  Feed(RankExited{0, 3, lost});
+  // Its peers may not notice a frozen machine for long: no grace.
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0, 1, 2}));
+}
+
+TEST_F(ControllerRecoveryParkTest, SparesStartWithTheJobTakeAFailedRanksPlaceAndAreReplaced) {
+  ControllerOptions options = Options();
+  options.spares = 1;
+  Make(options);
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  const auto spares = All<StartStandbyAction>();
+  ASSERT_EQ(spares.size(), 1u);
+  EXPECT_EQ(spares[0].machine.Address(), "127.0.0.2");
+  RunParkingGeneration(5);
+  Feed(RankReport{kStandbyGeneration, spares[0].id, RankReport::Kind::kParked, -1});
+  EXPECT_TRUE(All<ReleaseAction>().empty()) << "a spare is kept";
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  Feed(RankReport{0, 0, RankReport::Kind::kParked, -1});
+  Feed(HostChecked{"127.0.0.2", true, ""});
+  const LaunchAction& launch = OnlyLaunch();
+  ASSERT_EQ(launch.kept.size(), 2u);
+  EXPECT_EQ(launch.kept.at(0).generation, 0);  // the survivor keeps its place
+  EXPECT_EQ(launch.kept.at(1).generation, kStandbyGeneration);
+  // The spare that was used is replaced.
+  ASSERT_EQ(All<StartStandbyAction>().size(), 1u);
+  EXPECT_NE(All<StartStandbyAction>()[0].id, spares[0].id);
+}
+
+TEST_F(ControllerRecoveryParkTest, SparesOutliveAMorphThatDoesNotNeedThem) {
+  ControllerOptions options = Options();
+  options.spares = 1;
+  Make(options);
+  Feed(StartInput{List("127.0.0.2 slots=4\n"), {}});
+  const int spare = All<StartStandbyAction>().at(0).id;
+  RunParkingGeneration(5);
+  Feed(RankReport{kStandbyGeneration, spare, RankReport::Kind::kParked, -1});
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  ParkAll(6);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.kept.size(), 2u);
+  for (const auto& [rank, worker] : launch.kept) EXPECT_EQ(worker.generation, 0);
+  EXPECT_EQ(Ranks(Released()), (std::vector<int>{2, 3}));  // not the spare
+  EXPECT_TRUE(All<StartStandbyAction>().empty());
+}
+
+}  // namespace
+}  // namespace mitra::manager

@@ -243,6 +243,25 @@ TEST_F(ElasticGpt, AKilledWorkerIsRecoveredFromTheNewestCheckpoint) {
   testing::ExpectRecoveredFromAKilledWorker(kJob, mitra->Wait(180), run_dir_, trace_);
 }
 
+TEST_F(ElasticGpt, AKilledWorkersPlaceIsTakenByASpareAndItsPeerIsKept) {
+  auto mitra = Start("localhost slots=2\n", 2, {"--checkpoint-every", "1", "--spares", "1"},
+                     kLongJob);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.err.find("was killed by signal SIGKILL"), std::string::npos) << r.err;
+  // The survivor parked when its peer vanished; the spare took the dead rank's place.
+  EXPECT_NE(r.out.find("recovery done: training again in 2 x 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
+  EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1}));
+  testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoProcessLeft(run_dir_);
+}
+
 TEST_F(ElasticGpt, AStoppedWorkerIsFoundByItsMissingHeartbeatsAndRecovered) {
   auto mitra = Start("localhost slots=2\n", 2, {"--checkpoint-every", "1", "--heartbeat-timeout",
                                                  "2"});
