@@ -3,7 +3,8 @@
 
 1. recovery (mitra and torchrun, --repeats times each, interleaved): a 2-process job on
    localhost (mitra: `gpt_train --model tiny`, 1 stage x 2 replicas by default, batch 16, a
-   checkpoint after every step; torchrun: bench/python/ddp_recovery.py, the same-sized model
+   checkpoint after every step, --spares 1: a standby worker takes the killed rank's place and
+   the survivor parks and is kept; torchrun: bench/python/ddp_recovery.py, the same-sized model
    in DDP on Gloo, torch.save after every step, 1 intra-op thread, `--max_restarts 3
    --monitor_interval 1`, c10d rendezvous). After --warm-steps steps one worker (rank 1) is
    SIGKILLed; measured: kill -> the first training step finished after the restart
@@ -290,7 +291,7 @@ def mitra_recovery(args, rep):
     m = None
     try:
         m = Mitra(args, tmp, "localhost slots=2\n", args.stages, "tiny",
-                  ["--checkpoint-every", "1"])
+                  ["--checkpoint-every", "1", "--spares", str(args.spares)])
         m.wait_steps(0, args.warm_steps, args.start_timeout)
         victim = m.events("launch", 0)[0]["pids"][1]
         t_kill = time.time()
@@ -564,6 +565,9 @@ def main():
     p.add_argument("--stages", type=int, default=1, choices=(1, 2),
                    help="mitra's recovery job: 1 (2 replicas, like DDP; default) or 2 stages")
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--spares", type=int, default=1,
+                   help="mitra's recovery job: standby workers per machine (default 1; 0: the "
+                        "killed worker's place starts a process)")
     p.add_argument("--warm-steps", type=int, default=30,
                    help="steps before a worker is killed (default 30)")
     p.add_argument("--morph-warm-steps", type=int, default=5,

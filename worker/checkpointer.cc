@@ -339,6 +339,7 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   const double deadline = started + std::max(600.0, 20 * p.timeout_s);
   int64_t done = 0, failed = 0;
   while (done + failed < world) {
+    if (abandoned_) return Status::Aborted("a peer failed while the checkpoint was written");
     if (Now() > deadline) {
       return Status::Timeout(std::to_string(world - done - failed) +
                              " ranks did not report their checkpoint files in time");

@@ -21,10 +21,11 @@
 // Not thread-safe: call from the training thread.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <string>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 
@@ -75,6 +76,9 @@ class Checkpointer {
   void Save(int64_t steps_done);
   // Waits for the save in flight; its status (OK when there is none).
   Status Wait();
+  // A peer failed: a save in flight will never be complete, so rank 0 stops waiting for the
+  // other ranks' parts of it (its commit fails, the directory stays partial). Thread-safe.
+  void Abandon() { abandoned_ = true; }
   // With periodic asynchronous saves, starts allocating and touching the staging memory of
   // the saves to come on the writer thread (see above); call it once the state is restored
   // (a restore reading the checkpoint at the same time would go slower). Otherwise nothing.
@@ -124,6 +128,7 @@ class Checkpointer {
   // Prepared buffers not yet given a key, by shape and type (see Staging).
   std::map<std::pair<std::vector<int64_t>, c10::ScalarType>, std::vector<torch::Tensor>> spares_;
   bool preparing_ = false;  // the writer thread prepares staging memory (PrepareStaging)
+  std::atomic<bool> abandoned_{false};  // Abandon()
   std::thread writer_;
   Status last_status_;
   std::mutex mu_;  // guards the three below, shared by the training and writer threads

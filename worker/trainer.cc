@@ -217,7 +217,14 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
   const std::function<bool()> stop_requested = [] { return g_stop_requested != 0; };
   while (step < max_steps) {
     const auto start = std::chrono::steady_clock::now();
-    StepResult r = rt.Step(step, stop_requested);
+    StepResult r;
+    try {
+      r = rt.Step(step, stop_requested);
+    } catch (const PeerError&) {
+      // The save in flight can never be complete: rank 0 must not wait for the lost peer's part.
+      if (checkpointer) checkpointer->Abandon();
+      throw;
+    }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
