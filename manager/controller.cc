@@ -248,7 +248,7 @@ void Controller::OnReport(const RankReport& in) {
     case RankReport::Kind::kParked:
       // Stopped as asked, its part of the checkpoint on disk: like an exit, but the process
       // stays for the next generation.
-      if (!r.running || r.parked) return;
+      if (!r.running || r.parked || r.killed) return;  // a killed rank's exit is near
       r.running = false;
       r.parked = true;
       parked_.Add(ParkedWorker{gen_.number, in.rank, gen_.MachineOf(in.rank).Address(),
@@ -610,6 +610,7 @@ void Controller::SignalRunning(int signal_number) {
 }
 
 void Controller::Signal(int rank, int signal_number) {
+  if (signal_number == SIGKILL && gen_.Has(rank)) gen_.ranks[rank].killed = true;
   actions_.push_back(SignalAction{gen_.number, rank, signal_number});
 }
 

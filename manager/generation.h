@@ -28,6 +28,7 @@ struct RankState {
   bool stopped = false;     // printed `stopped`: may keep working, no heartbeats expected
   bool can_park = false;    // said so when ready: a morph may ask it to park (SIGUSR2)
   bool parked = false;      // parked: no longer running, its process waits for a placement
+  bool killed = false;      // sent SIGKILL: a `parked` that crosses the signal keeps nothing
   bool finished = false;    // ... at the job's last step
   double last_heard = 0;    // since started: the start, else the last record
 };

@@ -336,3 +336,29 @@ TEST_F(ControllerRecoveryParkTest, SparesOutliveAMorphThatDoesNotNeedThem) {
 
 }  // namespace
 }  // namespace mitra::manager
+
+namespace mitra::manager {
+namespace {
+
+TEST_F(ControllerRegroupTest, ARankThatParksAfterItWasKilledIsNotKept) {
+  Feed(StartInput{testing::List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  launcher::ExitStatus lost;
+  lost.lost = true;
+  lost.exit_code = -1;
+  Feed(RankExited{0, 3, lost});
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0, 1, 2}));
+  Feed(RankExited{0, 2, lost});
+  // Their peer failing, ranks 0 and 1 park before the SIGKILL lands: they are not kept.
+  Feed(RankReport{0, 0, RankReport::Kind::kParked, -1});
+  Feed(RankReport{0, 1, RankReport::Kind::kParked, -1});
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.plan.world_size(), 2);
+  EXPECT_TRUE(launch.kept.empty());
+}
+
+}  // namespace
+}  // namespace mitra::manager
