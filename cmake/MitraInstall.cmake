@@ -18,7 +18,7 @@ set(MITRA_PUBLIC_HEADERS
   cutpoint/activations.h cutpoint/model.h cutpoint/partition.h
   planner/batch_split.h
   worker/checkpoint_options.h worker/data.h worker/inference.h worker/lr_schedule.h
-  worker/optimizer.h worker/placement.h worker/runtime.h worker/stage.h worker/trainer.h)
+  worker/loss_scaler.h worker/optimizer.h worker/placement.h worker/runtime.h worker/stage.h worker/trainer.h)
 if(MITRA_WITH_TORCH)
   foreach(header ${MITRA_PUBLIC_HEADERS})
     get_filename_component(folder ${header} DIRECTORY)

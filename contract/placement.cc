@@ -7,6 +7,7 @@
 
 #include "common/duration_text.h"
 #include "common/free_port.h"
+#include "contract/precision.h"
 #include "contract/variables.h"
 
 extern char** environ;
@@ -154,6 +155,14 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
   ReadText(env, kSchedule, &p.schedule);
   ReadText(env, kPartition, &p.partition);
   ReadText(env, kStepTrace, &p.step_trace);
+  ReadText(env, kPrecision, &p.precision);
+  ReadText(env, kDevice, &p.device);
+  if (!p.precision.empty()) {
+    if (Status s = CheckPrecision(p.precision, kPrecision); !s.ok()) return s;
+  }
+  if (!p.device.empty()) {
+    if (Status s = CheckDevice(p.device, kDevice); !s.ok()) return s;
+  }
   if (const std::string* v = Find(env, kRecompute)) {
     if (*v != "0" && *v != "1") {
       return Status::InvalidArgument("MITRA_RECOMPUTE='" + *v + "' is not 0 or 1");
@@ -203,6 +212,8 @@ Environment Placement::ToEnvironment() const {
   if (!partition.empty()) env[kPartition] = partition;
   if (!step_trace.empty()) env[kStepTrace] = step_trace;
   if (park) env[kPark] = "1";
+  if (!precision.empty()) env[kPrecision] = precision;
+  if (!device.empty()) env[kDevice] = device;
   return env;
 }
 

@@ -49,6 +49,10 @@ struct Placement {
   // asked for, with its checkpoint on disk, the worker may park and wait for one instead of
   // exiting (worker/parking.h).
   bool park = false;
+  // MITRA_PRECISION (fp32 | bf16 | fp16) and MITRA_DEVICE (cpu | cuda): what `mitra run
+  // --precision` asked for; empty: the program's own settings.
+  std::string precision;
+  std::string device;
 
   int stage() const { return stage_map.PositionOf(rank).stage; }
   int replica() const { return stage_map.PositionOf(rank).replica; }

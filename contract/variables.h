@@ -35,6 +35,8 @@ inline constexpr char kPark[] = "MITRA_PARK";
 // "1": a worker started ahead of a grow, with no place yet: it loads, parks at once and waits
 // for its placement on standard input.
 inline constexpr char kStandby[] = "MITRA_STANDBY";
+inline constexpr char kPrecision[] = "MITRA_PRECISION";
+inline constexpr char kDevice[] = "MITRA_DEVICE";
 
 // Requests instead of training.
 inline constexpr char kDescribe[] = "MITRA_DESCRIBE";
@@ -58,6 +60,7 @@ inline constexpr const char* kManagedVariables[] = {
     kRecompute,      kPartition,       kStepTrace,         kPark,           kStandby,
     kDescribe,       kProfile,
     kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
+    kPrecision,      kDevice,
 };
 
 }  // namespace mitra::contract

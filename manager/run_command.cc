@@ -434,6 +434,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   settings.checkpoint_every = options.checkpoint_every;
   settings.keep_checkpoints = options.keep_checkpoints;
   settings.threads = *threads;
+  settings.precision = options.precision;
   settings.timeout_s = *timeout_s;
   settings.run_dir = run_dir.path();
   if (Status s = run_dir.Create(*c.fs, settings.generation); !s.ok()) {

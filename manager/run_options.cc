@@ -1,5 +1,6 @@
 #include "manager/run_options.h"
 
+#include "contract/precision.h"
 #include "manager/flags.h"
 
 namespace mitra::manager {
@@ -23,6 +24,7 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Whole("--max-steps", 0, &o.max_steps, "1000");
   flags.Text("--run-dir", &o.run_dir, "a directory name", "mitra-run");
   flags.Whole("--threads", 1, &o.threads, "4");
+  flags.Text("--precision", &o.precision, "fp32, bf16 or fp16", "bf16");
   flags.Seconds("--timeout", &o.timeout_s, "30");
   flags.Seconds("--stop-timeout", &o.stop_timeout_s, "120");
   flags.Text("--checkpoint-dir", &o.checkpoint_dir, "a directory name", "checkpoints");
@@ -70,6 +72,11 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
     return Status::InvalidArgument(
         "mitra run: --batch-size is required: the global batch in samples per step, e.g. "
         "--batch-size 64");
+  }
+  if (!o.precision.empty()) {
+    if (Status s = contract::CheckPrecision(o.precision, "mitra run: --precision"); !s.ok()) {
+      return s;
+    }
   }
   if (!metrics_address.empty()) {
     if (o.metrics_port == 0) {
@@ -217,6 +224,9 @@ std::string RunUsage() {
          "  --keep-checkpoints K  complete checkpoints kept (default 3)\n"
          "  --threads N           MITRA_THREADS for the workers (default: inherited, else 1)\n"
          "  --timeout S           MITRA_TIMEOUT_S for the workers (default: inherited, else 30)\n"
+         "  --precision P         MITRA_PRECISION for the workers: fp32, bf16 (autocast, fp32\n"
+         "                        master weights) or fp16 (a GPU only; dynamic loss scaling)\n"
+         "                        (default: the program's own)\n"
          "  --stop-timeout S      seconds a stop may take before the workers are killed "
          "(default 60)\n"
          "  --max-restarts N      unplanned restarts (failures) allowed within 10 minutes\n"

@@ -33,6 +33,7 @@ struct RunOptions {
   int64_t checkpoint_every = 0;       // --checkpoint-every: 0 = at the end and on stop only
   int keep_checkpoints = 3;           // --keep-checkpoints
   int threads = 0;                    // --threads: 0 = MITRA_THREADS from the environment, else 1
+  std::string precision;              // --precision fp32|bf16|fp16: MITRA_PRECISION; "" = the program's
   double timeout_s = 0;        // --timeout: 0 = MITRA_TIMEOUT_S from the environment, else 30
   double stop_timeout_s = 60;  // --stop-timeout: how long a stop may take before kill
   int max_restarts = 5;        // --max-restarts: unplanned restarts allowed within 10 minutes

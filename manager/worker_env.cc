@@ -41,6 +41,7 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   }
   p.partition = plan.partition;
   p.park = settings.park;
+  p.precision = settings.precision;
   if (!settings.trace_dir.empty()) {
     p.step_trace = settings.trace_dir + "/rank-" + std::to_string(placement.rank) + ".trace.json";
   }

@@ -35,6 +35,7 @@ struct LaunchSettings {
   int keep_checkpoints = 3;
   std::string trace_dir;  // where each rank writes one step's trace; "": none
   bool park = false;      // MITRA_PARK: the worker's runner can send it its next placement
+  std::string precision;  // MITRA_PRECISION; "": the program's own
 };
 
 // `base` without the contract's variables (a MITRA_RANK left in the user's shell must not

@@ -1,10 +1,14 @@
-// The collective backend seam: the one place that knows which c10d ProcessGroup implements
-// mitra's collectives and point-to-point messages.
+// The collective backend seam: the one place that knows which c10d classes implement mitra's
+// collectives and point-to-point messages, and how they are put together in the LibTorch at hand.
 //
-// Gloo is the backend of the CPU build and the only one built today. NCCL (GPUs) plugs in
-// here, returning c10d::ProcessGroupNCCL for Backend::kNccl; the rest of the runtime only sees
-// c10d::ProcessGroup. (It also needs the stage and its batches on the GPU, which the runtime
-// does not do yet: ParseBackend refuses "nccl" with that explanation.)
+// Gloo is the backend of the CPU build. NCCL (CUDA tensors between GPUs) is compiled only with
+// -DMITRA_WITH_NCCL=ON against a CUDA LibTorch 2.x (scripts/gpu-build); elsewhere ParseBackend
+// refuses "nccl" saying so. The rest of the runtime only sees c10d::ProcessGroup.
+//
+// LibTorch 1.13: ProcessGroupGloo is itself a ProcessGroup. LibTorch 2.x: Gloo and NCCL are
+// c10d::Backend implementations that a ProcessGroup dispatches to by the tensors' device; an
+// NCCL group also carries a Gloo backend for CPU tensors (the step's control all-reduce, the
+// activation headers), so one group serves both.
 #pragma once
 
 #include <chrono>
@@ -20,7 +24,8 @@ namespace mitra::worker {
 
 enum class Backend { kGloo, kNccl };
 
-Result<Backend> ParseBackend(const std::string& name);  // "gloo" | "nccl"
+// "gloo" | "nccl" ("nccl" only in a build with MITRA_WITH_NCCL).
+Result<Backend> ParseBackend(const std::string& name);
 
 struct GroupOptions {
   Backend backend = Backend::kGloo;
@@ -29,7 +34,9 @@ struct GroupOptions {
 };
 
 // Creates a process group of `size` ranks over `store`; blocks until every member has joined or
-// the timeout passes (then throws c10::Error). Thread-compatible; call from one thread.
+// the timeout passes (then throws c10::Error). NCCL creates its communicator on first use, so
+// for it the first collective may be the one that times out. Thread-compatible; call from one
+// thread.
 c10::intrusive_ptr<c10d::ProcessGroup> CreateProcessGroup(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, const GroupOptions& options);
 

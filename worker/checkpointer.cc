@@ -194,6 +194,13 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
                   {"lr_warmup_steps", torch::scalar_tensor(o.lr.warmup_steps, torch::kInt64)},
                   {"lr_total_steps", torch::scalar_tensor(o.lr.total_steps, torch::kInt64)},
                   {"lr_min_ratio", torch::scalar_tensor(o.lr.min_ratio, torch::kFloat64)}});
+    if (const LossScaler* scaler = runtime_.loss_scaler()) {
+      // Equal on every rank (every rank skips the same steps), so rank 0's copy is the state.
+      snap->files.back().second.emplace_back("loss_scale",
+                                             torch::scalar_tensor(scaler->scale(), torch::kFloat64));
+      snap->files.back().second.emplace_back(
+          "loss_scale_good_steps", torch::scalar_tensor(scaler->good_steps(), torch::kInt64));
+    }
   }
   return snap;
 }
@@ -517,6 +524,13 @@ Status Checkpointer::RestoreTrainerState(const std::string& path,
   if (!read.ok()) return read;
   auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
   gen->set_state(*rng_state.unsafeGetTensorImpl());
+  // A checkpoint written without loss scaling (fp32, bf16) leaves the scale at its start.
+  if (LossScaler* scaler = runtime_.loss_scaler(); scaler && settings.count("loss_scale")) {
+    scaler->Restore(settings["loss_scale"].item<double>(),
+                    settings.count("loss_scale_good_steps")
+                        ? settings["loss_scale_good_steps"].item<int64_t>()
+                        : 0);
+  }
   if (runtime_.placement().rank == 0) WarnAboutChangedSettings(path, settings);
   return Status::Ok();
 }

@@ -32,7 +32,8 @@ torch::Tensor EncodeHeader(const cutpoint::Activations& acts) {
   return header;
 }
 
-cutpoint::Activations DecodeHeader(const torch::Tensor& header) {
+// `options`: the device (and nothing else) the receiver allocates the tensors on.
+cutpoint::Activations DecodeHeader(const torch::Tensor& header, torch::TensorOptions options) {
   const int64_t* w = header.data_ptr<int64_t>();
   int64_t pos = 0;
   auto next = [&] {
@@ -46,15 +47,18 @@ cutpoint::Activations DecodeHeader(const torch::Tensor& header) {
     auto dtype = static_cast<torch::ScalarType>(next());
     std::vector<int64_t> dims(next());
     for (auto& d : dims) d = next();
-    acts.emplace(name, torch::empty(dims, torch::TensorOptions().dtype(dtype)));
+    acts.emplace(name, torch::empty(dims, options.dtype(dtype)));
   }
   return acts;
 }
 
 }  // namespace
 
-std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend) {
+std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend,
+                                    c10::Device device) {
   std::unique_ptr<Comm> comm(new Comm(placement));
+  comm->device_ = device;
+  comm->through_host_ = !device.is_cpu() && backend == Backend::kGloo;
   comm->timeout_ = std::chrono::milliseconds(static_cast<int64_t>(placement.timeout_s * 1000));
   const int world = placement.world_size();
   c10d::TCPStoreOptions opts;
@@ -129,19 +133,22 @@ cutpoint::Activations Comm::RecvActivations(int src, int tag) {
   std::vector<torch::Tensor> header{torch::empty({kHeaderWords}, torch::kInt64)};
   Wait(global_->recv(header, src, tag * kTagsPerMessage),
        "receiving activations from " + Describe(src));
-  auto acts = DecodeHeader(header[0]);
+  auto acts = DecodeHeader(header[0], torch::TensorOptions().device(
+                                          through_host_ ? c10::Device(c10::DeviceType::CPU) : device_));
   int index = 1;
   for (auto& [name, t] : acts) {
     std::vector<torch::Tensor> one{t};
     Wait(global_->recv(one, src, tag * kTagsPerMessage + index++),
          "receiving activation '" + name + "' from " + Describe(src));
+    if (through_host_) t = t.to(device_);
   }
   return acts;
 }
 
 void Comm::SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int tag) {
   for (size_t i = 0; i < tensors.size(); ++i) {
-    std::vector<torch::Tensor> one{tensors[i].contiguous()};
+    std::vector<torch::Tensor> one{through_host_ ? tensors[i].to(torch::kCPU).contiguous()
+                                                 : tensors[i].contiguous()};
     auto work = global_->send(one, dst, tag * kTagsPerMessage + static_cast<int>(i));
     pending_.push_back({work, std::move(one), dst});
   }
@@ -150,9 +157,11 @@ void Comm::SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int t
 void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag,
                        const std::string& what) {
   for (size_t i = 0; i < into.size(); ++i) {
-    std::vector<torch::Tensor> one{into[i]};
+    std::vector<torch::Tensor> one{through_host_ ? torch::empty_like(into[i], into[i].options().device(torch::kCPU))
+                                                 : into[i]};
     Wait(global_->recv(one, src, tag * kTagsPerMessage + static_cast<int>(i)),
          "receiving " + what + " from " + Describe(src));
+    if (through_host_) into[i].copy_(one[0]);
   }
 }
 

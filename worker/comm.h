@@ -32,7 +32,10 @@ class Comm {
  public:
   // Blocks until every rank of the job has joined (or the placement's timeout passes: throws
   // PeerError saying which ranks are missing is not knowable, so it says how many joined).
-  static std::unique_ptr<Comm> Connect(const Placement& placement, Backend backend);
+  // `device`: where the stage's tensors live. Received activations are allocated there; with
+  // Gloo and a CUDA stage, messages pass through host memory (Gloo moves host memory only).
+  static std::unique_ptr<Comm> Connect(const Placement& placement, Backend backend,
+                                       c10::Device device = c10::Device(c10::DeviceType::CPU));
 
   ~Comm();
 
@@ -64,6 +67,8 @@ class Comm {
 
   Placement placement_;
   std::chrono::milliseconds timeout_{30000};
+  c10::Device device_{c10::DeviceType::CPU};
+  bool through_host_ = false;  // a CUDA stage over Gloo: copy messages to and from the host
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> global_;
   c10::intrusive_ptr<c10d::ProcessGroup> dp_;

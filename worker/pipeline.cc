@@ -107,6 +107,7 @@ class Executor {
 
  private:
   void Forward(MicroBatchState& mb, int micro_batch) {
+    AutocastScope autocast(ctx_.precision, ctx_.device_type);
     mb.outputs = ctx_.stage->Forward(mb.inputs, {ctx_.step, ctx_.first_micro_batch + micro_batch});
     if (last_ && metrics_ == nullptr) {
       mb.loss = ctx_.spec->loss(mb.outputs, mb.batch) * ctx_.loss_scale;
@@ -115,6 +116,7 @@ class Executor {
 
   // Evaluation, last stage: the micro-batch's loss and metric sums, in float64.
   void Accumulate(const MicroBatchState& mb) {
+    AutocastScope autocast(ctx_.precision, ctx_.device_type);  // the loss as training computes it
     sums_[0] += ctx_.spec->loss(mb.outputs, mb.batch).item<double>();
     for (size_t i = 0; i < metrics_->size(); ++i) {
       sums_[i + 1] += (*metrics_)[i](mb.outputs, mb.batch).to(torch::kFloat64).sum().item<double>();
@@ -123,7 +125,8 @@ class Executor {
 
   void Backward(MicroBatchState& mb) {
     if (last_) {
-      mb.loss.backward();
+      // The scaled loss is for the backward only; the reported loss stays unscaled.
+      (ctx_.grad_scale == 1 ? mb.loss : mb.loss * ctx_.grad_scale).backward();
     } else {
       std::vector<torch::Tensor> roots, grads;
       size_t g = 0;

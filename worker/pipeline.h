@@ -20,6 +20,7 @@
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"
 #include "mitra/worker/stage.h"
+#include "worker/precision.h"
 #include "worker/step_trace.h"
 
 namespace mitra::worker {
@@ -34,6 +35,9 @@ struct PipelineContext {
   int prev_rank = -1;              // -1 on the first stage
   int next_rank = -1;              // -1 on the last stage
   double loss_scale = 1;           // 1 / global batch
+  double grad_scale = 1;           // the loss scaler's scale: multiplies the loss for backward only
+  Precision precision = Precision::kFp32;  // forwards run under autocast unless fp32
+  c10::DeviceType device_type = c10::DeviceType::CPU;
   int64_t step = 0;                // of ForwardKey: the step, or ForwardKey::kEvalStep
   int64_t first_micro_batch = 0;   // global index of this replica's first micro-batch
   StepTrace* trace = nullptr;      // records every instruction when set

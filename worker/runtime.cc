@@ -15,6 +15,7 @@
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"
 #include "worker/pipeline.h"
+#include "worker/precision.h"
 #include "mitra/worker/stage.h"
 #include "worker/tied_weights.h"
 
@@ -40,10 +41,20 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (!placement.schedule.empty()) options.schedule = placement.schedule;
   if (placement.recompute >= 0) options.recompute = placement.recompute == 1;
   if (!placement.partition.empty()) options.partition = placement.partition;
+  if (!placement.precision.empty()) options.precision = placement.precision;
+  if (!placement.device.empty()) options.device = placement.device;
   auto kind = planner::ParseScheduleKind(options.schedule);
   if (!kind.ok()) return kind.status();
   auto backend = ParseBackend(options.backend);
   if (!backend.ok()) return backend.status();
+  auto device = ParseDevice(options.device, placement.local_rank);
+  if (!device.ok()) return device.status();
+  auto precision = ParsePrecision(options.precision, device->type());
+  if (!precision.ok()) return precision.status();
+  if (*backend == Backend::kNccl && !device->is_cuda()) {
+    return Status::InvalidArgument("backend 'nccl' moves CUDA tensors: use --device cuda with it, "
+                                   "or --backend gloo for stages on the CPU");
+  }
   SamplerFactory make_sampler = options.custom_sampler;
   if (!make_sampler) {
     auto named = SamplerNamed(options.sampler);
@@ -53,6 +64,16 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
 
   std::unique_ptr<Runtime> rt(new Runtime(spec, std::move(dataset), placement, options));
   RuntimeOptions& opts = rt->options_;
+  rt->precision_ = *precision;
+  rt->device_ = *device;
+  if (*precision == Precision::kFp16) opts.loss_scaler.enabled = true;
+  if (opts.loss_scaler.enabled) {
+    if (!(opts.loss_scaler.initial_scale >= 1) || opts.loss_scaler.growth_interval < 1) {
+      return Status::InvalidArgument("the loss scale must start at 1 or more and grow after 1 "
+                                     "or more good steps");
+    }
+    rt->scaler_ = std::make_unique<LossScaler>(opts.loss_scaler);
+  }
   if (placement.global_batch > 0) opts.global_batch = placement.global_batch;
   if (placement.chunk_size > 0) opts.chunk_size = placement.chunk_size;
   const int stages = placement.num_stages(), replicas = placement.num_replicas();
@@ -82,6 +103,12 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (!rt->sampler_) return Status::InvalidArgument("the program's sampler factory returned none");
 
   rt->stage_ = std::make_unique<Stage>(spec, rt->partition_, placement.stage(), opts.seed);
+  // Built on the CPU (the same initial values in every shape and on every device), then moved
+  // before the optimizer makes its state, so that the state is born on the device too. Module::to
+  // keeps the parameter tensors' identities: the stage's handles stay valid.
+  if (!rt->device_.is_cpu()) {
+    for (const auto& segment : rt->stage_->segments()) segment->to(rt->device_);
+  }
   for (int i = rt->stage_->first_segment(); i < rt->stage_->end_segment(); ++i) {
     const auto& segment = *rt->stage_->segments()[i - rt->stage_->first_segment()];
     if (Status s = cutpoint::CheckMicroBatchIndependence(spec, i, segment); !s.ok()) return s;
@@ -96,7 +123,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (!optimizer.ok()) return optimizer.status();
   rt->optimizer_ = std::move(*optimizer);
 
-  rt->comm_ = Comm::Connect(placement, *backend);  // throws PeerError
+  rt->comm_ = Comm::Connect(placement, *backend, rt->device_);  // throws PeerError
   if (rt->comm_->data_parallel()) {
     rt->reducer_ = std::make_unique<GradReducer>(rt->stage_->parameters(),
                                                  rt->comm_->data_parallel(), rt->comm_.get(),
@@ -119,7 +146,14 @@ std::vector<int64_t> Runtime::Indices(int64_t step, int64_t offset, int64_t coun
 cutpoint::Activations Runtime::MicroBatch(int64_t step, int micro_batch) {
   const planner::SampleRange range = planner::MicroBatchSamples(
       options_.global_batch, options_.chunk_size, share_.first_micro_batch + micro_batch);
-  return Collate(*dataset_, Indices(step, range.begin, range.end - range.begin));
+  cutpoint::Activations batch = Collate(*dataset_, Indices(step, range.begin, range.end - range.begin));
+  ToDevice(batch);
+  return batch;
+}
+
+void Runtime::ToDevice(cutpoint::Activations& batch) const {
+  if (device_.is_cpu()) return;
+  for (auto& [name, t] : batch) t = t.to(device_, /*non_blocking=*/true);
 }
 
 void Runtime::TraceSamples(int64_t step) {
@@ -143,6 +177,8 @@ PipelineContext Runtime::Context(int64_t step, int64_t first_micro_batch) {
   ctx.next_rank = s + 1 < placement_.num_stages() ? placement_.stage_map.RankOf(s + 1, d) : -1;
   ctx.step = step;
   ctx.first_micro_batch = first_micro_batch;
+  ctx.precision = precision_;
+  ctx.device_type = device_.type();
   return ctx;
 }
 
@@ -170,6 +206,7 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   PipelineContext ctx = Context(step, share_.first_micro_batch);
   ctx.reducer = reducer_.get();
   ctx.loss_scale = 1.0 / static_cast<double>(options_.global_batch);
+  if (scaler_) ctx.grad_scale = scaler_->scale();
   ctx.trace = trace.get();
   ctx.wait_s = &wait_s;
   const double loss = RunPipelineStep(ctx, schedule_, num_micro_batches(),
@@ -205,17 +242,31 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   result.loss = totals[1].item<double>();
   result.stop = totals[2].item<double>() > 0;
   result.lr = options_.lr.At(step);
-  if (options_.clip_norm > 0) {
+  // The gradients are multiplied by `unscale` once, for the loss scale and the clipping together.
+  double unscale = 1;
+  if (scaler_) {
+    result.loss_scale = scaler_->scale();
+    // Decided from the all-reduced norm: a rank whose own gradients overflowed made it
+    // non-finite for everyone, so every rank skips this step.
+    result.skipped = scaler_->Update(totals[0].item<double>());
+    unscale = 1.0 / result.loss_scale;
+    result.grad_norm *= unscale;
+  }
+  if (options_.clip_norm > 0 && !result.skipped) {
     const double coef = options_.clip_norm / (result.grad_norm + 1e-6);
-    if (coef < 1) {
-      torch::NoGradGuard no_grad;
-      for (const auto& p : stage_->parameters()) {
-        if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(coef);
-      }
+    if (coef < 1) unscale *= coef;
+  }
+  if (unscale != 1 && !result.skipped) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : stage_->parameters()) {
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(unscale);
     }
   }
-  if (before_update_) std::exchange(before_update_, nullptr)();
-  optimizer_->Step(result.lr);
+  // A skipped step changes nothing: the parameters and optimizer state stay as they were.
+  if (!result.skipped) {
+    if (before_update_) std::exchange(before_update_, nullptr)();
+    optimizer_->Step(result.lr);
+  }
   result.wait_s = wait_s;
   result.compute_s = std::max(
       0.0, std::chrono::duration<double>(StepTrace::Clock::now() - step_start).count() - wait_s);
@@ -257,7 +308,9 @@ EvalResult Runtime::Evaluate(const Dataset& dataset,
             planner::MicroBatchSamples(n, chunk, share.first_micro_batch + mb);
         std::vector<int64_t> indices;
         for (int64_t i = range.begin; i < range.end; ++i) indices.push_back(i);
-        return Collate(dataset, indices);
+        cutpoint::Activations batch = Collate(dataset, indices);
+        ToDevice(batch);
+        return batch;
       },
       fns);
   comm_->WaitSends();
@@ -289,6 +342,10 @@ std::string Runtime::DescribeSettings() const {
       << options_.schedule << (options_.recompute ? " with recompute" : "") << "; sampler "
       << (options_.custom_sampler ? "the program's own" : options_.sampler) << "; seed "
       << options_.seed;
+  if (precision_ != Precision::kFp32 || !device_.is_cpu()) {
+    out << "; precision " << PrecisionName(precision_) << " on " << device_.str();
+  }
+  if (scaler_) out << "; dynamic loss scale from " << options_.loss_scaler.initial_scale;
   return out.str();
 }
 

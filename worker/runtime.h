@@ -26,6 +26,7 @@
 #include "mitra/cutpoint/partition.h"
 #include "mitra/planner/batch_split.h"
 #include "mitra/worker/data.h"
+#include "mitra/worker/loss_scaler.h"
 #include "mitra/worker/lr_schedule.h"
 #include "mitra/worker/optimizer.h"
 #include "mitra/worker/placement.h"
@@ -38,6 +39,8 @@ namespace mitra::worker {
 
 class BufferSync;
 class Comm;
+class LossScaler;
+enum class Precision;  // worker/precision.h
 class GradReducer;
 class Stage;
 class TiedWeights;
@@ -48,7 +51,12 @@ struct RuntimeOptions {
   std::string schedule = "1f1b";    // gpipe | 1f1b | varuna
   bool recompute = false;           // activation recomputation for gpipe and 1f1b
   std::string partition = "uniform";  // uniform | params | 1,4,4,3
-  std::string backend = "gloo";
+  std::string backend = "gloo";     // gloo | nccl (a CUDA build: scripts/gpu-build)
+  // How and where the stage computes (worker/precision.h); the placement's MITRA_PRECISION and
+  // MITRA_DEVICE win over these. fp32 on the CPU is the default and costs nothing extra.
+  std::string precision = "fp32";   // fp32 | bf16 | fp16 (fp16: a GPU only)
+  std::string device = "cpu";       // cpu | cuda (the GPU of the local rank)
+  LossScalerOptions loss_scaler;    // dynamic loss scaling: always on for fp16
   uint64_t seed = 1234;             // model initialisation, sample order, random numbers
   int64_t global_batch = 32;        // overridden by the placement when the manager sets it
   int chunk_size = 8;               // micro-batch size; likewise
@@ -71,6 +79,10 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool stop = false;     // some rank asked to stop: every rank sees the same value
+  // With a loss scaler: the scale the step's backward used (else 0), and whether the step was
+  // skipped because its gradients overflowed (every rank skips the same steps).
+  double loss_scale = 0;
+  bool skipped = false;
   // This rank's share of the step: waiting for peers (pipeline receives and sends, the
   // data-parallel and tied-weight reductions, the step's all-reduce) and everything else.
   double wait_s = 0;
@@ -120,6 +132,9 @@ class Runtime {
   const RuntimeOptions& options() const { return options_; }
   int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
   Optimizer& optimizer() { return *optimizer_; }
+  // The dynamic loss scaler; null unless loss scaling is on (fp16, or asked for).
+  LossScaler* loss_scaler() { return scaler_.get(); }
+  const LossScaler* loss_scaler() const { return scaler_.get(); }
   // The effective training settings in one line: optimizer, learning-rate schedule, clipping,
   // batch and micro-batch, schedule, sampler.
   std::string DescribeSettings() const;
@@ -137,6 +152,8 @@ class Runtime {
   std::vector<int64_t> Indices(int64_t step, int64_t offset, int64_t count);
   void TraceSamples(int64_t step);
   PipelineContext Context(int64_t step, int64_t first_micro_batch);
+  // Moves a batch to the stage's device (nothing to do on the CPU).
+  void ToDevice(cutpoint::Activations& batch) const;
 
   const cutpoint::ModelSpec& spec_;
   std::shared_ptr<const Dataset> dataset_;
@@ -152,6 +169,9 @@ class Runtime {
   std::unique_ptr<TiedWeights> tied_;
   std::unique_ptr<BufferSync> buffer_sync_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<LossScaler> scaler_;   // see loss_scaler()
+  Precision precision_{};                // fp32 (value-initialised: the first enumerator)
+  c10::Device device_{c10::DeviceType::CPU};
   std::function<void()> before_update_;  // see BeforeNextUpdate
   int64_t steps_run_ = 0;                // by this process
 };

@@ -244,12 +244,16 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
           .Add("replicas", placement.num_replicas())
           .Add("generation", placement.generation)
           .Add("lr", r.lr)
-          .Add("grad_norm", r.grad_norm)
-          .Emit();
+          .Add("grad_norm", r.grad_norm);
+      if (r.loss_scale > 0) record.Add("loss_scale", r.loss_scale).Add("skipped", r.skipped);
+      record.Emit();
     }
     if (options_.log_every > 0 && step % options_.log_every == 0) {
-      spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s", step, r.loss,
-                   r.grad_norm, r.lr, seconds);
+      spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s{}", step, r.loss,
+                   r.grad_norm, r.lr, seconds,
+                   r.skipped ? " (skipped: the gradients overflowed at loss scale " +
+                                   std::to_string(r.loss_scale) + ")"
+                             : "");
     }
     if (eval.dataset && ((eval.every > 0 && step % eval.every == 0) ||
                          (step == max_steps && !r.stop))) {

@@ -45,6 +45,8 @@ constexpr const char* kUsage = R"(usage: fashion_train [options]
   --recompute            recompute activations in the backward (gpipe, 1f1b)
   --partition METHOD     uniform | params | 1,2,1 (default uniform)
   --sampler NAME         shuffled | sequential (default shuffled)
+  --precision NAME       fp32 | bf16 | fp16 (default fp32; fp16: a GPU only)
+  --device NAME          cpu | cuda (default cpu; cuda: a CUDA build, scripts/gpu-build)
   --checkpoint-dir DIR   checkpoints when run alone (mitra run sets its own)
   --dump-params DIR      after training, write each stage's parameters and buffers to DIR
   --dump-replica R       the replica that writes them (default 0)
@@ -109,6 +111,8 @@ bool Parse(int argc, char** argv, Args* a) {
       else if (flag == "--schedule") rt.schedule = v;
       else if (flag == "--partition") rt.partition = v;
       else if (flag == "--sampler") rt.sampler = v;
+      else if (flag == "--precision") rt.precision = v;
+      else if (flag == "--device") rt.device = v;
       else if (flag == "--checkpoint-dir") a->trainer.checkpoint.dir = v;
       else if (flag == "--dump-params") a->trainer.dump_params = v;
       else if (flag == "--dump-replica") a->trainer.dump_replica = std::stoi(v);

@@ -34,7 +34,10 @@ constexpr const char* kUsage = R"(usage: gpt_train [options]
   --dropout P            dropout after attention and MLP (default 0)
   --sampler NAME         shuffled | sequential (default shuffled)
   --clip X               global gradient norm clip, 0 disables (default 1.0)
-  --backend NAME         gloo | nccl (default gloo)
+  --backend NAME         gloo | nccl (default gloo; nccl: a CUDA build, scripts/gpu-build)
+  --precision NAME       fp32 | bf16 | fp16 (default fp32; fp16: a GPU only)
+  --device NAME          cpu | cuda (default cpu; cuda: a CUDA build, scripts/gpu-build)
+  --loss-scale X         dynamic loss scaling from X (fp16 does it from 65536 anyway)
   --dump-params DIR      after training, write each stage's parameters to DIR
   --trace FILE           a chrome trace of one step (the third), per rank (FILE.rank-R.json)
 )";
@@ -76,6 +79,12 @@ bool ParseArgs(int argc, char** argv, std::string* model, std::string* data, dou
       else if (flag == "--sampler") rt.sampler = v;
       else if (flag == "--clip") rt.clip_norm = std::stod(v);
       else if (flag == "--backend") rt.backend = v;
+      else if (flag == "--precision") rt.precision = v;
+      else if (flag == "--device") rt.device = v;
+      else if (flag == "--loss-scale") {
+        rt.loss_scaler.enabled = true;
+        rt.loss_scaler.initial_scale = std::stod(v);
+      }
       else if (flag == "--dump-params") o->dump_params = v;
       else if (flag == "--trace") rt.trace_path = v;
       else {

@@ -101,6 +101,31 @@ TEST(Placement, MalformedVariablesAreNamed) {
   EXPECT_TRUE(Contains(error("MITRA_RANK", "0"), "MITRA_RDZV_PORT is not set"));
 }
 
+TEST(Placement, PrecisionAndDeviceRoundTripAndBadValuesNameTheChoices) {
+  Placement p = Planned();
+  EXPECT_EQ(p.ToEnvironment().count("MITRA_PRECISION"), 0u);  // unset: the program's own
+  EXPECT_EQ(p.ToEnvironment().count("MITRA_DEVICE"), 0u);
+  p.precision = "bf16";
+  p.device = "cuda";
+  Result<Placement> back = Placement::FromEnvironment(p.ToEnvironment());
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->precision, "bf16");
+  EXPECT_EQ(back->device, "cuda");
+
+  Environment env = Planned().ToEnvironment();
+  env["MITRA_PRECISION"] = "fp8";
+  Result<Placement> fp8 = Placement::FromEnvironment(env);
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_EQ(fp8.status().message(),
+            "MITRA_PRECISION 'fp8' is not a precision: use fp32 (the default), bf16 or fp16");
+  env = Planned().ToEnvironment();
+  env["MITRA_DEVICE"] = "tpu";
+  Result<Placement> tpu = Placement::FromEnvironment(env);
+  ASSERT_FALSE(tpu.ok());
+  EXPECT_EQ(tpu.status().message(),
+            "MITRA_DEVICE 'tpu' is not a device: use cpu (the default) or cuda");
+}
+
 TEST(ProfileRequest, RoundTripsAndIsRefusedWhenIncomplete) {
   ProfileRequest sent;
   sent.machines = {"localhost", "10.0.0.2"};

@@ -66,6 +66,21 @@ TEST(RunOptions, ParsesEveryFlagAndTheProgram) {
   EXPECT_EQ(o.program_args, (std::vector<std::string>{"--lr", "0.1", "--"}));
 }
 
+TEST(RunOptions, PrecisionIsOneOfTheThreeAndReachesTheWorkers) {
+  const std::vector<std::string> base{"run", "--machines", "m.txt", "--batch-size", "8"};
+  auto with = [&](const std::string& precision) {
+    auto args = base;
+    args.insert(args.end(), {"--precision", precision, "--", "./train"});
+    return args;
+  };
+  EXPECT_EQ(ParseOk(with("bf16")).run.precision, "bf16");
+  EXPECT_EQ(ParseOk({"run", "--machines", "m.txt", "--batch-size", "8", "--", "./t"}).run.precision,
+            "");
+  EXPECT_EQ(ParseError(with("fp8")),
+            "mitra run: --precision 'fp8' is not a precision: use fp32 (the default), bf16 or "
+            "fp16");
+}
+
 TEST(RunOptions, TheLauncherIsSshUnlessSrunIsAsked) {
   const RunOptions ssh = ParseOk({"run", "--machines", "m", "--batch-size", "8", "--", "p"}).run;
   EXPECT_EQ(ssh.launcher, Launcher::kSsh);
