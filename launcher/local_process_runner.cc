@@ -379,16 +379,19 @@ Result<StartedProcess> LocalProcessRunner::Start(const ProcessSpec& spec, Proces
   return StartedProcess{raw->id, static_cast<int>(raw->pid)};
 }
 
-Status LocalProcessRunner::Signal(ProcessId id, int signal_number) {
-  detail::LocalChild* child = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = children_.find(id);
-    if (it == children_.end()) {
-      return Status::Internal("no process with id " + std::to_string(id) + " was started here");
-    }
-    child = it->second.get();
+Result<detail::LocalChild*> LocalProcessRunner::FindChild(ProcessId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = children_.find(id);
+  if (it == children_.end()) {
+    return Status::Internal("no process with id " + std::to_string(id) + " was started here");
   }
+  return it->second.get();
+}
+
+Status LocalProcessRunner::Signal(ProcessId id, int signal_number) {
+  Result<detail::LocalChild*> found = FindChild(id);
+  if (!found.ok()) return found.status();
+  detail::LocalChild* child = *found;
   std::lock_guard<std::mutex> lock(child->mu);
   if (child->reaped) return Status::Ok();
   if (::kill(child->pid, signal_number) != 0 && errno != ESRCH) {
@@ -400,15 +403,9 @@ Status LocalProcessRunner::Signal(ProcessId id, int signal_number) {
 
 Status LocalProcessRunner::SendLine(ProcessId id, const std::string& line) {
   if (Status status = CheckSentLine(line); !status.ok()) return status;
-  detail::LocalChild* child = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = children_.find(id);
-    if (it == children_.end()) {
-      return Status::Internal("no process with id " + std::to_string(id) + " was started here");
-    }
-    child = it->second.get();
-  }
+  Result<detail::LocalChild*> found = FindChild(id);
+  if (!found.ok()) return found.status();
+  detail::LocalChild* child = *found;
   const std::string what =
       "process " + std::to_string(id) + " (pid " + std::to_string(child->pid) + ")";
   const std::string data = line + "\n";

@@ -68,6 +68,9 @@ class LocalProcessRunner : public ProcessRunner {
  private:
   FileSystem* fs_;
   LocalProcessRunnerOptions options_;
+  // The child started as `id`; Internal when this runner started none.
+  Result<detail::LocalChild*> FindChild(ProcessId id);
+
   std::mutex mu_;  // guards next_id_ and children_ (not the Child objects' contents)
   ProcessId next_id_ = 1;
   std::map<ProcessId, std::unique_ptr<detail::LocalChild>> children_;
