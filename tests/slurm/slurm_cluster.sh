@@ -31,12 +31,13 @@ stop() {
   done
 }
 
-# A TCP port nothing listens on.
+# A TCP port no socket uses, below the kernel's ephemeral range (32768 up): a port in that
+# range may be taken by an outgoing connection between this check and slurmd's bind.
 free_port() {
   local port
   while true; do
-    port=$((20000 + RANDOM % 20000))
-    ss -Hltn "sport = :$port" 2>/dev/null | grep -q . || { echo "$port"; return; }
+    port=$((20000 + RANDOM % 12000))
+    ss -Htan "sport = :$port" 2>/dev/null | grep -q . || { echo "$port"; return; }
   done
 }
 
