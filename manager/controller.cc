@@ -246,36 +246,13 @@ void Controller::OnReport(const RankReport& in) {
       if (in.rank == 0) gen_.restore_s = in.seconds;
       return;
     case RankReport::Kind::kParked:
-      // Stopped as asked, its part of the checkpoint on disk: like an exit, but the process
-      // stays for the next generation.
-      if (!r.running || r.parked || r.killed) return;  // a killed rank's exit is near
-      r.running = false;
-      r.parked = true;
-      parked_.Add(ParkedWorker{gen_.number, in.rank, gen_.MachineOf(in.rank).Address(),
-                               gen_.plan.ranks[in.rank].local_rank});
-      MaybeEndGeneration();
+      OnParked(in.rank);
       return;
     case RankReport::Kind::kStep:
       last_step_ = std::max(last_step_, in.step);
       if (!gen_.first_step_seen) {
         gen_.first_step_seen = true;
-        if (!change_.kind.empty()) {
-          TrainingAgainFact fact;
-          fact.kind = change_.kind;
-          fact.step = in.step;
-          fact.shape = gen_.ShapeText();
-          fact.kept = gen_.kept;
-          fact.started = static_cast<int>(gen_.ranks.size()) - gen_.kept;
-          fact.downtime_s = now_ - change_.detected;
-          fact.stop_s = change_.ranks_exited - change_.detected;
-          fact.relaunch_s = gen_.launched_at - change_.ranks_exited;
-          const double ready_at = gen_.all_ready_at >= 0 ? gen_.all_ready_at : now_;
-          fact.ready_s = ready_at - gen_.launched_at;
-          fact.load_s = std::min(gen_.restore_s, now_ - ready_at);
-          fact.first_step_s = now_ - ready_at - fact.load_s;
-          Tell(fact);
-          change_.kind.clear();
-        }
+        if (!change_.kind.empty()) TellTrainingAgain(in.step);
       }
       return;
     case RankReport::Kind::kStopped:
@@ -560,20 +537,7 @@ void Controller::TryLaunch() {
     return;
   }
   waiting_reason_.clear();
-  std::vector<ParkedWorker> unneeded;
-  std::map<int, ParkedWorker> kept = parked_.TakeFor(desired->first, desired->second, &unneeded);
-  std::vector<ParkedWorker> released;
-  for (ParkedWorker& w : unneeded) {
-    // Standby workers left over stay as spares on the machines the job uses, up to --spares.
-    const bool used = std::any_of(desired->second.begin(), desired->second.end(),
-                                  [&](const Machine& m) { return m.Address() == w.machine; });
-    if (w.generation == kStandbyGeneration && used && SparesOn(w.machine) < options_.spares) {
-      parked_.Add(std::move(w));
-    } else {
-      released.push_back(std::move(w));
-    }
-  }
-  if (!released.empty()) actions_.push_back(ReleaseAction{std::move(released)});
+  std::map<int, ParkedWorker> kept = TakeParkedFor(desired->first, desired->second);
   std::optional<int64_t> expected;
   if (ending_ == Ending::kMorph && gen_.stopped_step >= 0 && gen_.stopped_steps_agree) {
     expected = gen_.stopped_step;

@@ -302,6 +302,11 @@ class Controller {
   void Morph(const std::string& why, const GridPlan& desired, const std::vector<Machine>& machines);
   // A standby worker's report or exit (generation kStandbyGeneration).
   void OnStandbyReport(const RankReport& in);
+  // Rank `rank` of the current generation parked.
+  void OnParked(int rank);
+  // The parked workers the ranks of `plan` take; the rest are let go, but for spares.
+  std::map<int, ParkedWorker> TakeParkedFor(const GridPlan& plan,
+                                            const std::vector<Machine>& machines);
   void OnStandbyGone(int id, const std::string& reason);
   // The warm-up is over (every standby parked, failed, or its time ran out): morph, or not.
   void EndWarmUp();
@@ -332,6 +337,8 @@ class Controller {
   void MaybeEndGeneration();
   // Remembers when the last rank of the generation exited (once per generation).
   void NoteRanksExited();
+  // The first step after a morph or recovery, at `step`: the downtime and its split.
+  void TellTrainingAgain(int64_t step);
   void Finish(FinishAction::Outcome outcome, const std::string& reason);
   // States a fact: narrated (narration.h) into a RecordAction of this generation.
   void Tell(const Fact& fact);

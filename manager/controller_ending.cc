@@ -203,6 +203,24 @@ void Controller::NoteRanksExited() {
   change_.ranks_exited = now_;
 }
 
+void Controller::TellTrainingAgain(int64_t step) {
+  TrainingAgainFact fact;
+  fact.kind = change_.kind;
+  fact.step = step;
+  fact.shape = gen_.ShapeText();
+  fact.kept = gen_.kept;
+  fact.started = static_cast<int>(gen_.ranks.size()) - gen_.kept;
+  fact.downtime_s = now_ - change_.detected;
+  fact.stop_s = change_.ranks_exited - change_.detected;
+  fact.relaunch_s = gen_.launched_at - change_.ranks_exited;
+  const double ready_at = gen_.all_ready_at >= 0 ? gen_.all_ready_at : now_;
+  fact.ready_s = ready_at - gen_.launched_at;
+  fact.load_s = std::min(gen_.restore_s, now_ - ready_at);
+  fact.first_step_s = now_ - ready_at - fact.load_s;
+  Tell(fact);
+  change_.kind.clear();
+}
+
 void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
   ReleaseParked();
   phase_ = Phase::kFinished;

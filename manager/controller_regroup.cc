@@ -9,6 +9,37 @@
 
 namespace mitra::manager {
 
+void Controller::OnParked(int rank) {
+  // Stopped as asked (or left its step as a peer failed), its part of the checkpoint on disk:
+  // like an exit, but the process stays for the next generation.
+  RankState& r = gen_.ranks[rank];
+  if (!r.running || r.parked || r.killed) return;  // a killed rank's exit is near
+  r.running = false;
+  r.parked = true;
+  parked_.Add(ParkedWorker{gen_.number, rank, gen_.MachineOf(rank).Address(),
+                           gen_.plan.ranks[rank].local_rank});
+  MaybeEndGeneration();
+}
+
+std::map<int, ParkedWorker> Controller::TakeParkedFor(const GridPlan& plan,
+                                                      const std::vector<Machine>& machines) {
+  std::vector<ParkedWorker> unneeded;
+  std::map<int, ParkedWorker> kept = parked_.TakeFor(plan, machines, &unneeded);
+  std::vector<ParkedWorker> released;
+  for (ParkedWorker& w : unneeded) {
+    // Standby workers left over stay as spares on the machines the job uses, up to --spares.
+    const bool used = std::any_of(machines.begin(), machines.end(),
+                                  [&](const Machine& m) { return m.Address() == w.machine; });
+    if (w.generation == kStandbyGeneration && used && SparesOn(w.machine) < options_.spares) {
+      parked_.Add(std::move(w));
+    } else {
+      released.push_back(std::move(w));
+    }
+  }
+  if (!released.empty()) actions_.push_back(ReleaseAction{std::move(released)});
+  return kept;
+}
+
 void Controller::Morph(const std::string& why, const GridPlan& desired,
                        const std::vector<Machine>& machines) {
   if (warm_up_) {
