@@ -1,0 +1,35 @@
+"""mitra: elastic pipeline x data-parallel training of ordinary torch.nn.Modules.
+
+    import mitra
+    spec = mitra.ModelSpec()
+    spec.add_segment("embed", lambda: Embed(cfg))      # a stage builds only its own segments
+    for i in range(cfg.layers):
+        spec.add_segment(f"block{i}", lambda: Block(cfg))
+    spec.add_segment("head", lambda: Head(cfg))
+    spec.loss = lambda out, batch: ...                 # the SUM over the micro-batch's samples
+    raise SystemExit(mitra.Trainer(spec, dataset, batch_size=32).run())
+
+Started by `mitra run`, the program trains in its place of the job's grid; started by hand it
+trains alone. The training itself is mitra's C++ runtime: the modules' parameters and buffers
+are the tensors it reduces, updates and checkpoints. docs/python.md has the whole contract.
+"""
+import torch  # noqa: F401  (before the extension: it links torch's own libraries)
+
+from mitra._build import load_extension
+
+_mitra = load_extension()
+
+from mitra.spec import CutPoint, ModelSpec, sum_over_samples  # noqa: E402
+from mitra.optim import Optimizer, TorchOptimizer  # noqa: E402
+from mitra.trainer import Trainer  # noqa: E402
+from mitra.inference import InferenceModel  # noqa: E402
+
+
+def describe_requested():
+    """True when the manager started this process only to describe the model (`mitra run`'s
+    first look at a program): the program may then skip loading its data."""
+    return _mitra.describe_requested()
+
+
+__all__ = ["CutPoint", "InferenceModel", "ModelSpec", "Optimizer", "TorchOptimizer", "Trainer",
+           "describe_requested", "sum_over_samples"]

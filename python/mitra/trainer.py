@@ -1,0 +1,100 @@
+"""The training loop of a worker program: mitra's C++ Trainer, driven from Python."""
+import signal
+import sys
+
+from mitra import _mitra
+
+# Keyword -> what it is, as docs/python.md lists them. Values left at None take the runtime's
+# defaults (worker/runtime.h, worker/trainer.h), or what `mitra run` sets for the job.
+OPTIONS = {
+    # the batch (the manager's --batch-size and --chunk-size win over these)
+    "batch_size": "global batch in samples (default 32)",
+    "chunk_size": "micro-batch size (default 8)",
+    "max_steps": "steps to train when mitra run gives no --max-steps (default 100)",
+    "seed": "initial weights, sample order and random numbers (default 1234)",
+    # the pipeline (the manager's plan wins over these)
+    "schedule": "gpipe | 1f1b | varuna (default 1f1b)",
+    "recompute": "recompute activations in the backward (gpipe, 1f1b)",
+    "partition": "uniform | params | explicit counts such as '1,4,4,3' (default uniform)",
+    "backend": "gloo | nccl (default gloo)",
+    "precision": "fp32 | bf16 | fp16 (default fp32)",
+    "device": "cpu | cuda (default cpu)",
+    "loss_scale": "dynamic loss scaling from this scale (fp16 does it anyway)",
+    "bucket_elements": "data-parallel gradient bucket size in elements (default 262144)",
+    # the update
+    "optimizer": "sgd | adam | adamw (default adamw), or a factory params -> mitra.Optimizer",
+    "lr": "peak learning rate (default 3e-4)",
+    "warmup": "linear warm-up steps (default 0)",
+    "cosine_steps": "end of the cosine decay (default 0: constant after the warm-up)",
+    "min_lr_ratio": "where the cosine ends, as a fraction of lr (default 0.1)",
+    "clip": "global gradient-norm clip, 0 disables (default 1.0)",
+    "weight_decay": "decoupled for adamw, L2 for sgd and adam (default 0.01)",
+    "betas": "adam and adamw (default (0.9, 0.999))",
+    "eps": "adam and adamw (default 1e-8)",
+    "momentum": "sgd (default 0)",
+    "dampening": "sgd (default 0)",
+    "nesterov": "sgd with Nesterov momentum",
+    # the data
+    "sampler": "shuffled | sequential (default shuffled), or a factory (size, seed) -> object "
+               "with index_at(position)",
+    # evaluation
+    "eval_dataset": "evaluated every eval_every steps and after the last",
+    "eval_every": "0: only after the last step",
+    "eval_max_samples": "evaluate the first N samples only (0: all)",
+    "eval_chunk_size": "micro-batch of the evaluation (0: the training one)",
+    "metrics": "{name: (outputs, batch) -> sum over the micro-batch}",
+    # checkpoints and output (the manager's settings win over these)
+    "checkpoint_dir": "where checkpoints go when run alone (mitra run sets its own)",
+    "checkpoint_every": "save every N steps (0: only at the end and on stop)",
+    "keep_checkpoints": "complete checkpoints kept (default 3)",
+    "async_checkpoints": "write checkpoints in the background (default True)",
+    "log_every": "a log line every N steps (default 1)",
+    "dump_params": "after training, write each stage's parameters to this folder",
+    "dump_replica": "which replica dumps them (-1: every one)",
+    "trace": "a chrome trace of one step (the third) to this file",
+}
+
+
+class Trainer:
+    """Runs the whole training of one worker: reads its place in the job (or trains alone
+    when started by hand), answers the manager's describe request, resumes from the checkpoint
+    it is told to, trains, evaluates and checkpoints, parks and regroups on a morph, and stops
+    with every other rank on Ctrl-C, SIGUSR1 or `mitra stop`.
+
+        raise SystemExit(mitra.Trainer(spec, dataset, batch_size=32, lr=1e-3).run())
+
+    `dataset`: any object with __len__ and __getitem__(index) returning a dict of tensors for
+    one sample (a torch.utils.data.Dataset written that way works as it is); None is allowed
+    when describe_requested(). The keywords are listed in mitra.trainer.OPTIONS.
+    """
+
+    def __init__(self, spec, dataset, **options):
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise TypeError(f"mitra.Trainer: unknown option(s) {', '.join(unknown)}; the options "
+                            f"are {', '.join(OPTIONS)}")
+        if spec.loss is None:
+            raise ValueError("the model has no loss: set spec.loss = fn(outputs, batch) -> the "
+                             "sum over the micro-batch's samples")
+        self._options = {k: v for k, v in options.items() if v is not None}
+        self._trainer = _mitra.Trainer(spec, dataset, self._options)
+
+    def run(self):
+        """Trains; returns the process's exit code: 0 done or stopped, 1 a failure (a lost peer),
+        2 bad configuration. A Python exception in a segment, the loss, the dataset, the sampler,
+        a metric or the optimizer ends the process at once with exit code 1, after printing its
+        traceback and which of them raised it: the other ranks notice within milliseconds."""
+        # The records the manager reads are whole lines on stdout; Python's own output must not
+        # cut into them with a partial block.
+        for stream in (sys.stdout, sys.stderr):
+            if hasattr(stream, "reconfigure"):
+                stream.reconfigure(line_buffering=True)
+        saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)}
+        try:
+            # mitra handles SIGINT, SIGUSR1 and SIGUSR2 while it trains (a stop after the same
+            # step on every rank, or parking); Python's handlers come back afterwards.
+            return self._trainer.run()
+        finally:
+            for s, handler in saved.items():
+                if handler is not None:
+                    signal.signal(s, handler)
