@@ -31,6 +31,9 @@ struct ElasticJob {
   // How far a step's loss (and an evaluation) may be from the uninterrupted job's: fp32
   // reordering, which a change of shape brings, and how much the job amplifies it.
   double loss_tolerance = kElasticLossTolerance;
+  // Files the program's behaviour depends on besides its binary (a Python program: its script
+  // and mitra's extension), so that a rebuild runs the uninterrupted reference again.
+  std::vector<std::string> depends_on = {};
 };
 
 // `mitra run` arguments for the job on `machines` with `stages` stages, plus `flags`.
@@ -72,7 +75,9 @@ inline const Reference& Uninterrupted(const ElasticJob& job) {
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   namespace fs = std::filesystem;
   std::string stamp = "-" + std::to_string(std::hash<std::string>()(key));
-  for (const std::string& binary : {job.program.front(), std::string(MITRA_BINARY)}) {
+  std::vector<std::string> stamped = job.depends_on;
+  stamped.insert(stamped.end(), {job.program.front(), std::string(MITRA_BINARY)});
+  for (const std::string& binary : stamped) {
     std::error_code ec;
     const auto time = fs::last_write_time(binary, ec).time_since_epoch().count();
     stamp += "-" + std::to_string(time) + "-" + std::to_string(fs::file_size(binary, ec));

@@ -1,0 +1,169 @@
+// The Python GPT (examples/python/gpt_train.py) on mitra's C++ runtime: the same training as
+// the C++ program from the same seed, the same in every shape with dropout on, and elastic
+// under the real `mitra run` (a morph that keeps the Python workers, a killed worker) with
+// every step and every sample once. Its Python is Debian's /usr/bin/python3; the package is
+// the build's (PYTHONPATH, set by tests/CMakeLists.txt).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tests/manager/run_helpers.h"
+#include "tests/worker/elastic_job.h"
+#include "tests/worker/gpt_helpers.h"
+#include "tests/worker/job_runner.h"
+
+namespace mitra {
+namespace {
+
+using testing::RewriteFile;
+using testing::TempDir;
+
+constexpr char kPython[] = "/usr/bin/python3";
+// The fidelity tests' tolerance (tests/worker/fidelity_test.cc derives it): fp32 sums in
+// another order, which another shape brings.
+constexpr double kLossTolerance = 2e-5;
+
+std::vector<std::string> GptArgs(const std::vector<std::string>& extra) {
+  std::vector<std::string> args{"--model", "tiny", "--seed", "11", "--lr", "1e-3",
+                                "--batch-size", "16", "--chunk-size", "4"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+std::vector<std::string> PythonGpt(const std::vector<std::string>& extra) {
+  std::vector<std::string> args{MITRA_PYTHON_GPT_TRAIN};
+  for (const std::string& a : GptArgs(extra)) args.push_back(a);
+  return args;
+}
+
+// The C++ and the Python program build the same layers in the same order from the same
+// generator, run the same LibTorch operators on the same samples and draw the same dropout
+// masks: their losses are not merely close but equal, bit for bit.
+TEST(PythonGpt, TrainsExactlyLikeTheCppProgramFromTheSameSeed) {
+  for (const auto& [stages, replicas] : std::vector<std::pair<int, int>>{{1, 1}, {2, 1}}) {
+    const std::vector<std::string> extra{"--steps", "6", "--dropout", "0.1"};
+    const testing::JobResult cpp = testing::RunJob(MITRA_GPT_TRAIN, stages, replicas, GptArgs(extra));
+    const testing::JobResult py = testing::RunJob(kPython, stages, replicas, PythonGpt(extra));
+    ASSERT_TRUE(cpp.ok()) << cpp.rank_output[0];
+    ASSERT_TRUE(py.ok()) << py.rank_output[0] << (py.rank_output.size() > 1 ? py.rank_output[1] : "");
+    ASSERT_EQ(cpp.losses.size(), 6u);
+    EXPECT_EQ(py.losses, cpp.losses) << stages << " x " << replicas;
+  }
+}
+
+TEST(PythonGpt, TrainsTheSameIn1x1_2x2And3x1WithDropout) {
+  const std::vector<std::string> extra{"--steps", "5", "--dropout", "0.1"};
+  const testing::JobResult one = testing::RunJob(kPython, 1, 1, PythonGpt(extra));
+  ASSERT_TRUE(one.ok()) << one.rank_output[0];
+  ASSERT_EQ(one.losses.size(), 5u);
+  for (const auto& [stages, replicas] : std::vector<std::pair<int, int>>{{2, 2}, {3, 1}}) {
+    const testing::JobResult r = testing::RunJob(kPython, stages, replicas, PythonGpt(extra));
+    ASSERT_TRUE(r.ok()) << r.rank_output[0];
+    ASSERT_EQ(r.losses.size(), one.losses.size());
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_NEAR(r.losses[i], one.losses[i], kLossTolerance)
+          << "step " << i + 1 << " in " << stages << " x " << replicas;
+    }
+  }
+}
+
+// The guard: the tolerance above is far tighter than what other dropout masks move (with and
+// without dropout, the first loss differs by ~7.5e-4 here, 37 times the tolerance).
+TEST(PythonGpt, TheToleranceSeesOtherDropoutMasks) {
+  const testing::JobResult with = testing::RunJob(kPython, 1, 1, PythonGpt({"--steps", "1", "--dropout", "0.1"}));
+  const testing::JobResult without = testing::RunJob(kPython, 1, 1, PythonGpt({"--steps", "1"}));
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_GT(std::abs(with.losses.at(0) - without.losses.at(0)), 10 * kLossTolerance);
+}
+
+testing::ElasticJob PythonJob(int64_t steps) {
+  testing::ElasticJob job{16, steps};
+  job.program = {kPython, MITRA_PYTHON_GPT_TRAIN, "--model", "tiny", "--seed", "11", "--lr",
+                 "1e-3", "--dropout", "0.1"};
+  job.depends_on = {MITRA_PYTHON_GPT_TRAIN, MITRA_PYTHON_EXTENSION};
+  return job;
+}
+
+class PythonElastic : public ::testing::Test {
+ protected:
+  std::unique_ptr<testing::MitraProcess> Start(const testing::ElasticJob& job,
+                                               const std::string& list, int stages,
+                                               const std::vector<std::string>& flags = {}) {
+    machines_ = tmp_.Write("machines.txt", list);
+    return testing::MitraProcess::Start(MITRA_BINARY,
+                                        testing::RunArgs(job, machines_, run_dir_, stages, flags),
+                                        tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+  }
+
+  TempDir tmp_;
+  std::string machines_;
+  const std::string run_dir_ = tmp_.Path("run");
+  const std::string trace_ = tmp_.Path("trace");
+};
+
+TEST_F(PythonElastic, AShrinkParksAndKeepsThePythonWorkersAndLosesNoStep) {
+  const testing::ElasticJob job = PythonJob(40);
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  auto mitra = Start(job, "localhost slots=4\n", 2);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  testing::ExpectNoProcessLeft(run_dir_);
+}
+
+TEST_F(PythonElastic, AKilledPythonWorkerIsRecoveredWithEverySampleOnce) {
+  const testing::ElasticJob job = PythonJob(40);
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  auto mitra = Start(job, "localhost slots=2\n", 2, {"--checkpoint-every", "1"});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  testing::ExpectRecoveredFromAKilledWorker(job, mitra->Wait(180), run_dir_, trace_);
+}
+
+TEST_F(PythonElastic, MitraStopEndsPythonWorkersAfterTheSameStep) {
+  const testing::ElasticJob job = PythonJob(100000);
+  auto mitra = Start(job, "localhost slots=2\n", 2);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const testing::MitraResult stop =
+      testing::RunProgram(MITRA_BINARY, {"stop", "--run-dir", run_dir_, "--wait"}, tmp_.path(), 60);
+  EXPECT_EQ(stop.exit_code, 0) << stop.output();
+  const testing::MitraResult r = mitra->Wait(60);
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("mitra: stopped at step "), std::string::npos) << r.out;
+  testing::ExpectNoProcessLeft(run_dir_);
+}
+
+// A Python exception in one rank's segment is a failure, never a hang: its peer notices the
+// process gone, the manager restarts the job, and after --max-restarts it gives up.
+TEST_F(PythonElastic, AnExceptionInASegmentIsAFailureAndTheManagerStopsAfterMaxRestarts) {
+  testing::ElasticJob job{32, 100};
+  job.chunk_size = 8;
+  job.program = {kPython, MITRA_FAILING_WORKER, "--fail", "segment", "--on-stage", "0",
+                 "--steps", "100"};
+  auto mitra = Start(job, "localhost slots=2\n", 2, {"--max-restarts", "1"});
+  ASSERT_TRUE(mitra);
+  const testing::MitraResult r = mitra->Wait(120);
+  EXPECT_FALSE(r.timed_out) << r.output();
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 2u) << r.output();
+  EXPECT_NE(r.err.find("exited with code 1"), std::string::npos) << r.err;
+  const std::string log = testing::ReadFileOrEmpty(run_dir_ + "/logs/gen-0/rank-0.log");
+  EXPECT_NE(log.find("mitra: raised in the forward of segment 'mid'"), std::string::npos) << log;
+  EXPECT_NE(log.find("ValueError: boom in the segment"), std::string::npos) << log;
+  testing::ExpectNoProcessLeft(run_dir_);
+}
+
+}  // namespace
+}  // namespace mitra

@@ -1,0 +1,149 @@
+"""Trainer.run() alone (1 x 1, in this process): one storage with the Python modules,
+BatchNorm buffers and Python optimizers in checkpoints, export and InferenceModel."""
+import subprocess
+
+import pytest
+import torch
+from torch import nn
+
+import mitra
+from conftest import MITRA_BINARY, losses, records
+from models import Blobs, correct, mlp_spec
+
+COMMON = dict(batch_size=32, chunk_size=8, lr=0.05, seed=3, log_every=0)
+
+
+def train(capfd, spec, **options):
+    code = mitra.Trainer(spec, Blobs(), **dict(COMMON, **options)).run()
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_the_modules_parameters_are_the_tensors_the_runtime_trains(standalone, capfd, tmp_path):
+    built = []
+    spec = mlp_spec(built=built)
+    train(capfd, spec, max_steps=5, dump_params=str(tmp_path))
+    dumped = torch.load(tmp_path / "stage-0.pt")
+    assert len(built) == 3
+    modules = dict(zip(["inp", "mid", "out"], built))
+    for name, module in modules.items():
+        for key, value in module.state_dict().items():
+            assert torch.equal(dumped[f"{name}.{key}"], value), f"{name}.{key}"
+    fresh = []
+    mitra.Trainer(mlp_spec(built=fresh), Blobs(), **COMMON)  # builds nothing before run()
+    assert fresh == []
+
+
+def test_the_loss_falls_and_a_from_sequential_model_trains(standalone, capfd):
+    spec = mitra.ModelSpec.from_sequential(
+        [nn.Linear(8, 16), nn.ReLU(), mitra.CutPoint(), nn.Linear(16, 4)], input="x")
+    spec.loss = lambda out, batch: nn.functional.cross_entropy(out["hidden"], batch["y"],
+                                                               reduction="sum")
+    seen = losses(train(capfd, spec, max_steps=30, optimizer="sgd", momentum=0.9))
+    assert len(seen) == 30
+    assert seen[-1] < 0.5 * seen[0]
+
+
+def test_batchnorm_buffers_are_checkpointed_exported_and_loaded_for_inference(
+        standalone, capfd, tmp_path):
+    built = []
+    spec = mlp_spec(batchnorm=True, built=built)
+    out = train(capfd, spec, max_steps=6, checkpoint_dir=str(tmp_path / "ck"),
+                eval_dataset=Blobs(64), metrics={"accuracy": correct})
+    mid = built[1]
+    assert int(mid.norm.num_batches_tracked) == 6 * 4  # 4 micro-batches a step
+    export = tmp_path / "model.pt"
+    subprocess.run([MITRA_BINARY, "checkpoint", "export", str(tmp_path / "ck"), str(export)],
+                   check=True, capture_output=True)
+    saved = torch.load(export)
+    assert torch.equal(saved["model"]["mid.norm.running_mean"], mid.norm.running_mean)
+    assert torch.equal(saved["model"]["mid.norm.running_var"], mid.norm.running_var)
+    assert saved["model"]["mid.norm.num_batches_tracked"] == 24
+    assert set(saved["optimizer"]) == {"exp_avg", "exp_avg_sq", "step"}  # AdamW's
+    assert set(saved["optimizer"]["exp_avg"]) == {k for k in saved["model"] if "running" not in
+                                                  k and "num_batches" not in k}
+
+    for path in (export, tmp_path / "ck"):
+        model = mitra.InferenceModel(mlp_spec(batchnorm=True), path)
+        assert model.step == 6
+        assert not model.segments["mid"].training
+        assert torch.equal(model.segments["mid"].norm.running_mean, mid.norm.running_mean)
+        batch = {"x": Blobs().x[:10]}
+        for m in built:
+            m.eval()
+        with torch.no_grad():
+            expected = built[2](built[1](built[0](batch["x"])))
+        assert torch.allclose(model(batch)["hidden"], expected, atol=1e-6)
+        result = model.evaluate(Blobs(64), metrics={"accuracy": correct}, batch_size=16)
+        [final_eval] = [r for r in records(out, "eval") if r["step"] == 6]
+        assert result["samples"] == 64
+        assert result["accuracy"] == pytest.approx(final_eval["accuracy"], abs=1e-6)
+
+
+class PySgd(mitra.Optimizer):
+    """SGD with momentum written in Python: the same update as the built-in sgd."""
+
+    def __init__(self, params, momentum=0.9):
+        super().__init__(params)
+        self.momentum = momentum
+        self.buffers = {}
+
+    def describe(self):
+        return f"PySgd (momentum {self.momentum})"
+
+    def step(self, lr):
+        with torch.no_grad():
+            for p in self.params:
+                if p.grad is None:
+                    continue
+                b = self.buffers.get(p)
+                if b is None:
+                    b = self.buffers[p] = p.grad.detach().clone()
+                else:
+                    b.mul_(self.momentum).add_(p.grad)
+                p.add_(b, alpha=-lr)
+
+    def state(self, param):
+        return {"momentum_buffer": self.buffers[param]} if param in self.buffers else {}
+
+    def set_state(self, param, state):
+        b = state["momentum_buffer"]
+        if b.shape != param.shape:
+            raise ValueError(f"momentum_buffer has shape {list(b.shape)}, not {list(param.shape)}")
+        self.buffers[param] = b.clone()
+
+    def state_tensors_per_parameter(self):
+        return 1
+
+
+@pytest.mark.parametrize("optimizer", [PySgd, mitra.TorchOptimizer(torch.optim.SGD, momentum=0.9)],
+                         ids=["mitra.Optimizer", "TorchOptimizer"])
+def test_a_python_optimizer_trains_like_the_built_in_one_and_resumes(
+        standalone, capfd, tmp_path, optimizer):
+    options = dict(max_steps=8, weight_decay=0.0, clip=0)
+    builtin = losses(train(capfd, mlp_spec(), optimizer="sgd", momentum=0.9, **options))
+    mine = losses(train(capfd, mlp_spec(), optimizer=optimizer, **options))
+    assert mine == pytest.approx(builtin, abs=1e-6)
+    # Stopped after step 4 and resumed from its checkpoint: the state came back.
+    ck = str(tmp_path / "ck")
+    first = losses(train(capfd, mlp_spec(), optimizer=optimizer, checkpoint_dir=ck,
+                         **dict(options, max_steps=4)))
+    second = losses(train(capfd, mlp_spec(), optimizer=optimizer, checkpoint_dir=ck, **options))
+    assert first + second == pytest.approx(builtin, abs=1e-6)
+    export = tmp_path / "model.pt"
+    subprocess.run([MITRA_BINARY, "checkpoint", "export", ck, str(export)], check=True,
+                   capture_output=True)
+    state = torch.load(export)["optimizer"]
+    assert set(state) == {"momentum_buffer"}
+    assert set(state["momentum_buffer"]) == {"inp.weight", "inp.bias", "mid.fc.weight",
+                                             "mid.fc.bias", "out.weight", "out.bias"}
+
+
+def test_unknown_options_and_a_missing_loss_are_refused_with_the_fix():
+    with pytest.raises(TypeError, match="unknown option.*batchsize.*batch_size"):
+        mitra.Trainer(mlp_spec(), Blobs(), batchsize=3)
+    spec = mlp_spec()
+    spec.loss = None
+    with pytest.raises(ValueError, match="set spec.loss"):
+        mitra.Trainer(spec, Blobs())
