@@ -89,12 +89,14 @@ class Trainer:
         for stream in (sys.stdout, sys.stderr):
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(line_buffering=True)
-        saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1, signal.SIGUSR2)}
+        # While it trains, mitra handles SIGINT, SIGUSR1 and SIGUSR2 (a stop after the same step
+        # on every rank, or parking). A worker of `mitra run` keeps those handlers afterwards, as
+        # a C++ worker does: a stop signal that arrives late must not end it. Alone (a notebook,
+        # a shell), Ctrl-C raises KeyboardInterrupt again once training is over.
+        restore_sigint = not _mitra.started_by_manager()
+        python_sigint = signal.getsignal(signal.SIGINT)
         try:
-            # mitra handles SIGINT, SIGUSR1 and SIGUSR2 while it trains (a stop after the same
-            # step on every rank, or parking); Python's handlers come back afterwards.
             return self._trainer.run()
         finally:
-            for s, handler in saved.items():
-                if handler is not None:
-                    signal.signal(s, handler)
+            if restore_sigint and python_sigint is not None:
+                signal.signal(signal.SIGINT, python_sigint)

@@ -134,6 +134,10 @@ PYBIND11_MODULE(_mitra, m) {
   m.def("build_info", &BuildInfo);
   m.def("describe_requested", &worker::DescribeRequested,
         "True when the manager started this process to describe the model, not to train it");
+  m.def("started_by_manager", [] {
+    const Result<worker::Placement> placement = worker::Placement::FromEnvironment();
+    return placement.ok() && !placement->standalone;
+  }, "True when `mitra run` started this process (its place in the job is in the environment)");
   py::class_<PyTrainer>(m, "Trainer")
       .def(py::init<const py::object&, const py::object&, const py::dict&>(), py::arg("spec"),
            py::arg("dataset"), py::arg("options"))

@@ -14,6 +14,7 @@
 #include "tests/worker/elastic_job.h"
 #include "tests/worker/gpt_helpers.h"
 #include "tests/worker/job_runner.h"
+#include "tests/python/python_job.h"
 
 namespace mitra {
 namespace {
@@ -21,7 +22,7 @@ namespace {
 using testing::RewriteFile;
 using testing::TempDir;
 
-constexpr char kPython[] = "/usr/bin/python3";
+using testing::kPython;
 // The fidelity tests' tolerance (tests/worker/fidelity_test.cc derives it): fp32 sums in
 // another order, which another shape brings.
 constexpr double kLossTolerance = 2e-5;
@@ -79,14 +80,6 @@ TEST(PythonGpt, TheToleranceSeesOtherDropoutMasks) {
   EXPECT_GT(std::abs(with.losses.at(0) - without.losses.at(0)), 10 * kLossTolerance);
 }
 
-testing::ElasticJob PythonJob(int64_t steps) {
-  testing::ElasticJob job{16, steps};
-  job.program = {kPython, MITRA_PYTHON_GPT_TRAIN, "--model", "tiny", "--seed", "11", "--lr",
-                 "1e-3", "--dropout", "0.1"};
-  job.depends_on = {MITRA_PYTHON_GPT_TRAIN, MITRA_PYTHON_EXTENSION};
-  return job;
-}
-
 class PythonElastic : public ::testing::Test {
  protected:
   std::unique_ptr<testing::MitraProcess> Start(const testing::ElasticJob& job,
@@ -105,7 +98,7 @@ class PythonElastic : public ::testing::Test {
 };
 
 TEST_F(PythonElastic, AShrinkParksAndKeepsThePythonWorkersAndLosesNoStep) {
-  const testing::ElasticJob job = PythonJob(40);
+  const testing::ElasticJob job = testing::PythonGptJob(16, 40);
   ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
   auto mitra = Start(job, "localhost slots=4\n", 2);
   ASSERT_TRUE(mitra);
@@ -120,7 +113,7 @@ TEST_F(PythonElastic, AShrinkParksAndKeepsThePythonWorkersAndLosesNoStep) {
 }
 
 TEST_F(PythonElastic, AKilledPythonWorkerIsRecoveredWithEverySampleOnce) {
-  const testing::ElasticJob job = PythonJob(40);
+  const testing::ElasticJob job = testing::PythonGptJob(16, 40);
   ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
   auto mitra = Start(job, "localhost slots=2\n", 2, {"--checkpoint-every", "1"});
   ASSERT_TRUE(mitra);
@@ -132,7 +125,7 @@ TEST_F(PythonElastic, AKilledPythonWorkerIsRecoveredWithEverySampleOnce) {
 }
 
 TEST_F(PythonElastic, MitraStopEndsPythonWorkersAfterTheSameStep) {
-  const testing::ElasticJob job = PythonJob(100000);
+  const testing::ElasticJob job = testing::PythonGptJob(16, 100000);
   auto mitra = Start(job, "localhost slots=2\n", 2);
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();

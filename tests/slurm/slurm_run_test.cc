@@ -15,6 +15,9 @@
 #include "tests/manager/run_helpers.h"
 #include "tests/prerequisite.h"
 #include "tests/worker/elastic_job.h"
+#ifdef MITRA_PYTHON_GPT_TRAIN
+#include "tests/python/python_job.h"
+#endif
 #include "tests/worker/gpt_helpers.h"
 
 namespace mitra {
@@ -85,10 +88,11 @@ class SlurmRun : public ::testing::Test {
 
   // salloc for one node and two tasks, running `mitra run --machines slurm --launcher srun`
   // with `flags` inside it.
-  std::unique_ptr<testing::MitraProcess> StartInAllocation(const std::vector<std::string>& flags) {
+  std::unique_ptr<testing::MitraProcess> StartInAllocation(const std::vector<std::string>& flags,
+                                                          const testing::ElasticJob& job = kJob) {
     std::vector<std::string> args{"--nodes=1", "--ntasks=2", MITRA_BINARY};
     std::vector<std::string> run =
-        testing::RunArgs(kJob, "slurm", run_dir_, 2, {"--launcher", "srun"});
+        testing::RunArgs(job, "slurm", run_dir_, 2, {"--launcher", "srun"});
     run.insert(run.begin() + 1, flags.begin(), flags.end());  // after "run"
     args.insert(args.end(), run.begin(), run.end());
     return testing::MitraProcess::Start(
@@ -151,6 +155,23 @@ TEST_F(SlurmRun, AKilledWorkerIsRecoveredFromTheNewestCheckpoint) {
   testing::ExpectRecoveredFromAKilledWorker(kJob, mitra->Wait(240), run_dir_, trace_);
   ExpectNoJobLeft();
 }
+
+#ifdef MITRA_PYTHON_GPT_TRAIN
+// A Python program's workers are job steps like any other's (srun passes the environment on,
+// PYTHONPATH included).
+TEST_F(SlurmRun, APythonProgramTrainsToTheEndAndRecoversAKilledWorker) {
+  const testing::ElasticJob job = testing::PythonGptJob(16, 40);
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  auto mitra = StartInAllocation({"--checkpoint-every", "1"}, job);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  testing::ExpectRecoveredFromAKilledWorker(job, mitra->Wait(240), run_dir_, trace_);
+  ExpectNoJobLeft();
+}
+#endif
 
 TEST_F(SlurmRun, OutsideAnAllocationNothingStarts) {
   const testing::MitraResult r = testing::RunProgram(

@@ -20,6 +20,9 @@
 #include "tests/prerequisite.h"
 #include "tests/manager/run_helpers.h"
 #include "tests/worker/elastic_job.h"
+#ifdef MITRA_PYTHON_GPT_TRAIN
+#include "tests/python/python_job.h"
+#endif
 
 namespace mitra {
 namespace {
@@ -129,6 +132,25 @@ TEST_F(SshElastic, RemovingAHostShrinksTheJobWithoutLosingAStep) {
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoWorkerLeft();
 }
+
+#ifdef MITRA_PYTHON_GPT_TRAIN
+// A Python program over SSH: the workers find the package through --env, and a shrink morphs
+// the Python job like the C++ one.
+TEST_F(SshElastic, APythonProgramShrinksWithoutLosingAStep) {
+  const ElasticJob job = testing::PythonGptJob(64, 60);
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2), {"--env", testing::PythonPathSetting()}, job);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 3/", 120)) << mitra->Stdout() << mitra->Stderr();
+  testing::RewriteFile(tmp_, "machines.txt", Line(kHostA, 2));
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: morph done: training again in 2 x 1"))
+      << r.out << r.err << testing::ReadFileOrEmpty(run_dir_ + "/events.jsonl");
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoWorkerLeft();
+}
+#endif
 
 TEST_F(SshElastic, AddingAHostGrowsTheJobOnceItPassesItsHealthCheck) {
   auto mitra = Start(Line(kHostA, 2));
