@@ -124,6 +124,25 @@ TEST_F(PythonElastic, AKilledPythonWorkerIsRecoveredWithEverySampleOnce) {
   testing::ExpectRecoveredFromAKilledWorker(job, mitra->Wait(180), run_dir_, trace_);
 }
 
+// A warm spare is a Python process started ahead (standby) and parked: it takes the killed
+// rank's place without a process start.
+TEST_F(PythonElastic, AKilledWorkersPlaceIsTakenByAPythonSpare) {
+  const testing::ElasticJob job = testing::PythonGptJob(16, 120);
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  auto mitra = Start(job, "localhost slots=2\n", 2, {"--checkpoint-every", "1", "--spares", "1"});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+  ASSERT_EQ(pids.size(), 2u);
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("recovery done: training again in 2 x 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/false);
+  testing::ExpectNoProcessLeft(run_dir_);
+}
+
 TEST_F(PythonElastic, MitraStopEndsPythonWorkersAfterTheSameStep) {
   const testing::ElasticJob job = testing::PythonGptJob(16, 100000);
   auto mitra = Start(job, "localhost slots=2\n", 2);
