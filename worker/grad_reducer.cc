@@ -32,10 +32,14 @@ GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::Proce
   }
   close();
   for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].register_hook([this, i](const torch::Tensor& grad) {
+    hooks_.push_back(params_[i].register_hook([this, i](const torch::Tensor& grad) {
       if (armed_) OnGradient(static_cast<int>(i), grad);
-    });
+    }));
   }
+}
+
+GradReducer::~GradReducer() {
+  for (size_t i = 0; i < hooks_.size(); ++i) params_[i].remove_hook(hooks_[i]);
 }
 
 void GradReducer::OnGradient(int param, const torch::Tensor& grad) {

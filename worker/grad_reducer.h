@@ -24,6 +24,11 @@ class GradReducer {
  public:
   GradReducer(const std::vector<NamedTensor>& parameters, c10d::ProcessGroup* group, Comm* comm,
               int64_t bucket_elements);
+  // Removes its hooks from the parameters: they may outlive it (a Python module a program
+  // keeps, or builds once, is trained again by the next generation's runtime).
+  ~GradReducer();
+  GradReducer(const GradReducer&) = delete;
+  GradReducer& operator=(const GradReducer&) = delete;
 
   // The next backward is the step's last one: feed its gradients to the buckets.
   void Arm() { armed_ = true; }
@@ -46,6 +51,7 @@ class GradReducer {
   void LaunchReadyBuckets();
 
   std::vector<torch::Tensor> params_;
+  std::vector<unsigned> hooks_;  // params_[i]'s hook, to remove
   std::vector<std::pair<int, int>> slot_;  // param -> (bucket, member index)
   std::vector<bool> filled_;
   std::vector<Bucket> buckets_;
