@@ -73,6 +73,8 @@ std::vector<std::string> MicroBatchDependentModules(const Segment& segment) {
       kind = "BatchNorm2d";
     } else if (dynamic_cast<const torch::nn::BatchNorm3dImpl*>(&m)) {
       kind = "BatchNorm3d";
+    } else if (auto* stats = dynamic_cast<const RunningStatistics*>(&m)) {
+      kind = stats->kind();
     } else {
       for (const auto& buffer : m.named_buffers(/*recurse=*/false)) {
         if (buffer.key() == "running_mean" || buffer.key() == "num_batches_tracked") {

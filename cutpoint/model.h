@@ -41,6 +41,20 @@ class Segment : public torch::nn::Module {
   virtual Activations Forward(const Activations& inputs) = 0;
 };
 
+// A module that keeps BatchNorm's running statistics (buffers running_mean, running_var and
+// num_batches_tracked, updated r <- (1 - momentum) r + momentum x by each training forward)
+// without being one of LibTorch's BatchNorm modules: a Python BatchNorm mirrored into LibTorch's
+// module tree (python/src/py_segment.h). The runtime combines such statistics across replicas
+// as it does LibTorch's BatchNorm's (worker/buffer_sync.h).
+class RunningStatistics {
+ public:
+  virtual ~RunningStatistics() = default;
+  // The update's momentum; nullopt for a cumulative average (PyTorch's momentum=None).
+  virtual c10::optional<double> momentum() const = 0;
+  // What it is, for messages: "BatchNorm2d".
+  virtual std::string kind() const = 0;
+};
+
 using SegmentFactory = std::function<std::shared_ptr<Segment>()>;
 
 // Loss of a micro-batch: the SUM over its samples of each sample's loss. The runtime divides by

@@ -15,6 +15,19 @@ bool IsBatchNorm(const torch::nn::Module& m, c10::optional<double>* momentum) {
   return true;
 }
 
+// LibTorch's BatchNorm modules, and other modules that keep the same running statistics.
+bool KeepsRunningStatistics(const torch::nn::Module& m, c10::optional<double>* momentum) {
+  if (IsBatchNorm<torch::nn::BatchNorm1dImpl>(m, momentum) ||
+      IsBatchNorm<torch::nn::BatchNorm2dImpl>(m, momentum) ||
+      IsBatchNorm<torch::nn::BatchNorm3dImpl>(m, momentum)) {
+    return true;
+  }
+  auto* stats = dynamic_cast<const cutpoint::RunningStatistics*>(&m);
+  if (stats == nullptr) return false;
+  *momentum = stats->momentum();
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<BufferSync> BufferSync::Create(const Stage& stage, Comm* comm) {
@@ -30,11 +43,7 @@ std::unique_ptr<BufferSync> BufferSync::Create(const Stage& stage, Comm* comm) {
     for (const auto& item : segment->modules(/*include_self=*/true)) {
       c10::optional<double> momentum;
       const torch::nn::Module& m = *item;
-      if (!IsBatchNorm<torch::nn::BatchNorm1dImpl>(m, &momentum) &&
-          !IsBatchNorm<torch::nn::BatchNorm2dImpl>(m, &momentum) &&
-          !IsBatchNorm<torch::nn::BatchNorm3dImpl>(m, &momentum)) {
-        continue;
-      }
+      if (!KeepsRunningStatistics(m, &momentum)) continue;
       auto buffers = m.named_buffers(/*recurse=*/false);
       const int64_t mean = index_of(buffers["running_mean"]);
       const int64_t var = index_of(buffers["running_var"]);

@@ -5,7 +5,8 @@
 // over the stage's data-parallel group, in float64) and every replica computes the same
 // combination from the same inputs, so they end bitwise equal:
 //
-//  - BatchNorm's running_mean and running_var, with num_batches_tracked: as if a single
+//  - BatchNorm's running_mean and running_var, with num_batches_tracked (LibTorch's BatchNorm,
+//    or a cutpoint::RunningStatistics module such as a Python BatchNorm): as if a single
 //    replica had run all of the step's micro-batches in their global order. The update rule is
 //    affine in the running value (r <- (1 - m) r + m x, or a cumulative average when momentum
 //    is unset), so each replica's change since the start of the step composes exactly with the

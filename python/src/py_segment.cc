@@ -15,6 +15,34 @@ struct Seen {
   std::unordered_set<const void*> tensors;  // TensorImpl*
 };
 
+// The mirror of a Python BatchNorm (torch.nn.modules.batchnorm._BatchNorm keeping running
+// statistics): the runtime combines its statistics across replicas as it does LibTorch's.
+class MirroredBatchNorm : public torch::nn::Module, public cutpoint::RunningStatistics {
+ public:
+  MirroredBatchNorm(std::string kind, c10::optional<double> momentum)
+      : torch::nn::Module(kind), kind_(std::move(kind)), momentum_(momentum) {}
+  c10::optional<double> momentum() const override { return momentum_; }
+  std::string kind() const override { return kind_; }
+
+ private:
+  std::string kind_;
+  c10::optional<double> momentum_;
+};
+
+// The C++ module that mirrors `py_module` (its contents are added by Mirror).
+std::shared_ptr<torch::nn::Module> MirrorOf(const py::handle& py_module) {
+  const std::string kind = py::cast<std::string>(py::type::of(py_module).attr("__name__"));
+  const py::object batchnorm =
+      py::module_::import("torch.nn.modules.batchnorm").attr("_BatchNorm");
+  if (py::isinstance(py_module, batchnorm) &&
+      py::cast<bool>(py_module.attr("track_running_stats"))) {
+    const py::object momentum = py_module.attr("momentum");
+    return std::make_shared<MirroredBatchNorm>(
+        kind, momentum.is_none() ? c10::nullopt : c10::optional<double>(py::cast<double>(momentum)));
+  }
+  return std::make_shared<torch::nn::Module>(kind);
+}
+
 // Mirrors `py_module`'s own parameters and persistent buffers into `into`, then its children
 // as child modules, depth first: LibTorch's named_parameters() then lists the same names, in
 // the same order, as Python's.
@@ -42,8 +70,7 @@ void Mirror(const py::handle& py_module, const std::string& prefix, torch::nn::M
     const auto pair = py::reinterpret_borrow<py::tuple>(item);
     if (!seen.modules.insert(pair[1].ptr()).second) continue;
     const std::string name = py::cast<std::string>(pair[0]);
-    auto child = std::make_shared<torch::nn::Module>(
-        py::cast<std::string>(py::type::of(pair[1]).attr("__name__")));
+    std::shared_ptr<torch::nn::Module> child = MirrorOf(pair[1]);
     Mirror(pair[1], prefix + name + ".", *child, seen, mirrored);
     into.register_module(name, child);
   }
