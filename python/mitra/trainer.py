@@ -1,4 +1,5 @@
 """The training loop of a worker program: mitra's C++ Trainer, driven from Python."""
+import faulthandler
 import signal
 import sys
 
@@ -89,6 +90,10 @@ class Trainer:
         for stream in (sys.stdout, sys.stderr):
             if hasattr(stream, "reconfigure"):
                 stream.reconfigure(line_buffering=True)
+        # A crash in native code (a segment's extension, say) leaves the Python stack in the
+        # rank's log instead of nothing.
+        if not faulthandler.is_enabled():
+            faulthandler.enable()
         # While it trains, mitra handles SIGINT, SIGUSR1 and SIGUSR2 (a stop after the same step
         # on every rank, or parking). A worker of `mitra run` keeps those handlers afterwards, as
         # a C++ worker does: a stop signal that arrives late must not end it. Alone (a notebook,

@@ -50,7 +50,9 @@ def mlp_spec(batchnorm=False, dropout=0.0, built=None):
         return module
 
     spec = mitra.ModelSpec()
-    spec.add_segment("inp", lambda: keep(nn.Linear(8, 16)), input="x")
+    # Before a BatchNorm, no bias: BatchNorm removes it, so its gradient is rounding noise that
+    # Adam would turn into full-size steps of a shape-dependent sign (as in ResNet's convs).
+    spec.add_segment("inp", lambda: keep(nn.Linear(8, 16, bias=not batchnorm)), input="x")
     spec.add_segment("mid", lambda: keep(Middle(batchnorm, dropout)), input="hidden")
     spec.add_segment("out", lambda: keep(nn.Linear(16, 4)), input="hidden")
     spec.loss = classify_loss
