@@ -13,14 +13,15 @@ def test_resnet18_learns_fashion_mnist(standalone):
     run = run_python([PROGRAM, "--steps", "40", "--warmup", "10", "--cosine-steps", "40",
                       "--train-samples", "10000", "--test-samples", "500", "--eval-every", "10"])
     assert run.returncode == 0, run.stderr
-    assert "segments [0, 6) of 6" in run.stderr  # the whole model in the one stage
+    assert "segments [0, 6) of 6" in run.stdout  # the whole model in the one stage
     evals = records(run.stdout, "eval")
     assert [r["step"] for r in evals] == [10, 20, 30, 40]
     assert all(r["samples"] == 500 for r in evals)
     first, last = evals[0]["accuracy"], evals[-1]["accuracy"]
-    # Observed with seeds 1, 2, 3: 0.11-0.20 after step 10, 0.57-0.71 after step 40 (chance is
-    # 0.1). The run is seeded (the test uses the default seed), so it does not vary from run to
-    # run; the thresholds leave the whole spread over seeds as margin for other torch builds.
+    # Observed: the default seed 0.09 after step 10 and 0.70 after step 40, the same every run;
+    # seeds 1, 2 and 3: 0.11-0.20 and 0.57-0.71 (chance is 0.1). Both thresholds hold for every
+    # seed seen, with margin (>= 0.12 and >= 0.16), so another torch build's rounding will not
+    # tip them.
     assert last > 0.45, evals
     assert last - first > 0.25, evals
 
