@@ -71,6 +71,39 @@ TEST(PythonGpt, TrainsTheSameIn1x1_2x2And3x1WithDropout) {
   }
 }
 
+// Every schedule runs Python segments, recomputation calling a segment's forward twice (its
+// dropout masks repeated, its buffers left as the first forward left them).
+TEST(PythonGpt, TrainsTheSameUnderEverySchedule) {
+  const std::vector<std::string> steps{"--steps", "4", "--dropout", "0.1"};
+  const testing::JobResult one = testing::RunJob(kPython, 1, 1, PythonGpt(steps));
+  ASSERT_TRUE(one.ok()) << one.rank_output[0];
+  for (const std::vector<std::string>& schedule :
+       std::vector<std::vector<std::string>>{{"--schedule", "gpipe"},
+                                             {"--schedule", "varuna"},
+                                             {"--schedule", "1f1b", "--recompute"}}) {
+    std::vector<std::string> extra = steps;
+    extra.insert(extra.end(), schedule.begin(), schedule.end());
+    const testing::JobResult r = testing::RunJob(kPython, 2, 1, PythonGpt(extra));
+    ASSERT_TRUE(r.ok()) << r.rank_output[0] << r.rank_output[1];
+    ASSERT_EQ(r.losses.size(), one.losses.size());
+    for (size_t i = 0; i < one.losses.size(); ++i) {
+      EXPECT_NEAR(r.losses[i], one.losses[i], kLossTolerance) << schedule[1] << " step " << i + 1;
+    }
+  }
+}
+
+// bf16 autocast reaches the Python segments: the losses move, but stay within the precision
+// tests' 2% of fp32 (tests/worker/precision_test.cc).
+TEST(PythonGpt, Bf16AutocastReachesPythonSegments) {
+  const testing::JobResult fp32 = testing::RunJob(kPython, 1, 1, PythonGpt({"--steps", "5"}));
+  const testing::JobResult bf16 =
+      testing::RunJob(kPython, 1, 1, PythonGpt({"--steps", "5", "--precision", "bf16"}));
+  ASSERT_TRUE(fp32.ok() && bf16.ok()) << bf16.rank_output[0];
+  ASSERT_EQ(bf16.losses.size(), 5u);
+  EXPECT_NE(bf16.losses.back(), fp32.losses.back());
+  EXPECT_NEAR(bf16.losses.back(), fp32.losses.back(), 0.02 * fp32.losses.back());
+}
+
 // The guard: the tolerance above is far tighter than what other dropout masks move (with and
 // without dropout, the first loss differs by ~7.5e-4 here, 37 times the tolerance).
 TEST(PythonGpt, TheToleranceSeesOtherDropoutMasks) {
@@ -154,6 +187,27 @@ TEST_F(PythonElastic, MitraStopEndsPythonWorkersAfterTheSameStep) {
   const testing::MitraResult r = mitra->Wait(60);
   EXPECT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.out.find("mitra: stopped at step "), std::string::npos) << r.out;
+  testing::ExpectNoProcessLeft(run_dir_);
+}
+
+// Without --nstages the manager profiles the Python program and plans its shape; the report
+// of the run is drawn like any other.
+TEST_F(PythonElastic, AProfiledAndPlannedPythonJobTrainsAndIsReported) {
+  const testing::ElasticJob job = testing::PythonGptJob(16, 20);
+  machines_ = tmp_.Write("machines.txt", "localhost slots=2\n");
+  std::vector<std::string> args{"run", "--machines", machines_, "--batch-size", "16",
+                                "--max-steps", "20", "--run-dir", run_dir_, "--"};
+  args.insert(args.end(), job.program.begin(), job.program.end());
+  const testing::MitraResult r = testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("mitra: profiling the program on 2 slots"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mitra: done: 20 steps"), std::string::npos) << r.out;
+  EXPECT_FALSE(testing::EventsNamed(run_dir_, "launch").at(0).GetNumber("predicted_step_s") ==
+               std::nullopt);
+  const testing::MitraResult report =
+      testing::RunProgram(MITRA_BINARY, {"report", run_dir_, "-o", tmp_.Path("r.html")}, tmp_.path(), 60);
+  EXPECT_EQ(report.exit_code, 0) << report.output();
+  EXPECT_NE(testing::ReadFileOrEmpty(tmp_.Path("r.html")).find("Chart"), std::string::npos);
   testing::ExpectNoProcessLeft(run_dir_);
 }
 

@@ -147,3 +147,21 @@ def test_unknown_options_and_a_missing_loss_are_refused_with_the_fix():
     spec.loss = None
     with pytest.raises(ValueError, match="set spec.loss"):
         mitra.Trainer(spec, Blobs())
+
+
+class Sequential:
+    """A Python sampler: what the built-in "sequential" does."""
+
+    def __init__(self, size, seed):
+        self.size = size
+
+    def index_at(self, position):
+        return position % self.size
+
+
+def test_a_python_sampler_decides_the_samples_of_every_step(standalone, capfd):
+    builtin = losses(train(capfd, mlp_spec(), max_steps=10, sampler="sequential"))
+    mine = losses(train(capfd, mlp_spec(), max_steps=10, sampler=Sequential))
+    shuffled = losses(train(capfd, mlp_spec(), max_steps=10))
+    assert mine == builtin
+    assert mine != shuffled  # the guard: the sampler does change what is trained
