@@ -5,7 +5,11 @@ Trains the `bench` GPT (batch 32, micro-batch 8, one intra-op thread per process
   plain    bench/plain_gpt.cc: the same model in a plain single-process LibTorch loop
   plain_tuned  the same, with glibc's malloc set as mitra's workers set it (see below)
   mitra    `mitra run` 1x1, 1x2 (D=2) and 2x1 (P=2) on localhost
-  pytorch  bench/python/gpt_bench.py: the same model in PyTorch, single process and DDP (2)
+  python   the same three shapes of `mitra run` with the Python twin of gpt_train,
+           examples/python/gpt_train.py (segments are torch.nn.Modules called from mitra's
+           C++ runtime; PYTHONPATH=<build>/python is set for the workers)
+  pytorch  bench/python/gpt_bench.py: the same model in PyTorch, single process and DDP (2);
+           single: batch 32 as 4 micro-batches of 8 with gradient accumulation, as mitra
 Each configuration runs --repeats times, interleaved, and the median tokens/s is kept, so
 slow phases of a shared machine hit every configuration alike. Prints one JSON object per
 measurement and a final JSON summary with the ratios:
@@ -13,8 +17,16 @@ measurement and a final JSON summary with the ratios:
   mitra_1x1 / plain_tuned                            (the runtime's own overhead)
   mitra_1x2 / mitra_1x1, mitra_2x1 / mitra_1x1      (target >= 0.9; two processes share
   pytorch_ddp / pytorch                              about one core on a 2-vCPU machine)
+  python_1x1 / mitra_1x1, python_1x1 / pytorch      (targets >= 0.95 and >= 1.0)
+  python_1x2 / mitra_1x2, python_2x1 / mitra_2x1    (against the C++ program; >= 0.95 too)
+For the python ratios, "paired_ratios" also gives the median over repeats of the ratio of the
+two runs of the same repeat (run one after the other), which a change of load between repeats
+disturbs less.
 
-  bench/throughput.py [--build build] [--steps 20] [--repeats 3]
+  bench/throughput.py [--build build] [--steps 20] [--repeats 3] [--only CONFIGS]
+
+--only takes configuration names and groups, comma-separated: "python" is the Python
+comparison alone (mitra_*, python_* and pytorch), "cpp" the original seven.
 """
 import argparse
 import json
@@ -58,7 +70,14 @@ def pytorch(args, mode):
     return last_json(run(cmd))["tokens_per_s"]
 
 
-def mitra(args, stages, slots):
+def mitra(args, stages, slots, python=False):
+    if python:  # the Python twin, with the package from the build tree
+        program = ["/usr/bin/python3", f"{ROOT}/examples/python/gpt_train.py"]
+        paths = [os.path.join(os.path.abspath(args.build), "python")]
+        paths += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    else:
+        program, env = [f"{args.build}/bin/gpt_train"], None
     with tempfile.TemporaryDirectory() as tmp:
         machines = os.path.join(tmp, "machines.txt")
         with open(machines, "w") as f:
@@ -67,11 +86,32 @@ def mitra(args, stages, slots):
         run([f"{args.build}/bin/mitra", "run", "--machines", machines, "--batch-size", "32",
              "--nstages", str(stages), "--chunk-size", "8",
              "--max-steps", str(args.warmup + args.steps), "--run-dir", run_dir, "--",
-             f"{args.build}/bin/gpt_train", "--model", "bench"])
+             *program, "--model", "bench"], env=env)
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             steps = [json.loads(line) for line in f if line.strip()]
     timed = [s for s in steps if s["step"] > args.warmup]
     return sum(s["samples"] * 128 for s in timed) / sum(s["step_time_s"] for s in timed)
+
+
+GROUPS = {
+    "cpp": ["plain", "plain_tuned", "mitra_1x1", "pytorch", "mitra_1x2", "mitra_2x1",
+            "pytorch_ddp"],
+    "python": ["mitra_1x1", "python_1x1", "pytorch", "mitra_1x2", "python_1x2", "mitra_2x1",
+               "python_2x1"],
+}
+
+RATIOS = [  # (numerator, denominator)
+    ("mitra_1x1", "plain"),
+    ("mitra_1x1", "plain_tuned"),
+    ("mitra_1x1", "pytorch"),
+    ("mitra_1x2", "mitra_1x1"),
+    ("mitra_2x1", "mitra_1x1"),
+    ("pytorch_ddp", "pytorch"),
+    ("python_1x1", "mitra_1x1"),
+    ("python_1x1", "pytorch"),
+    ("python_1x2", "mitra_1x2"),
+    ("python_2x1", "mitra_2x1"),
+]
 
 
 def main():
@@ -80,17 +120,35 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--only", default="cpp",
+                   help="configurations and groups to run, comma-separated (default cpp; all:\n"
+                        "every one). Groups: " +
+                        "; ".join(f"{g} = {','.join(m)}" for g, m in GROUPS.items()))
     args = p.parse_args()
 
-    configs = {
+    configs = {  # in the order they run in each repeat: each Python run next to its C++ twin
         "plain": lambda: plain(args),
         "plain_tuned": lambda: plain(args, tuned=True),
         "mitra_1x1": lambda: mitra(args, 1, 1),
+        "python_1x1": lambda: mitra(args, 1, 1, python=True),
         "pytorch": lambda: pytorch(args, "single"),
         "mitra_1x2": lambda: mitra(args, 1, 2),
+        "python_1x2": lambda: mitra(args, 1, 2, python=True),
         "mitra_2x1": lambda: mitra(args, 2, 2),
+        "python_2x1": lambda: mitra(args, 2, 2, python=True),
         "pytorch_ddp": lambda: pytorch(args, "ddp"),
     }
+    wanted = set()
+    for name in args.only.split(","):
+        if name == "all":
+            wanted |= set(configs)
+        elif name in GROUPS:
+            wanted |= set(GROUPS[name])
+        elif name in configs:
+            wanted.add(name)
+        else:
+            p.error(f"--only: unknown configuration or group '{name}'")
+    configs = {name: f for name, f in configs.items() if name in wanted}
     samples = {name: [] for name in configs}
     for r in range(args.repeats):
         for name, measure in configs.items():
@@ -99,20 +157,21 @@ def main():
             print(json.dumps({"config": name, "repeat": r, "tokens_per_s": round(tps, 1)}),
                   flush=True)
     med = {name: statistics.median(v) for name, v in samples.items()}
+    # Each ratio whose two configurations ran.
+    ratios = {f"{a}_over_{b}": round(med[a] / med[b], 3) for a, b in RATIOS
+              if a in med and b in med}
+    paired = {f"{a}_over_{b}": round(statistics.median(x / y for x, y in
+                                                       zip(samples[a], samples[b])), 3)
+              for a, b in RATIOS if a.startswith("python") and a in med and b in med}
     summary = {
         "bench": "throughput",
         "model": "bench", "batch": 32, "chunk": 8, "threads_per_process": 1,
         "steps": args.steps, "repeats": args.repeats,
         "tokens_per_s": {k: round(v, 1) for k, v in med.items()},
-        "ratios": {
-            "mitra_1x1_over_plain": round(med["mitra_1x1"] / med["plain"], 3),
-            "mitra_1x1_over_plain_tuned": round(med["mitra_1x1"] / med["plain_tuned"], 3),
-            "mitra_1x1_over_pytorch": round(med["mitra_1x1"] / med["pytorch"], 3),
-            "mitra_1x2_over_mitra_1x1": round(med["mitra_1x2"] / med["mitra_1x1"], 3),
-            "mitra_2x1_over_mitra_1x1": round(med["mitra_2x1"] / med["mitra_1x1"], 3),
-            "pytorch_ddp_over_pytorch": round(med["pytorch_ddp"] / med["pytorch"], 3),
-        },
+        "ratios": ratios,
     }
+    if paired:
+        summary["paired_ratios"] = paired
     print(json.dumps(summary))
 
 
