@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 #include <torch/serialize.h>
@@ -52,6 +53,20 @@ void TuneMalloc() {
   if (setting && std::string(setting) == "0") return;
   if (mallopt(M_MMAP_THRESHOLD, 256 << 20) == 0) mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
+
+// How long a rank that stopped on its peers' wish waits for its own stop signal.
+constexpr auto kLateSignalWait = std::chrono::seconds(3);
+
+// The manager signals every rank, but the ranks' wishes are combined at a step's all-reduce: a
+// rank may stop on its peers' wish before its own signal has arrived (over SSH it takes a few
+// hundred milliseconds). Whether to park or to exit is in that signal, so it waits for it; a
+// signal that never comes (a peer stopped on its own) costs kLateSignalWait, then it exits.
+void AwaitOwnStopSignal() {
+  const auto deadline = std::chrono::steady_clock::now() + kLateSignalWait;
+  while (g_stop_requested == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void InstallStopHandlers() {
@@ -283,6 +298,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
     SaveParameters(rt.stage(), options_.dump_params + "/" + name + ".pt");
   }
   Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
+  if (reason == "signal" && placement.park) AwaitOwnStopSignal();
   // Parks only when every stop signal asked it to, with its part of the checkpoint on disk.
   return {0, reason == "signal" && g_stop_requested == kParkAfterStop && checkpointer != nullptr,
           step};
