@@ -113,21 +113,13 @@ TEST(PythonGpt, TheToleranceSeesOtherDropoutMasks) {
   EXPECT_GT(std::abs(with.losses.at(0) - without.losses.at(0)), 10 * kLossTolerance);
 }
 
-class PythonElastic : public ::testing::Test {
+class PythonElastic : public testing::ElasticRun {
  protected:
   std::unique_ptr<testing::MitraProcess> Start(const testing::ElasticJob& job,
                                                const std::string& list, int stages,
                                                const std::vector<std::string>& flags = {}) {
-    machines_ = tmp_.Write("machines.txt", list);
-    return testing::MitraProcess::Start(MITRA_BINARY,
-                                        testing::RunArgs(job, machines_, run_dir_, stages, flags),
-                                        tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+    return StartJob(job, list, stages, flags);
   }
-
-  TempDir tmp_;
-  std::string machines_;
-  const std::string run_dir_ = tmp_.Path("run");
-  const std::string trace_ = tmp_.Path("trace");
 };
 
 TEST_F(PythonElastic, AShrinkParksAndKeepsThePythonWorkersAndLosesNoStep) {

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,6 +58,24 @@ inline void RewriteFile(const TempDir& tmp, const std::string& name, const std::
   const std::string staged = tmp.Write(name + ".new", contents);
   ASSERT_EQ(std::rename(staged.c_str(), tmp.Path(name).c_str()), 0);
 }
+
+// A test that runs one job under `mitra run`, its machine list, run directory and sample trace
+// (MITRA_TRACE_SAMPLES) in a temporary folder of its own.
+class ElasticRun : public ::testing::Test {
+ protected:
+  // Starts `mitra run` on `job` with `list` as the machine list and `stages` stages.
+  std::unique_ptr<MitraProcess> StartJob(const ElasticJob& job, const std::string& list,
+                                         int stages, const std::vector<std::string>& flags = {}) {
+    machines_ = tmp_.Write("machines.txt", list);
+    return MitraProcess::Start(MITRA_BINARY, RunArgs(job, machines_, run_dir_, stages, flags),
+                               tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+  }
+
+  TempDir tmp_;
+  std::string machines_;
+  const std::string run_dir_ = tmp_.Path("run");
+  const std::string trace_ = tmp_.Path("trace");
+};
 
 struct Reference {
   std::vector<double> losses;  // by step - 1

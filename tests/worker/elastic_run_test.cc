@@ -53,23 +53,15 @@ std::vector<int64_t> KeptRanks(const std::string& run_dir, int64_t generation) {
   return {};
 }
 
-class ElasticGpt : public ::testing::Test {
+class ElasticGpt : public testing::ElasticRun {
  protected:
   void SetUp() override { ASSERT_FALSE(testing::Uninterrupted(kJob).losses.empty()); }
 
   std::unique_ptr<testing::MitraProcess> Start(const std::string& list, int stages,
                                                const std::vector<std::string>& flags = {},
                                                const testing::ElasticJob& job = kJob) {
-    machines_ = tmp_.Write("machines.txt", list);
-    return testing::MitraProcess::Start(MITRA_BINARY,
-                                        testing::RunArgs(job, machines_, run_dir_, stages, flags),
-                                        tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+    return StartJob(job, list, stages, flags);
   }
-
-  TempDir tmp_;
-  std::string machines_;
-  const std::string run_dir_ = tmp_.Path("run");
-  const std::string trace_ = tmp_.Path("trace");
 };
 
 TEST_F(ElasticGpt, ShrinkingTheMachineListMorphsWithoutLosingAStep) {
