@@ -23,12 +23,32 @@ torch::Tensor TensorFromPython(const py::handle& object, const std::string& what
   return THPVariable_Unpack(object.ptr());
 }
 
+namespace {
+
+// What torch.as_tensor takes without guessing: Python numbers and NumPy arrays.
+bool ConvertibleToTensor(const py::handle& value) {
+  return py::isinstance<py::int_>(value) || py::isinstance<py::float_>(value) ||
+         py::isinstance<py::bool_>(value) || py::hasattr(value, "__array_interface__");
+}
+
+}  // namespace
+
+cutpoint::Activations SampleFromPython(const py::handle& object, const std::string& what) {
+  if (!py::isinstance<py::dict>(object)) return FromPython(object, what);
+  py::dict converted;
+  for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(object)) {
+    converted[key] = ConvertibleToTensor(value)
+                         ? py::module_::import("torch").attr("as_tensor")(value)
+                         : py::reinterpret_borrow<py::object>(value);
+  }
+  return FromPython(converted, what);
+}
+
 cutpoint::Activations FromPython(const py::handle& object, const std::string& what) {
   if (!py::isinstance<py::dict>(object)) {
     RaisePython(PyExc_TypeError,
                 what + " a " + std::string(py::str(py::type::of(object).attr("__name__"))) +
-                    " where a dict of tensors was expected ({\"hidden\": tensor, ...}; a bare "
-                    "tensor counts as {\"hidden\": tensor})");
+                    " where a dict of tensors was expected ({\"name\": tensor, ...})");
   }
   cutpoint::Activations out;
   for (const auto& [key, value] : py::reinterpret_borrow<py::dict>(object)) {

@@ -19,6 +19,11 @@ py::dict ToPython(const cutpoint::Activations& activations);
 // what was expected.
 cutpoint::Activations FromPython(const py::handle& object, const std::string& what);
 
+// A dataset's sample: like FromPython, but numbers and NumPy arrays become tensors as
+// torch.as_tensor makes them (a label given as an int: a 0-d int64 tensor), as PyTorch's own
+// collation accepts them.
+cutpoint::Activations SampleFromPython(const py::handle& object, const std::string& what);
+
 // A torch.Tensor, or the same TypeError.
 torch::Tensor TensorFromPython(const py::handle& object, const std::string& what);
 

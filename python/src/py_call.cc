@@ -60,7 +60,9 @@ void OnPythonError(py::error_already_set& error, const std::string& what) {
   // print_exception, not PyErr_Print: the latter would act on a SystemExit by finalising the
   // interpreter from inside a training step.
   try {
-    py::module_::import("traceback").attr("print_exception")(error.type(), value, error.trace());
+    // An error raised from C++ (RaisePython) has no traceback: a null object, not None.
+    const py::object trace = error.trace() ? error.trace() : py::none();
+    py::module_::import("traceback").attr("print_exception")(error.type(), value, trace);
   } catch (py::error_already_set&) {
     PyErr_Clear();
     std::fprintf(stderr, "%s\n", error.what());

@@ -19,7 +19,7 @@ PyDataset::PyDataset(py::object dataset) {
 cutpoint::Activations PyDataset::Get(int64_t index) const {
   const std::string what = "the dataset's __getitem__(" + std::to_string(index) + ")";
   return CallPython(what, [&] {
-    return FromPython(dataset_.get()[py::int_(index)], what + " returned");
+    return SampleFromPython(dataset_.get()[py::int_(index)], what + " returned");
   });
 }
 

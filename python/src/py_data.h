@@ -1,7 +1,8 @@
 // A Python dataset and sampler as the runtime's worker::Dataset and worker::Sampler.
 //
 // A dataset is any object with __len__ and __getitem__(index) returning a dict of tensors (a
-// torch.utils.data.Dataset written that way works as it is). A sampler is made by a Python
+// torch.utils.data.Dataset written that way works as it is; numbers and NumPy arrays in it
+// become tensors). A sampler is made by a Python
 // callable (dataset_size, seed) -> object with index_at(position) -> int. Each call takes the
 // GIL (py_call.h); the objects may be destroyed on any thread.
 #pragma once

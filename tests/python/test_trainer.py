@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import mitra
-from conftest import MITRA_BINARY, losses, records
+from conftest import HERE, MITRA_BINARY, losses, records, run_python
 from models import Blobs, correct, mlp_spec
 
 COMMON = dict(batch_size=32, chunk_size=8, lr=0.05, seed=3, log_every=0)
@@ -165,3 +165,37 @@ def test_a_python_sampler_decides_the_samples_of_every_step(standalone, capfd):
     shuffled = losses(train(capfd, mlp_spec(), max_steps=10))
     assert mine == builtin
     assert mine != shuffled  # the guard: the sampler does change what is trained
+
+
+class NumbersAndArrays(Blobs):
+    """Blobs whose samples hold a NumPy array and a Python int, as many datasets return them."""
+
+    def __getitem__(self, i):
+        return {"x": self.x[i].numpy(), "y": int(self.y[i])}
+
+
+def test_a_sample_may_hold_numbers_and_numpy_arrays(standalone, capfd):
+    assert losses(train_on(capfd, NumbersAndArrays())) == losses(train_on(capfd, Blobs()))
+
+
+def train_on(capfd, dataset):
+    code = mitra.Trainer(mlp_spec(), dataset, **dict(COMMON, max_steps=4)).run()
+    out, err = capfd.readouterr()
+    assert code == 0, err
+    return out
+
+
+def test_a_sample_of_another_type_is_refused_naming_what_was_expected(tmp_path):
+    script = tmp_path / "bad.py"
+    script.write_text(
+        "import sys; sys.path.insert(0, %r)\n"
+        "import mitra\n"
+        "from models import Blobs, mlp_spec\n"
+        "class Tuples(Blobs):\n"
+        "    def __getitem__(self, i):\n"
+        "        return self.x[i], self.y[i]\n"
+        "raise SystemExit(mitra.Trainer(mlp_spec(), Tuples(), max_steps=2).run())\n" % HERE)
+    r = run_python([str(script)], cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "the dataset's __getitem__(" in r.stderr
+    assert "returned a tuple where a dict of tensors was expected" in r.stderr
