@@ -79,7 +79,9 @@ void Mirror(const py::handle& py_module, const std::string& prefix, torch::nn::M
 }  // namespace
 
 PySegment::PySegment(std::string name, py::object module, py::object call)
-    : name_(std::move(name)) {
+    : name_(std::move(name)),
+      forward_what_("the forward of segment '" + name_ + "'"),
+      returned_what_("segment '" + name_ + "' returned") {
   Seen seen;
   seen.modules.insert(module.ptr());
   Mirror(module, "", *this, seen, mirrored_);
@@ -89,13 +91,13 @@ PySegment::PySegment(std::string name, py::object module, py::object call)
 }
 
 cutpoint::Activations PySegment::Forward(const cutpoint::Activations& inputs) {
-  return CallPython("the forward of segment '" + name_ + "'", [&] {
+  return CallPython(forward_what_, [&] {
     py::object out = call_.get()(ToPython(inputs));
     if (!checked_ && is_training()) {
       Check();
       checked_ = true;
     }
-    return FromPython(out, "segment '" + name_ + "' returned");
+    return FromPython(out, returned_what_);
   });
 }
 

@@ -40,6 +40,8 @@ class PySegment : public cutpoint::Segment {
 
  private:
   std::string name_;
+  // What names this segment in errors, made once: Forward runs every micro-batch.
+  std::string forward_what_, returned_what_;
   PyRef module_;
   PyRef call_;
   // What Check() compares: qualified name -> the tensor mirrored.
