@@ -119,10 +119,8 @@ class ModelSpec:
                     built = build()
             return _split(built)
 
-        count = len(_split(model)) if build is None else None
+        count = len(pieces())
         spec = cls()
-        if count is None:
-            count = len(pieces())
         if names is not None and len(names) != count:
             raise ValueError(f"from_sequential: {len(names)} names for {count} segments (the "
                              f"model has {count - 1} CutPoints)")

@@ -38,6 +38,20 @@ class Options {
   std::set<std::string> read_;
 };
 
+// An option given as a built-in's name or as a Python factory: the name into `*name`, the
+// factory, converted by `convert`, into `*factory`.
+template <typename Factory, typename Convert>
+void ReadNameOrFactory(Options& o, const std::string& key, std::string* name, Factory* factory,
+                       Convert convert) {
+  if (!o.Has(key)) return;
+  py::object value = o[key];
+  if (py::isinstance<py::str>(value)) {
+    *name = py::cast<std::string>(value);
+  } else {
+    *factory = convert(value);
+  }
+}
+
 void ReadRuntime(Options& o, worker::RuntimeOptions& rt) {
   o.Read("schedule", &rt.schedule);
   o.Read("recompute", &rt.recompute);
@@ -59,23 +73,9 @@ void ReadRuntime(Options& o, worker::RuntimeOptions& rt) {
   o.Read("min_lr_ratio", &rt.lr.min_ratio);
   o.Read("bucket_elements", &rt.bucket_elements);
   o.Read("trace", &rt.trace_path);
-  if (o.Has("sampler")) {
-    py::object sampler = o["sampler"];
-    if (py::isinstance<py::str>(sampler)) {
-      rt.sampler = py::cast<std::string>(sampler);
-    } else {
-      rt.custom_sampler = SamplerFactoryFromPython(sampler);
-    }
-  }
+  ReadNameOrFactory(o, "sampler", &rt.sampler, &rt.custom_sampler, SamplerFactoryFromPython);
   worker::OptimizerOptions& opt = rt.optimizer;
-  if (o.Has("optimizer")) {
-    py::object optimizer = o["optimizer"];
-    if (py::isinstance<py::str>(optimizer)) {
-      opt.name = py::cast<std::string>(optimizer);
-    } else {
-      opt.custom = OptimizerFactoryFromPython(optimizer);
-    }
-  }
+  ReadNameOrFactory(o, "optimizer", &opt.name, &opt.custom, OptimizerFactoryFromPython);
   o.Read("weight_decay", &opt.weight_decay);
   if (o.Has("betas")) {
     const auto betas = py::cast<std::pair<double, double>>(o["betas"]);
