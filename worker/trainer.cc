@@ -62,6 +62,8 @@ constexpr auto kLateSignalWait = std::chrono::seconds(3);
 // rank may stop on its peers' wish before its own signal has arrived (over SSH it takes a few
 // hundred milliseconds). Whether to park or to exit is in that signal, so it waits for it; a
 // signal that never comes (a peer stopped on its own) costs kLateSignalWait, then it exits.
+// (Combining the kind of stop in the all-reduce instead would not do: the late signal would
+// then reach the parked worker, and stop its next generation after one step.)
 void AwaitOwnStopSignal() {
   const auto deadline = std::chrono::steady_clock::now() + kLateSignalWait;
   while (g_stop_requested == 0 && std::chrono::steady_clock::now() < deadline) {

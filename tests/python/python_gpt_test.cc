@@ -40,6 +40,15 @@ std::vector<std::string> PythonGpt(const std::vector<std::string>& extra) {
   return args;
 }
 
+// Each step's loss of `got` within the tolerance of `want`'s.
+void ExpectSameLosses(const testing::JobResult& got, const testing::JobResult& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) {
+    EXPECT_NEAR(got.losses[i], want.losses[i], kLossTolerance) << what << ", step " << i + 1;
+  }
+}
+
 // The C++ and the Python program build the same layers in the same order from the same
 // generator, run the same LibTorch operators on the same samples and draw the same dropout
 // masks: their losses are not merely close but equal, bit for bit.
@@ -63,11 +72,7 @@ TEST(PythonGpt, TrainsTheSameIn1x1_2x2And3x1WithDropout) {
   for (const auto& [stages, replicas] : std::vector<std::pair<int, int>>{{2, 2}, {3, 1}}) {
     const testing::JobResult r = testing::RunJob(kPython, stages, replicas, PythonGpt(extra));
     ASSERT_TRUE(r.ok()) << r.rank_output[0];
-    ASSERT_EQ(r.losses.size(), one.losses.size());
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      EXPECT_NEAR(r.losses[i], one.losses[i], kLossTolerance)
-          << "step " << i + 1 << " in " << stages << " x " << replicas;
-    }
+    ExpectSameLosses(r, one, std::to_string(stages) + " x " + std::to_string(replicas));
   }
 }
 
@@ -85,10 +90,7 @@ TEST(PythonGpt, TrainsTheSameUnderEverySchedule) {
     extra.insert(extra.end(), schedule.begin(), schedule.end());
     const testing::JobResult r = testing::RunJob(kPython, 2, 1, PythonGpt(extra));
     ASSERT_TRUE(r.ok()) << r.rank_output[0] << r.rank_output[1];
-    ASSERT_EQ(r.losses.size(), one.losses.size());
-    for (size_t i = 0; i < one.losses.size(); ++i) {
-      EXPECT_NEAR(r.losses[i], one.losses[i], kLossTolerance) << schedule[1] << " step " << i + 1;
-    }
+    ExpectSameLosses(r, one, schedule[1] + (schedule.size() > 2 ? " " + schedule[2] : ""));
   }
 }
 
