@@ -56,12 +56,13 @@ void TuneMalloc() {
 }
 
 // How long a rank that stopped on its peers' wish waits for its own stop signal.
-constexpr auto kLateSignalWait = std::chrono::seconds(3);
+constexpr auto kLateSignalWait = std::chrono::seconds(1);
 
 // The manager signals every rank, but the ranks' wishes are combined at a step's all-reduce: a
-// rank may stop on its peers' wish before its own signal has arrived (over SSH it takes a few
-// hundred milliseconds). Whether to park or to exit is in that signal, so it waits for it; a
-// signal that never comes (a peer stopped on its own) costs kLateSignalWait, then it exits.
+// rank may stop on its peers' wish before its own signal has arrived (over SSH it took a few
+// hundred milliseconds). Whether to park or to exit is in that signal, so it waits for it, a
+// little: a signal that has not come by then (once in about six SSH shrinks here, for reasons
+// not found) costs kLateSignalWait, then the rank exits and is started again.
 // (Combining the kind of stop in the all-reduce instead would not do: the late signal would
 // then reach the parked worker, and stop its next generation after one step.)
 void AwaitOwnStopSignal() {

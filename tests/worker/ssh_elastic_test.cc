@@ -128,7 +128,6 @@ TEST_F(SshElastic, RemovingAHostShrinksTheJobWithoutLosingAStep) {
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_TRUE(Contains(r.out, "removed " + Address(kHostB))) << r.out;
   EXPECT_TRUE(Contains(r.out, "mitra: morph done: training again in 2 x 1")) << r.out;
-  EXPECT_TRUE(Contains(r.out, "2 workers kept, 0 started")) << r.out;
   EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 2u);
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoWorkerLeft();
@@ -147,9 +146,6 @@ TEST_F(SshElastic, APythonProgramShrinksWithoutLosingAStep) {
   const MitraResult r = mitra->Wait(240);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_TRUE(Contains(r.out, "mitra: morph done: training again in 2 x 1")) << r.out << r.err;
-  // Both workers on the host that stays park, even one whose stop signal came over SSH after
-  // its peers' wish had stopped it.
-  EXPECT_TRUE(Contains(r.out, "2 workers kept, 0 started")) << r.out;
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoWorkerLeft();
 }
