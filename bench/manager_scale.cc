@@ -1,7 +1,7 @@
 // bench/manager_scale: the manager's loop and controller at 1,250 machines x 8 slots, by
 // simulation.
 //
-// RunLoop and a real Controller run a job on FakeTransports (tests/manager/fake_transports.h):
+// RunLoop and a real Controller run a job on FakeTransports (tests/run/fake_transports.h):
 // simulated workers that send a heartbeat every second, train a step every second (rank 0 prints
 // `step`) and checkpoint on SIGUSR1, on a manual clock and an in-memory file system. Time jumps
 // from one scripted instant to the next, so the figures are the manager's own CPU cost, not
@@ -39,12 +39,12 @@
 #include "common/file_system.h"
 #include "common/json.h"
 #include "launcher/ssh_process_runner.h"
-#include "manager/run_loop.h"
+#include "run/run_loop.h"
 #include "manager/status_report.h"
 #include "tests/common/memory_file_system.h"
-#include "tests/manager/fake_transports.h"
+#include "tests/run/fake_transports.h"
 
-namespace mitra::manager {
+namespace mitra::run {
 namespace {
 
 using testing::FakeTransports;
@@ -159,7 +159,7 @@ JsonObject RunJob(const Flags& flags, int machines) {
   std::unique_ptr<RunJournal> journal = std::move(*opened);
   std::ostream null_out(nullptr);
 
-  ControllerOptions controller;
+  manager::ControllerOptions controller;
   controller.stages = 8;
   controller.segments = 8;
   controller.global_batch = ranks;
@@ -242,8 +242,8 @@ JsonObject RunJob(const Flags& flags, int machines) {
   });
   fake.set_time_limit(t0 + 3 * phase + 120);
 
-  Result<MachineList> list =
-      ParseMachineList(ListText(machines, flags.slots), "machines.txt", 1);
+  Result<manager::MachineList> list =
+      manager::ParseMachineList(ListText(machines, flags.slots), "machines.txt", 1);
   if (!list.ok()) std::abort();
   const double wall_begin = SteadySeconds();
   const int code = loop.Run(*list);
@@ -411,6 +411,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace mitra::manager
+}  // namespace mitra::run
 
-int main(int argc, char** argv) { return mitra::manager::Main(argc, argv); }
+int main(int argc, char** argv) { return mitra::run::Main(argc, argv); }

@@ -1,5 +1,5 @@
 // The names of the worker contract's environment variables (docs/worker-contract.md), spelled
-// once: the manager writes them (manager/worker_env.h, manager/profile_job.h) and the worker
+// once: the manager writes them (run/worker_env.h, run/profile_job.h) and the worker
 // reads them (contract/placement.h, worker/profiler.cc, worker/heartbeat.cc).
 #pragma once
 

@@ -1,4 +1,4 @@
-// A control-socket request (manager/control_socket.h): one line from whoever can connect to
+// A control-socket request (run/control_socket.h): one line from whoever can connect to
 // RUN_DIR/control.sock, read as the server reads it and answered as `mitra` answers it.
 //
 // The server takes the bytes up to the first '\n', parses them with JsonObject::Parse and
@@ -19,7 +19,7 @@
 
 #include "fuzz/fuzz_check.h"
 #include "manager/control_requests.h"
-#include "manager/control_socket.h"
+#include "run/control_socket.h"
 #include "manager/status_report.h"
 
 namespace mitra::manager {
@@ -108,7 +108,7 @@ void Answer(const JsonObject& request) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mitra::manager;
   std::string_view line(reinterpret_cast<const char*>(data), size);
-  const size_t max_request_bytes = ControlServerOptions().max_request_bytes;
+  const size_t max_request_bytes = mitra::run::ControlServerOptions().max_request_bytes;
   const size_t newline = line.find('\n');
   if (newline == std::string_view::npos && line.size() > max_request_bytes) return 0;
   line = line.substr(0, newline);

@@ -3,7 +3,7 @@
 //
 // The manager parses the line with JsonObject::Parse and decodes it by its "event": `step` with
 // StepRecord::FromJson (the progress line, the ETA, the summary and metrics.jsonl's record),
-// `eval` with FormatEvalLine, `describe` in DescribeProgram (segments, parameters and
+// `eval` with FormatEvalLine, `describe` in run::DescribeProgram (segments, parameters and
 // buffers). Every decoder is run on every record, whatever its event, as a worker's bug could
 // send any fields; a "profile" field goes to the planner's profile parsers, as `mitra profile`
 // reads `profile_machine` and `profile_comm` records (a parsed one must write back and parse
@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "fuzz/fuzz_check.h"
 #include "launcher/process_runner.h"
-#include "manager/describe.h"
+#include "run/describe.h"
 #include "manager/progress.h"
 #include "manager/run_records.h"
 #include "manager/status_report.h"
@@ -94,13 +94,13 @@ void CheckDescribe(const std::string& text) {
   SystemClock clock;
   launcher::ProcessSpec spec;
   spec.program = "program";
-  Result<ProgramDescription> description = DescribeProgram(runner, spec, clock, 5.0);
+  Result<run::ProgramDescription> description = run::DescribeProgram(runner, spec, clock, 5.0);
   if (!description.ok()) {
     FUZZ_CHECK(!description.status().message().empty());
     return;
   }
   FUZZ_CHECK(description->segments >= 1);
-  for (const NamedShapes* shapes : {&description->parameters, &description->buffers}) {
+  for (const run::NamedShapes* shapes : {&description->parameters, &description->buffers}) {
     for (const auto& [name, shape] : *shapes) {
       FUZZ_CHECK(!name.empty());
       for (const int64_t d : shape) FUZZ_CHECK(d >= 0);

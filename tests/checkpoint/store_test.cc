@@ -12,7 +12,7 @@
 #include "checkpoint/crc32c.h"
 #include "checkpoint/manifest.h"
 #include "tests/common/faulty_file_system.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra::checkpoint {
 namespace {

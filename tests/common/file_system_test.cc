@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra {
 namespace {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "tests/launcher/runner_events.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra::launcher {
 namespace {

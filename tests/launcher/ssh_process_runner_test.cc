@@ -15,7 +15,7 @@
 #include "tests/launcher/runner_events.h"
 #include "tests/launcher/sshd_fixture.h"
 #include "tests/prerequisite.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra::launcher {
 namespace {

@@ -22,7 +22,7 @@
 
 #include "mitra/common/status.h"
 #include "launcher/ssh_session.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra::testing {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 #include "tests/worker/elastic_job.h"
 #include "tests/worker/gpt_helpers.h"
 #include "tests/worker/job_runner.h"

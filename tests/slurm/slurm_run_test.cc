@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/strings.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 #include "tests/prerequisite.h"
 #include "tests/worker/elastic_job.h"
 #ifdef MITRA_PYTHON_GPT_TRAIN

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 #include "tests/worker/gpt_helpers.h"
 
 namespace mitra::testing {

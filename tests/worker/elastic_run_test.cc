@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 #include "tests/worker/elastic_job.h"
 #include "tests/worker/gpt_helpers.h"
 

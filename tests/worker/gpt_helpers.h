@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "common/json.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra::testing {
 

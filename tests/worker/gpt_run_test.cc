@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "checkpoint/store.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 #include "tests/prerequisite.h"
 #include "tests/worker/gpt_helpers.h"
 #include "tests/worker/job_runner.h"

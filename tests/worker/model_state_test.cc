@@ -26,7 +26,7 @@
 
 #include "examples/fashion/classifier_model.h"
 #include "examples/fashion/fashion_data.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 #include "tests/worker/gpt_helpers.h"
 #include "tests/worker/job_runner.h"
 #include "mitra/worker/inference.h"

@@ -1,10 +1,10 @@
 // `mitra report` of the real GPT example under the real `mitra run`: a 2 x 2 job that shrinks to
 // 2 x 1 mid-run (a planned morph), checkpoints every 10 steps and each rank's traced step, so
 // every part of the page has real data; the page is rendered by headless chromium
-// (tests/manager/report_browser.h).
+// (tests/report/report_browser.h).
 #include <gtest/gtest.h>
 
-#include "tests/manager/report_browser.h"
+#include "tests/report/report_browser.h"
 #include "tests/prerequisite.h"
 #include "tests/worker/elastic_job.h"
 

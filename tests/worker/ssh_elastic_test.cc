@@ -18,7 +18,7 @@
 #include "planner/profile.h"
 #include "tests/launcher/sshd_fixture.h"
 #include "tests/prerequisite.h"
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 #include "tests/worker/elastic_job.h"
 #ifdef MITRA_PYTHON_GPT_TRAIN
 #include "tests/python/python_job.h"

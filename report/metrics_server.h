@@ -1,0 +1,42 @@
+// MetricsServer: serves a RunMetrics (metrics.h) at http://ADDRESS:PORT/metrics in the
+// Prometheus text format, through prometheus-cpp's pull Exposer (an embedded civetweb).
+//
+// The exposer answers from threads of its own and only reads the registry; the manager's
+// loop never waits for a scrape.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "report/metrics.h"
+#include "mitra/common/status.h"
+
+namespace prometheus {
+class Exposer;
+}  // namespace prometheus
+
+namespace mitra::report {
+
+class MetricsServer {
+ public:
+  // Listens on `address` (IPv4: Debian's civetweb has no IPv6; 0.0.0.0 for every interface)
+  // and `port` (0: one the kernel picks, see port()). An address that is not one of this
+  // machine's, or a port that cannot be listened on (taken, or privileged), is InvalidArgument
+  // naming --metrics-address or --metrics-port and the fix. `metrics` must outlive the server.
+  static Result<std::unique_ptr<MetricsServer>> Start(const std::string& address, int port,
+                                                      const RunMetrics& metrics);
+  // Stops listening; a scrape in progress is finished first.
+  ~MetricsServer();
+  MetricsServer(const MetricsServer&) = delete;
+  MetricsServer& operator=(const MetricsServer&) = delete;
+
+  int port() const { return port_; }  // the port it listens on
+
+ private:
+  MetricsServer(std::unique_ptr<prometheus::Exposer> exposer, int port);
+
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int port_;
+};
+
+}  // namespace mitra::report

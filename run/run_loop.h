@@ -1,0 +1,197 @@
+// RunLoop: the manager's effects layer. It feeds the Controller (controller.h) with what
+// happens and carries out what the controller decides:
+//
+//   events (queue) --> inputs --> Controller::Handle --> actions --> processes, signals,
+//                                                                    health checks, records
+//
+// It owns everything the controller must not touch: the process runners (through
+// Transports), the run directory's records (events.jsonl, metrics.jsonl, state.json), the
+// terminal, the checkpoint directory (which checkpoint a generation resumes from) and the
+// machine list file's parsing. Every wait is bounded by the controller's next deadline.
+#pragma once
+
+#include <cstdint>
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/store.h"
+#include "common/clock.h"
+#include "common/file_system.h"
+#include "common/free_port.h"
+#include "common/json.h"
+#include "manager/controller.h"
+#include "run/events.h"
+#include "manager/progress.h"
+#include "run/run_dir.h"
+#include "run/run_journal.h"
+#include "run/run_observer.h"
+#include "manager/status_report.h"
+#include "manager/stragglers.h"
+#include "run/transports.h"
+#include "run/worker_env.h"
+
+namespace mitra::run {
+
+struct RunLoopOptions {
+  WorkerProgram worker;
+  std::string machines_path;      // for messages about list edits
+  int gpus_per_node = 1;
+  LaunchSettings settings;        // generation, resume step and rendezvous are filled per launch
+  double state_interval_s = 1;
+  double health_check_timeout_s = 5;
+  JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
+  // --preemption-command: run with `sh -c` on every listed machine that is not drained, every
+  // preemption_interval_s, through the machine's transport; exit status 0 means "this machine
+  // will be taken" and drains it. "": none. A command still running is not started again. It
+  // gets the workers' environment plus MITRA_MACHINE, the machine's address as the list has it.
+  std::string preemption_command;
+  double preemption_interval_s = 5;
+  // Workers whose runner can send them lines may park on a morph and be kept by the next
+  // generation (docs/manager.md, "Regrouping in place"); --no-regroup turns it off.
+  bool regroup = true;
+  manager::StragglerOptions stragglers;     // when a rank is a straggler (stragglers.h)
+  bool exclude_stragglers = false;  // --exclude-stragglers: drain a straggler's machine
+  std::vector<std::string> reported;  // damaged checkpoints the caller has named already
+  // Told the machines' states whenever the status lists them again (the journal tells it the
+  // records). May be null; must outlive the loop.
+  RunObserver* observer = nullptr;
+
+  // The loop's remaining ways out to the world. Each defaults to the real thing; tests and
+  // bench/manager_scale replace them to run the loop on a simulated clock, single-threaded
+  // (tests/run/fake_transports.h).
+  //
+  // The next event, waiting at most `wait_s` for one (nullopt: none came). Empty: the queue's
+  // PopFor.
+  std::function<std::optional<Event>(double wait_s)> next_event;
+  // Runs `check`, a health check that may block for seconds and ends by pushing HostChecked
+  // onto the queue. Empty: a thread of its own, joined by the loop.
+  std::function<void(std::function<void()> check)> run_health_check;
+  // A free TCP port on a loopback address, for a local rank 0's rendezvous.
+  std::function<Result<int>(const std::string& address)> pick_port = PickFreeTcpPort;
+  // The newest checkpoint in a directory that verifies. Empty: checkpoint::FindNewestValid
+  // through the loop's FileSystem.
+  std::function<Result<checkpoint::Found>(const std::string& dir,
+                                          std::vector<std::string>* skipped)>
+      find_checkpoint;
+};
+
+// Not thread-safe except Status(), which the control socket's thread may call.
+class RunLoop {
+ public:
+  // Every pointer must outlive the loop.
+  RunLoop(RunLoopOptions options, manager::ControllerOptions controller_options, Transports* transports,
+          FileSystem* fs, Clock* clock, const RunDir* run_dir, RunJournal* journal,
+          EventQueue* queue, std::ostream* out, std::ostream* err);
+  ~RunLoop();  // joins the health-check threads
+
+  // Runs the job on `machines` until it is done, stopped or failed; returns the exit code of
+  // `mitra run` (0 done or stopped, 1 failed). Blocks.
+  // `unreachable`: addresses of `machines` that failed their check at start.
+  int Run(const manager::MachineList& machines, const std::vector<std::string>& unreachable = {});
+
+  // The status `mitra status` shows (docs/mitra-run.md), as of the last event handled (the
+  // machines' states may lag by up to 0.25 s): the StatusReport's JSON, built on the caller's
+  // thread.
+  JsonObject Status() const;
+
+ private:
+  struct LiveRank {
+    launcher::ProcessRunner* runner = nullptr;
+    launcher::ProcessId id = 0;
+    int64_t pid = 0;
+    std::string machine;  // address
+    manager::Machine where;
+    bool stopped_record = false;
+    std::vector<std::string> last_lines;
+  };
+
+  void Handle(const manager::ControllerInput& input);
+  void Execute(const manager::ControllerAction& action);
+  void Launch(const manager::LaunchAction& launch);
+  // Hands parked worker `worker` rank `rank`'s placement, `environment`; false when it cannot
+  // be told (then the rank is reported as not started).
+  bool Keep(const manager::ParkedWorker& worker, int64_t generation, int rank,
+            const Environment& environment, LiveRank* live, std::string* why);
+  void Release(const manager::ReleaseAction& release);
+  // Starts a standby worker; kept in parked_ from its start, so it can be kept or let go.
+  void StartStandby(const manager::StartStandbyAction& standby);
+  // After the job's end: waits a little for released workers to exit (they are told to).
+  void AwaitReleased();
+  void OnWorkerEvent(WorkerEvent& event);
+  void OnMessage(int64_t generation, int rank, const std::string& text);
+  void OnMachineListEdited(const std::string& contents);
+  void OnRecord(const manager::RecordAction& record);
+  void OnFinish(const manager::FinishAction& finish);
+  void StartHealthCheck(const manager::Machine& machine);
+  // Starts the preemption command on each machine due for it; when the next round is due.
+  void CheckPreemption();
+  void OnPreemptionChecked(const PreemptionChecked& checked);
+  // A heartbeat with step times: recorded, and judged for stragglers.
+  void OnStepTimes(int64_t generation, int rank, const JsonObject& heartbeat);
+  Result<int> RendezvousPort(const manager::Machine& machine, int64_t generation);
+  void WriteState(bool force);
+  // Brings the status up to date after an event; `changed`: more than its times changed. The
+  // machines' list walks every machine, so it is rebuilt at most every 0.1 s, and the loop's
+  // wake-ups (every 0.25 s at least) publish a change that waited.
+  void PublishStatus(bool changed);
+  void Warn(const mitra::Status& status);
+
+  RunLoopOptions options_;
+  manager::Controller controller_;
+  Transports* transports_;
+  FileSystem* fs_;
+  Clock* clock_;
+  const RunDir* run_dir_;
+  RunJournal* journal_;
+  EventQueue* queue_;
+  std::ostream* out_;
+  std::ostream* err_;
+
+  std::deque<manager::ControllerInput> inputs_;  // produced while carrying out actions
+  std::map<int, LiveRank> ranks_;       // of the current generation
+  using ProcessKey = std::pair<const launcher::ProcessRunner*, launcher::ProcessId>;
+  // Parked workers, by the generation and rank they parked as.
+  std::map<std::pair<int64_t, int>, LiveRank> parked_;
+  // Where the events of a kept worker go now: its current generation and rank.
+  std::map<ProcessKey, std::pair<int64_t, int>> routes_;
+  std::set<ProcessKey> released_;  // told to exit, not exited yet
+  int64_t ranks_generation_ = -1;
+  int64_t first_generation_ = 0;  // the controller's first; the state shows it before a launch
+  manager::StepStats stats_;
+  std::string settings_;  // the last `settings` text shown
+  int64_t max_steps_ = 0;
+  double start_s_ = 0;
+  double last_state_write_s_ = -1e18;
+  bool journal_warned_ = false;
+  int exit_code_ = -1;
+  std::string final_state_;
+  JsonObject last_event_;
+  std::set<std::string> reported_;  // damaged checkpoints already named on the terminal
+  // Health checks run on threads of their own (a check may block for seconds); finished ones are
+  // joined whenever a new one starts, the rest when the loop ends.
+  struct Check {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Check> checks_;
+  double next_preemption_s_ = 0;           // the next round of preemption commands
+  std::set<std::string> preemption_running_;  // machines whose command has not ended
+  std::optional<manager::StragglerDetector> stragglers_;  // of the current generation
+
+  mutable std::mutex status_mu_;
+  manager::StatusReport status_;  // guarded by status_mu_
+  bool machines_stale_ = false;  // something changed since status_.machines was built
+  double machines_built_s_ = -1e18;
+};
+
+}  // namespace mitra::run

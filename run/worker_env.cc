@@ -1,0 +1,98 @@
+#include "run/worker_env.h"
+
+#include "contract/variables.h"
+
+namespace mitra::run {
+namespace {
+
+Environment WithoutContract(const Environment& base) {
+  Environment env = base;
+  for (const char* name : contract::kManagedVariables) env.erase(name);
+  return env;
+}
+
+}  // namespace
+
+Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
+                              const RankPlacement& placement, const std::string& host,
+                              const LaunchSettings& settings) {
+  contract::Placement p;
+  p.rank = placement.rank;
+  p.local_rank = placement.local_rank;
+  p.stage_map = plan.stage_map;
+  p.chunk_size = plan.chunk_size;
+  p.global_batch = plan.global_batch;
+  p.max_steps = settings.max_steps;
+  p.resume_step = settings.resume_step;
+  p.rdzv_host = settings.rdzv_host;
+  p.rdzv_port = settings.rdzv_port;
+  p.generation = settings.generation;
+  p.host = host;
+  p.threads = settings.threads;
+  p.timeout_s = settings.timeout_s;
+  p.heartbeat_s = settings.heartbeat_s;
+  p.run_dir = settings.run_dir;
+  p.checkpoint_dir = settings.checkpoint_dir;
+  p.checkpoint_every = settings.checkpoint_every;
+  p.keep_checkpoints = settings.keep_checkpoints;
+  if (!plan.schedule.empty()) {
+    p.schedule = plan.schedule;
+    p.recompute = plan.recompute ? 1 : 0;
+  }
+  p.partition = plan.partition;
+  p.park = settings.park;
+  p.precision = settings.precision;
+  if (!settings.trace_dir.empty()) {
+    p.step_trace = settings.trace_dir + "/rank-" + std::to_string(placement.rank) + ".trace.json";
+  }
+  Environment env = WithoutContract(base);
+  for (auto& [name, value] : p.ToEnvironment()) env[name] = std::move(value);
+  return env;
+}
+
+Environment RemoteEnvironment(const Environment& base) {
+  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "LANG", "TZ", "PYTHONPATH"};
+  static const char* const kPrefixes[] = {"LC_",     "OMP_",  "MKL_",  "OPENBLAS_",
+                                          "GLOO_",   "NCCL_", "CUDA_", "MITRA_"};
+  Environment env;
+  for (const auto& [name, value] : base) {
+    bool keep = false;
+    for (const char* n : kNames) keep |= name == n;
+    for (const char* p : kPrefixes) keep |= name.rfind(p, 0) == 0;
+    if (keep) env[name] = value;
+  }
+  return env;
+}
+
+WorkerProgram WorkerProgram::Make(std::string program, std::vector<std::string> args,
+                                  const Environment& manager,
+                                  const std::vector<std::pair<std::string, std::string>>& overrides,
+                                  std::string working_directory, std::string code_dir) {
+  WorkerProgram w;
+  w.program = std::move(program);
+  w.args = std::move(args);
+  w.local_environment = manager;
+  w.remote_environment = RemoteEnvironment(manager);
+  for (const auto& [key, value] : overrides) {
+    w.local_environment[key] = value;
+    w.remote_environment[key] = value;
+  }
+  w.working_directory = std::move(working_directory);
+  w.code_dir = std::move(code_dir);
+  return w;
+}
+
+Environment DescribeEnvironment(const Environment& base) {
+  Environment env = WithoutContract(base);
+  env[contract::kDescribe] = "1";
+  return env;
+}
+
+Environment StandbyEnvironment(const Environment& base, const std::string& run_dir) {
+  Environment env = WithoutContract(base);
+  env[contract::kStandby] = "1";
+  env[contract::kRunDir] = run_dir;  // how leftover workers of the run are found (orphans.h)
+  return env;
+}
+
+}  // namespace mitra::run

@@ -1,0 +1,84 @@
+// The environment each worker starts with: the manager's own, minus any stale MITRA_*
+// variables of the worker contract, plus the worker's place in the job
+// (docs/worker-contract.md).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mitra/contract/placement.h"
+#include "planner/grid.h"
+
+namespace mitra::run {
+
+using planner::GridPlan;
+using planner::RankPlacement;
+
+using contract::Environment;
+
+// What is the same for every rank of one launch.
+struct LaunchSettings {
+  std::string rdzv_host = "127.0.0.1";
+  int rdzv_port = 0;
+  int64_t generation = 0;
+  int64_t max_steps = 0;
+  int64_t resume_step = 0;
+  int threads = 1;
+  double timeout_s = 30;
+  double heartbeat_s = 1;  // between a worker's heartbeat records; 0: none
+  std::string run_dir;  // absolute
+  std::string checkpoint_dir;  // absolute
+  int64_t checkpoint_every = 0;
+  int keep_checkpoints = 3;
+  std::string trace_dir;  // where each rank writes one step's trace; "": none
+  bool park = false;      // MITRA_PARK: the worker's runner can send it its next placement
+  std::string precision;  // MITRA_PRECISION; "": the program's own
+};
+
+// `base` without the contract's variables (a MITRA_RANK left in the user's shell must not
+// reach a worker), plus every variable of the contract for rank `placement.rank`. `host` is
+// the address the worker binds Gloo to (MITRA_HOST).
+Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
+                              const RankPlacement& placement, const std::string& host,
+                              const LaunchSettings& settings);
+
+// What of the manager's environment travels to a worker on another machine: PATH and the
+// locale, library and thread settings (LD_LIBRARY_PATH, LANG, LC_*, TZ, OMP_*, MKL_*,
+// OPENBLAS_*, GLOO_*, NCCL_*, CUDA_*, MITRA_*), not the rest (HOME, USER, SSH_*, DISPLAY, ...
+// belong to the other machine). --env adds to it.
+Environment RemoteEnvironment(const Environment& base);
+
+// The training program and how its processes start, the same for every launch of `mitra run`
+// and for `mitra profile`.
+struct WorkerProgram {
+  std::string program;  // resolved
+  std::vector<std::string> args;
+  Environment local_environment;   // the manager's, plus --env
+  Environment remote_environment;  // RemoteEnvironment(the manager's), plus --env
+  std::string working_directory;   // of local workers
+  std::string code_dir;            // of SSH workers; "": working_directory
+
+  // `overrides` (--env KEY=VALUE) win over what the manager's environment gives.
+  static WorkerProgram Make(std::string program, std::vector<std::string> args,
+                            const Environment& manager,
+                            const std::vector<std::pair<std::string, std::string>>& overrides,
+                            std::string working_directory, std::string code_dir);
+  const Environment& EnvironmentFor(bool local) const {
+    return local ? local_environment : remote_environment;
+  }
+  const std::string& DirectoryFor(bool local) const {
+    return local || code_dir.empty() ? working_directory : code_dir;
+  }
+};
+
+// `base` without the contract's variables, plus MITRA_DESCRIBE=1.
+Environment DescribeEnvironment(const Environment& base);
+
+// `base` without the contract's variables, plus MITRA_STANDBY=1 and the run directory: a worker
+// started ahead of a grow, told its place later (contract/park.h).
+Environment StandbyEnvironment(const Environment& base, const std::string& run_dir);
+
+}  // namespace mitra::run
