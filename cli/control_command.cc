@@ -12,6 +12,7 @@
 #include "common/json.h"
 #include "common/duration_text.h"
 #include "common/strings.h"
+#include "records/reader.h"
 #include "run/control_socket.h"
 #include "cli/flags.h"
 #include "cli/run_command.h"
@@ -44,10 +45,8 @@ std::optional<int64_t> UnansweringManagerPid(const manager::StatusReport& record
 
 std::optional<manager::StatusReport> ReadRecordedState(const std::string& run_dir) {
   PosixFileSystem fs;
-  Result<std::string> text = fs.ReadFile(JoinPath(run_dir, "state.json"));
-  if (!text.ok()) return std::nullopt;
-  Result<JsonObject> state = JsonObject::Parse(*text);
-  if (!state.ok()) return std::nullopt;
+  const std::optional<JsonObject> state = records::RunDirReader(&fs, run_dir).StateJson();
+  if (!state) return std::nullopt;
   return manager::StatusReport::FromJson(*state);
 }
 
@@ -61,7 +60,7 @@ int ShowRecordedState(const ControlCommandOptions& options, const Status& why, s
         << "the one `mitra run` uses with --run-dir DIR" << std::endl;
     return kExitFailed;
   }
-  const std::string state_path = JoinPath(run_dir, "state.json");
+  const std::string state_path = JoinPath(run_dir, records::kStateFile);
   Result<std::string> text = fs.ReadFile(state_path);
   if (!text.ok()) {
     err << "mitra status: " << why.message() << "; " << state_path

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
+#include "records/reader.h"
 #include "common/file_system.h"
 #include "cli/flags.h"
 #include "manager/machine_list.h"
@@ -339,13 +340,49 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
 namespace mitra::cli {
 namespace {
 
-std::vector<JsonObject> ReadRecords(const std::string& path) {
-  std::vector<JsonObject> out;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (Result<JsonObject> o = JsonObject::Parse(line); o.ok()) out.push_back(std::move(o).value());
+// What a run directory recorded of the generation `plan --validate` checks.
+struct RecordedRun {
+  records::Launch launch;
+  records::Settings settings;      // its workers' settings: schedule, partition
+  std::vector<double> step_times;  // of its steps, in order
+};
+
+// The generation `generation` (-1: the newest) of the run in `run_dir`; InvalidArgument naming
+// what is missing.
+Result<RecordedRun> ReadRecordedRun(FileSystem& fs, const std::string& run_dir,
+                                    int64_t generation) {
+  const records::RunDirReader reader(&fs, run_dir);
+  std::optional<records::Launch> launch;
+  const std::vector<records::EventRecord> events = reader.Events();
+  for (const records::EventRecord& e : events) {
+    if (!e.Is<records::Launch>()) continue;
+    records::Launch l = e.As<records::Launch>();
+    if (generation >= 0 && l.shape.generation != generation) continue;
+    launch = std::move(l);
   }
-  return out;
+  if (!launch) {
+    return Status::InvalidArgument(
+        JoinPath(run_dir, records::kEventsFile) + " records no launch" +
+        (generation >= 0 ? " of generation " + std::to_string(generation) : "") +
+        ": give the run directory of a job that ran");
+  }
+  std::optional<records::Settings> settings;
+  for (const records::EventRecord& e : events) {
+    if (!e.Is<records::Settings>()) continue;
+    records::Settings s = e.As<records::Settings>();
+    if (s.generation <= launch->shape.generation) settings = std::move(s);
+  }
+  if (!settings || !settings->partition) {
+    return Status::InvalidArgument(run_dir + " records no settings of its workers (schedule, "
+                                             "partition): run it with this mitra");
+  }
+  RecordedRun run{std::move(*launch), std::move(*settings), {}};
+  for (const JsonObject& m : reader.Metrics().records) {
+    if (!records::StepMetrics::IsStep(m)) continue;
+    const auto step = records::FromJson<records::StepMetrics>(m);
+    if (step.generation == run.launch.shape.generation) run.step_times.push_back(step.step_time_s);
+  }
+  return run;
 }
 
 // "F12" -> "F", "reduce" -> "reduce".
@@ -364,30 +401,10 @@ struct Spent {
 
 int ValidateCommand(const PlanCommandOptions& o, CommandContext& c) {
   const std::string run_dir = o.validate_dir;
-  const std::vector<JsonObject> events = ReadRecords(JoinPath(run_dir, "events.jsonl"));
-  const JsonObject* launch = nullptr;
-  for (const JsonObject& e : events) {
-    if (e.GetString("event") != "launch") continue;
-    if (o.generation >= 0 && e.GetNumber("generation") != static_cast<double>(o.generation)) continue;
-    launch = &e;
-  }
-  if (launch == nullptr) {
-    return BadInput(c, "plan", run_dir + "/events.jsonl records no launch" +
-                                   (o.generation >= 0 ? " of generation " + std::to_string(o.generation) : "") +
-                                   ": give the run directory of a job that ran");
-  }
-  const int64_t generation = static_cast<int64_t>(launch->GetNumber("generation").value_or(0));
-  const JsonObject* settings = nullptr;
-  for (const JsonObject& e : events) {
-    if (e.GetString("event") == "settings" &&
-        e.GetNumber("generation").value_or(0) <= static_cast<double>(generation)) {
-      settings = &e;
-    }
-  }
-  if (settings == nullptr || !settings->GetString("partition")) {
-    return BadInput(c, "plan", run_dir + " records no settings of its workers (schedule, "
-                                         "partition): run it with this mitra");
-  }
+  Result<RecordedRun> run = ReadRecordedRun(*c.fs, run_dir, o.generation);
+  if (!run.ok()) return BadInput(c, "plan", run.status().message());
+  const records::Launch& launch = run->launch;
+  const int64_t generation = launch.shape.generation;
   Result<planner::Profile> profile =
       LoadProfile(o.profile_dir.empty() ? JoinPath(run_dir, "profile") : o.profile_dir);
   if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
@@ -395,34 +412,22 @@ int ValidateCommand(const PlanCommandOptions& o, CommandContext& c) {
   planner::SimulationInput in;
   in.profile = &*profile;
   in.trace = true;
-  in.global_batch = static_cast<int64_t>(launch->GetNumber("global_batch").value_or(0));
-  in.candidate.stages = static_cast<int>(launch->GetNumber("stages").value_or(1));
-  in.candidate.replicas = static_cast<int>(launch->GetNumber("replicas").value_or(1));
-  in.candidate.chunk_size = static_cast<int64_t>(launch->GetNumber("chunk_size").value_or(1));
-  in.candidate.schedule = settings->GetString("schedule").value_or("1f1b");
-  in.candidate.recompute = settings->Find("recompute") && settings->Find("recompute")->bool_value();
-  std::string partition = *settings->GetString("partition");
+  in.global_batch = launch.shape.global_batch;
+  in.candidate.stages = static_cast<int>(std::max<int64_t>(1, launch.shape.stages));
+  in.candidate.replicas = static_cast<int>(std::max<int64_t>(1, launch.shape.replicas));
+  in.candidate.chunk_size = std::max<int64_t>(1, launch.shape.chunk_size);
+  in.candidate.schedule = run->settings.schedule.value_or("1f1b");
+  in.candidate.recompute = run->settings.recompute.value_or(false);
+  std::string partition = *run->settings.partition;
   std::replace(partition.begin(), partition.end(), ',', ' ');
   std::istringstream counts(partition);
   for (int n; counts >> n;) in.candidate.partition.push_back(n);
-  if (const JsonValue* machines = launch->Find("machines")) {  // kept raw by the parser
-    try {
-      for (const auto& m : nlohmann::json::parse(machines->string_value())) {
-        in.rank_machines.push_back(m.get<std::string>());
-      }
-    } catch (const nlohmann::json::exception&) {
-    }
-  }
+  in.rank_machines = launch.machines;
   Result<planner::Prediction> predicted = planner::Simulate(in);
   if (!predicted.ok()) return BadInput(c, "plan", predicted.status().message());
 
   // Measured: the step times of the generation (warm-up left out), and the traced step.
-  std::vector<double> times;
-  for (const JsonObject& m : ReadRecords(JoinPath(run_dir, "metrics.jsonl"))) {
-    if (m.GetNumber("generation") == static_cast<double>(generation) && m.Has("step_time_s")) {
-      times.push_back(*m.GetNumber("step_time_s"));
-    }
-  }
+  std::vector<double> times = run->step_times;
   if (times.size() > 2) times.erase(times.begin(), times.begin() + 2);
   std::sort(times.begin(), times.end());
   const int world = in.candidate.stages * in.candidate.replicas;

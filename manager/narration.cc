@@ -6,6 +6,7 @@
 #include "common/strings.h"
 #include "manager/progress.h"
 #include "common/duration_text.h"
+#include "records/records.h"
 
 namespace mitra::manager {
 namespace {
@@ -108,22 +109,22 @@ Narration HostKeptOut(const HostKeptOutFact& f) {
 }
 
 Narration Failure(const FailureFact& f) {
-  JsonObject fields;
-  fields.SetString("reason", f.during_regroup
-                                 ? f.reason + " (while regrouping in place: every worker starts afresh)"
-                                 : f.reason);
+  records::Failure record;
+  record.reason = f.during_regroup
+                      ? f.reason + " (while regrouping in place: every worker starts afresh)"
+                      : f.reason;
+  record.step = f.step;
+  if (f.where) record.rank = f.where->rank;
   if (f.after_training) {
-    if (f.where) fields.SetInt("rank", f.where->rank);
-    return Told("failure_after_training", fields.SetInt("step", f.step), "mitra: " + f.reason,
-                true);
+    return Told(records::Failure::kAfterTrainingEvent, records::ToJson(record),
+                "mitra: " + f.reason, true);
   }
-  fields.SetInt("step", f.step);
   if (f.where) {
-    fields.SetInt("rank", f.where->rank).SetInt("pid", f.where->pid).SetString("machine",
-                                                                               f.where->machine);
+    record.pid = f.where->pid;
+    record.machine = f.where->machine;
   }
-  if (f.during_regroup) fields.SetBool("during_regroup", true);
-  return Told("failure", fields, "mitra: failure: " + fields.GetString("reason").value_or(""),
+  if (f.during_regroup) record.during_regroup = true;
+  return Told(records::Failure::kEvent, records::ToJson(record), "mitra: failure: " + record.reason,
               true);
 }
 
@@ -140,19 +141,19 @@ Narration TrainingAgain(const TrainingAgainFact& f) {
     line += "; " + std::to_string(f.kept) + (f.kept == 1 ? " worker" : " workers") + " kept, " +
             std::to_string(f.started) + " started";
   }
-  return Told("first_step", JsonObject()
-                                .SetString("kind", f.kind)
-                                .SetInt("step", f.step)
-                                .SetString("shape", f.shape)
-                                .SetInt("kept", f.kept)
-                                .SetInt("started", f.started)
-                                .SetNumber("downtime_s", RoundedSeconds(f.downtime_s))
-                                .SetNumber("stop_s", RoundedSeconds(f.stop_s))
-                                .SetNumber("relaunch_s", RoundedSeconds(f.relaunch_s))
-                                .SetNumber("ready_s", RoundedSeconds(f.ready_s))
-                                .SetNumber("load_s", RoundedSeconds(f.load_s))
-                                .SetNumber("first_step_s", RoundedSeconds(f.first_step_s)),
-              line);
+  records::FirstStep record;
+  record.kind = f.kind;
+  record.step = f.step;
+  record.shape = f.shape;
+  record.kept = f.kept;
+  record.started = f.started;
+  record.downtime_s = RoundedSeconds(f.downtime_s);
+  record.stop_s = RoundedSeconds(f.stop_s);
+  record.relaunch_s = RoundedSeconds(f.relaunch_s);
+  record.ready_s = RoundedSeconds(f.ready_s);
+  record.load_s = RoundedSeconds(f.load_s);
+  record.first_step_s = RoundedSeconds(f.first_step_s);
+  return Told(records::FirstStep::kEvent, records::ToJson(record), line);
 }
 
 }  // namespace
@@ -163,7 +164,9 @@ Narration Narrate(const Fact& fact) {
           [](const ListChangedFact& f) { return ListChanged(f); },
           [](const DrainFact& f) { return Drained(f); },
           [](const AllReadyFact& f) {
-            return Told("ready", JsonObject().SetNumber("rendezvous_s", RoundedSeconds(f.after_s)),
+            records::Ready record;
+            record.rendezvous_s = RoundedSeconds(f.after_s);
+            return Told(records::Ready::kEvent, records::ToJson(record),
                         "mitra: all " + std::to_string(f.ranks) + " workers ready after " +
                             DurationText(f.after_s));
           },
@@ -240,11 +243,11 @@ Narration Narrate(const Fact& fact) {
           },
           [](const MorphFact& f) {
             if (f.skipped) return Told("morph_skipped", JsonObject().SetString("reason", f.reason));
-            return Told("morph",
-                        JsonObject()
-                            .SetString("reason", f.reason)
-                            .SetString("from", f.from)
-                            .SetInt("step", f.step),
+            records::Morph record;
+            record.reason = f.reason;
+            record.from = f.from;
+            record.step = f.step;
+            return Told(records::Morph::kEvent, records::ToJson(record),
                         "mitra: " + f.reason + ": asking " + std::to_string(f.ranks) +
                             " workers to checkpoint and stop after the same step");
           },

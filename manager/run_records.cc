@@ -5,34 +5,36 @@
 namespace mitra::manager {
 namespace {
 
-void SetShape(const GridPlan& plan, int64_t generation, JsonObject* o) {
-  o->SetInt("generation", generation)
-      .SetInt("stages", plan.stages)
-      .SetInt("replicas", plan.replicas)
-      .SetInt("world_size", plan.world_size())
-      .SetInt("global_batch", plan.global_batch)
-      .SetInt("chunk_size", plan.chunk_size)
-      .SetString("stage_to_rank_map", plan.stage_map.ToString());
+records::Shape ShapeOf(const GridPlan& plan, int64_t generation) {
+  records::Shape shape;
+  shape.generation = generation;
+  shape.stages = plan.stages;
+  shape.replicas = plan.replicas;
+  shape.world_size = plan.world_size();
+  shape.global_batch = plan.global_batch;
+  shape.chunk_size = plan.chunk_size;
+  shape.stage_to_rank_map = plan.stage_map.ToString();
+  return shape;
 }
 
 }  // namespace
 
-JsonObject LaunchRecord(const GridPlan& plan, int64_t generation, const std::string& program,
-                        const std::vector<int64_t>& pids, double launch_s) {
-  JsonObject o;
-  SetShape(plan, generation, &o);
+records::Launch LaunchRecord(const GridPlan& plan, int64_t generation, const std::string& program,
+                             const std::vector<int64_t>& pids, double launch_s) {
+  records::Launch r;
+  r.shape = ShapeOf(plan, generation);
   if (!plan.schedule.empty()) {
-    o.SetString("schedule", plan.schedule + (plan.recompute ? "+recompute" : ""))
-        .SetString("partition", plan.partition);
+    r.schedule = plan.schedule + (plan.recompute ? "+recompute" : "");
+    r.partition = plan.partition;
   }
   if (plan.predicted_step_s > 0) {
-    o.SetNumber("predicted_step_s", plan.predicted_step_s)
-        .SetInt("predicted_memory_bytes", plan.predicted_memory_bytes);
+    r.predicted_step_s = plan.predicted_step_s;
+    r.predicted_memory_bytes = plan.predicted_memory_bytes;
   }
-  o.Set("pids", JsonValue::IntArray(pids))
-      .SetString("program", program)
-      .SetNumber("launch_s", RoundedSeconds(launch_s));
-  return o;
+  r.pids = pids;
+  r.program = program;
+  r.launch_s = RoundedSeconds(launch_s);
+  return r;
 }
 
 JsonObject WorkerExitRecord(int rank, int pid, const launcher::ExitStatus& exit,
@@ -59,24 +61,26 @@ JsonObject MetricsRecord(const JsonObject& step_record, const GridPlan& plan, in
 
 JsonObject StateRecord(const JsonObject& fixed, const GridPlan& plan, int64_t generation,
                        const StateSnapshot& snapshot) {
-  JsonObject o;
-  o.SetString("state", snapshot.state);
-  for (const auto& [key, value] : fixed.fields()) o.Set(key, value);
-  SetShape(plan, generation, &o);
-  o.SetInt("step", snapshot.step).SetInt("max_steps", snapshot.max_steps);
+  records::State r;
+  r.state = snapshot.state;
+  r.shape = ShapeOf(plan, generation);
+  r.step = snapshot.step;
+  r.max_steps = snapshot.max_steps;
   if (snapshot.last_step) {
-    o.SetNumber("loss", snapshot.last_step->loss)
-        .SetNumber("samples_per_s", snapshot.last_step->samples_per_s);
-    if (snapshot.last_step->tokens_per_s > 0) {
-      o.SetNumber("tokens_per_s", snapshot.last_step->tokens_per_s);
-    }
+    r.loss = snapshot.last_step->loss;
+    r.samples_per_s = snapshot.last_step->samples_per_s;
+    if (snapshot.last_step->tokens_per_s > 0) r.tokens_per_s = snapshot.last_step->tokens_per_s;
   }
-  o.SetInt("ready_workers", snapshot.ready_workers)
-      .SetInt("running_workers", snapshot.running_workers)
-      .Set("pids", JsonValue::IntArray(snapshot.pids))
-      .SetNumber("elapsed_s", RoundedSeconds(snapshot.elapsed_s))
-      .SetNumber("updated_at", snapshot.updated_at);
-  return o;
+  r.ready_workers = snapshot.ready_workers;
+  r.running_workers = snapshot.running_workers;
+  r.pids = snapshot.pids;
+  r.elapsed_s = RoundedSeconds(snapshot.elapsed_s);
+  r.updated_at = snapshot.updated_at;
+  // {"state":...} first, then the run's fixed fields, then the rest (docs/mitra-run.md).
+  JsonObject o;
+  o.SetString("state", r.state);
+  for (const auto& [key, value] : fixed.fields()) o.Set(key, value);
+  return records::SetFields(o, r);
 }
 
 }  // namespace mitra::manager

@@ -11,13 +11,15 @@
 #include "launcher/process_runner.h"
 #include "planner/grid.h"
 #include "manager/progress.h"
+#include "records/records.h"
 
 namespace mitra::manager {
 
 using planner::GridPlan;
 
-// events.jsonl "launch": the shape and every rank's pid (0 for a rank that did not start).
-JsonObject LaunchRecord(const GridPlan& plan, int64_t generation, const std::string& program,
+// events.jsonl "launch": the shape and every rank's pid (0 for a rank that did not start); the
+// loop adds where each rank runs.
+records::Launch LaunchRecord(const GridPlan& plan, int64_t generation, const std::string& program,
                         const std::vector<int64_t>& pids, double launch_s);
 
 // events.jsonl "worker_exit": how a rank ended; `stopped_record` says whether it printed its

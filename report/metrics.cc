@@ -131,60 +131,59 @@ std::string RunMetrics::Text() const {
 
 void RunMetrics::OnEvent(const JsonObject& record) {
   const std::string event = record.GetString("event").value_or("");
-  if (event == "launch") {
-    SetShape(record);
+  if (event == records::Launch::kEvent) {
+    SetShape(records::FromJson<records::Launch>(record).shape);
     ready_workers_->Set(0);
     if (restart_pending_) restarts_->Increment();
     restart_pending_ = false;
-  } else if (event == "failure") {
+  } else if (event == records::Failure::kEvent) {
     failures_->Increment();
     restart_pending_ = true;
-  } else if (event == "failure_after_training") {
+  } else if (event == records::Failure::kAfterTrainingEvent) {
     failures_->Increment();  // nothing is relaunched: the run ends failed
-  } else if (event == "morph") {
+  } else if (event == records::Morph::kEvent) {
     morphs_->Increment();
-  } else if (event == "first_step") {
-    const auto kind = downtime_.find(record.GetString("kind").value_or(""));
-    if (kind != downtime_.end()) Add(kind->second, record.GetNumber("downtime_s"));
-  } else if (event == "checkpoint") {
+  } else if (event == records::FirstStep::kEvent) {
+    const auto first = records::FromJson<records::FirstStep>(record);
+    const auto kind = downtime_.find(first.kind);
+    if (kind != downtime_.end()) Add(kind->second, first.downtime_s);
+  } else if (event == records::Checkpoint::kEvent) {
+    const auto checkpoint = records::FromJson<records::Checkpoint>(record);
     checkpoints_->Increment();
-    Add(checkpoint_blocked_, record.GetNumber("blocked_s"));
-    if (const std::optional<double> step = record.GetNumber("step")) {
-      last_checkpoint_step_->Set(std::max(last_checkpoint_step_->Value(), *step));
-    }
-  } else if (event == "straggler") {
+    Add(checkpoint_blocked_, checkpoint.blocked_s);
+    last_checkpoint_step_->Set(
+        std::max(last_checkpoint_step_->Value(), static_cast<double>(checkpoint.step)));
+  } else if (event == records::Straggler::kEvent) {
     stragglers_->Increment();
   }
 }
 
 void RunMetrics::OnStep(const JsonObject& record) {
   // An evaluation's record has eval_ fields and no loss: it says nothing of training.
-  const std::optional<double> loss = record.GetNumber("loss");
-  if (!loss) return;
-  loss_->Set(*loss);
-  if (const std::optional<double> step = record.GetNumber("step")) step_->Set(*step);
-  if (const std::optional<double> rate = record.GetNumber("samples_per_s")) {
-    samples_per_second_->Set(*rate);
-  }
-  if (const std::optional<double> rate = record.GetNumber("tokens_per_s")) {
+  if (!records::StepMetrics::IsStep(record)) return;
+  const auto step = records::FromJson<records::StepMetrics>(record);
+  loss_->Set(step.loss);
+  step_->Set(static_cast<double>(step.step));
+  samples_per_second_->Set(step.samples_per_s);
+  if (step.tokens_per_s) {
     if (tokens_per_second_ == nullptr) tokens_per_second_ = &tokens_per_second_family_->Add({});
-    tokens_per_second_->Set(*rate);
+    tokens_per_second_->Set(*step.tokens_per_s);
   }
 }
 
-void RunMetrics::OnState(const JsonObject& state) {
-  const std::string name = state.GetString("state").value_or("");
-  SetOnly(state_family_, &states_, name);
-  if (name == "waiting") {
+void RunMetrics::OnState(const JsonObject& json) {
+  const auto state = records::FromJson<records::State>(json);
+  SetOnly(state_family_, &states_, state.state);
+  if (state.state == "waiting") {
     // No shape runs; state.json still shows the last one.
     world_size_->Set(0);
     stages_->Set(0);
     replicas_->Set(0);
   } else {
-    SetShape(state);
+    SetShape(state.shape);
   }
-  if (const std::optional<double> n = state.GetNumber("ready_workers")) ready_workers_->Set(*n);
-  if (const std::optional<double> step = state.GetNumber("step")) step_->Set(*step);
+  ready_workers_->Set(static_cast<double>(state.ready_workers));
+  step_->Set(static_cast<double>(state.step));
 }
 
 void RunMetrics::OnMachines(const std::vector<manager::MachineStatus>& machines) {
@@ -200,11 +199,11 @@ void RunMetrics::OnMachines(const std::vector<manager::MachineStatus>& machines)
   }
 }
 
-void RunMetrics::SetShape(const JsonObject& record) {
-  if (const std::optional<double> g = record.GetNumber("generation")) generation_->Set(*g);
-  if (const std::optional<double> n = record.GetNumber("world_size")) world_size_->Set(*n);
-  if (const std::optional<double> p = record.GetNumber("stages")) stages_->Set(*p);
-  if (const std::optional<double> d = record.GetNumber("replicas")) replicas_->Set(*d);
+void RunMetrics::SetShape(const records::Shape& shape) {
+  generation_->Set(static_cast<double>(shape.generation));
+  world_size_->Set(static_cast<double>(shape.world_size));
+  stages_->Set(static_cast<double>(shape.stages));
+  replicas_->Set(static_cast<double>(shape.replicas));
 }
 
 void RunMetrics::SetOnly(GaugeFamily* family, std::map<std::string, prometheus::Gauge*>* members,

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "records/records.h"
 #include "run/run_observer.h"
 
 namespace prometheus {
@@ -54,7 +55,7 @@ class RunMetrics : public run::RunObserver {
   using GaugeFamily = prometheus::Family<prometheus::Gauge>;
   using CounterFamily = prometheus::Family<prometheus::Counter>;
 
-  void SetShape(const JsonObject& record);
+  void SetShape(const records::Shape& shape);
   // The member of a family labelled state=`chosen` set to 1 (added if new), the others to 0.
   void SetOnly(GaugeFamily* family, std::map<std::string, prometheus::Gauge*>* members,
                const std::string& chosen);

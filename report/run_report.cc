@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/strings.h"
+#include "records/reader.h"
 
 namespace mitra::report {
 namespace {
@@ -32,23 +33,6 @@ std::string Text(const json& record, const char* key) {
   return it != record.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-// The objects of a .jsonl file; a missing file has none.
-std::vector<json> ReadRecords(FileSystem& fs, const std::string& path, int* skipped) {
-  std::vector<json> records;
-  Result<std::string> text = fs.ReadFile(path);
-  if (!text.ok()) return records;
-  for (const std::string& line : CompleteLines(*text)) {
-    if (Trim(line).empty()) continue;
-    json record = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded() || !record.is_object()) {
-      ++*skipped;
-      continue;
-    }
-    records.push_back(std::move(record));
-  }
-  return records;
-}
-
 GenerationSpan* FindGeneration(RunReport& report, int64_t generation) {
   for (auto it = report.generations.rbegin(); it != report.generations.rend(); ++it) {
     if (it->generation == generation) return &*it;
@@ -56,134 +40,139 @@ GenerationSpan* FindGeneration(RunReport& report, int64_t generation) {
   return nullptr;
 }
 
-void ReadMetrics(FileSystem& fs, RunReport& report) {
-  for (const json& r : ReadRecords(fs, JoinPath(report.run_dir, "metrics.jsonl"),
-                                   &report.skipped_lines)) {
-    const double time = Num(r, "time");
-    report.last_time = std::max(report.last_time, time);
-    if (r.contains("eval_loss")) {
-      EvalPoint e{Int(r, "step"), time, Num(r, "eval_loss"), std::nullopt};
-      if (r.contains("eval_accuracy")) e.accuracy = Num(r, "eval_accuracy");
-      report.evals.push_back(e);
+void ReadMetrics(const records::RunDirReader& reader, RunReport& report) {
+  records::JsonLines metrics = reader.Metrics();
+  report.skipped_lines += metrics.skipped;
+  for (const JsonObject& r : metrics.records) {
+    if (records::EvalMetrics::IsEval(r)) {
+      const auto e = records::FromJson<records::EvalMetrics>(r);
+      report.last_time = std::max(report.last_time, e.time);
+      report.evals.push_back(EvalPoint{e.step, e.time, e.eval_loss, e.eval_accuracy});
       continue;
     }
-    if (!r.contains("loss")) continue;
+    if (!records::StepMetrics::IsStep(r)) continue;
+    const auto m = records::FromJson<records::StepMetrics>(r);
+    report.last_time = std::max(report.last_time, m.time);
     StepPoint p;
-    p.step = Int(r, "step");
-    p.generation = Int(r, "generation");
-    p.time = time;
-    p.loss = Num(r, "loss");
-    p.samples = Int(r, "samples");
-    p.samples_per_s = Num(r, "samples_per_s");
-    p.tokens_per_s = Num(r, "tokens_per_s");
-    p.step_time_s = Num(r, "step_time_s");
+    p.step = m.step;
+    p.generation = m.generation;
+    p.time = m.time;
+    p.loss = m.loss;
+    p.samples = m.samples;
+    p.samples_per_s = m.samples_per_s;
+    p.tokens_per_s = m.tokens_per_s.value_or(0);
+    p.step_time_s = m.step_time_s;
     if (p.tokens_per_s > 0) report.tokens = true;
     report.steps.push_back(p);
     if (GenerationSpan* g = FindGeneration(report, p.generation)) {
       if (g->first_step == 0) g->first_step = p.step;
       g->last_step = p.step;
+      g->ended = std::max(g->ended, p.time);
+    }
+  }
+}
+
+void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pending_cause) {
+  const double time = e.time;
+  if (e.Is<records::Start>()) {
+    const auto start = e.As<records::Start>();
+    if (report.managers++ == 0) report.started = time;
+    report.program = start.program;
+    if (start.tokens_per_sample > 0) report.tokens = true;
+  } else if (e.Is<records::Launch>()) {
+    const auto launch = e.As<records::Launch>();
+    GenerationSpan g;
+    g.generation = launch.shape.generation;
+    g.stages = static_cast<int>(launch.shape.stages);
+    g.replicas = static_cast<int>(launch.shape.replicas);
+    g.world_size = static_cast<int>(launch.shape.world_size);
+    g.resume_step = launch.resume_step;
+    g.launched = g.ended = time;
+    report.generations.push_back(g);
+  } else if (e.Is<records::Ready>()) {
+    if (GenerationSpan* g = FindGeneration(report, e.As<records::Ready>().generation)) {
+      g->ready = time;
+    }
+  } else if (e.Is<records::Morph>()) {
+    ++report.morphs;
+    *pending_cause = e.As<records::Morph>().reason;
+  } else if (e.event == records::Failure::kEvent ||
+             e.event == records::Failure::kAfterTrainingEvent) {
+    const auto f = records::FromJson<records::Failure>(e.fields);
+    report.failures.push_back(Failure{time, f.generation, f.step,
+                                      static_cast<int>(f.rank.value_or(-1)),
+                                      f.machine.value_or(""), f.reason});
+    *pending_cause = f.reason;
+  } else if (e.Is<records::FirstStep>()) {
+    const auto first = e.As<records::FirstStep>();
+    Change c;
+    c.kind = first.kind;
+    c.cause = *pending_cause;
+    c.generation = first.generation;
+    c.step = first.step;
+    c.shape = first.shape;
+    c.time = time;
+    c.downtime_s = first.downtime_s;
+    c.stop_s = first.stop_s;
+    c.relaunch_s = first.relaunch_s;
+    c.ready_s = first.ready_s;
+    c.load_s = first.load_s;
+    c.first_step_s = first.first_step_s;
+    c.kept = static_cast<int>(first.kept);
+    c.detected = time - c.downtime_s;
+    report.changes.push_back(c);
+    pending_cause->clear();
+  } else if (e.Is<records::Checkpoint>()) {
+    const auto c = e.As<records::Checkpoint>();
+    report.checkpoints.push_back(CheckpointMark{time, c.generation, c.step, c.blocked_s, c.total_s});
+  } else if (e.Is<records::Straggler>()) {
+    const auto s = e.As<records::Straggler>();
+    report.stragglers.push_back(Straggler{time, s.generation, static_cast<int>(s.rank),
+                                          static_cast<int>(s.stage), s.machine, s.compute_s,
+                                          s.peer_median_s, s.ratio, s.steps});
+  } else if (records::End::IsEnd(e.event)) {
+    const auto end = records::FromJson<records::End>(e.fields);
+    report.end.state = e.event;
+    report.end.reason = end.reason.value_or("");
+    report.end.wall_s = end.wall_s;
+    report.end.finished = true;
+  }
+  // Any record of a generation (its workers' and the manager's about it) extends its span.
+  const std::optional<double> generation = e.fields.GetNumber("generation");
+  if (generation && !e.Is<records::Launch>()) {
+    if (GenerationSpan* g = FindGeneration(report, static_cast<int64_t>(*generation))) {
       g->ended = std::max(g->ended, time);
     }
   }
 }
 
-void ReadEvent(const json& r, RunReport& report, std::string* pending_cause) {
-  const std::string event = Text(r, "event");
-  const double time = Num(r, "time");
-  const int64_t generation = Int(r, "generation");
-  if (event == "start") {
-    if (report.managers++ == 0) report.started = time;
-    report.program = Text(r, "program");
-    if (Int(r, "tokens_per_sample") > 0) report.tokens = true;
-  } else if (event == "launch") {
-    GenerationSpan g;
-    g.generation = generation;
-    g.stages = static_cast<int>(Int(r, "stages"));
-    g.replicas = static_cast<int>(Int(r, "replicas"));
-    g.world_size = static_cast<int>(Int(r, "world_size"));
-    g.resume_step = Int(r, "resume_step");
-    g.launched = g.ended = time;
-    report.generations.push_back(g);
-  } else if (event == "ready") {
-    if (GenerationSpan* g = FindGeneration(report, generation)) g->ready = time;
-  } else if (event == "morph") {
-    ++report.morphs;
-    *pending_cause = Text(r, "reason");
-  } else if (event == "failure" || event == "failure_after_training") {
-    report.failures.push_back(Failure{time, generation, Int(r, "step"),
-                                      static_cast<int>(Int(r, "rank", -1)), Text(r, "machine"),
-                                      Text(r, "reason")});
-    *pending_cause = Text(r, "reason");
-  } else if (event == "first_step") {
-    Change c;
-    c.kind = Text(r, "kind");
-    c.cause = *pending_cause;
-    c.generation = generation;
-    c.step = Int(r, "step");
-    c.shape = Text(r, "shape");
-    c.time = time;
-    c.downtime_s = Num(r, "downtime_s");
-    c.stop_s = Num(r, "stop_s");
-    c.relaunch_s = Num(r, "relaunch_s");
-    c.ready_s = Num(r, "ready_s");
-    c.load_s = Num(r, "load_s");
-    c.first_step_s = Num(r, "first_step_s");
-    c.kept = static_cast<int>(Int(r, "kept"));
-    c.detected = time - c.downtime_s;
-    report.changes.push_back(c);
-    pending_cause->clear();
-  } else if (event == "checkpoint") {
-    report.checkpoints.push_back(CheckpointMark{time, generation, Int(r, "step"),
-                                                Num(r, "blocked_s"), Num(r, "total_s")});
-  } else if (event == "straggler") {
-    report.stragglers.push_back(Straggler{time, generation, static_cast<int>(Int(r, "rank")),
-                                          static_cast<int>(Int(r, "stage")), Text(r, "machine"),
-                                          Num(r, "compute_s"), Num(r, "peer_median_s"),
-                                          Num(r, "ratio"), Int(r, "steps")});
-  } else if (event == "done" || event == "stopped" || event == "failed") {
-    report.end.state = event;
-    report.end.reason = Text(r, "reason");
-    report.end.wall_s = Num(r, "wall_s");
-    report.end.finished = true;
-  }
-  if (r.contains("generation") && event != "launch") {
-    if (GenerationSpan* g = FindGeneration(report, generation)) g->ended = std::max(g->ended, time);
-  }
-}
-
-void ReadEvents(FileSystem& fs, RunReport& report) {
+void ReadEvents(const records::RunDirReader& reader, RunReport& report) {
   std::string pending_cause;  // what the next `first_step` was caused by
-  for (const json& r : ReadRecords(fs, JoinPath(report.run_dir, "events.jsonl"),
-                                   &report.skipped_lines)) {
-    report.last_time = std::max(report.last_time, Num(r, "time"));
+  for (const records::EventRecord& e : reader.Events(&report.skipped_lines)) {
+    report.last_time = std::max(report.last_time, e.time);
     // A later `mitra run` on the directory makes an earlier end no longer the end.
-    if (Text(r, "event") == "start") report.end = RunEnd{};
-    ReadEvent(r, report, &pending_cause);
+    if (e.Is<records::Start>()) report.end = RunEnd{};
+    ReadEvent(e, report, &pending_cause);
   }
 }
 
-void ReadState(FileSystem& fs, RunReport& report) {
-  Result<std::string> text = fs.ReadFile(JoinPath(report.run_dir, "state.json"));
-  if (!text.ok()) return;
-  const json state = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!state.is_object()) return;  // being replaced, or damaged: the records say enough
-  report.max_steps = Int(state, "max_steps");
+void ReadState(const records::RunDirReader& reader, RunReport& report) {
+  const std::optional<records::State> state = reader.ReadState();
+  if (!state) return;  // being replaced, or damaged: the records say enough
+  report.max_steps = state->max_steps;
   if (!report.end.finished) {
-    const std::string now = Text(state, "state");
-    report.end.state = now.empty() || now == "done" || now == "stopped" || now == "failed"
+    report.end.state = state->state.empty() || records::State::IsEnd(state->state)
                            ? "running"  // an end state without its end record: not over yet
-                           : now;
-    report.end.reason = Text(state, "reason");
+                           : state->state;
+    report.end.reason = state->reason;
   }
 }
 
-void ReadRankSteps(FileSystem& fs, RunReport& report) {
-  for (const json& r : ReadRecords(fs, JoinPath(report.run_dir, "rank_steps.jsonl"),
-                                   &report.skipped_lines)) {
-    report.rank_steps.push_back(RankSteps{Num(r, "time"), Int(r, "generation"),
-                                          static_cast<int>(Int(r, "rank")),
-                                          static_cast<int>(Int(r, "stage")), Int(r, "step"),
-                                          Int(r, "steps"), Num(r, "compute_s"), Num(r, "wait_s")});
+void ReadRankSteps(const records::RunDirReader& reader, RunReport& report) {
+  for (const records::RankSteps& r : reader.RankStepRecords(&report.skipped_lines)) {
+    report.rank_steps.push_back(RankSteps{r.time, r.generation, static_cast<int>(r.rank),
+                                          static_cast<int>(r.stage), r.step, r.steps, r.compute_s,
+                                          r.wait_s});
   }
   if (!report.rank_steps.empty()) report.rank_source = RankSource::kRankSteps;
 }
@@ -269,15 +258,6 @@ std::optional<double> RunReport::FinalLoss() const {
   return steps.back().loss;
 }
 
-std::vector<std::string> CompleteLines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t begin = 0;
-  for (size_t end; (end = text.find('\n', begin)) != std::string::npos; begin = end + 1) {
-    lines.push_back(text.substr(begin, end - begin));
-  }
-  return lines;  // what follows the last '\n' is still being written
-}
-
 Result<RunReport> ReadRunReport(FileSystem& fs, const std::string& run_dir) {
   if (!fs.IsDirectory(run_dir)) {
     return Status::InvalidArgument(
@@ -287,18 +267,18 @@ Result<RunReport> ReadRunReport(FileSystem& fs, const std::string& run_dir) {
                                  "; give the run directory of a job (the --run-dir of "
                                  "`mitra run`, default mitra-run)");
   }
-  if (!fs.Exists(JoinPath(run_dir, "events.jsonl")) &&
-      !fs.Exists(JoinPath(run_dir, "metrics.jsonl"))) {
+  const records::RunDirReader reader(&fs, run_dir);
+  if (!reader.HasRecords()) {
     return Status::InvalidArgument(
         run_dir + " is not a run directory (it has no events.jsonl or metrics.jsonl); give the "
                   "--run-dir of a job that `mitra run` started");
   }
   RunReport report;
   report.run_dir = run_dir;
-  ReadEvents(fs, report);
-  ReadMetrics(fs, report);
-  ReadState(fs, report);
-  ReadRankSteps(fs, report);
+  ReadEvents(reader, report);
+  ReadMetrics(reader, report);
+  ReadState(reader, report);
+  ReadRankSteps(reader, report);
   if (report.rank_source == RankSource::kNone) ReadTraces(fs, report);
   if (report.end.state.empty()) report.end.state = "running";
   return report;

@@ -148,7 +148,4 @@ struct RunReport {
 // or holds no run (neither events.jsonl nor metrics.jsonl). A missing optional file is no error.
 Result<RunReport> ReadRunReport(FileSystem& fs, const std::string& run_dir);
 
-// The complete lines of `text`: a last line without '\n' is being written and is left out.
-std::vector<std::string> CompleteLines(const std::string& text);
-
 }  // namespace mitra::report

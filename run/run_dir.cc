@@ -1,11 +1,13 @@
 #include "run/run_dir.h"
 
+#include "records/records.h"
+
 namespace mitra::run {
 
-std::string RunDir::StatePath() const { return JoinPath(path_, "state.json"); }
-std::string RunDir::EventsPath() const { return JoinPath(path_, "events.jsonl"); }
-std::string RunDir::MetricsPath() const { return JoinPath(path_, "metrics.jsonl"); }
-std::string RunDir::RankStepsPath() const { return JoinPath(path_, "rank_steps.jsonl"); }
+std::string RunDir::StatePath() const { return JoinPath(path_, records::kStateFile); }
+std::string RunDir::EventsPath() const { return JoinPath(path_, records::kEventsFile); }
+std::string RunDir::MetricsPath() const { return JoinPath(path_, records::kMetricsFile); }
+std::string RunDir::RankStepsPath() const { return JoinPath(path_, records::kRankStepsFile); }
 
 std::string RunDir::LogName(int64_t generation, int rank) {
   return "logs/gen-" + std::to_string(generation) + "/rank-" + std::to_string(rank) + ".log";

@@ -41,16 +41,14 @@ Status RunJournal::RecordStep(const JsonObject& step_record) {
   return metrics_->Append(record.ToJson() + "\n");
 }
 
-Status RunJournal::RecordRankSteps(const JsonObject& fields) {
+Status RunJournal::RecordRankSteps(records::RankSteps times) {
   if (!rank_steps_) {
     Result<std::unique_ptr<AppendableFile>> file = fs_->OpenForAppend(rank_steps_path_);
     if (!file.ok()) return file.status();
     rank_steps_ = std::move(file).value();
   }
-  JsonObject record;
-  record.SetNumber("time", clock_->WallSeconds());
-  for (const auto& [key, value] : fields.fields()) record.Set(key, value);
-  return rank_steps_->Append(record.ToJson() + "\n");
+  times.time = clock_->WallSeconds();
+  return rank_steps_->Append(records::ToJson(times).ToJson() + "\n");
 }
 
 Status RunJournal::WriteState(const JsonObject& state) {

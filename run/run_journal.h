@@ -11,6 +11,7 @@
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "common/json.h"
+#include "records/records.h"
 #include "run/run_dir.h"
 #include "run/run_observer.h"
 
@@ -30,8 +31,8 @@ class RunJournal {
   // Appends a worker's step record to metrics.jsonl: its fields without "event", plus "time".
   Status RecordStep(const JsonObject& step_record);
   // Appends a rank's step times, as its heartbeat brought them, to rank_steps.jsonl (created on
-  // first use): `fields` plus "time".
-  Status RecordRankSteps(const JsonObject& fields);
+  // first use), with "time" set to now.
+  Status RecordRankSteps(records::RankSteps times);
   // Replaces state.json with `state` (pretty-printed, one field per line).
   Status WriteState(const JsonObject& state);
 

@@ -13,6 +13,7 @@
 #include "mitra/contract/park.h"
 #include "contract/exit_codes.h"
 #include "manager/run_records.h"
+#include "records/records.h"
 
 namespace mitra::run {
 namespace {
@@ -240,18 +241,16 @@ void RunLoop::Launch(const manager::LaunchAction& launch) {
     ranks_[rank] = live;
     results.push_back(manager::RankStarted{launch.generation, rank, started->pid});
   }
-  JsonObject record = manager::LaunchRecord(launch.plan, generation, options_.worker.program, pids,
-                                   clock_->MonotonicSeconds() - begin);
-  std::vector<std::string> machines;
+  records::Launch launched = manager::LaunchRecord(launch.plan, generation, options_.worker.program,
+                                                  pids, clock_->MonotonicSeconds() - begin);
   for (const RankPlacement& p : launch.plan.ranks) {
-    machines.push_back(launch.machines[p.machine].Address());
+    launched.machines.push_back(launch.machines[p.machine].Address());
   }
-  std::vector<int64_t> kept_list(kept_ranks.begin(), kept_ranks.end());
-  record.Set("machines", JsonValue::StringArray(machines))
-      .Set("kept", JsonValue::IntArray(kept_list))
-      .SetInt("resume_step", settings.resume_step)
-      .SetString("rdzv", settings.rdzv_host + ":" + std::to_string(settings.rdzv_port));
-  Warn(journal_->RecordEvent("launch", record));
+  launched.kept.assign(kept_ranks.begin(), kept_ranks.end());
+  launched.resume_step = settings.resume_step;
+  launched.rdzv = settings.rdzv_host + ":" + std::to_string(settings.rdzv_port);
+  const JsonObject record = records::ToJson(launched);
+  Warn(journal_->RecordEvent(records::Launch::kEvent, record));
   last_event_ = JsonObject(record).SetString("event", "launch");
 
   std::vector<std::string> pid_text;
@@ -385,10 +384,11 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     const std::string text = parsed->GetString("text").value_or("");
     if (text != settings_) {  // once, and again only when a launch brings other settings
       settings_ = text;
-      JsonObject fields = *parsed;
+      JsonObject fields = *parsed;  // the worker's own fields pass through
       fields.Erase("event");
-      fields.SetInt("generation", generation);
-      Warn(journal_->RecordEvent("settings", fields));
+      records::Settings known = records::FromJson<records::Settings>(fields);
+      known.generation = generation;
+      Warn(journal_->RecordEvent(records::Settings::kEvent, records::SetFields(fields, known)));
       *out_ << "mitra: training with " << text << std::endl;
     }
     return;
@@ -411,10 +411,12 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
           << parsed->GetString("error").value_or("") << std::endl;
     return;
   } else if (kind == "checkpoint" || kind == "restored") {
-    JsonObject fields = *parsed;
+    JsonObject fields = *parsed;  // the worker's own fields pass through
     fields.Erase("event");
-    fields.SetInt("generation", generation).SetInt("rank", rank);
-    Warn(journal_->RecordEvent(kind, fields));
+    records::Checkpoint known = records::FromJson<records::Checkpoint>(fields);
+    known.generation = generation;
+    known.rank = rank;
+    Warn(journal_->RecordEvent(kind, records::SetFields(fields, known)));
     report.kind = kind == "restored" ? manager::RankReport::Kind::kRestored : manager::RankReport::Kind::kCheckpoint;
     report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
     report.seconds = parsed->GetNumber("seconds").value_or(0);
@@ -471,33 +473,34 @@ void RunLoop::OnRecord(const manager::RecordAction& record) {
 void RunLoop::OnFinish(const manager::FinishAction& finish) {
   const int64_t step = controller_.last_step();
   const double wall_s = clock_->MonotonicSeconds() - start_s_;
-  JsonObject fields;
-  fields.SetInt("step", step).SetNumber("wall_s", manager::RoundedSeconds(wall_s));
+  records::End end;
+  end.step = step;
+  end.wall_s = manager::RoundedSeconds(wall_s);
   if (stats_.last()) {
-    fields.SetNumber("loss", stats_.last()->loss)
-        .SetNumber(stats_.last()->tokens_per_s > 0 ? "mean_tokens_per_s" : "mean_samples_per_s",
-                   stats_.MeanThroughput());
+    end.loss = stats_.last()->loss;
+    (stats_.last()->tokens_per_s > 0 ? end.mean_tokens_per_s : end.mean_samples_per_s) =
+        stats_.MeanThroughput();
   }
   const std::string summary = manager::FormatSummary(step, wall_s, stats_);
   switch (finish.outcome) {
     case manager::FinishAction::Outcome::kDone:
-      final_state_ = "done";
+      final_state_ = records::End::kDone;
       exit_code_ = 0;
       *out_ << "mitra: done: " << summary << std::endl;
       break;
     case manager::FinishAction::Outcome::kStopped:
-      final_state_ = "stopped";
+      final_state_ = records::End::kStopped;
       exit_code_ = 0;
       *out_ << "mitra: stopped at step " << step << " on request: " << summary << std::endl;
       break;
     case manager::FinishAction::Outcome::kFailed:
-      final_state_ = "failed";
+      final_state_ = records::End::kFailed;
       exit_code_ = kExitFailed;
-      fields.SetString("reason", finish.reason);
+      end.reason = finish.reason;
       *err_ << "mitra: failed: " << finish.reason << " (" << summary << ")" << std::endl;
       break;
   }
-  Warn(journal_->RecordEvent(final_state_, fields));
+  Warn(journal_->RecordEvent(final_state_, records::ToJson(end)));
   WriteState(true);
 }
 

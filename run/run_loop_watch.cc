@@ -7,6 +7,7 @@
 
 #include "common/duration_text.h"
 #include "contract/variables.h"
+#include "records/records.h"
 #include "run/run_loop.h"
 
 namespace mitra::run {
@@ -54,29 +55,29 @@ void RunLoop::OnStepTimes(int64_t generation, int rank, const JsonObject& heartb
   const double wait_s = heartbeat.GetNumber("wait_s").value_or(-1);
   if (steps <= 0 || compute_s < 0 || wait_s < 0) return;
   const int stage = stragglers_->StageOf(rank);
-  Warn(journal_->RecordRankSteps(JsonObject()
-                                     .SetInt("generation", generation)
-                                     .SetInt("rank", rank)
-                                     .SetInt("stage", stage)
-                                     .SetInt("step", static_cast<int64_t>(
-                                                         heartbeat.GetNumber("step").value_or(0)))
-                                     .SetInt("steps", steps)
-                                     .SetNumber("compute_s", compute_s)
-                                     .SetNumber("wait_s", wait_s)));
+  records::RankSteps times;
+  times.generation = generation;
+  times.rank = rank;
+  times.stage = stage;
+  times.step = static_cast<int64_t>(heartbeat.GetNumber("step").value_or(0));
+  times.steps = steps;
+  times.compute_s = compute_s;
+  times.wait_s = wait_s;
+  Warn(journal_->RecordRankSteps(times));
   const std::optional<manager::Straggler> found = stragglers_->Observe(rank, steps, compute_s);
   if (!found) return;
   const std::string& machine = it->second.machine;
-  Warn(journal_->RecordEvent("straggler", JsonObject()
-                                              .SetInt("generation", generation)
-                                              .SetInt("rank", rank)
-                                              .SetString("machine", machine)
-                                              .SetInt("stage", found->stage)
-                                              .SetNumber("compute_s", manager::RoundedSeconds(found->compute_s))
-                                              .SetNumber("peer_median_s",
-                                                         manager::RoundedSeconds(found->peer_median_s))
-                                              .SetNumber("ratio", std::round(found->ratio * 100) / 100)
-                                              .SetInt("steps", found->steps)
-                                              .SetBool("drain", options_.exclude_stragglers)));
+  records::Straggler straggler;
+  straggler.generation = generation;
+  straggler.rank = rank;
+  straggler.machine = machine;
+  straggler.stage = found->stage;
+  straggler.compute_s = manager::RoundedSeconds(found->compute_s);
+  straggler.peer_median_s = manager::RoundedSeconds(found->peer_median_s);
+  straggler.ratio = std::round(found->ratio * 100) / 100;
+  straggler.steps = found->steps;
+  straggler.drain = options_.exclude_stragglers;
+  Warn(journal_->RecordEvent(records::Straggler::kEvent, records::ToJson(straggler)));
   char ratio[16];
   std::snprintf(ratio, sizeof(ratio), "%.1f", found->ratio);
   *err_ << "mitra: rank " << rank << " on " << machine << " is a straggler: "

@@ -185,7 +185,7 @@ TEST_F(PythonElastic, MitraStopEndsPythonWorkersAfterTheSameStep) {
 }
 
 // Without --nstages the manager profiles the Python program and plans its shape; the report
-// of the run is drawn like any other.
+// of the run is drawn like any other, and `mitra plan --validate` compares the plan with it.
 TEST_F(PythonElastic, AProfiledAndPlannedPythonJobTrainsAndIsReported) {
   const testing::ElasticJob job = testing::PythonGptJob(16, 20);
   machines_ = tmp_.Write("machines.txt", "localhost slots=2\n");
@@ -202,6 +202,12 @@ TEST_F(PythonElastic, AProfiledAndPlannedPythonJobTrainsAndIsReported) {
       testing::RunProgram(MITRA_BINARY, {"report", run_dir_, "-o", tmp_.Path("r.html")}, tmp_.path(), 60);
   EXPECT_EQ(report.exit_code, 0) << report.output();
   EXPECT_NE(testing::ReadFileOrEmpty(tmp_.Path("r.html")).find("Chart"), std::string::npos);
+  // The plan against what the run measured, read from the same records.
+  const testing::MitraResult validate =
+      testing::RunProgram(MITRA_BINARY, {"plan", "--validate", run_dir_}, tmp_.path(), 60);
+  EXPECT_EQ(validate.exit_code, 0) << validate.output();
+  EXPECT_NE(validate.out.find("mitra plan: generation 0 of " + run_dir_), std::string::npos)
+      << validate.output();
   testing::ExpectNoProcessLeft(run_dir_);
 }
 

@@ -12,6 +12,7 @@
 
 #include "common/strings.h"
 #include "manager/narration.h"
+#include "records/records.h"
 
 namespace mitra::report {
 namespace {
@@ -30,34 +31,45 @@ JsonObject Told(const manager::Fact& fact, int64_t generation) {
 }
 
 JsonObject Launch(int64_t generation, int stages, int replicas) {
-  return Record("launch", JsonObject()
-                              .SetInt("generation", generation)
-                              .SetInt("stages", stages)
-                              .SetInt("replicas", replicas)
-                              .SetInt("world_size", stages * replicas)
-                              .SetInt("resume_step", 0));
+  records::Launch launch;
+  launch.shape.generation = generation;
+  launch.shape.stages = stages;
+  launch.shape.replicas = replicas;
+  launch.shape.world_size = stages * replicas;
+  return Record(records::Launch::kEvent, records::ToJson(launch));
 }
 
 JsonObject Step(int64_t step, double loss, double samples_per_s) {
-  return JsonObject()
-      .SetInt("step", step)
-      .SetNumber("loss", loss)
-      .SetInt("samples", 16)
-      .SetNumber("samples_per_s", samples_per_s)
-      .SetInt("stages", 2)
-      .SetInt("replicas", 1)
-      .SetInt("generation", 0)
-      .SetNumber("time", 1764000000.0);
+  records::StepMetrics m;
+  m.step = step;
+  m.loss = loss;
+  m.samples = 16;
+  m.samples_per_s = samples_per_s;
+  m.stages = 2;
+  m.replicas = 1;
+  m.time = 1764000000.0;
+  return records::ToJson(m);
 }
 
 JsonObject Checkpoint(int64_t step, double blocked_s) {
-  return Record("checkpoint", JsonObject()
-                                  .SetInt("step", step)
-                                  .SetString("path", "step-" + std::to_string(step))
-                                  .SetNumber("blocked_s", blocked_s)
-                                  .SetNumber("total_s", 0.5)
-                                  .SetInt("generation", 0)
-                                  .SetInt("rank", 0));
+  records::Checkpoint c;
+  c.step = step;
+  c.blocked_s = blocked_s;
+  c.total_s = 0.5;
+  return Record(records::Checkpoint::kEvent, records::ToJson(c));
+}
+
+// state.json as the manager writes it.
+JsonObject State(const std::string& name, int64_t step, int64_t ready_workers) {
+  records::State state;
+  state.state = name;
+  state.shape.generation = 3;
+  state.shape.stages = 2;
+  state.shape.replicas = 2;
+  state.shape.world_size = 4;
+  state.step = step;
+  state.ready_workers = ready_workers;
+  return records::ToJson(state);
 }
 
 // The samples of a scrape: "name{labels}" -> value; HELP and TYPE lines by family name.
@@ -134,16 +146,14 @@ TEST_F(RunMetricsTest, EveryFamilyIsThereFromTheStartWithItsMeaning) {
 
 TEST_F(RunMetricsTest, AStepRecordSetsStepLossAndThroughputAndAnEvaluationDoesNot) {
   metrics_.OnStep(Step(12, 2.5, 640));
-  JsonObject with_tokens = Step(13, 2.25, 600);
-  with_tokens.SetNumber("tokens_per_s", 76800);
-  metrics_.OnStep(with_tokens);
+  auto with_tokens = records::FromJson<records::StepMetrics>(Step(13, 2.25, 600));
+  with_tokens.tokens_per_s = 76800;
+  metrics_.OnStep(records::ToJson(with_tokens));
   // An evaluation record (metrics.jsonl's eval_ fields) is no training step: nothing moves.
-  metrics_.OnStep(JsonObject()
-                      .SetInt("step", 99)
-                      .SetNumber("eval_loss", 9.5)
-                      .SetNumber("eval_samples_per_s", 1)
-                      .SetInt("eval_samples", 100)
-                      .SetInt("generation", 0));
+  records::EvalMetrics eval;
+  eval.step = 99;
+  eval.eval_loss = 9.5;
+  metrics_.OnStep(records::ToJson(eval));
   const Scrape scrape = Read();
   EXPECT_EQ(scrape["mitra_step"], 13);
   EXPECT_EQ(scrape["mitra_loss"], 2.25);
@@ -159,14 +169,7 @@ TEST_F(RunMetricsTest, ALaunchAndTheStateSetTheShapeAndWaitingHasNone) {
   EXPECT_EQ(scrape["mitra_stages"], 2);
   EXPECT_EQ(scrape["mitra_replicas"], 2);
 
-  metrics_.OnState(JsonObject()
-                       .SetString("state", "running")
-                       .SetInt("generation", 3)
-                       .SetInt("stages", 2)
-                       .SetInt("replicas", 2)
-                       .SetInt("world_size", 4)
-                       .SetInt("step", 40)
-                       .SetInt("ready_workers", 3));
+  metrics_.OnState(State("running", 40, 3));
   scrape = Read();
   EXPECT_EQ(scrape["mitra_ready_workers"], 3);
   EXPECT_EQ(scrape["mitra_step"], 40);
@@ -174,13 +177,7 @@ TEST_F(RunMetricsTest, ALaunchAndTheStateSetTheShapeAndWaitingHasNone) {
   EXPECT_EQ(scrape["mitra_state{state=\"waiting\"}"], 0);
 
   // Too few slots: state.json keeps the last shape, but none runs.
-  metrics_.OnState(JsonObject()
-                       .SetString("state", "waiting")
-                       .SetInt("generation", 3)
-                       .SetInt("stages", 2)
-                       .SetInt("replicas", 2)
-                       .SetInt("world_size", 4)
-                       .SetInt("ready_workers", 0));
+  metrics_.OnState(State("waiting", 40, 0));
   scrape = Read();
   EXPECT_EQ(scrape["mitra_world_size"], 0);
   EXPECT_EQ(scrape["mitra_stages"], 0);

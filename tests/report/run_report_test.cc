@@ -324,12 +324,5 @@ TEST_F(ReportCommandTest, BadInputExitsTwoAndNamesTheFix) {
   EXPECT_TRUE(out_.str().empty());
 }
 
-TEST(CompleteLines, TheLastLineWithoutItsNewlineIsBeingWritten) {
-  EXPECT_EQ(CompleteLines("a\nb\nc"), (std::vector<std::string>{"a", "b"}));
-  EXPECT_EQ(CompleteLines("a\n\n"), (std::vector<std::string>{"a", ""}));
-  EXPECT_TRUE(CompleteLines("half").empty());
-  EXPECT_TRUE(CompleteLines("").empty());
-}
-
 }  // namespace
 }  // namespace mitra::report

@@ -1,0 +1,389 @@
+// The run directory's records (docs/mitra-run.md): one struct per kind that programs read back,
+// with its JSON fields named once.
+//
+// `mitra status`, the Prometheus metrics, `mitra report` and `mitra plan --validate` read what
+// the manager wrote. Each kind they rely on is a struct here whose static Fields() names every
+// JSON field once; ToJson() writes a struct and FromJson() reads one, both through Fields(). So
+// a field renamed in Fields() is renamed for writer and readers at once, a member renamed fails
+// to compile where it is used, and records_test holds each kind's field names against the
+// tables of docs/mitra-run.md. Records of other kinds (the manager's diagnostics: `kill`,
+// `signal`, `host_failed`, ...) are narrated as plain JSON and read by people only.
+//
+// Reading is lenient, as it must be for files a crash may have cut or an older mitra wrote: a
+// missing field or one of another type keeps the member's default (an optional stays empty).
+//
+// Plain values: copyable, no synchronization.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/json.h"
+
+namespace mitra::records {
+
+// The files of a run directory that hold records.
+inline constexpr const char* kEventsFile = "events.jsonl";
+inline constexpr const char* kMetricsFile = "metrics.jsonl";
+inline constexpr const char* kRankStepsFile = "rank_steps.jsonl";
+inline constexpr const char* kStateFile = "state.json";
+
+// ---- events.jsonl: {"time":T,"event":NAME, ...the kind's fields} ----------------------------
+
+// Before the first launch of a `mitra run`.
+struct Start {
+  static constexpr const char* kEvent = "start";
+  int64_t manager_pid = 0;
+  std::string run_dir, machines_file, program;
+  std::vector<std::string> program_args;
+  double started_at = 0;  // Unix seconds
+  int64_t slots = 0, idle_slots = 0, segments = 0;
+  double tokens_per_sample = 0;
+  double describe_s = 0;
+  int64_t threads = 0;
+  double timeout_s = 0;
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("manager_pid", r.manager_pid), f("run_dir", r.run_dir), f("machines_file", r.machines_file);
+    f("program", r.program), f("program_args", r.program_args), f("started_at", r.started_at);
+    f("slots", r.slots), f("idle_slots", r.idle_slots), f("segments", r.segments);
+    f("tokens_per_sample", r.tokens_per_sample), f("describe_s", r.describe_s);
+    f("threads", r.threads), f("timeout_s", r.timeout_s);
+  }
+};
+
+// The shape a generation runs in: in `launch` records and in state.json.
+struct Shape {
+  int64_t generation = 0;
+  int64_t stages = 0, replicas = 0, world_size = 0, global_batch = 0, chunk_size = 0;
+  std::string stage_to_rank_map;
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("stages", r.stages), f("replicas", r.replicas);
+    f("world_size", r.world_size), f("global_batch", r.global_batch);
+    f("chunk_size", r.chunk_size), f("stage_to_rank_map", r.stage_to_rank_map);
+  }
+};
+
+// A generation started.
+struct Launch {
+  static constexpr const char* kEvent = "launch";
+  Shape shape;
+  std::optional<std::string> schedule, partition;  // a planned shape: what the planner chose
+  std::optional<double> predicted_step_s;
+  std::optional<int64_t> predicted_memory_bytes;
+  std::vector<int64_t> pids;  // by rank; 0: not started
+  std::string program;
+  double launch_s = 0;
+  std::vector<std::string> machines;  // by rank
+  std::vector<int64_t> kept;          // ranks taken by parked workers
+  int64_t resume_step = 0;
+  std::string rdzv;  // host:port
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    Shape::Fields(r.shape, f);
+    f("schedule", r.schedule), f("partition", r.partition);
+    f("predicted_step_s", r.predicted_step_s);
+    f("predicted_memory_bytes", r.predicted_memory_bytes);
+    f("pids", r.pids), f("program", r.program), f("launch_s", r.launch_s);
+    f("machines", r.machines), f("kept", r.kept), f("resume_step", r.resume_step);
+    f("rdzv", r.rdzv);
+  }
+};
+
+// Rank 0's effective settings (the worker's `settings` record, docs/worker-contract.md), at the
+// first launch and when they change. The worker may add fields of its own; they pass through.
+struct Settings {
+  static constexpr const char* kEvent = "settings";
+  int64_t generation = 0;
+  std::string text;  // what the terminal shows
+  std::optional<std::string> schedule, partition;
+  std::optional<bool> recompute;
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("text", r.text), f("schedule", r.schedule);
+    f("partition", r.partition), f("recompute", r.recompute);
+  }
+};
+
+// Every rank reported `ready`.
+struct Ready {
+  static constexpr const char* kEvent = "ready";
+  int64_t generation = 0;
+  double rendezvous_s = 0;
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("rendezvous_s", r.rendezvous_s);
+  }
+};
+
+// A planned morph began: every rank checkpoints and stops after the same step.
+struct Morph {
+  static constexpr const char* kEvent = "morph";
+  int64_t generation = 0;
+  std::string reason;
+  std::string from;  // the shape it leaves
+  int64_t step = 0;
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("reason", r.reason), f("from", r.from), f("step", r.step);
+  }
+};
+
+// A failure; the job recovers (`failure`) or, after its last step, ends failed
+// (`failure_after_training`, which names no pid or machine).
+struct Failure {
+  static constexpr const char* kEvent = "failure";
+  static constexpr const char* kAfterTrainingEvent = "failure_after_training";
+  int64_t generation = 0;
+  std::string reason;
+  int64_t step = 0;
+  std::optional<int64_t> rank, pid;
+  std::optional<std::string> machine;
+  std::optional<bool> during_regroup;
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("reason", r.reason), f("step", r.step), f("rank", r.rank);
+    f("pid", r.pid), f("machine", r.machine), f("during_regroup", r.during_regroup);
+  }
+};
+
+// The first step after a morph or a recovery, and the downtime it ended, split: stop (the
+// change seen -> every rank exited or parked), relaunch (-> launched), ready (-> every rank
+// ready), load (rank 0's restore) and first step (the rest).
+struct FirstStep {
+  static constexpr const char* kEvent = "first_step";
+  int64_t generation = 0;
+  std::string kind;  // "morph" or "recovery"
+  int64_t step = 0;
+  std::string shape;
+  int64_t kept = 0, started = 0;  // ranks taken by parked workers, ranks that started a process
+  double downtime_s = 0, stop_s = 0, relaunch_s = 0, ready_s = 0, load_s = 0, first_step_s = 0;
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("kind", r.kind), f("step", r.step), f("shape", r.shape);
+    f("kept", r.kept), f("started", r.started), f("downtime_s", r.downtime_s);
+    f("stop_s", r.stop_s), f("relaunch_s", r.relaunch_s), f("ready_s", r.ready_s);
+    f("load_s", r.load_s), f("first_step_s", r.first_step_s);
+  }
+};
+
+// Rank 0 completed a checkpoint (the worker's `checkpoint` record plus generation and rank;
+// other fields of the worker's pass through).
+struct Checkpoint {
+  static constexpr const char* kEvent = "checkpoint";
+  int64_t generation = 0;
+  int64_t rank = 0;
+  int64_t step = 0;
+  double blocked_s = 0;  // training stopped for this long
+  double total_s = 0;    // until the checkpoint was complete
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("rank", r.rank), f("step", r.step);
+    f("blocked_s", r.blocked_s), f("total_s", r.total_s);
+  }
+};
+
+// A rank computed markedly slower than its stage's peers (docs/mitra-run.md, stragglers).
+struct Straggler {
+  static constexpr const char* kEvent = "straggler";
+  int64_t generation = 0;
+  int64_t rank = 0;
+  std::string machine;
+  int64_t stage = 0;
+  double compute_s = 0, peer_median_s = 0, ratio = 0;
+  int64_t steps = 0;
+  bool drain = false;  // the straggler rule drains its machine (--drain-stragglers)
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("generation", r.generation), f("rank", r.rank), f("machine", r.machine);
+    f("stage", r.stage), f("compute_s", r.compute_s), f("peer_median_s", r.peer_median_s);
+    f("ratio", r.ratio), f("steps", r.steps), f("drain", r.drain);
+  }
+};
+
+// The end of a `mitra run`: its event is the end state.
+struct End {
+  static constexpr const char* kDone = "done";
+  static constexpr const char* kStopped = "stopped";
+  static constexpr const char* kFailed = "failed";
+  static bool IsEnd(std::string_view event) {
+    return event == kDone || event == kStopped || event == kFailed;
+  }
+  int64_t step = 0;
+  double wall_s = 0;
+  std::optional<double> loss, mean_tokens_per_s, mean_samples_per_s;
+  std::optional<std::string> reason;  // failed
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("step", r.step), f("wall_s", r.wall_s), f("loss", r.loss);
+    f("mean_tokens_per_s", r.mean_tokens_per_s), f("mean_samples_per_s", r.mean_samples_per_s);
+    f("reason", r.reason);
+  }
+};
+
+// ---- metrics.jsonl ---------------------------------------------------------------------------
+
+// A training step: rank 0's `step` record without "event" (the worker may add fields of its
+// own, which pass through), the shape filled in where the worker left it out, and "time".
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;
+  int64_t samples = 0;
+  double samples_per_s = 0;
+  std::optional<int64_t> tokens;
+  std::optional<double> tokens_per_s;
+  double step_time_s = 0;
+  int64_t stages = 0, replicas = 0, generation = 0;
+  double time = 0;
+
+  // A metrics.jsonl record is a step's when it has a loss (an evaluation's has eval_loss).
+  static bool IsStep(const JsonObject& record) { return record.Has("loss"); }
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("step", r.step), f("loss", r.loss), f("samples", r.samples);
+    f("samples_per_s", r.samples_per_s), f("tokens", r.tokens), f("tokens_per_s", r.tokens_per_s);
+    f("step_time_s", r.step_time_s), f("stages", r.stages), f("replicas", r.replicas);
+    f("generation", r.generation), f("time", r.time);
+  }
+};
+
+// An evaluation: rank 0's `eval` record with its fields prefixed `eval_` (eval_loss,
+// eval_<metric>...), so that no reader of losses takes it for a step.
+struct EvalMetrics {
+  static constexpr const char* kPrefix = "eval_";
+  int64_t step = 0;
+  int64_t generation = 0;
+  double eval_loss = 0;
+  std::optional<double> eval_accuracy;
+  double time = 0;
+
+  static bool IsEval(const JsonObject& record) { return record.Has("eval_loss"); }
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("step", r.step), f("generation", r.generation), f("eval_loss", r.eval_loss);
+    f("eval_accuracy", r.eval_accuracy), f("time", r.time);
+  }
+};
+
+// ---- rank_steps.jsonl: one record per rank and heartbeat -------------------------------------
+
+struct RankSteps {
+  double time = 0;
+  int64_t generation = 0;
+  int64_t rank = 0, stage = 0;
+  int64_t step = 0;   // its last
+  int64_t steps = 0;  // since its previous record
+  double compute_s = 0, wait_s = 0;  // mean seconds per step
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("time", r.time), f("generation", r.generation), f("rank", r.rank), f("stage", r.stage);
+    f("step", r.step), f("steps", r.steps), f("compute_s", r.compute_s), f("wait_s", r.wait_s);
+  }
+};
+
+// ---- state.json --------------------------------------------------------------------------------
+
+// What a reader of state.json relies on; the manager writes more (docs/mitra-run.md): the
+// run's fixed fields and the workers to clean up, which it writes and reads itself.
+struct State {
+  std::string state;  // running, morphing, recovering, waiting, stopping; done, stopped, failed
+  std::string reason;
+  Shape shape;
+  int64_t step = 0, max_steps = 0;
+  std::optional<double> loss, samples_per_s, tokens_per_s;
+  int64_t ready_workers = 0, running_workers = 0;
+  std::vector<int64_t> pids;  // of the running workers
+  double elapsed_s = 0;
+  double updated_at = 0;  // Unix seconds
+
+  static bool IsEnd(std::string_view state) { return End::IsEnd(state); }
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("state", r.state), f("reason", r.reason);
+    Shape::Fields(r.shape, f);
+    f("step", r.step), f("max_steps", r.max_steps), f("loss", r.loss);
+    f("samples_per_s", r.samples_per_s), f("tokens_per_s", r.tokens_per_s);
+    f("ready_workers", r.ready_workers), f("running_workers", r.running_workers);
+    f("pids", r.pids), f("elapsed_s", r.elapsed_s), f("updated_at", r.updated_at);
+  }
+};
+
+// ---- Writing and reading -----------------------------------------------------------------------
+
+namespace detail {
+void Put(JsonObject& o, const char* key, const std::string& v);
+void Put(JsonObject& o, const char* key, int64_t v);
+void Put(JsonObject& o, const char* key, double v);
+void Put(JsonObject& o, const char* key, bool v);
+void Put(JsonObject& o, const char* key, const std::vector<std::string>& v);
+void Put(JsonObject& o, const char* key, const std::vector<int64_t>& v);
+template <class T>
+void Put(JsonObject& o, const char* key, const std::optional<T>& v) {
+  if (v) Put(o, key, *v);
+}
+void Get(const JsonObject& o, const char* key, std::string* v);
+void Get(const JsonObject& o, const char* key, int64_t* v);
+void Get(const JsonObject& o, const char* key, double* v);
+void Get(const JsonObject& o, const char* key, bool* v);
+void Get(const JsonObject& o, const char* key, std::vector<std::string>* v);
+void Get(const JsonObject& o, const char* key, std::vector<int64_t>* v);
+template <class T>
+void Get(const JsonObject& o, const char* key, std::optional<T>* v) {
+  if (!o.Has(key) || o.Find(key)->is_null()) return;
+  T value{};
+  Get(o, key, &value);
+  *v = std::move(value);
+}
+}  // namespace detail
+
+// The record's fields, in Fields() order (optionals only when set).
+template <class Record>
+JsonObject ToJson(const Record& r) {
+  JsonObject o;
+  Record::Fields(r, [&o](const char* key, const auto& value) { detail::Put(o, key, value); });
+  return o;
+}
+
+// Writes the record's fields over `o`: a worker's record keeps its own extra fields.
+template <class Record>
+JsonObject& SetFields(JsonObject& o, const Record& r) {
+  Record::Fields(r, [&o](const char* key, const auto& value) { detail::Put(o, key, value); });
+  return o;
+}
+
+template <class Record>
+Record FromJson(const JsonObject& o) {
+  Record r;
+  Record::Fields(r, [&o](const char* key, auto& value) { detail::Get(o, key, &value); });
+  return r;
+}
+
+// Every JSON field name of a kind, in Fields() order (the schema's test and docs use them).
+template <class Record>
+std::vector<std::string> FieldNames() {
+  std::vector<std::string> names;
+  Record r;
+  Record::Fields(r, [&names](const char* key, auto&) { names.emplace_back(key); });
+  return names;
+}
+
+}  // namespace mitra::records
