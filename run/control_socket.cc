@@ -202,72 +202,83 @@ void ControlServer::Stop() {
   lock_fd_ = -1;
 }
 
+std::string ControlServer::Answer(const std::string& request_line) const {
+  Result<JsonObject> request = JsonObject::Parse(request_line);
+  if (!request.ok()) {
+    return ErrorResponse("bad request (expected one JSON object such as "
+                         "{\"command\":\"status\"}): " + request.status().message());
+  }
+  try {
+    return handler_(*request);
+  } catch (const std::exception& e) {
+    return ErrorResponse(std::string("the manager failed to answer: ") + e.what());
+  } catch (...) {
+    return ErrorResponse("the manager failed to answer");
+  }
+}
+
+void ControlServer::Respond(Client& client, std::string response) const {
+  std::replace(response.begin(), response.end(), '\n', ' ');
+  client.out = response + "\n";
+  client.responding = true;
+  client.deadline = SteadyClock::now() + Seconds(options_.client_timeout_s);
+}
+
+bool ControlServer::ReadRequest(Client& client) const {
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::recv(client.fd, buffer, sizeof(buffer), 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // wait for more
+    if (n <= 0) {
+      // The client closed its side: a request without its final '\n' still counts.
+      if (n < 0 || client.in.empty()) return false;
+      Respond(client, Answer(client.in));
+      return true;
+    }
+    client.in.append(buffer, static_cast<size_t>(n));
+    const size_t newline = client.in.find('\n');
+    if (newline != std::string::npos && newline <= options_.max_request_bytes) {
+      Respond(client, Answer(client.in.substr(0, newline)));
+      return true;
+    }
+    if (client.in.size() > options_.max_request_bytes) {
+      Respond(client, ErrorResponse("request longer than " +
+                                    std::to_string(options_.max_request_bytes) + " bytes"));
+      return true;
+    }
+  }
+}
+
+bool ControlServer::Serve(Client& client) const {
+  if (!client.responding && !ReadRequest(client)) return false;
+  if (!client.responding) return true;  // the request is not complete yet
+  while (client.written < client.out.size()) {
+    const ssize_t n = ::send(client.fd, client.out.data() + client.written,
+                             client.out.size() - client.written, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    if (n < 0) return false;
+    client.written += static_cast<size_t>(n);
+  }
+  return false;  // answered
+}
+
+void ControlServer::Accept(std::vector<Client>& clients) const {
+  while (static_cast<int>(clients.size()) < options_.max_clients) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN: no more; anything else: the client gave up
+    Client client;
+    client.fd = fd;
+    client.deadline = SteadyClock::now() + Seconds(options_.client_timeout_s);
+    clients.push_back(std::move(client));
+  }
+}
+
 void ControlServer::Loop() {
   std::vector<Client> clients;
-  const SteadyClock::duration client_timeout = Seconds(options_.client_timeout_s);
-
-  auto respond = [&](Client& client, const std::string& request_line) {
-    std::string response;
-    Result<JsonObject> request = JsonObject::Parse(request_line);
-    if (!request.ok()) {
-      response = ErrorResponse("bad request (expected one JSON object such as "
-                               "{\"command\":\"status\"}): " + request.status().message());
-    } else {
-      try {
-        response = handler_(*request);
-      } catch (const std::exception& e) {
-        response = ErrorResponse(std::string("the manager failed to answer: ") + e.what());
-      } catch (...) {
-        response = ErrorResponse("the manager failed to answer");
-      }
-    }
-    std::replace(response.begin(), response.end(), '\n', ' ');
-    client.out = response + "\n";
-    client.responding = true;
-    client.deadline = SteadyClock::now() + client_timeout;
-  };
-
-  // Returns false when the client is finished (answered, gone, or broken).
-  auto serve = [&](Client& client) {
-    if (!client.responding) {
-      char buffer[4096];
-      while (true) {
-        const ssize_t n = ::recv(client.fd, buffer, sizeof(buffer), 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;  // wait for more
-        if (n <= 0) {
-          // The client closed its side: a request without its final '\n' still counts.
-          if (n < 0 || client.in.empty()) return false;
-          respond(client, client.in);
-          break;
-        }
-        client.in.append(buffer, static_cast<size_t>(n));
-        const size_t newline = client.in.find('\n');
-        if (newline != std::string::npos && newline <= options_.max_request_bytes) {
-          respond(client, client.in.substr(0, newline));
-          break;
-        }
-        if (client.in.size() > options_.max_request_bytes) {
-          client.out = ErrorResponse("request longer than " +
-                                     std::to_string(options_.max_request_bytes) + " bytes") +
-                       "\n";
-          client.responding = true;
-          break;
-        }
-      }
-    }
-    while (client.written < client.out.size()) {
-      const ssize_t n = ::send(client.fd, client.out.data() + client.written,
-                               client.out.size() - client.written, MSG_NOSIGNAL);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      if (n < 0) return false;
-      client.written += static_cast<size_t>(n);
-    }
-    return false;  // answered
-  };
-
   while (true) {
+    // Poll the wake pipe, the listening socket while there is room, and every client.
     std::vector<struct pollfd> fds;
     fds.push_back({wake_fd_, POLLIN, 0});
     const bool accepting = static_cast<int>(clients.size()) < options_.max_clients;
@@ -281,31 +292,19 @@ void ControlServer::Loop() {
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) break;
     if (fds[0].revents != 0) break;  // Stop()
 
-    std::vector<bool> keep(clients.size(), true);
-    for (size_t i = 0; i < clients.size(); ++i) {
-      if (fds[i + 2].revents != 0) keep[i] = serve(clients[i]);
-      if (keep[i] && SteadyClock::now() >= clients[i].deadline) keep[i] = false;  // too slow
-    }
+    // Serve the ready clients; close those answered, gone or too slow.
     std::vector<Client> still;
     for (size_t i = 0; i < clients.size(); ++i) {
-      if (keep[i]) {
+      bool keep = fds[i + 2].revents == 0 || Serve(clients[i]);
+      if (keep && SteadyClock::now() >= clients[i].deadline) keep = false;
+      if (keep) {
         still.push_back(std::move(clients[i]));
       } else {
         ::close(clients[i].fd);
       }
     }
     clients = std::move(still);
-
-    if (accepting && (fds[1].revents & POLLIN)) {
-      while (static_cast<int>(clients.size()) < options_.max_clients) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) break;  // EAGAIN: no more; anything else: the client gave up
-        Client client;
-        client.fd = fd;
-        client.deadline = SteadyClock::now() + client_timeout;
-        clients.push_back(std::move(client));
-      }
-    }
+    if (accepting && (fds[1].revents & POLLIN)) Accept(clients);
   }
   for (const Client& client : clients) ::close(client.fd);
 }

@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/json.h"
 #include "mitra/common/status.h"
@@ -73,7 +74,17 @@ class ControlServer {
  private:
   struct Client;
   Status Bind();
+  // The server's thread: polls until Stop(), serving every client, one request each.
   void Loop();
+  // Takes the connections waiting, up to options_.max_clients.
+  void Accept(std::vector<Client>& clients) const;
+  // Reads what `client` sent and writes its answer as far as the socket takes it; false when
+  // the client is finished (answered, gone, or broken).
+  bool Serve(Client& client) const;
+  // Reads the request line; false when the client is gone before sending one.
+  bool ReadRequest(Client& client) const;
+  std::string Answer(const std::string& request_line) const;  // runs the handler
+  void Respond(Client& client, std::string response) const;   // queues the answer
 
   const std::string socket_path_;
   const Handler handler_;
