@@ -78,7 +78,7 @@ struct Prediction {
 
 inline constexpr int kMaxSharedRanks = 64;
 // Above this many ranks, on machines that are all alike, only representative replicas are
-// simulated (simulator.cc says which).
+// simulated (planner/replica_groups.h says which).
 inline constexpr int kRepresentativesAbove = 256;
 
 // InvalidArgument for an inconsistent input (partition, machines, batch smaller than D
