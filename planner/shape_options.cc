@@ -134,12 +134,13 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
         const std::vector<int> partition =
             StagePartition(profile, first_machines, p, chunk, per_replica);
         const std::vector<double>& best = fastest_segments.At(chunk);
-        const std::vector<std::string> schedules =
-            p == 1 ? std::vector<std::string>{"1f1b"} : request.schedules;
-        for (const std::string& schedule : schedules) {
+        const std::vector<ScheduleKind> schedules =
+            p == 1 ? std::vector<ScheduleKind>{ScheduleKind::k1F1B} : request.schedules;
+        for (ScheduleKind schedule : schedules) {
           for (bool recompute : {false, true}) {
-            if (recompute && (p == 1 || schedule == "varuna")) continue;
-            const bool discards = recompute || schedule == "varuna";
+            const bool varuna = schedule == ScheduleKind::kVaruna;
+            if (recompute && (p == 1 || varuna)) continue;
+            const bool discards = recompute || varuna;
             ShapeOption& option = options.emplace_back();
             option.candidate.stages = p;
             option.candidate.replicas = d;

@@ -32,7 +32,7 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
                                 int slots) {
   PlanResult result;
   KthBest kth_best(request.keep);
-  std::set<std::tuple<int, int, int64_t, std::string>> fitted;  // (p, d, chunk, schedule)
+  std::set<std::tuple<int, int, int64_t, ScheduleKind>> fitted;  // (p, d, chunk, schedule)
   std::map<int, std::vector<std::string>> placed;               // world -> rank machines
   for (const ShapeOption& option : options) {
     if (option.bound >= kth_best.Get()) break;

@@ -236,10 +236,14 @@ std::string Candidate::PartitionText() const {
   return out;
 }
 
+std::string Candidate::ScheduleText() const {
+  return std::string(ScheduleName(schedule)) + (recompute ? "+recompute" : "");
+}
+
 std::string Candidate::ToString() const {
   std::ostringstream out;
-  out << stages << " x " << replicas << ", micro-batch " << chunk_size << ", " << schedule
-      << (recompute ? "+recompute" : "") << ", partition " << PartitionText();
+  out << stages << " x " << replicas << ", micro-batch " << chunk_size << ", " << ScheduleText()
+      << ", partition " << PartitionText();
   return out.str();
 }
 
@@ -247,13 +251,11 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   if (Status checked = CheckInput(in); !checked.ok()) return checked;
   const Profile& p = *in.profile;
   const Candidate& c = in.candidate;
-  auto kind = ParseScheduleKind(c.schedule);
-  if (!kind.ok()) return kind.status();
 
   const int64_t micro_batches = NumMicroBatches(in.global_batch, c.chunk_size);
   const std::vector<int> replicas = detail::SimulatedReplicas(
       p, in.rank_machines, c.stages, c.replicas, static_cast<int>(micro_batches % c.replicas));
-  const RankSet ranks = detail::BuildRanks(in, *kind, replicas);
+  const RankSet ranks = detail::BuildRanks(in, replicas);
   const StageCosts costs(p);
   const std::vector<Timeline> timeline = RunLinkedGroups(ranks, costs, p, in.trace);
 

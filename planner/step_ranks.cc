@@ -43,7 +43,7 @@ void SetUpdatesAndStarts(RankSet* ranks) {
 
 }  // namespace
 
-RankSet BuildRanks(const SimulationInput& in, ScheduleKind kind, const std::vector<int>& replicas) {
+RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) {
   const Profile& p = *in.profile;
   const Candidate& c = in.candidate;
   const int P = c.stages, D = c.replicas;
@@ -79,7 +79,8 @@ RankSet BuildRanks(const SimulationInput& in, ScheduleKind kind, const std::vect
       }
       auto& list = lists[{stage, share.micro_batches}];
       if (list.empty()) {
-        list = BuildSchedule(kind, P, stage, static_cast<int>(share.micro_batches), c.recompute);
+        list = BuildSchedule(c.schedule, P, stage, static_cast<int>(share.micro_batches),
+                             c.recompute);
       }
       spec.list = list;
       for (size_t i = 0; i < spec.list.size(); ++i) {

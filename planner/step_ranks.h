@@ -39,12 +39,11 @@ struct RankSet {
   std::vector<int> machine_load;
 };
 
-// The specs of every rank of `replicas` (ascending), with their instruction lists of schedule
-// `kind`, their micro-batches, their machines' loads, and each rank's update and start: each
-// update runs while every rank of its machine updates too, and each step begins where the
-// previous step's update ended (the step's all-reduce released every rank at once). `in` has
-// been checked (Simulate).
-RankSet BuildRanks(const SimulationInput& in, ScheduleKind kind, const std::vector<int>& replicas);
+// The specs of every rank of `replicas` (ascending): their instruction lists, micro-batches and
+// machines' loads, and each rank's update and start: each update runs while every rank of its
+// machine updates too, and each step begins where the previous step's update ended (the step's
+// all-reduce released every rank at once). `in` has been checked (Simulate).
+RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas);
 
 // What a rank's instructions cost: its stage's segments at a micro-batch size, on its machine,
 // memoised (the same few sizes recur). Not thread-safe: lookups fill the memo.

@@ -80,7 +80,7 @@ std::vector<std::string> FastMachines(int machines, int slots, int world) {
 }
 
 SimulationInput Shape(const Profile& p, int stages, int replicas, int64_t batch, int64_t chunk,
-                      const std::string& schedule, bool recompute, std::vector<int> partition,
+                      ScheduleKind schedule, bool recompute, std::vector<int> partition,
                       std::vector<std::string> machines) {
   SimulationInput in;
   in.profile = &p;
@@ -107,23 +107,29 @@ TEST(PinnedPredictions, SimulatorFiguresStayAsTheyWere) {
   const Profile p = Mixed();
   const std::vector<Pinned> pinned = {
       {"two kinds of machine",
-       Shape(p, 3, 2, 32, 4, "1f1b", false, {3, 2, 2}, PlaceRanks({{"fast", 4}, {"slow", 2}}, 6)),
+       Shape(p, 3, 2, 32, 4, ScheduleKind::k1F1B, false, {3, 2, 2},
+             PlaceRanks({{"fast", 4}, {"slow", 2}}, 6)),
        1.4150444795757573, 0.57666665031924658, 984100,
        {984100, 520676, 504196, 984100, 520676, 504196}},
       {"varuna on one shared machine",
-       Shape(p, 2, 2, 16, 2, "varuna", false, {4, 3}, PlaceRanks({{"fast", 4}}, 4)),
+       Shape(p, 2, 2, 16, 2, ScheduleKind::kVaruna, false, {4, 3},
+             PlaceRanks({{"fast", 4}}, 4)),
        0.7344818498597403, 0.26895893412440686, 602292, {462200, 602292, 462200, 602292}},
       {"gpipe with recomputation",
-       Shape(p, 4, 1, 20, 3, "gpipe", true, {2, 2, 2, 1}, {"fast#1", "fast#2", "fast#3", "fast#4"}),
+       Shape(p, 4, 1, 20, 3, ScheduleKind::kGPipe, true, {2, 2, 2, 1},
+             {"fast#1", "fast#2", "fast#3", "fast#4"}),
        1.0437354080000001, 0.49262611955802882, 477020, {177100, 327060, 477020, 194960}},
       {"four replicas, idle all-reduce scaled from two",
-       Shape(p, 1, 4, 32, 8, "1f1b", false, {7}, PlaceRanks({{"fast", 2}, {"slow", 2}}, 4)),
+       Shape(p, 1, 4, 32, 8, ScheduleKind::k1F1B, false, {7},
+             PlaceRanks({{"fast", 2}, {"slow", 2}}, 4)),
        1.1323686151100041, 0.22797100643860313, 1896300, {1896300, 1896300, 1896300, 1896300}},
       {"representative replicas of a large list",
-       Shape(p, 2, 300, 4096, 4, "1f1b", false, {4, 3}, FastMachines(150, 4, 600)),
+       Shape(p, 2, 300, 4096, 4, ScheduleKind::k1F1B, false, {4, 3},
+             FastMachines(150, 4, 600)),
        1.1784751433147986, 0.43070152424597308, 924200, {}},
       {"a chain of pipelines straddling machines",
-       Shape(p, 3, 30, 64, 1, "1f1b", false, {3, 2, 2}, FastMachines(23, 4, 90)),
+       Shape(p, 3, 30, 64, 1, ScheduleKind::k1F1B, false, {3, 2, 2},
+             FastMachines(23, 4, 90)),
        0.31902030236235707, 0.66439982019292443, 417100, {}},
   };
   for (const Pinned& pin : pinned) {

@@ -28,7 +28,7 @@ TEST(RunPipelines, AReceiveWaitsForTheSendThenTheBusyLinksTransfer) {
   p.links[0].busy_latency_s = 0.003;
   p.links[0].bytes_per_s = 64 / 0.001;  // the 64 bytes of a message take 1 ms
   const double transfer = 0.003 + 0.001;
-  const RankSet ranks = BuildRanks(Shape(p, 2, 1, 1, {"m0", "m1"}), ScheduleKind::k1F1B, {0});
+  const RankSet ranks = BuildRanks(Shape(p, 2, 1, 1, {"m0", "m1"}), {0});
   const StageCosts costs(p);
   const std::vector<Timeline> t = RunPipelines(ranks, {0, 1}, nullptr, costs, p, /*trace=*/true);
   ASSERT_EQ(t.size(), 2u);
@@ -46,7 +46,7 @@ TEST(RunPipelines, AReceiveWaitsForTheSendThenTheBusyLinksTransfer) {
 TEST(RunPipelines, RanksOnOneMachineShareItsSpeedUnlessItsLoadIsFixed) {
   const double f = 0.01, b = 0.02;
   const Profile p = Uniform(1, f, b, 1000, {1.0, 0.5});
-  const RankSet ranks = BuildRanks(Shape(p, 1, 2, 2, {"m0", "m0"}), ScheduleKind::k1F1B, {0, 1});
+  const RankSet ranks = BuildRanks(Shape(p, 1, 2, 2, {"m0", "m0"}), {0, 1});
   const StageCosts costs(p);
   const std::vector<int> alone = {1}, full = {2};
   EXPECT_DOUBLE_EQ(RunPipelines(ranks, {0, 1}, nullptr, costs, p, false)[0].done, 2 * (f + b));

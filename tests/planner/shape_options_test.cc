@@ -56,10 +56,10 @@ TEST(EnumerateShapeOptions, RecomputationOnlyWhereItCanHelpAndBoundsAscending) {
     previous = o.bound;
     EXPECT_LE(c.stages * c.replicas, 4) << c.ToString();
     if (c.stages == 1) {
-      EXPECT_EQ(c.schedule, "1f1b") << c.ToString();
+      EXPECT_EQ(c.schedule, ScheduleKind::k1F1B) << c.ToString();
       EXPECT_FALSE(c.recompute) << c.ToString();
     }
-    if (c.schedule == "varuna") {
+    if (c.schedule == ScheduleKind::kVaruna) {
       EXPECT_FALSE(c.recompute) << c.ToString();
     }
     recomputed += c.recompute;
@@ -82,7 +82,7 @@ TEST(EnumerateShapeOptions, TheBoundIsTheBusiestStagesComputeWithRecomputedForwa
     if (c.replicas != 1) continue;
     EXPECT_EQ(c.partition, (std::vector<int>{2, 2}));
     // The first stage's forwards run twice when it discards its activations.
-    const bool discards = c.recompute || c.schedule == "varuna";
+    const bool discards = c.recompute || c.schedule == ScheduleKind::kVaruna;
     EXPECT_DOUBLE_EQ(o.bound, 4 * 2 * ((discards ? 2 : 1) * f + b)) << c.ToString();
   }
 }

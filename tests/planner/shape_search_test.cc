@@ -56,7 +56,7 @@ TEST(SearchShapes, RecomputesOnlyAShapeThatDoesNotFitWithoutAndStopsAtTheKeepthB
   EXPECT_EQ(tight->too_big, 2);
   ASSERT_EQ(tight->candidates.size(), 3u);
   for (const PlannedShape& s : tight->candidates) {
-    EXPECT_TRUE(s.candidate.recompute || s.candidate.schedule == "varuna")
+    EXPECT_TRUE(s.candidate.recompute || s.candidate.schedule == ScheduleKind::kVaruna)
         << s.candidate.ToString();
   }
   // Keep 1: 1F1B takes 9 (f + b); GPipe's bound, 8 (f + b), may beat it, the others' bound,

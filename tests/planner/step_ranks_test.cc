@@ -9,13 +9,15 @@ namespace mitra::planner::detail {
 namespace {
 
 SimulationInput TwoByTwo(const Profile& p, int64_t batch, int64_t chunk,
-                         std::vector<std::string> machines) {
+                         std::vector<std::string> machines,
+                         ScheduleKind schedule = ScheduleKind::k1F1B) {
   SimulationInput in;
   in.profile = &p;
   in.global_batch = batch;
   in.candidate.stages = 2;
   in.candidate.replicas = 2;
   in.candidate.chunk_size = chunk;
+  in.candidate.schedule = schedule;
   in.candidate.partition = {1, 3};
   in.rank_machines = std::move(machines);
   return in;
@@ -24,8 +26,7 @@ SimulationInput TwoByTwo(const Profile& p, int64_t batch, int64_t chunk,
 TEST(BuildRanks, EachRankRunsItsStagesListOnItsShareOfTheBatch) {
   const Profile p = Uniform(4, 0.01, 0.02);
   // 10 samples in micro-batches of 3: 3, 3 for replica 0; 3, 1 for replica 1.
-  const RankSet ranks =
-      BuildRanks(TwoByTwo(p, 10, 3, {"m0", "m0", "m1", "m2"}), ScheduleKind::k1F1B, {0, 1});
+  const RankSet ranks = BuildRanks(TwoByTwo(p, 10, 3, {"m0", "m0", "m1", "m2"}), {0, 1});
   ASSERT_EQ(ranks.specs.size(), 4u);
   EXPECT_EQ(ranks.index, (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(ranks.addresses, (std::vector<std::string>{"m0", "m1", "m2"}));
@@ -48,7 +49,7 @@ TEST(BuildRanks, EachRankRunsItsStagesListOnItsShareOfTheBatch) {
 TEST(BuildRanks, OnlyTheGivenReplicasAreBuilt) {
   const Profile p = Uniform(4, 0.01, 0.02);
   const RankSet ranks =
-      BuildRanks(TwoByTwo(p, 10, 3, {"m0", "m0", "m1", "m1"}), ScheduleKind::kGPipe, {1});
+      BuildRanks(TwoByTwo(p, 10, 3, {"m0", "m0", "m1", "m1"}, ScheduleKind::kGPipe), {1});
   ASSERT_EQ(ranks.specs.size(), 2u);
   EXPECT_EQ(ranks.index, (std::vector<int>{-1, -1, 0, 1}));
   EXPECT_EQ(ranks.addresses, (std::vector<std::string>{"m1"}));
@@ -59,8 +60,7 @@ TEST(BuildRanks, AStepStartsWhereTheRanksUpdateOnABusierMachineEnded) {
   Profile p = Uniform(4, 0.01, 0.02, 1000, {1.0, 0.5});
   for (SegmentProfile& s : p.machines[0].segments) s.update_s = 0.001;
   // Ranks 0 and 1 share m0 (each updates at half speed); ranks 2 and 3 have a machine each.
-  const RankSet ranks =
-      BuildRanks(TwoByTwo(p, 8, 2, {"m0", "m0", "m1", "m2"}), ScheduleKind::k1F1B, {0, 1});
+  const RankSet ranks = BuildRanks(TwoByTwo(p, 8, 2, {"m0", "m0", "m1", "m2"}), {0, 1});
   EXPECT_DOUBLE_EQ(ranks.specs[0].update_s, 0.002);  // 1 segment at speed 0.5
   EXPECT_DOUBLE_EQ(ranks.specs[1].update_s, 0.006);  // 3 segments at speed 0.5
   EXPECT_DOUBLE_EQ(ranks.specs[2].update_s, 0.001);
@@ -74,8 +74,7 @@ TEST(BuildRanks, AStepStartsWhereTheRanksUpdateOnABusierMachineEnded) {
 TEST(StageCosts, FirstAndLastStagesLoadSamplesButNotToRecompute) {
   Profile p = Uniform(4, 0.01, 0.02);
   p.machines[0].sample_s = 0.001;
-  const RankSet ranks =
-      BuildRanks(TwoByTwo(p, 8, 2, {"m0", "m0", "m0", "m0"}), ScheduleKind::k1F1B, {0});
+  const RankSet ranks = BuildRanks(TwoByTwo(p, 8, 2, {"m0", "m0", "m0", "m0"}), {0});
   const StageCosts costs(p);
   const RankSpec& first = ranks.specs[0];  // 1 segment
   const RankSpec& last = ranks.specs[1];   // 3 segments
@@ -94,9 +93,9 @@ TEST(PeakActivationBytes, GPipeHoldsEveryGraphAndOneFOneBOnlyThoseInFlight) {
   const StageCosts costs(p);
   // 8 micro-batches of 1 per replica; stage 1 receives 64 bytes with each.
   auto peak = [&](ScheduleKind kind, bool recompute, int stage) {
-    SimulationInput in = TwoByTwo(p, 16, 1, {"m0", "m0", "m0", "m0"});
+    SimulationInput in = TwoByTwo(p, 16, 1, {"m0", "m0", "m0", "m0"}, kind);
     in.candidate.recompute = recompute;
-    return PeakActivationBytes(BuildRanks(in, kind, {0}).specs[stage], costs);
+    return PeakActivationBytes(BuildRanks(in, {0}).specs[stage], costs);
   };
   EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 0), 8 * 1000);
   EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 1), 8 * (3 * 1000 + 64));
