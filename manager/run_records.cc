@@ -21,8 +21,9 @@ JsonObject LaunchRecord(const GridPlan& plan, int64_t generation, const std::str
                         const std::vector<int64_t>& pids, double launch_s) {
   JsonObject o;
   SetShape(plan, generation, &o);
-  if (!plan.schedule.empty()) {
-    o.SetString("schedule", plan.schedule + (plan.recompute ? "+recompute" : ""))
+  if (plan.schedule) {
+    o.SetString("schedule", std::string(planner::ScheduleName(*plan.schedule)) +
+                                (plan.recompute ? "+recompute" : ""))
         .SetString("partition", plan.partition);
   }
   if (plan.predicted_step_s > 0) {

@@ -52,7 +52,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   grid.chunk_size = static_cast<int>(best.candidate.chunk_size);
   Result<GridPlan> out = PlanGrid(grid);
   if (!out.ok()) return out.status();
-  out->schedule = ScheduleName(best.candidate.schedule);
+  out->schedule = best.candidate.schedule;
   out->recompute = best.candidate.recompute;
   out->partition = best.candidate.PartitionText();
   out->predicted_step_s = best.prediction.step_s;
