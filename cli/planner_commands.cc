@@ -55,7 +55,8 @@ std::string CandidateJson(const planner::PlannedShape& s) {
   const planner::Candidate& c = s.candidate;
   std::ostringstream out;
   out << "{\"stages\":" << c.stages << ",\"replicas\":" << c.replicas
-      << ",\"chunk_size\":" << c.chunk_size << ",\"schedule\":" << Quote(c.schedule)
+      << ",\"chunk_size\":" << c.chunk_size
+      << ",\"schedule\":" << Quote(planner::ScheduleName(c.schedule))
       << ",\"recompute\":" << (c.recompute ? "true" : "false")
       << ",\"partition\":" << Quote(c.PartitionText()) << ",\"idle_slots\":" << s.idle_slots
       << ",\"predicted_step_s\":" << s.prediction.step_s
@@ -324,7 +325,7 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
     std::snprintf(line, sizeof(line), "%3zu  %-9s  %-11lld  %-16s  %-20s  %4d  %-8s  %-9s  %-9s  %.2f\n",
                   i + 1, (std::to_string(k.stages) + " x " + std::to_string(k.replicas)).c_str(),
                   static_cast<long long>(k.chunk_size),
-                  (k.schedule + (k.recompute ? "+recompute" : "")).c_str(),
+                  k.ScheduleText().c_str(),
                   k.PartitionText().c_str(), s.idle_slots, Fixed(s.prediction.step_s, 4).c_str(),
                   Fixed(static_cast<double>(o.batch_size) / s.prediction.step_s, 1).c_str(),
                   Fixed(static_cast<double>(s.prediction.max_memory_bytes) / 1e6, 1).c_str(),
@@ -416,7 +417,10 @@ int ValidateCommand(const PlanCommandOptions& o, CommandContext& c) {
   in.candidate.stages = static_cast<int>(std::max<int64_t>(1, launch.shape.stages));
   in.candidate.replicas = static_cast<int>(std::max<int64_t>(1, launch.shape.replicas));
   in.candidate.chunk_size = std::max<int64_t>(1, launch.shape.chunk_size);
-  in.candidate.schedule = run->settings.schedule.value_or("1f1b");
+  Result<planner::ScheduleKind> schedule =
+      planner::ParseScheduleKind(run->settings.schedule.value_or("1f1b"));
+  if (!schedule.ok()) return BadInput(c, "plan", schedule.status().message());
+  in.candidate.schedule = *schedule;
   in.candidate.recompute = run->settings.recompute.value_or(false);
   std::string partition = *run->settings.partition;
   std::replace(partition.begin(), partition.end(), ',', ' ');

@@ -23,8 +23,8 @@ records::Launch LaunchRecord(const GridPlan& plan, int64_t generation, const std
                              const std::vector<int64_t>& pids, double launch_s) {
   records::Launch r;
   r.shape = ShapeOf(plan, generation);
-  if (!plan.schedule.empty()) {
-    r.schedule = plan.schedule + (plan.recompute ? "+recompute" : "");
+  if (plan.schedule) {
+    r.schedule = std::string(planner::ScheduleName(*plan.schedule)) + (plan.recompute ? "+recompute" : "");
     r.partition = plan.partition;
   }
   if (plan.predicted_step_s > 0) {

@@ -10,11 +10,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "mitra/common/status.h"
 #include "mitra/contract/stage_map.h"
+#include "planner/schedule.h"
 
 namespace mitra::planner {
 
@@ -62,8 +64,8 @@ struct GridPlan {
   std::string idle_reason;
   contract::StageMap stage_map = contract::StageMap::Default(1, 1);  // the default layout
   std::vector<RankPlacement> ranks;  // indexed by rank
-  // What a planner chose besides the shape (planner/planner.h); empty: the program's own.
-  std::string schedule;   // gpipe | 1f1b | varuna
+  // What a planner chose besides the shape (planner/planner.h); unset: the program's own.
+  std::optional<ScheduleKind> schedule;
   bool recompute = false;
   std::string partition;  // segments per stage, "1,4,4,3"
   double predicted_step_s = 0;  // 0: not predicted

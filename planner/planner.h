@@ -29,7 +29,8 @@ struct PlanRequest {
   int64_t chunk_size = 0;  // > 0: the job's micro-batch is fixed; only it is tried
   bool chunk_kept = false;  // the chosen micro-batch stays for the job (GridRequest::chunk_kept)
   int stages = 0;          // > 0: only this P
-  std::vector<std::string> schedules = {"1f1b", "gpipe", "varuna"};
+  std::vector<ScheduleKind> schedules = {ScheduleKind::k1F1B, ScheduleKind::kGPipe,
+                                         ScheduleKind::kVaruna};
   // How many of the best shapes must be exact: shapes whose lower bound (their busiest stage's
   // compute alone) cannot beat the keep-th best found are not simulated. 0: simulate all.
   int keep = 10;

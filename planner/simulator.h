@@ -33,6 +33,7 @@
 
 #include "mitra/common/status.h"
 #include "planner/profile.h"
+#include "planner/schedule.h"
 
 namespace mitra::planner {
 
@@ -40,11 +41,12 @@ struct Candidate {
   int stages = 1;    // P
   int replicas = 1;  // D
   int64_t chunk_size = 1;
-  std::string schedule = "1f1b";  // gpipe | 1f1b | varuna
+  ScheduleKind schedule = ScheduleKind::k1F1B;
   bool recompute = false;
   std::vector<int> partition;     // segments per stage, as --partition takes them
 
   std::string PartitionText() const;  // "1,4,4,3"
+  std::string ScheduleText() const;   // "1f1b", "gpipe+recompute"
   std::string ToString() const;       // "2 x 1, micro-batch 4, 1f1b, partition 5,5"
 };
 
@@ -78,7 +80,7 @@ struct Prediction {
 
 inline constexpr int kMaxSharedRanks = 64;
 // Above this many ranks, on machines that are all alike, only representative replicas are
-// simulated (simulator.cc says which).
+// simulated (planner/replica_groups.h says which).
 inline constexpr int kRepresentativesAbove = 256;
 
 // InvalidArgument for an inconsistent input (partition, machines, batch smaller than D

@@ -35,8 +35,8 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   p.checkpoint_dir = settings.checkpoint_dir;
   p.checkpoint_every = settings.checkpoint_every;
   p.keep_checkpoints = settings.keep_checkpoints;
-  if (!plan.schedule.empty()) {
-    p.schedule = plan.schedule;
+  if (plan.schedule) {
+    p.schedule = planner::ScheduleName(*plan.schedule);
     p.recompute = plan.recompute ? 1 : 0;
   }
   p.partition = plan.partition;

@@ -7,53 +7,13 @@
 
 #include "planner/planner.h"
 #include "planner/profile.h"
+#include "tests/planner/uniform_profile.h"
 
 namespace mitra::planner {
 namespace {
 
-// An all-reduce over 2 processes, idle figures only.
-AllreduceProfile Allreduce(double latency_s, double bytes_per_s) {
-  AllreduceProfile a;
-  a.group = 2;
-  a.latency_s = latency_s;
-  a.bytes_per_s = bytes_per_s;
-  return a;
-}
-
-// `segments` identical segments: forward f, backward b per sample-free micro-batch (the same at
-// every size), graph bytes g per micro-batch, no communication cost, one speed for any load.
-Profile Uniform(int segments, double f, double b, int64_t graph = 1000,
-                std::vector<double> speed = {1.0}) {
-  Profile p;
-  p.micro_batches = {1, 2, 4, 8};
-  MachineProfile m;
-  m.address = "m0";
-  m.slots = 1;
-  m.speed = std::move(speed);
-  for (int s = 0; s < segments; ++s) {
-    SegmentProfile seg;
-    seg.name = "s" + std::to_string(s);
-    seg.parameters = 100;
-    seg.parameter_bytes = 400;
-    for (int64_t mb : p.micro_batches) {
-      seg.costs.push_back({mb, f, f, b, 64, graph});
-    }
-    m.segments.push_back(seg);
-  }
-  p.machines.push_back(m);
-  for (const char* to : {"m1", "m0"}) {
-    LinkProfile link;  // free
-    link.from = "m0";
-    link.to = to;
-    link.bytes_per_s = 1e18;
-    p.links.push_back(link);
-  }
-  p.allreduce.push_back(Allreduce(0, 1e18));
-  return p;
-}
-
 SimulationInput Input(const Profile& p, int stages, int replicas, int64_t batch, int64_t chunk,
-                      const std::string& schedule, std::vector<std::string> machines = {}) {
+                      ScheduleKind schedule, std::vector<std::string> machines = {}) {
   SimulationInput in;
   in.profile = &p;
   in.global_batch = batch;
@@ -75,13 +35,14 @@ TEST(Simulator, PipelineBubbleMatchesTheClosedFormForGPipeAndOneFOneB) {
   for (int stages : {2, 3, 4}) {
     const Profile p = Uniform(stages, f, b);
     for (int micro_batches : {1, 4, 8}) {
-      for (const char* schedule : {"gpipe", "1f1b"}) {
+      for (ScheduleKind schedule : {ScheduleKind::kGPipe, ScheduleKind::k1F1B}) {
         auto in = Input(p, stages, 1, micro_batches, 1, schedule);
         Result<Prediction> got = Simulate(in);
         ASSERT_TRUE(got.ok()) << got.status().message();
         const double m = micro_batches, pp = stages;
-        EXPECT_NEAR(got->step_s, (m + pp - 1) * (f + b), 1e-9) << schedule << " P" << stages;
-        EXPECT_NEAR(got->bubble_fraction, (pp - 1) / (m + pp - 1), 1e-9) << schedule;
+        EXPECT_NEAR(got->step_s, (m + pp - 1) * (f + b), 1e-9)
+            << ScheduleName(schedule) << " P" << stages;
+        EXPECT_NEAR(got->bubble_fraction, (pp - 1) / (m + pp - 1), 1e-9) << ScheduleName(schedule);
       }
     }
   }
@@ -91,33 +52,35 @@ TEST(Simulator, ActivationMemoryFollowsTheSchedule) {
   const int64_t graph = 1000;
   const Profile p = Uniform(4, 0.01, 0.02, graph);
   const int64_t fixed = 2 * 400;  // parameters and gradients of the stage's one segment
-  auto memory = [&](const char* schedule, bool recompute) {
+  auto memory = [&](ScheduleKind schedule, bool recompute) {
     auto in = Input(p, 4, 1, 8, 1, schedule);
     in.candidate.recompute = recompute;
     return Simulate(in)->memory_bytes;
   };
   // GPipe keeps every micro-batch's graph; 1F1B at most P - s; recomputation only inputs
   // (64 bytes each) and one graph at a time.
-  EXPECT_EQ(memory("gpipe", false)[0], fixed + 8 * graph);
+  EXPECT_EQ(memory(ScheduleKind::kGPipe, false)[0], fixed + 8 * graph);
   for (int s = 0; s < 4; ++s) {
-    EXPECT_EQ(memory("1f1b", false)[s], fixed + (4 - s) * graph + (s > 0 ? (4 - s) * 64 : 0))
+    EXPECT_EQ(memory(ScheduleKind::k1F1B, false)[s],
+              fixed + (4 - s) * graph + (s > 0 ? (4 - s) * 64 : 0))
         << "stage " << s;
   }
-  EXPECT_EQ(memory("1f1b", true)[0], fixed + graph);
-  EXPECT_EQ(memory("varuna", false)[1], fixed + 3 * 64 + graph);
+  EXPECT_EQ(memory(ScheduleKind::k1F1B, true)[0], fixed + graph);
+  EXPECT_EQ(memory(ScheduleKind::kVaruna, false)[1], fixed + 3 * 64 + graph);
 }
 
 TEST(Simulator, ProcessesOnOneMachineShareItsCores) {
   // Two replicas on one machine whose processes run at half speed when both compute.
   const Profile p = Uniform(1, 0.01, 0.02, 1000, {1.0, 0.5});
-  auto shared = Input(p, 1, 2, 8, 1, "1f1b", {"m0", "m0"});
-  auto apart = Input(p, 1, 2, 8, 1, "1f1b");
+  auto shared = Input(p, 1, 2, 8, 1, ScheduleKind::k1F1B, {"m0", "m0"});
+  auto apart = Input(p, 1, 2, 8, 1, ScheduleKind::k1F1B);
   EXPECT_NEAR(Simulate(apart)->step_s, 4 * 0.03, 1e-9);
   EXPECT_NEAR(Simulate(shared)->step_s, 2 * 4 * 0.03, 1e-9);
   // A 2-stage pipeline on one such machine: the stages overlap only part of the time, so the
   // step lies between the two bounds.
   const Profile two = Uniform(2, 0.01, 0.02, 1000, {1.0, 0.5});
-  const double pipelined = Simulate(Input(two, 2, 1, 4, 1, "1f1b", {"m0", "m0"}))->step_s;
+  const double pipelined =
+      Simulate(Input(two, 2, 1, 4, 1, ScheduleKind::k1F1B, {"m0", "m0"}))->step_s;
   EXPECT_GT(pipelined, 5 * 0.03);
   EXPECT_LT(pipelined, 2 * 5 * 0.03);
 }
@@ -125,7 +88,7 @@ TEST(Simulator, ProcessesOnOneMachineShareItsCores) {
 TEST(Simulator, TheAllReduceOverlapsTheLastBackward) {
   Profile p = Uniform(1, 0.01, 0.02);
   p.allreduce = {Allreduce(0.0, 400 / 0.05)};  // the stage's 400 gradient bytes take 50 ms
-  auto in = Input(p, 1, 2, 4, 1, "1f1b");
+  auto in = Input(p, 1, 2, 4, 1, ScheduleKind::k1F1B);
   in.bucket_bytes = 1 << 20;  // one bucket: it starts when the last backward ends
   EXPECT_NEAR(Simulate(in)->step_s, 2 * 0.03 + 0.05, 1e-9);
   in.bucket_bytes = 100;  // four buckets: all but the last overlap the backward
@@ -134,7 +97,7 @@ TEST(Simulator, TheAllReduceOverlapsTheLastBackward) {
 
 TEST(Simulator, WritesAChromeTraceOfTheStep) {
   const Profile p = Uniform(2, 0.01, 0.02);
-  auto in = Input(p, 2, 1, 2, 1, "1f1b");
+  auto in = Input(p, 2, 1, 2, 1, ScheduleKind::k1F1B);
   in.trace = true;
   const std::string trace = Simulate(in)->trace;
   EXPECT_NE(trace.find("\"traceEvents\""), std::string::npos);
@@ -144,11 +107,11 @@ TEST(Simulator, WritesAChromeTraceOfTheStep) {
 
 TEST(Simulator, BadShapesAreRefusedWithTheReason) {
   const Profile p = Uniform(4, 0.01, 0.02);
-  auto in = Input(p, 2, 1, 8, 1, "1f1b");
+  auto in = Input(p, 2, 1, 8, 1, ScheduleKind::k1F1B);
   in.candidate.partition = {3, 3};
   EXPECT_NE(Simulate(in).status().message().find("does not split the 4 segments"),
             std::string::npos);
-  auto wide = Input(p, 1, 3, 4, 2, "1f1b");  // 2 micro-batches for 3 replicas
+  auto wide = Input(p, 1, 3, 4, 2, ScheduleKind::k1F1B);  // 2 micro-batches for 3 replicas
   EXPECT_NE(Simulate(wide).status().message().find("cannot feed 3 replicas"), std::string::npos);
 }
 

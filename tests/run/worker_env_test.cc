@@ -52,7 +52,7 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
 TEST(WorkerEnv, APlannedShapeCarriesTheSchedulePartitionAndTrace) {
   Result<GridPlan> plan = PlanGrid(GridRequest{{2}, 2, 8, 8, 0, 0, false});
   ASSERT_TRUE(plan.ok());
-  plan->schedule = "1f1b";
+  plan->schedule = planner::ScheduleKind::k1F1B;
   plan->recompute = true;
   plan->partition = "3,5";
   LaunchSettings settings;

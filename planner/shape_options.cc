@@ -1,0 +1,162 @@
+#include "planner/shape_options.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+
+#include "planner/batch_split.h"
+
+namespace mitra::planner::detail {
+namespace {
+
+constexpr int kAllReplicaCountsUpTo = 64;
+
+// Each segment's fastest forward and backward on any machine, by micro-batch size (memoised).
+class FastestSegments {
+ public:
+  explicit FastestSegments(const Profile& profile) : profile_(profile) {}
+
+  // [2 s]: segment s's forward, [2 s + 1]: its backward.
+  const std::vector<double>& At(int64_t chunk) {
+    auto it = memo_.find(chunk);
+    if (it != memo_.end()) return it->second;
+    const int segments = profile_.num_segments();
+    std::vector<double> out(2 * segments, std::numeric_limits<double>::infinity());
+    for (const MachineProfile& m : profile_.machines) {
+      for (int s = 0; s < segments; ++s) {
+        const SegmentCost c = profile_.CostAt(m, s, chunk);
+        out[2 * s] = std::min(out[2 * s], c.forward_s);
+        out[2 * s + 1] = std::min(out[2 * s + 1], c.backward_s);
+      }
+    }
+    return memo_.emplace(chunk, out).first->second;
+  }
+
+ private:
+  const Profile& profile_;
+  std::map<int64_t, std::vector<double>> memo_;
+};
+
+// The most a process's speed can be (speed per process <= this, and at least 1).
+double FastestSpeed(const Profile& profile) {
+  double fastest = 1.0;
+  for (const MachineProfile& m : profile.machines) {
+    for (double v : m.speed) fastest = std::max(fastest, v);
+  }
+  return fastest;
+}
+
+// ShapeOption::bound for `partition` from `best` (FastestSegments::At); `discards`: stages but
+// the last recompute each forward.
+double LowerBound(const std::vector<double>& best, const std::vector<int>& partition, bool discards,
+                  int64_t per_replica, double fastest) {
+  const int p = static_cast<int>(partition.size());
+  double bound = 0;
+  for (int s = 0, seg = 0; s < p; ++s) {
+    double work = 0;
+    for (int k = 0; k < partition[s]; ++k, ++seg) {
+      work += best[2 * seg] * (discards && s + 1 < p ? 2 : 1) + best[2 * seg + 1];
+    }
+    bound = std::max(bound, static_cast<double>(per_replica) * work / fastest);
+  }
+  return bound;
+}
+
+std::vector<int> Depths(const PlanRequest& request, int slots) {
+  std::vector<int> depths;
+  if (request.stages > 0) {
+    depths.push_back(request.stages);
+  } else {
+    for (int p = 1; p <= std::min(request.profile->num_segments(), slots); ++p) depths.push_back(p);
+  }
+  return depths;
+}
+
+}  // namespace
+
+std::vector<int> ReplicaCounts(int most) {
+  std::vector<int> out;
+  if (most <= kAllReplicaCountsUpTo) {
+    for (int d = 1; d <= most; ++d) out.push_back(d);
+    return out;
+  }
+  for (int d = 1; d < most; d *= 2) out.push_back(d);
+  out.push_back(most);
+  return out;
+}
+
+std::set<int64_t> MicroBatchSizes(const PlanRequest& request, int stages, int replicas) {
+  std::set<int64_t> chunks;
+  if (request.chunk_size > 0) {
+    chunks.insert(request.chunk_size);
+  } else {
+    for (int64_t c : request.profile->micro_batches) chunks.insert(c);
+    chunks.insert(DefaultChunkSize(request.global_batch, stages, replicas, request.chunk_kept));
+  }
+  return chunks;
+}
+
+std::vector<int> StagePartition(const Profile& profile,
+                                const std::vector<std::string>& stage_machines, int stages,
+                                int64_t chunk, int64_t per_replica) {
+  const int segments = profile.num_segments();
+  const MachineProfile& typical = profile.Machine(stage_machines[0]);
+  std::vector<double> cost(segments);
+  for (int s = 0; s < segments; ++s) {
+    const SegmentCost c = profile.CostAt(typical, s, chunk);
+    cost[s] = static_cast<double>(per_replica) * (c.forward_s + c.backward_s) +
+              typical.segments[s].update_s;
+  }
+  std::vector<double> speed(stages, 1.0);
+  const SegmentCost ref = profile.CostAt(typical, 0, chunk);
+  for (int s = 0; s < stages; ++s) {
+    const SegmentCost mine = profile.CostAt(profile.Machine(stage_machines[s]), 0, chunk);
+    if (mine.forward_s + mine.backward_s > 0) {
+      speed[s] = (ref.forward_s + ref.backward_s) / (mine.forward_s + mine.backward_s);
+    }
+  }
+  return BalancedPartition(cost, speed);
+}
+
+std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int slots) {
+  const Profile& profile = *request.profile;
+  const int64_t batch = request.global_batch;
+  const double fastest = FastestSpeed(profile);
+  FastestSegments fastest_segments(profile);
+  std::vector<ShapeOption> options;
+  for (int p : Depths(request, slots)) {
+    if (p > slots) continue;
+    const std::vector<std::string> first_machines = PlaceRanks(request.machines, p);
+    for (int d : ReplicaCounts(slots / p)) {
+      for (int64_t chunk : MicroBatchSizes(request, p, d)) {
+        if (chunk > batch || NumMicroBatches(batch, chunk) < d) continue;
+        const int64_t per_replica = (NumMicroBatches(batch, chunk) + d - 1) / d;
+        const std::vector<int> partition =
+            StagePartition(profile, first_machines, p, chunk, per_replica);
+        const std::vector<double>& best = fastest_segments.At(chunk);
+        const std::vector<ScheduleKind> schedules =
+            p == 1 ? std::vector<ScheduleKind>{ScheduleKind::k1F1B} : request.schedules;
+        for (ScheduleKind schedule : schedules) {
+          for (bool recompute : {false, true}) {
+            const bool varuna = schedule == ScheduleKind::kVaruna;
+            if (recompute && (p == 1 || varuna)) continue;
+            const bool discards = recompute || varuna;
+            ShapeOption& option = options.emplace_back();
+            option.candidate.stages = p;
+            option.candidate.replicas = d;
+            option.candidate.chunk_size = chunk;
+            option.candidate.schedule = schedule;
+            option.candidate.recompute = recompute;
+            option.candidate.partition = partition;
+            option.bound = LowerBound(best, partition, discards, per_replica, fastest);
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(options.begin(), options.end(),
+                   [](const ShapeOption& a, const ShapeOption& b) { return a.bound < b.bound; });
+  return options;
+}
+
+}  // namespace mitra::planner::detail

@@ -1,0 +1,71 @@
+#include "planner/shape_search.h"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace mitra::planner::detail {
+
+double KthBest::Get() {
+  if (keep_ <= 0 || static_cast<int>(found_.size()) < keep_) {
+    return std::numeric_limits<double>::infinity();
+  }
+  std::nth_element(found_.begin(), found_.begin() + (keep_ - 1), found_.end());
+  return found_[keep_ - 1];
+}
+
+bool FitsMemory(const Profile& profile, const std::vector<MachineSlots>& machines,
+                const std::vector<std::string>& rank_machines,
+                const std::vector<int64_t>& memory_bytes) {
+  std::map<std::string, int64_t> used;
+  for (size_t r = 0; r < rank_machines.size(); ++r) used[rank_machines[r]] += memory_bytes[r];
+  for (const MachineSlots& m : machines) {
+    const int64_t capacity = profile.Machine(m.address).memory_bytes;
+    if (capacity > 0 && used[m.address] > capacity) return false;
+  }
+  return true;
+}
+
+Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<ShapeOption>& options,
+                                int slots) {
+  PlanResult result;
+  KthBest kth_best(request.keep);
+  std::set<std::tuple<int, int, int64_t, ScheduleKind>> fitted;  // (p, d, chunk, schedule)
+  std::map<int, std::vector<std::string>> placed;               // world -> rank machines
+  for (const ShapeOption& option : options) {
+    if (option.bound >= kth_best.Get()) break;
+    const Candidate& c = option.candidate;
+    const auto shape = std::make_tuple(c.stages, c.replicas, c.chunk_size, c.schedule);
+    if (c.recompute && fitted.count(shape)) continue;
+    const int world = c.stages * c.replicas;
+    auto machines = placed.find(world);
+    if (machines == placed.end()) {
+      machines = placed.emplace(world, PlaceRanks(request.machines, world)).first;
+    }
+    SimulationInput in;
+    in.profile = request.profile;
+    in.global_batch = request.global_batch;
+    in.rank_machines = machines->second;
+    in.candidate = c;
+    Result<Prediction> prediction = Simulate(in);
+    if (!prediction.ok()) return prediction.status();
+    ++result.simulated;
+    if (!FitsMemory(*request.profile, request.machines, in.rank_machines,
+                    prediction->memory_bytes)) {
+      ++result.too_big;
+      continue;
+    }
+    if (!c.recompute) fitted.insert(shape);
+    PlannedShape planned;
+    planned.candidate = c;
+    planned.idle_slots = slots - world;
+    planned.prediction = std::move(prediction).value();
+    kth_best.Add(planned.prediction.step_s);
+    result.candidates.push_back(std::move(planned));
+  }
+  return result;
+}
+
+}  // namespace mitra::planner::detail

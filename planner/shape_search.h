@@ -1,0 +1,41 @@
+// How the planner (planner/planner.h) simulates the shapes it considers: in the order of their
+// bounds, until none left can enter the best `keep`, dropping those that do not fit the machines'
+// memory. Internals of the planner, declared here so that they can be tested on their own.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mitra/common/status.h"
+#include "planner/planner.h"
+#include "planner/shape_options.h"
+
+namespace mitra::planner::detail {
+
+// The keep-th best of the step times added so far; infinity while fewer were added, or for a
+// keep of 0 or less (every shape is then simulated).
+class KthBest {
+ public:
+  explicit KthBest(int keep) : keep_(keep) {}
+  void Add(double step_s) { found_.push_back(step_s); }
+  double Get();
+
+ private:
+  int keep_;
+  std::vector<double> found_;
+};
+
+// Whether the ranks (rank r on rank_machines[r], holding memory_bytes[r]) fit each machine's
+// memory together; a machine that reports no memory (0) holds any.
+bool FitsMemory(const Profile& profile, const std::vector<MachineSlots>& machines,
+                const std::vector<std::string>& rank_machines,
+                const std::vector<int64_t>& memory_bytes);
+
+// Simulates `options` (sorted by bound) for a checked `request` on `slots` slots: the shapes that
+// fit, unranked, with PlanResult's counts but `considered`. An option with recomputation only
+// when the same shape without it does not fit. A simulation's error is returned as is.
+Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<ShapeOption>& options,
+                                int slots);
+
+}  // namespace mitra::planner::detail

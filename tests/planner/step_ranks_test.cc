@@ -1,0 +1,109 @@
+// The simulator's ranks on their own: what each does, what it costs and holds.
+#include "planner/step_ranks.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/planner/uniform_profile.h"
+
+namespace mitra::planner::detail {
+namespace {
+
+SimulationInput TwoByTwo(const Profile& p, int64_t batch, int64_t chunk,
+                         std::vector<std::string> machines,
+                         ScheduleKind schedule = ScheduleKind::k1F1B) {
+  SimulationInput in;
+  in.profile = &p;
+  in.global_batch = batch;
+  in.candidate.stages = 2;
+  in.candidate.replicas = 2;
+  in.candidate.chunk_size = chunk;
+  in.candidate.schedule = schedule;
+  in.candidate.partition = {1, 3};
+  in.rank_machines = std::move(machines);
+  return in;
+}
+
+TEST(BuildRanks, EachRankRunsItsStagesListOnItsShareOfTheBatch) {
+  const Profile p = Uniform(4, 0.01, 0.02);
+  // 10 samples in micro-batches of 3: 3, 3 for replica 0; 3, 1 for replica 1.
+  const RankSet ranks = BuildRanks(TwoByTwo(p, 10, 3, {"m0", "m0", "m1", "m2"}), {0, 1});
+  ASSERT_EQ(ranks.specs.size(), 4u);
+  EXPECT_EQ(ranks.index, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(ranks.addresses, (std::vector<std::string>{"m0", "m1", "m2"}));
+  EXPECT_EQ(ranks.machine_load, (std::vector<int>{2, 1, 1}));
+  const RankSpec& last = ranks.specs[3];
+  EXPECT_EQ(last.rank, 3);
+  EXPECT_EQ(last.stage, 1);
+  EXPECT_EQ(last.replica, 1);
+  EXPECT_EQ(last.machine, 2);
+  EXPECT_EQ(last.sizes, (std::vector<int64_t>{3, 1}));
+  EXPECT_EQ(ranks.specs[0].sizes, (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(last.first_segment, 1);
+  EXPECT_EQ(last.end_segment, 4);
+  EXPECT_TRUE(last.last);
+  EXPECT_FALSE(last.first);
+  EXPECT_EQ(last.list, BuildSchedule(ScheduleKind::k1F1B, 2, 1, 2, false));
+  EXPECT_EQ(last.list[last.final_backward], (Instruction{Op::kBackward, 1}));
+}
+
+TEST(BuildRanks, OnlyTheGivenReplicasAreBuilt) {
+  const Profile p = Uniform(4, 0.01, 0.02);
+  const RankSet ranks =
+      BuildRanks(TwoByTwo(p, 10, 3, {"m0", "m0", "m1", "m1"}, ScheduleKind::kGPipe), {1});
+  ASSERT_EQ(ranks.specs.size(), 2u);
+  EXPECT_EQ(ranks.index, (std::vector<int>{-1, -1, 0, 1}));
+  EXPECT_EQ(ranks.addresses, (std::vector<std::string>{"m1"}));
+  EXPECT_EQ(ranks.machine_load, (std::vector<int>{2}));
+}
+
+TEST(BuildRanks, AStepStartsWhereTheRanksUpdateOnABusierMachineEnded) {
+  Profile p = Uniform(4, 0.01, 0.02, 1000, {1.0, 0.5});
+  for (SegmentProfile& s : p.machines[0].segments) s.update_s = 0.001;
+  // Ranks 0 and 1 share m0 (each updates at half speed); ranks 2 and 3 have a machine each.
+  const RankSet ranks = BuildRanks(TwoByTwo(p, 8, 2, {"m0", "m0", "m1", "m2"}), {0, 1});
+  EXPECT_DOUBLE_EQ(ranks.specs[0].update_s, 0.002);  // 1 segment at speed 0.5
+  EXPECT_DOUBLE_EQ(ranks.specs[1].update_s, 0.006);  // 3 segments at speed 0.5
+  EXPECT_DOUBLE_EQ(ranks.specs[2].update_s, 0.001);
+  EXPECT_DOUBLE_EQ(ranks.specs[3].update_s, 0.003);
+  EXPECT_DOUBLE_EQ(ranks.specs[0].start, 0.001);
+  EXPECT_DOUBLE_EQ(ranks.specs[1].start, 0.005);
+  EXPECT_DOUBLE_EQ(ranks.specs[2].start, 0.0);
+  EXPECT_DOUBLE_EQ(ranks.specs[3].start, 0.002);
+}
+
+TEST(StageCosts, FirstAndLastStagesLoadSamplesButNotToRecompute) {
+  Profile p = Uniform(4, 0.01, 0.02);
+  p.machines[0].sample_s = 0.001;
+  const RankSet ranks = BuildRanks(TwoByTwo(p, 8, 2, {"m0", "m0", "m0", "m0"}), {0});
+  const StageCosts costs(p);
+  const RankSpec& first = ranks.specs[0];  // 1 segment
+  const RankSpec& last = ranks.specs[1];   // 3 segments
+  EXPECT_DOUBLE_EQ(costs.Work(first, Op::kForward, 2), 0.01 + 2 * 0.001);
+  EXPECT_DOUBLE_EQ(costs.Work(first, Op::kForwardDiscard, 2), 0.01 + 2 * 0.001);
+  EXPECT_DOUBLE_EQ(costs.Work(first, Op::kRecompute, 2), 0.01);
+  EXPECT_DOUBLE_EQ(costs.Work(last, Op::kBackward, 2), 3 * 0.02);
+  EXPECT_EQ(costs.Work(last, Op::kSendGradients, 2), 0);
+  EXPECT_EQ(costs.InputBytes(first, 2), 0);
+  EXPECT_EQ(costs.InputBytes(last, 2), 64);  // what segment 0 hands on
+  EXPECT_EQ(costs.GraphBytes(last, 2), 3 * 1000);
+}
+
+TEST(PeakActivationBytes, GPipeHoldsEveryGraphAndOneFOneBOnlyThoseInFlight) {
+  const Profile p = Uniform(4, 0.01, 0.02);
+  const StageCosts costs(p);
+  // 8 micro-batches of 1 per replica; stage 1 receives 64 bytes with each.
+  auto peak = [&](ScheduleKind kind, bool recompute, int stage) {
+    SimulationInput in = TwoByTwo(p, 16, 1, {"m0", "m0", "m0", "m0"}, kind);
+    in.candidate.recompute = recompute;
+    return PeakActivationBytes(BuildRanks(in, {0}).specs[stage], costs);
+  };
+  EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 0), 8 * 1000);
+  EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 1), 8 * (3 * 1000 + 64));
+  EXPECT_EQ(peak(ScheduleKind::k1F1B, false, 0), 2 * 1000);
+  EXPECT_EQ(peak(ScheduleKind::k1F1B, false, 1), 3 * 1000 + 64);
+  EXPECT_EQ(peak(ScheduleKind::k1F1B, true, 0), 1000);  // one graph, recomputed
+  EXPECT_EQ(peak(ScheduleKind::kVaruna, false, 0), 1000);
+}
+
+}  // namespace
+}  // namespace mitra::planner::detail
