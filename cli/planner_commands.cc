@@ -398,109 +398,132 @@ struct Spent {
   int count = 0;
 };
 
-}  // namespace
-
-int ValidateCommand(const PlanCommandOptions& o, CommandContext& c) {
-  const std::string run_dir = o.validate_dir;
-  Result<RecordedRun> run = ReadRecordedRun(*c.fs, run_dir, o.generation);
-  if (!run.ok()) return BadInput(c, "plan", run.status().message());
-  const records::Launch& launch = run->launch;
-  const int64_t generation = launch.shape.generation;
-  Result<planner::Profile> profile =
-      LoadProfile(o.profile_dir.empty() ? JoinPath(run_dir, "profile") : o.profile_dir);
-  if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
-
+// The shape a recorded run trained in, as the simulator's input.
+Result<planner::SimulationInput> SimulationOf(const RecordedRun& run,
+                                              const planner::Profile& profile) {
+  const records::Launch& launch = run.launch;
   planner::SimulationInput in;
-  in.profile = &*profile;
+  in.profile = &profile;
   in.trace = true;
   in.global_batch = launch.shape.global_batch;
   in.candidate.stages = static_cast<int>(std::max<int64_t>(1, launch.shape.stages));
   in.candidate.replicas = static_cast<int>(std::max<int64_t>(1, launch.shape.replicas));
   in.candidate.chunk_size = std::max<int64_t>(1, launch.shape.chunk_size);
   Result<planner::ScheduleKind> schedule =
-      planner::ParseScheduleKind(run->settings.schedule.value_or("1f1b"));
-  if (!schedule.ok()) return BadInput(c, "plan", schedule.status().message());
+      planner::ParseScheduleKind(run.settings.schedule.value_or("1f1b"));
+  if (!schedule.ok()) return schedule.status();
   in.candidate.schedule = *schedule;
-  in.candidate.recompute = run->settings.recompute.value_or(false);
-  std::string partition = *run->settings.partition;
+  in.candidate.recompute = run.settings.recompute.value_or(false);
+  std::string partition = *run.settings.partition;
   std::replace(partition.begin(), partition.end(), ',', ' ');
   std::istringstream counts(partition);
   for (int n; counts >> n;) in.candidate.partition.push_back(n);
   in.rank_machines = launch.machines;
-  Result<planner::Prediction> predicted = planner::Simulate(in);
-  if (!predicted.ok()) return BadInput(c, "plan", predicted.status().message());
+  return in;
+}
 
-  // Measured: the step times of the generation (warm-up left out), and the traced step.
-  std::vector<double> times = run->step_times;
-  if (times.size() > 2) times.erase(times.begin(), times.begin() + 2);
-  std::sort(times.begin(), times.end());
-  const int world = in.candidate.stages * in.candidate.replicas;
-  std::map<std::string, Spent> measured_kind, predicted_kind;
-  std::vector<Spent> measured_stage(in.candidate.stages), predicted_stage(in.candidate.stages);
-  int traced = 0;
-  for (int r = 0; r < world; ++r) {
-    const std::string path = JoinPath(run_dir, "logs/gen-" + std::to_string(generation) + "/rank-" +
-                                                   std::to_string(r) + ".trace.json");
-    std::ifstream file(path);
-    if (!file) continue;
-    ++traced;
-    nlohmann::json trace;
-    try {
-      trace = nlohmann::json::parse(file);
-    } catch (const nlohmann::json::exception&) {
-      continue;
+// Where one step's time went: by instruction kind, and the compute of each stage.
+struct StepSplit {
+  std::map<std::string, Spent> by_kind;
+  std::vector<Spent> compute_by_stage;
+  int traced_ranks = 0;  // measured: the ranks whose trace was there
+
+  explicit StepSplit(int stages) : compute_by_stage(stages) {}
+  void Add(const std::string& name, int rank, double seconds) {
+    const std::string kind = Kind(name);
+    Spent& k = by_kind[kind];
+    k.total += seconds;
+    ++k.count;
+    if (kind == "F" || kind == "f" || kind == "R" || kind == "B") {
+      compute_by_stage[rank % compute_by_stage.size()].total += seconds;
     }
+  }
+};
+
+// The traced step of every rank of the generation (logs/gen-G/rank-R.trace.json).
+StepSplit MeasuredSplit(FileSystem& fs, const std::string& run_dir, int64_t generation,
+                        const planner::Candidate& shape) {
+  StepSplit split(shape.stages);
+  for (int r = 0; r < shape.stages * shape.replicas; ++r) {
+    Result<std::string> text =
+        fs.ReadFile(JoinPath(run_dir, "logs/gen-" + std::to_string(generation) + "/rank-" +
+                                          std::to_string(r) + ".trace.json"));
+    if (!text.ok()) continue;
+    ++split.traced_ranks;
+    const nlohmann::json trace = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!trace.is_object()) continue;
     for (const auto& e : trace.value("traceEvents", nlohmann::json::array())) {
       if (e.value("ph", "") != "X") continue;
-      const std::string kind = Kind(e.value("name", ""));
-      const double dur = e.value("dur", 0.0) / 1e6;
-      Spent& k = measured_kind[kind];
-      k.total += dur;
-      ++k.count;
-      if (kind == "F" || kind == "f" || kind == "R" || kind == "B") {
-        measured_stage[r % in.candidate.stages].total += dur;
-      }
+      split.Add(e.value("name", ""), r, e.value("dur", 0.0) / 1e6);
     }
   }
-  for (const planner::PredictedOp& op : predicted->ops) {
-    Spent& k = predicted_kind[Kind(op.name)];
-    k.total += op.end - op.start;
-    ++k.count;
-    const std::string kind = Kind(op.name);
-    if (kind == "F" || kind == "f" || kind == "R" || kind == "B") {
-      predicted_stage[op.rank % in.candidate.stages].total += op.end - op.start;
-    }
-  }
+  return split;
+}
+
+StepSplit PredictedSplit(const planner::Prediction& predicted, int stages) {
+  StepSplit split(stages);
+  for (const planner::PredictedOp& op : predicted.ops) split.Add(op.name, op.rank, op.end - op.start);
+  return split;
+}
+
+void PrintValidation(std::ostream& out, const std::string& run_dir, int64_t generation,
+                     const planner::Candidate& shape, const planner::Prediction& predicted,
+                     std::vector<double> step_times, const StepSplit& measured) {
   auto error = [](double predicted, double measured) {
     return measured > 0 ? Fixed(100 * (predicted - measured) / measured, 1) + "%" : std::string("-");
   };
-  const double measured_step = times.empty() ? 0 : times[times.size() / 2];
-  std::ostream& out = *c.out;
-  out << "mitra plan: generation " << generation << " of " << run_dir << ": "
-      << in.candidate.ToString() << "\n";
-  out << "  step         predicted " << Fixed(predicted->step_s * 1e3, 1) << " ms  measured "
-      << Fixed(measured_step * 1e3, 1) << " ms (median of " << times.size() << " steps)  "
-      << error(predicted->step_s, measured_step) << "\n";
-  if (traced == 0) {
+  // The median step, warm-up (the first two steps) left out.
+  if (step_times.size() > 2) step_times.erase(step_times.begin(), step_times.begin() + 2);
+  std::sort(step_times.begin(), step_times.end());
+  const double measured_step = step_times.empty() ? 0 : step_times[step_times.size() / 2];
+  out << "mitra plan: generation " << generation << " of " << run_dir << ": " << shape.ToString()
+      << "\n";
+  out << "  step         predicted " << Fixed(predicted.step_s * 1e3, 1) << " ms  measured "
+      << Fixed(measured_step * 1e3, 1) << " ms (median of " << step_times.size() << " steps)  "
+      << error(predicted.step_s, measured_step) << "\n";
+  if (measured.traced_ranks == 0) {
     out << "  (no step traces in logs/gen-" << generation << ": only local workers write them)\n";
-    return kExitOk;
+    return;
   }
+  const StepSplit predicted_split = PredictedSplit(predicted, shape.stages);
   out << "  compute per stage (one step, all replicas):\n";
-  for (int s = 0; s < in.candidate.stages; ++s) {
-    out << "    stage " << s << "  predicted " << Fixed(predicted_stage[s].total * 1e3, 1)
-        << " ms  measured " << Fixed(measured_stage[s].total * 1e3, 1) << " ms  "
-        << error(predicted_stage[s].total, measured_stage[s].total) << "\n";
+  for (int s = 0; s < shape.stages; ++s) {
+    const double p = predicted_split.compute_by_stage[s].total;
+    const double m = measured.compute_by_stage[s].total;
+    out << "    stage " << s << "  predicted " << Fixed(p * 1e3, 1) << " ms  measured "
+        << Fixed(m * 1e3, 1) << " ms  " << error(p, m) << "\n";
   }
   out << "  per instruction (mean ms; R/Ra/Rg are waits):\n";
-  for (const auto& [kind, m] : measured_kind) {
-    auto p = predicted_kind.find(kind);
-    const double pm = p == predicted_kind.end() || p->second.count == 0 ? 0 : p->second.total / p->second.count;
+  for (const auto& [kind, m] : measured.by_kind) {
+    auto p = predicted_split.by_kind.find(kind);
+    const double pm = p == predicted_split.by_kind.end() || p->second.count == 0
+                          ? 0
+                          : p->second.total / p->second.count;
     const double mm = m.count ? m.total / m.count : 0;
     out << "    " << kind << std::string(8 - std::min<size_t>(7, kind.size()), ' ') << "predicted "
         << Fixed(pm * 1e3, 2) << "  measured " << Fixed(mm * 1e3, 2) << "  (" << m.count
         << " measured)\n";
   }
-  out.flush();
+}
+
+}  // namespace
+
+int ValidateCommand(const PlanCommandOptions& o, CommandContext& c) {
+  const std::string run_dir = o.validate_dir;
+  Result<RecordedRun> run = ReadRecordedRun(*c.fs, run_dir, o.generation);
+  if (!run.ok()) return BadInput(c, "plan", run.status().message());
+  Result<planner::Profile> profile =
+      LoadProfile(o.profile_dir.empty() ? JoinPath(run_dir, "profile") : o.profile_dir);
+  if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
+  Result<planner::SimulationInput> in = SimulationOf(*run, *profile);
+  if (!in.ok()) return BadInput(c, "plan", in.status().message());
+  Result<planner::Prediction> predicted = planner::Simulate(*in);
+  if (!predicted.ok()) return BadInput(c, "plan", predicted.status().message());
+  const int64_t generation = run->launch.shape.generation;
+  const StepSplit measured = MeasuredSplit(*c.fs, run_dir, generation, in->candidate);
+  PrintValidation(*c.out, run_dir, generation, in->candidate, *predicted, run->step_times,
+                  measured);
+  c.out->flush();
   return kExitOk;
 }
 
