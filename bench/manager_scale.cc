@@ -17,6 +17,7 @@
 // runners are created, which starts their threads, and nothing connects).
 //
 // Usage: manager_scale [--machines 1250] [--slots 8] [--baseline-machines 8] [--seconds 10]
+// (--help lists them).
 // Prints one JSON line per measurement, then a summary line comparing the sizes.
 #include <fcntl.h>
 #include <signal.h>
@@ -35,6 +36,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "common/file_system.h"
 #include "common/json.h"
@@ -366,22 +369,28 @@ double Field(const JsonObject& line, const std::string& outer, const std::string
 
 int Main(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string name = argv[i];
-    const double value = std::atof(argv[i + 1]);
-    if (name == "--machines") {
-      flags.machines = static_cast<int>(value);
-    } else if (name == "--slots") {
-      flags.slots = static_cast<int>(value);
-    } else if (name == "--baseline-machines") {
-      flags.baseline_machines = static_cast<int>(value);
-    } else if (name == "--seconds") {
-      flags.seconds = value;
-    } else {
-      std::cerr << "manager_scale: unknown flag " << name
-                << " (--machines, --slots, --baseline-machines, --seconds)\n";
-      return 2;
-    }
+  CLI::App app{"manager_scale: the manager's loop and controller at scale, by simulation",
+               "manager_scale"};
+  app.add_option("--machines", flags.machines, "machines of the large job")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--slots", flags.slots, "slots per machine")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--baseline-machines", flags.baseline_machines, "machines of the small job")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seconds", flags.seconds, "seconds of training per phase")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "manager_scale: " << e.what() << "; see `manager_scale --help`\n";
+    return 2;
   }
   const JsonObject small = InChild([&] { return RunJob(flags, flags.baseline_machines); });
   const JsonObject large = InChild([&] { return RunJob(flags, flags.machines); });
