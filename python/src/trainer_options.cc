@@ -124,6 +124,46 @@ void ReadEval(Options& o, worker::EvalOptions& eval) {
 
 }  // namespace
 
+py::dict TrainerDefaults() {
+  const worker::TrainerOptions out;
+  const worker::RuntimeOptions& rt = out.runtime;
+  py::dict d;
+  d["batch_size"] = rt.global_batch;
+  d["chunk_size"] = rt.chunk_size;
+  d["max_steps"] = out.max_steps;
+  d["seed"] = rt.seed;
+  d["schedule"] = planner::ScheduleName(rt.schedule);
+  d["recompute"] = rt.recompute;
+  d["partition"] = cutpoint::PartitionMethodName(rt.partition);
+  d["backend"] = worker::BackendName(rt.backend);
+  d["precision"] = contract::PrecisionName(rt.precision);
+  d["device"] = contract::DeviceKindName(rt.device);
+  d["loss_scale"] = rt.loss_scaler.initial_scale;  // when fp16 turns scaling on
+  d["bucket_elements"] = rt.bucket_elements;
+  d["optimizer"] = rt.optimizer.name;
+  d["lr"] = rt.lr.base;
+  d["warmup"] = rt.lr.warmup_steps;
+  d["cosine_steps"] = rt.lr.total_steps;
+  d["min_lr_ratio"] = rt.lr.min_ratio;
+  d["clip"] = rt.clip_norm;
+  d["weight_decay"] = rt.optimizer.weight_decay;
+  d["betas"] = py::make_tuple(rt.optimizer.beta1, rt.optimizer.beta2);
+  d["eps"] = rt.optimizer.eps;
+  d["momentum"] = rt.optimizer.momentum;
+  d["dampening"] = rt.optimizer.dampening;
+  d["nesterov"] = rt.optimizer.nesterov;
+  d["sampler"] = worker::SamplerKindName(rt.sampler);
+  d["eval_every"] = out.eval.every;
+  d["eval_max_samples"] = out.eval.max_samples;
+  d["eval_chunk_size"] = out.eval.chunk_size;
+  d["checkpoint_every"] = out.checkpoint.every;
+  d["keep_checkpoints"] = out.checkpoint.keep;
+  d["async_checkpoints"] = out.checkpoint.async;
+  d["log_every"] = out.log_every;
+  d["dump_replica"] = out.dump_replica;
+  return d;
+}
+
 worker::TrainerOptions TrainerOptionsFromPython(const py::dict& options) {
   worker::TrainerOptions out;
   Options o(options);
