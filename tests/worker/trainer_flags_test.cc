@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,23 @@ TEST(TrainerFlags, AnUnknownScheduleExitsTwoNamingTheSchedules) {
   EXPECT_EQ(r.err,
             "gpt_train: --schedule: unknown schedule 'zb-h1' (expected gpipe, 1f1b or varuna)\n");
   EXPECT_EQ(r.out, "");
+}
+
+// mitra run describes the program before it starts the job: the same refusal ends it there.
+TEST(TrainerFlags, MitraRunRefusesABadFlagBeforeStartingAnything) {
+  testing::TempDir dir;
+  const std::string machines = dir.Write("machines.txt", "localhost slots=2\n");
+  const auto r = testing::RunProgram(
+      MITRA_BINARY,
+      {"run", "--machines", machines, "--batch-size", "8", "--run-dir", dir.Path("run"), "--",
+       MITRA_GPT_TRAIN, "--model", "tiny", "--schedule", "zb-h1"},
+      dir.path(), 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_NE(r.output().find("gpt_train: --schedule: unknown schedule 'zb-h1' (expected gpipe, "
+                            "1f1b or varuna)"),
+            std::string::npos)
+      << r.output();
+  EXPECT_FALSE(std::filesystem::exists(dir.Path("run"))) << "a run directory was created";
 }
 
 TEST(TrainerFlags, BadValuesAndUnknownFlagsExitTwoWithOneLineSayingWhatToGive) {
