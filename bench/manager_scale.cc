@@ -41,6 +41,7 @@
 
 #include "common/file_system.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "launcher/ssh_process_runner.h"
 #include "manager/run_loop.h"
 #include "manager/status_report.h"
@@ -371,17 +372,27 @@ int Main(int argc, char** argv) {
   Flags flags;
   CLI::App app{"manager_scale: the manager's loop and controller at scale, by simulation",
                "manager_scale"};
+  const CLI::Validator whole(
+      [](std::string& value) -> std::string {
+        const std::optional<int64_t> n = ParseInt64(value);
+        return n && *n >= 1 && *n <= 1000000 ? "" : "'" + value + "' is not a whole number >= 1";
+      },
+      "");
+  const CLI::Validator seconds(
+      [](std::string& value) -> std::string {
+        const std::optional<double> s = ParseDouble(value);
+        return s && *s > 0 ? "" : "'" + value + "' is not a positive number of seconds";
+      },
+      "");
   app.add_option("--machines", flags.machines, "machines of the large job")
-      ->check(CLI::PositiveNumber)
+      ->check(whole)
       ->capture_default_str();
-  app.add_option("--slots", flags.slots, "slots per machine")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+  app.add_option("--slots", flags.slots, "slots per machine")->check(whole)->capture_default_str();
   app.add_option("--baseline-machines", flags.baseline_machines, "machines of the small job")
-      ->check(CLI::PositiveNumber)
+      ->check(whole)
       ->capture_default_str();
   app.add_option("--seconds", flags.seconds, "seconds of training per phase")
-      ->check(CLI::PositiveNumber)
+      ->check(seconds)
       ->capture_default_str();
   try {
     app.parse(argc, argv);
