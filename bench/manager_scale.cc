@@ -17,6 +17,7 @@
 // runners are created, which starts their threads, and nothing connects).
 //
 // Usage: manager_scale [--machines 1250] [--slots 8] [--baseline-machines 8] [--seconds 10]
+// (--help lists them).
 // Prints one JSON line per measurement, then a summary line comparing the sizes.
 #include <fcntl.h>
 #include <signal.h>
@@ -36,8 +37,11 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "common/file_system.h"
 #include "common/json.h"
+#include "common/strings.h"
 #include "launcher/ssh_process_runner.h"
 #include "run/run_loop.h"
 #include "manager/status_report.h"
@@ -366,22 +370,38 @@ double Field(const JsonObject& line, const std::string& outer, const std::string
 
 int Main(int argc, char** argv) {
   Flags flags;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string name = argv[i];
-    const double value = std::atof(argv[i + 1]);
-    if (name == "--machines") {
-      flags.machines = static_cast<int>(value);
-    } else if (name == "--slots") {
-      flags.slots = static_cast<int>(value);
-    } else if (name == "--baseline-machines") {
-      flags.baseline_machines = static_cast<int>(value);
-    } else if (name == "--seconds") {
-      flags.seconds = value;
-    } else {
-      std::cerr << "manager_scale: unknown flag " << name
-                << " (--machines, --slots, --baseline-machines, --seconds)\n";
-      return 2;
-    }
+  CLI::App app{"manager_scale: the manager's loop and controller at scale, by simulation",
+               "manager_scale"};
+  const CLI::Validator whole(
+      [](std::string& value) -> std::string {
+        const std::optional<int64_t> n = ParseInt64(value);
+        return n && *n >= 1 && *n <= 1000000 ? "" : "'" + value + "' is not a whole number >= 1";
+      },
+      "");
+  const CLI::Validator seconds(
+      [](std::string& value) -> std::string {
+        const std::optional<double> s = ParseDouble(value);
+        return s && *s > 0 ? "" : "'" + value + "' is not a positive number of seconds";
+      },
+      "");
+  app.add_option("--machines", flags.machines, "machines of the large job")
+      ->check(whole)
+      ->capture_default_str();
+  app.add_option("--slots", flags.slots, "slots per machine")->check(whole)->capture_default_str();
+  app.add_option("--baseline-machines", flags.baseline_machines, "machines of the small job")
+      ->check(whole)
+      ->capture_default_str();
+  app.add_option("--seconds", flags.seconds, "seconds of training per phase")
+      ->check(seconds)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "manager_scale: " << e.what() << "; see `manager_scale --help`\n";
+    return 2;
   }
   const JsonObject small = InChild([&] { return RunJob(flags, flags.baseline_machines); });
   const JsonObject large = InChild([&] { return RunJob(flags, flags.machines); });

@@ -12,27 +12,30 @@
 
 #include <torch/torch.h>
 
+#include "examples/common/trainer_flags.h"
 #include "examples/gpt/gpt_model.h"
 #include "examples/gpt/text_dataset.h"
 
 int main(int argc, char** argv) {
   std::string model = "bench";
   int64_t batch = 32, chunk = 8, steps = 20, warmup = 3, threads = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], v = argv[i + 1];
-    if (flag == "--model") model = v;
-    else if (flag == "--batch-size") batch = std::stoll(v);
-    else if (flag == "--chunk-size") chunk = std::stoll(v);
-    else if (flag == "--steps") steps = std::stoll(v);
-    else if (flag == "--warmup") warmup = std::stoll(v);
-    else if (flag == "--threads") threads = std::stoll(v);
-    else {
-      std::fprintf(stderr, "plain_gpt: unknown option %s\n", flag.c_str());
-      return 2;
-    }
-  }
+  CLI::App app{"plain_gpt: gpt_train's model and data in a plain LibTorch loop (the baseline of "
+               "bench/throughput.py)",
+               "plain_gpt"};
+  mitra::examples::AddText(app, "--model", &model, "NAME", "tiny, bench or large");
+  mitra::examples::AddWhole(app, "--batch-size", &batch, 1, "global batch in samples");
+  mitra::examples::AddWhole(app, "--chunk-size", &chunk, 1, "micro-batch size");
+  mitra::examples::AddWhole(app, "--steps", &steps, 1, "timed steps");
+  mitra::examples::AddWhole(app, "--warmup", &warmup, 0, "untimed steps before them");
+  mitra::examples::AddWhole(app, "--threads", &threads, 1, "LibTorch intra-op threads");
+  mitra::examples::ParseFlagsOrExit(app, argc, argv);
   torch::set_num_threads(static_cast<int>(threads));
-  auto config = *mitra::examples::GptConfig::Named(model);
+  auto named = mitra::examples::GptConfig::Named(model);
+  if (!named.ok()) {
+    std::fprintf(stderr, "plain_gpt: --model: %s\n", named.status().message().c_str());
+    return 2;
+  }
+  const mitra::examples::GptConfig config = *named;
   auto spec = mitra::examples::MakeGptSpec(config);
   auto data = *mitra::examples::TextDataset::Load(mitra::examples::kDefaultTextPath, config.context);
 

@@ -14,10 +14,10 @@ install(TARGETS ${MITRA_INSTALL_TARGETS} EXPORT mitraTargets
 # headers include (they include each other only). Everything else stays inside the libraries.
 set(MITRA_PUBLIC_HEADERS
   common/status.h
-  contract/placement.h contract/stage_map.h
+  contract/placement.h contract/precision.h contract/stage_map.h
   cutpoint/activations.h cutpoint/model.h cutpoint/partition.h
-  planner/batch_split.h
-  worker/checkpoint_options.h worker/data.h worker/inference.h worker/lr_schedule.h
+  planner/batch_split.h planner/schedule.h
+  worker/backend.h worker/checkpoint_options.h worker/data.h worker/inference.h worker/lr_schedule.h
   worker/loss_scaler.h worker/optimizer.h worker/placement.h worker/runtime.h worker/stage.h worker/trainer.h)
 if(MITRA_WITH_TORCH)
   foreach(header ${MITRA_PUBLIC_HEADERS})

@@ -76,21 +76,9 @@ Partition ByParams(const std::vector<int64_t>& params, int num_stages) {
   return p;
 }
 
-Result<Partition> Explicit(const std::string& list, int num_segments, int num_stages) {
-  Partition p;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t comma = list.find(',', pos);
-    std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
-        item.size() > 6) {
-      return Status::InvalidArgument("partition '" + list + "': '" + item +
-                                     "' is not a segment count (expected e.g. 1,4,4,3)");
-    }
-    p.counts.push_back(std::stoi(item));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
+Result<Partition> Explicit(const std::vector<int>& counts, int num_segments, int num_stages) {
+  Partition p{counts};
+  const std::string list = p.ToString();
   if (p.num_stages() != num_stages) {
     return Status::InvalidArgument("partition '" + list + "' has " +
                                    std::to_string(p.num_stages()) + " stages but the job has " +
@@ -102,7 +90,7 @@ Result<Partition> Explicit(const std::string& list, int num_segments, int num_st
                                    " segments but the model has " + std::to_string(num_segments) +
                                    ": the counts must add up to it");
   }
-  if (std::count(p.counts.begin(), p.counts.end(), 0) > 0) {
+  if (std::any_of(p.counts.begin(), p.counts.end(), [](int n) { return n < 1; })) {
     return Status::InvalidArgument("partition '" + list + "' leaves a stage empty: every count "
                                    "must be at least 1");
   }
@@ -111,7 +99,40 @@ Result<Partition> Explicit(const std::string& list, int num_segments, int num_st
 
 }  // namespace
 
-Result<Partition> MakePartition(const std::string& method, int num_segments, int num_stages,
+Result<PartitionMethod> ParsePartitionMethod(const std::string& text) {
+  if (text == "uniform") return PartitionMethod{};
+  if (text == "params") return PartitionMethod{PartitionMethod::Kind::kParams, {}};
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) {
+    return Status::InvalidArgument("unknown partition method '" + text +
+                                   "' (expected uniform, params, or counts like 1,4,4,3)");
+  }
+  PartitionMethod method{PartitionMethod::Kind::kExplicit, {}};
+  for (size_t pos = 0;;) {
+    const size_t comma = text.find(',', pos);
+    const std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
+        item.size() > 6) {
+      return Status::InvalidArgument("partition '" + text + "': '" + item +
+                                     "' is not a segment count (expected e.g. 1,4,4,3)");
+    }
+    method.counts.push_back(std::stoi(item));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return method;
+}
+
+std::string PartitionMethodName(const PartitionMethod& method) {
+  switch (method.kind) {
+    case PartitionMethod::Kind::kUniform: return "uniform";
+    case PartitionMethod::Kind::kParams: return "params";
+    case PartitionMethod::Kind::kExplicit: return Partition{method.counts}.ToString();
+  }
+  return "?";
+}
+
+Result<Partition> MakePartition(const PartitionMethod& method, int num_segments, int num_stages,
                                 const std::vector<int64_t>& segment_params) {
   if (num_stages < 1) return Status::InvalidArgument("the number of stages must be at least 1");
   if (num_stages > num_segments) {
@@ -120,18 +141,25 @@ Result<Partition> MakePartition(const std::string& method, int num_segments, int
         std::to_string(num_segments) + " segments: use at most " + std::to_string(num_segments) +
         " stages or add CutPoints");
   }
-  if (method == "uniform") return Uniform(num_segments, num_stages);
-  if (method == "params") {
-    if (static_cast<int>(segment_params.size()) != num_segments) {
-      return Status::Internal("partition 'params' needs the parameter count of every segment");
-    }
-    return ByParams(segment_params, num_stages);
+  switch (method.kind) {
+    case PartitionMethod::Kind::kUniform:
+      return Uniform(num_segments, num_stages);
+    case PartitionMethod::Kind::kParams:
+      if (static_cast<int>(segment_params.size()) != num_segments) {
+        return Status::Internal("partition 'params' needs the parameter count of every segment");
+      }
+      return ByParams(segment_params, num_stages);
+    case PartitionMethod::Kind::kExplicit:
+      break;
   }
-  if (!method.empty() && std::isdigit(static_cast<unsigned char>(method[0]))) {
-    return Explicit(method, num_segments, num_stages);
-  }
-  return Status::InvalidArgument("unknown partition method '" + method +
-                                 "' (expected uniform, params, or counts like 1,4,4,3)");
+  return Explicit(method.counts, num_segments, num_stages);
+}
+
+Result<Partition> MakePartition(const std::string& method, int num_segments, int num_stages,
+                                const std::vector<int64_t>& segment_params) {
+  Result<PartitionMethod> parsed = ParsePartitionMethod(method);
+  if (!parsed.ok()) return parsed.status();
+  return MakePartition(*parsed, num_segments, num_stages, segment_params);
 }
 
 }  // namespace mitra::cutpoint

@@ -26,8 +26,28 @@ struct Partition {
   std::string ToString() const;       // "1,4,4,3"
 };
 
-// Builds the partition of `num_segments` segments into `num_stages` stages by `method`
-// ("uniform", "params" or an explicit list). `segment_params` is needed for "params" only.
+// How to partition, as a program or the planner asks for it: a method, and for kExplicit the
+// counts themselves (checked against the model and the job by MakePartition).
+struct PartitionMethod {
+  enum class Kind { kUniform, kParams, kExplicit };
+  Kind kind = Kind::kUniform;
+  std::vector<int> counts;  // kExplicit only
+
+  bool operator==(const PartitionMethod& o) const { return kind == o.kind && counts == o.counts; }
+};
+
+// "uniform" | "params" | whole numbers separated by commas ("1,4,4,3"); else InvalidArgument
+// naming the choices, or the item that is not a count.
+Result<PartitionMethod> ParsePartitionMethod(const std::string& text);
+// The text ParsePartitionMethod reads back: "uniform", "params" or "1,4,4,3".
+std::string PartitionMethodName(const PartitionMethod& method);
+
+// Builds the partition of `num_segments` segments into `num_stages` stages by `method`.
+// `segment_params` is needed for kParams only. Explicit counts must give one count >= 1 per
+// stage and add up to the segments.
+Result<Partition> MakePartition(const PartitionMethod& method, int num_segments, int num_stages,
+                                const std::vector<int64_t>& segment_params = {});
+// The same for a method given as text (ParsePartitionMethod).
 Result<Partition> MakePartition(const std::string& method, int num_segments, int num_stages,
                                 const std::vector<int64_t>& segment_params = {});
 

@@ -365,7 +365,7 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   m.stages = p.num_stages();
   m.replicas = p.num_replicas();
   m.partition = runtime_.partition().ToString();
-  m.schedule = o.schedule;
+  m.schedule = planner::ScheduleName(o.schedule);
   m.global_batch = o.global_batch;
   m.seed = o.seed;
   m.chunk_size = o.chunk_size;

@@ -17,7 +17,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "mitra/cutpoint/activations.h"
-#include "worker/backend.h"
+#include "worker/process_group.h"
 #include "mitra/worker/placement.h"
 
 namespace mitra::worker {

@@ -39,19 +39,30 @@ class SequentialSampler : public Sampler {
 
 }  // namespace
 
-Result<SamplerFactory> SamplerNamed(const std::string& name) {
-  if (name == "shuffled") {
-    return SamplerFactory([](int64_t size, uint64_t seed) -> std::unique_ptr<Sampler> {
-      return std::make_unique<ShuffledSampler>(size, seed);
-    });
-  }
-  if (name == "sequential") {
-    return SamplerFactory([](int64_t size, uint64_t) -> std::unique_ptr<Sampler> {
-      return std::make_unique<SequentialSampler>(size);
-    });
-  }
+Result<SamplerKind> ParseSamplerKind(const std::string& name) {
+  if (name == "shuffled") return SamplerKind::kShuffled;
+  if (name == "sequential") return SamplerKind::kSequential;
   return Status::InvalidArgument("unknown sampler '" + name +
                                  "' (expected shuffled or sequential, or supply your own)");
+}
+
+const char* SamplerKindName(SamplerKind kind) {
+  switch (kind) {
+    case SamplerKind::kShuffled: return "shuffled";
+    case SamplerKind::kSequential: return "sequential";
+  }
+  return "?";
+}
+
+SamplerFactory MakeSamplerFactory(SamplerKind kind) {
+  if (kind == SamplerKind::kSequential) {
+    return [](int64_t size, uint64_t) -> std::unique_ptr<Sampler> {
+      return std::make_unique<SequentialSampler>(size);
+    };
+  }
+  return [](int64_t size, uint64_t seed) -> std::unique_ptr<Sampler> {
+    return std::make_unique<ShuffledSampler>(size, seed);
+  };
 }
 
 cutpoint::Activations Collate(const Dataset& dataset, const std::vector<int64_t>& indices) {

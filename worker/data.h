@@ -45,10 +45,15 @@ class Sampler {
 using SamplerFactory =
     std::function<std::unique_ptr<Sampler>(int64_t dataset_size, uint64_t seed)>;
 
-// "shuffled" (the default): every epoch a new permutation of the dataset, torch::randperm seeded
-// by (seed, epoch). "sequential": 0, 1, 2, ... wrapping around at the end of the dataset.
-// InvalidArgument for another name.
-Result<SamplerFactory> SamplerNamed(const std::string& name);
+// The built-in samplers. kShuffled: every epoch a new permutation of the dataset,
+// torch::randperm seeded by (seed, epoch). kSequential: 0, 1, 2, ... wrapping around at the end
+// of the dataset.
+enum class SamplerKind { kShuffled, kSequential };
+
+// "shuffled" | "sequential"; else InvalidArgument naming them.
+Result<SamplerKind> ParseSamplerKind(const std::string& name);
+const char* SamplerKindName(SamplerKind kind);
+SamplerFactory MakeSamplerFactory(SamplerKind kind);
 
 // Stacks samples into a batch (a new leading dimension).
 cutpoint::Activations Collate(const Dataset& dataset, const std::vector<int64_t>& indices);

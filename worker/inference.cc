@@ -16,7 +16,7 @@ namespace fs = std::filesystem;
 Result<std::unique_ptr<InferenceModel>> InferenceModel::Load(const cutpoint::ModelSpec& spec,
                                                              const std::string& path) {
   if (Status s = spec.Validate(); !s.ok()) return s;
-  auto whole = cutpoint::MakePartition("uniform", spec.num_segments(), 1);
+  auto whole = cutpoint::MakePartition(cutpoint::PartitionMethod{}, spec.num_segments(), 1);
   if (!whole.ok()) return whole.status();
   std::unique_ptr<InferenceModel> model(
       new InferenceModel(spec, std::make_unique<Stage>(spec, *whole, 0, /*seed=*/0)));

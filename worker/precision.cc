@@ -4,8 +4,6 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
-#include "contract/precision.h"
-
 // LibTorch 2.4 made autocast's switches take the device type; before, each device had its own.
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define MITRA_AUTOCAST_BY_DEVICE 1
@@ -60,35 +58,17 @@ void SetAutocastDtype(c10::DeviceType device, c10::ScalarType dtype) {
 
 }  // namespace
 
-Result<Precision> ParsePrecision(const std::string& name, c10::DeviceType device) {
-  if (Status s = contract::CheckPrecision(name, "precision"); !s.ok()) return s;
-  if (name == "bf16") return Precision::kBf16;
-  if (name == "fp16") {
-    if (device != c10::DeviceType::CUDA) {
-      return Status::InvalidArgument(
-          "precision 'fp16' needs a GPU (--device cuda): LibTorch's CPU autocast supports only "
-          "bf16; use --precision bf16 on the CPU");
-    }
-    return Precision::kFp16;
+Status CheckPrecisionOn(Precision precision, c10::DeviceType device) {
+  if (precision == Precision::kFp16 && device != c10::DeviceType::CUDA) {
+    return Status::InvalidArgument(
+        "precision 'fp16' needs a GPU (--device cuda): LibTorch's CPU autocast supports only "
+        "bf16; use --precision bf16 on the CPU");
   }
-  return Precision::kFp32;
+  return Status::Ok();
 }
 
-const char* PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kBf16:
-      return "bf16";
-    case Precision::kFp16:
-      return "fp16";
-    case Precision::kFp32:
-      break;
-  }
-  return "fp32";
-}
-
-Result<c10::Device> ParseDevice(const std::string& name, int local_rank) {
-  if (Status s = contract::CheckDevice(name, "device"); !s.ok()) return s;
-  if (name == "cpu") return c10::Device(c10::DeviceType::CPU);
+Result<c10::Device> LocalDevice(DeviceKind device, int local_rank) {
+  if (device == DeviceKind::kCpu) return c10::Device(c10::DeviceType::CPU);
   if (!torch::cuda::is_available()) {
     return Status::InvalidArgument(
         "device 'cuda' is not available: this program is built against a LibTorch without "

@@ -16,19 +16,27 @@
 #include <c10/core/ScalarType.h>
 
 #include "mitra/common/status.h"
+#include "mitra/contract/precision.h"
 
 namespace mitra::worker {
 
-enum class Precision { kFp32, kBf16, kFp16 };
+// The names, parsed and spelled once for the manager and the worker (contract/precision.h).
+using contract::DeviceKind;
+using contract::DeviceKindName;
+using contract::ParseDeviceKind;
+using contract::ParsePrecision;
+using contract::Precision;
+using contract::PrecisionName;
 
-// "fp32" | "bf16" | "fp16"; refuses fp16 on the CPU (LibTorch has no fp16 CPU autocast).
-Result<Precision> ParsePrecision(const std::string& name, c10::DeviceType device);
-const char* PrecisionName(Precision precision);
+// Whether a stage on `device` can compute in `precision`: fp16 is refused on the CPU (LibTorch
+// has no fp16 CPU autocast), saying to use bf16.
+Status CheckPrecisionOn(Precision precision, c10::DeviceType device);
 
-// "cpu" | "cuda". `cuda` becomes the GPU of `local_rank` among the visible ones
-// (CUDA_VISIBLE_DEVICES is the CUDA runtime's business); refused on a build without CUDA, or
-// when the machine has fewer GPUs than local ranks, with what to do.
-Result<c10::Device> ParseDevice(const std::string& name, int local_rank);
+// The device a stage of `local_rank` computes on: the CPU, or for kCuda the GPU of
+// `local_rank` among the visible ones (CUDA_VISIBLE_DEVICES is the CUDA runtime's business).
+// cuda is refused on a build without CUDA, or when the machine has fewer GPUs than local
+// ranks, with what to do.
+Result<c10::Device> LocalDevice(DeviceKind device, int local_rank);
 
 // Autocast for one forward, as an RAII scope: enters on construction and restores the previous
 // autocast state on destruction (nests like Python's torch.autocast). Does nothing, and costs a

@@ -395,12 +395,7 @@ int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
     return 2;
   }
   const Settings& s = *settings;
-  auto backend = ParseBackend(options.backend);
-  if (!backend.ok()) {
-    spdlog::error("{}", backend.status().message());
-    return 2;
-  }
-  std::unique_ptr<Comm> comm = Comm::Connect(placement, *backend);  // throws PeerError
+  std::unique_ptr<Comm> comm = Comm::Connect(placement, options.backend);  // throws PeerError
   Protocol protocol(*comm, placement);
   const int world = placement.world_size();
   int first = 0;  // this machine's first rank

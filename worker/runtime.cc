@@ -28,7 +28,43 @@ Runtime::Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset>
 Runtime::~Runtime() = default;
 
 namespace {
+
 constexpr int64_t kTracedStep = 2;  // the third step a process trains: after warm-up
+
+// The program's options with what the manager set in the placement instead: its plan (schedule,
+// recomputation, partition), MITRA_PRECISION and MITRA_DEVICE, the batch and the micro-batch.
+// The placement carries them as the environment's text; a bad one is refused naming its
+// variable.
+Result<RuntimeOptions> WithPlacement(RuntimeOptions options, const Placement& placement) {
+  auto bad = [](const char* variable, const Status& s) {
+    return Status::InvalidArgument(std::string(variable) + ": " + s.message());
+  };
+  if (!placement.schedule.empty()) {
+    auto kind = planner::ParseScheduleKind(placement.schedule);
+    if (!kind.ok()) return bad("MITRA_SCHEDULE", kind.status());
+    options.schedule = *kind;
+  }
+  if (placement.recompute >= 0) options.recompute = placement.recompute == 1;
+  if (!placement.partition.empty()) {
+    auto method = cutpoint::ParsePartitionMethod(placement.partition);
+    if (!method.ok()) return bad("MITRA_PARTITION", method.status());
+    options.partition = *method;
+  }
+  if (!placement.precision.empty()) {
+    auto precision = ParsePrecision(placement.precision);
+    if (!precision.ok()) return bad("MITRA_PRECISION", precision.status());
+    options.precision = *precision;
+  }
+  if (!placement.device.empty()) {
+    auto device = ParseDeviceKind(placement.device);
+    if (!device.ok()) return bad("MITRA_DEVICE", device.status());
+    options.device = *device;
+  }
+  if (placement.global_batch > 0) options.global_batch = placement.global_batch;
+  if (placement.chunk_size > 0) options.chunk_size = placement.chunk_size;
+  return options;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec,
@@ -36,37 +72,22 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
                                                  const Placement& placement,
                                                  const RuntimeOptions& program_options) {
   if (Status s = spec.Validate(); !s.ok()) return s;
-  // The manager's plan, when it made one, wins over the program's own settings.
-  RuntimeOptions options = program_options;
-  if (!placement.schedule.empty()) options.schedule = placement.schedule;
-  if (placement.recompute >= 0) options.recompute = placement.recompute == 1;
-  if (!placement.partition.empty()) options.partition = placement.partition;
-  if (!placement.precision.empty()) options.precision = placement.precision;
-  if (!placement.device.empty()) options.device = placement.device;
-  auto kind = planner::ParseScheduleKind(options.schedule);
-  if (!kind.ok()) return kind.status();
-  auto backend = ParseBackend(options.backend);
-  if (!backend.ok()) return backend.status();
-  auto device = ParseDevice(options.device, placement.local_rank);
+  Result<RuntimeOptions> options = WithPlacement(program_options, placement);
+  if (!options.ok()) return options.status();
+  auto device = LocalDevice(options->device, placement.local_rank);
   if (!device.ok()) return device.status();
-  auto precision = ParsePrecision(options.precision, device->type());
-  if (!precision.ok()) return precision.status();
-  if (*backend == Backend::kNccl && !device->is_cuda()) {
+  if (Status s = CheckPrecisionOn(options->precision, device->type()); !s.ok()) return s;
+  if (options->backend == Backend::kNccl && !device->is_cuda()) {
     return Status::InvalidArgument("backend 'nccl' moves CUDA tensors: use --device cuda with it, "
                                    "or --backend gloo for stages on the CPU");
   }
-  SamplerFactory make_sampler = options.custom_sampler;
-  if (!make_sampler) {
-    auto named = SamplerNamed(options.sampler);
-    if (!named.ok()) return named.status();
-    make_sampler = *named;
-  }
+  SamplerFactory make_sampler = options->custom_sampler;
+  if (!make_sampler) make_sampler = MakeSamplerFactory(options->sampler);
 
-  std::unique_ptr<Runtime> rt(new Runtime(spec, std::move(dataset), placement, options));
+  std::unique_ptr<Runtime> rt(new Runtime(spec, std::move(dataset), placement, *options));
   RuntimeOptions& opts = rt->options_;
-  rt->precision_ = *precision;
   rt->device_ = *device;
-  if (*precision == Precision::kFp16) opts.loss_scaler.enabled = true;
+  if (opts.precision == Precision::kFp16) opts.loss_scaler.enabled = true;
   if (opts.loss_scaler.enabled) {
     if (!(opts.loss_scaler.initial_scale >= 1) || opts.loss_scaler.growth_interval < 1) {
       return Status::InvalidArgument("the loss scale must start at 1 or more and grow after 1 "
@@ -74,8 +95,6 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
     }
     rt->scaler_ = std::make_unique<LossScaler>(opts.loss_scaler);
   }
-  if (placement.global_batch > 0) opts.global_batch = placement.global_batch;
-  if (placement.chunk_size > 0) opts.chunk_size = placement.chunk_size;
   const int stages = placement.num_stages(), replicas = placement.num_replicas();
   if (opts.global_batch < 1) return Status::InvalidArgument("the global batch must be >= 1");
   if (opts.chunk_size < 1) return Status::InvalidArgument("the micro-batch size must be >= 1");
@@ -89,14 +108,15 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   }
   if (rt->dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
+  const bool by_params = opts.partition.kind == cutpoint::PartitionMethod::Kind::kParams;
   auto partition = cutpoint::MakePartition(
       opts.partition, spec.num_segments(), stages,
-      opts.partition == "params" ? cutpoint::CountSegmentParameters(spec) : std::vector<int64_t>{});
+      by_params ? cutpoint::CountSegmentParameters(spec) : std::vector<int64_t>{});
   if (!partition.ok()) return partition.status();
   rt->partition_ = *partition;
 
   rt->share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, replicas, placement.replica());
-  rt->schedule_ = planner::BuildSchedule(*kind, stages, placement.stage(),
+  rt->schedule_ = planner::BuildSchedule(opts.schedule, stages, placement.stage(),
                                          static_cast<int>(rt->share_.micro_batches),
                                          opts.recompute);
   rt->sampler_ = make_sampler(rt->dataset_->Size(), opts.seed);
@@ -123,7 +143,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (!optimizer.ok()) return optimizer.status();
   rt->optimizer_ = std::move(*optimizer);
 
-  rt->comm_ = Comm::Connect(placement, *backend, rt->device_);  // throws PeerError
+  rt->comm_ = Comm::Connect(placement, opts.backend, rt->device_);  // throws PeerError
   if (rt->comm_->data_parallel()) {
     rt->reducer_ = std::make_unique<GradReducer>(rt->stage_->parameters(),
                                                  rt->comm_->data_parallel(), rt->comm_.get(),
@@ -177,7 +197,7 @@ PipelineContext Runtime::Context(int64_t step, int64_t first_micro_batch) {
   ctx.next_rank = s + 1 < placement_.num_stages() ? placement_.stage_map.RankOf(s + 1, d) : -1;
   ctx.step = step;
   ctx.first_micro_batch = first_micro_batch;
-  ctx.precision = precision_;
+  ctx.precision = options_.precision;
   ctx.device_type = device_.type();
   return ctx;
 }
@@ -339,11 +359,12 @@ std::string Runtime::DescribeSettings() const {
   }
   out << "; batch " << options_.global_batch << " in micro-batches of " << options_.chunk_size
       << (spec_.micro_batch_independent ? "" : " (fixed for the job)") << "; schedule "
-      << options_.schedule << (options_.recompute ? " with recompute" : "") << "; sampler "
-      << (options_.custom_sampler ? "the program's own" : options_.sampler) << "; seed "
-      << options_.seed;
-  if (precision_ != Precision::kFp32 || !device_.is_cpu()) {
-    out << "; precision " << PrecisionName(precision_) << " on " << device_.str();
+      << planner::ScheduleName(options_.schedule) << (options_.recompute ? " with recompute" : "")
+      << "; sampler "
+      << (options_.custom_sampler ? "the program's own" : SamplerKindName(options_.sampler))
+      << "; seed " << options_.seed;
+  if (options_.precision != Precision::kFp32 || !device_.is_cpu()) {
+    out << "; precision " << PrecisionName(options_.precision) << " on " << device_.str();
   }
   if (scaler_) out << "; dynamic loss scale from " << options_.loss_scaler.initial_scale;
   return out.str();

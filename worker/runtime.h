@@ -22,40 +22,45 @@
 #include <utility>
 #include <vector>
 
+#include "mitra/contract/precision.h"
 #include "mitra/cutpoint/model.h"
 #include "mitra/cutpoint/partition.h"
 #include "mitra/planner/batch_split.h"
+#include "mitra/planner/schedule.h"
+#include "mitra/worker/backend.h"
 #include "mitra/worker/data.h"
 #include "mitra/worker/loss_scaler.h"
 #include "mitra/worker/lr_schedule.h"
 #include "mitra/worker/optimizer.h"
 #include "mitra/worker/placement.h"
 
-namespace mitra::planner {
-struct Instruction;
-}  // namespace mitra::planner
-
 namespace mitra::worker {
 
 class BufferSync;
 class Comm;
 class LossScaler;
-enum class Precision;  // worker/precision.h
 class GradReducer;
 class Stage;
 class TiedWeights;
 struct PipelineContext;
 using cutpoint::MetricFn;
 
+// The settings of one worker, with their defaults: the only place they are written. A program
+// fills them from its command line (examples/common/trainer_flags.h) or Python's keywords
+// (python/src/trainer_options.cc); the named ones are parsed there, once, by ParseScheduleKind,
+// ParsePartitionMethod, ParseBackend, ParsePrecision, ParseDeviceKind and ParseSamplerKind, whose
+// *Name counterparts spell them back. The placement wins where the manager set something
+// (MITRA_SCHEDULE, MITRA_RECOMPUTE, MITRA_PARTITION, MITRA_PRECISION, MITRA_DEVICE,
+// MITRA_GLOBAL_BATCH, MITRA_CHUNK_SIZE): Runtime::options() holds the settings in effect.
 struct RuntimeOptions {
-  std::string schedule = "1f1b";    // gpipe | 1f1b | varuna
-  bool recompute = false;           // activation recomputation for gpipe and 1f1b
-  std::string partition = "uniform";  // uniform | params | 1,4,4,3
-  std::string backend = "gloo";     // gloo | nccl (a CUDA build: scripts/gpu-build)
-  // How and where the stage computes (worker/precision.h); the placement's MITRA_PRECISION and
-  // MITRA_DEVICE win over these. fp32 on the CPU is the default and costs nothing extra.
-  std::string precision = "fp32";   // fp32 | bf16 | fp16 (fp16: a GPU only)
-  std::string device = "cpu";       // cpu | cuda (the GPU of the local rank)
+  planner::ScheduleKind schedule = planner::ScheduleKind::k1F1B;
+  bool recompute = false;               // activation recomputation for gpipe and 1f1b
+  cutpoint::PartitionMethod partition;  // uniform
+  Backend backend = Backend::kGloo;     // nccl: a CUDA build (scripts/gpu-build)
+  // How and where the stage computes (worker/precision.h). fp32 on the CPU is the default and
+  // costs nothing extra; fp16 needs cuda, which is the GPU of the local rank.
+  contract::Precision precision = contract::Precision::kFp32;
+  contract::DeviceKind device = contract::DeviceKind::kCpu;
   LossScalerOptions loss_scaler;    // dynamic loss scaling: always on for fp16
   uint64_t seed = 1234;             // model initialisation, sample order, random numbers
   int64_t global_batch = 32;        // overridden by the placement when the manager sets it
@@ -63,8 +68,8 @@ struct RuntimeOptions {
   OptimizerOptions optimizer;       // AdamW unless said otherwise
   double clip_norm = 1.0;           // global gradient norm; <= 0 disables clipping
   LrSchedule lr;
-  std::string sampler = "shuffled";  // shuffled | sequential (data.h)
-  SamplerFactory custom_sampler;     // the program's own sampler, used instead when set
+  SamplerKind sampler = SamplerKind::kShuffled;  // data.h
+  SamplerFactory custom_sampler;  // the program's own sampler, used instead when set
   int64_t bucket_elements = 1 << 18;  // data-parallel bucket size (elements)
   // When set, the runtime writes a chrome trace of one step (the third this process trains,
   // after warm-up) to this file (worker/step_trace.h).
@@ -170,7 +175,6 @@ class Runtime {
   std::unique_ptr<BufferSync> buffer_sync_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;   // see loss_scaler()
-  Precision precision_{};                // fp32 (value-initialised: the first enumerator)
   c10::Device device_{c10::DeviceType::CPU};
   std::function<void()> before_update_;  // see BeforeNextUpdate
   int64_t steps_run_ = 0;                // by this process

@@ -190,8 +190,8 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
                placement.rank, placement.stage(), placement.replica(), placement.num_stages(),
                placement.num_replicas(), rt.stage().first_segment(), rt.stage().end_segment(),
                spec_.num_segments(), rt.stage().ParameterCount(), rt.partition().ToString(),
-               opts.schedule, opts.recompute ? "+recompute" : "", rt.num_micro_batches(),
-               opts.chunk_size);
+               planner::ScheduleName(opts.schedule), opts.recompute ? "+recompute" : "",
+               rt.num_micro_batches(), opts.chunk_size);
   Record("ready")
       .Add("rank", placement.rank)
       .Add("stages", placement.num_stages())
@@ -204,7 +204,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
     spdlog::info("settings: {}", settings);
     Record("settings")
         .Add("text", settings)
-        .Add("schedule", opts.schedule)
+        .Add("schedule", planner::ScheduleName(opts.schedule))
         .Add("recompute", opts.recompute)
         .Add("partition", rt.partition().ToString())
         .Add("chunk_size", opts.chunk_size)

@@ -4,7 +4,8 @@
 // Started by `mitra run` it takes its place in the job from the environment; started by hand
 // it trains alone. With --test-after, rank 0 goes on after training: it loads the newest
 // checkpoint into the whole model in one process (worker/inference.h) and reports the test
-// accuracy, the way a program uses a trained model. Run with --help for the options.
+// accuracy, the way a program uses a trained model. Run with --help for the options and their
+// defaults.
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
@@ -12,6 +13,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "examples/common/trainer_flags.h"
 #include "examples/fashion/classifier_model.h"
 #include "examples/fashion/fashion_data.h"
 #include "examples/fashion/lion.h"
@@ -20,38 +22,12 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: fashion_train [options]
-  --width N              channels of the stem (default 16)
-  --dropout P            dropout before the classifier layer (default 0)
-  --data DIR             Fashion-MNIST IDX files (default /usr/share/datasets/fashion-mnist)
-  --train-samples N      train on the first N training images only (default: all 60,000)
-  --test-samples N       evaluate on the first N test images only (default: all 10,000)
-  --eval-every N         evaluate every N steps, and after the last (default 250; 0: the last only)
-  --test-after           after training, rank 0 loads the newest checkpoint into the whole
-                         model in one process and reports its test accuracy
-  --seed N               initialisation, sample order and dropout (default 1234)
-  --steps N              steps to train when mitra run gives no --max-steps (default 1000)
-  --batch-size N         global batch when run alone (default 64)
-  --chunk-size N         micro-batch size when run alone (default 16)
-  --optimizer NAME       sgd | adam | adamw | lion (default sgd; lion is the program's own)
-  --lr X                 peak learning rate (default 0.05)
-  --momentum X           SGD momentum (default 0.9)
-  --nesterov             SGD with Nesterov momentum
-  --weight-decay X       weight decay (default 5e-4)
-  --warmup N             warm-up steps (default 50)
-  --cosine-steps N       cosine decay horizon (default 1000; 0: constant after warm-up)
-  --clip X               global gradient norm clip, 0 disables (default 0)
-  --schedule NAME        gpipe | 1f1b | varuna (default 1f1b)
-  --recompute            recompute activations in the backward (gpipe, 1f1b)
-  --partition METHOD     uniform | params | 1,2,1 (default uniform)
-  --sampler NAME         shuffled | sequential (default shuffled)
-  --precision NAME       fp32 | bf16 | fp16 (default fp32; fp16: a GPU only)
-  --device NAME          cpu | cuda (default cpu; cuda: a CUDA build, scripts/gpu-build)
-  --checkpoint-dir DIR   checkpoints when run alone (mitra run sets its own)
-  --dump-params DIR      after training, write each stage's parameters and buffers to DIR
-  --dump-replica R       the replica that writes them (default 0)
-  --trace FILE           a chrome trace of one step (the third), per rank (FILE.rank-R.json)
-)";
+using mitra::examples::AddNumber;
+using mitra::examples::AddSwitch;
+using mitra::examples::AddText;
+using mitra::examples::AddTrainerFlags;
+using mitra::examples::AddWhole;
+using mitra::examples::ParseFlagsOrExit;
 
 struct Args {
   mitra::examples::ClassifierConfig model;
@@ -61,8 +37,11 @@ struct Args {
   mitra::worker::TrainerOptions trainer;
 };
 
-bool Parse(int argc, char** argv, Args* a) {
-  auto& rt = a->trainer.runtime;
+// The command line over the program's defaults: SGD with momentum, a warm-up and a cosine decay
+// over the 1000 steps it trains, evaluating every 250. Exits 2 on a bad flag.
+Args Parse(int argc, char** argv) {
+  Args a;
+  auto& rt = a.trainer.runtime;
   rt.global_batch = 64;
   rt.chunk_size = 16;
   rt.optimizer.name = "sgd";
@@ -72,71 +51,37 @@ bool Parse(int argc, char** argv, Args* a) {
   rt.clip_norm = 0;
   rt.lr.warmup_steps = 50;
   rt.lr.total_steps = 1000;
-  a->trainer.max_steps = 1000;
-  a->trainer.eval.every = 250;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    }
-    if (flag == "--recompute" || flag == "--nesterov" || flag == "--test-after") {
-      (flag == "--recompute" ? rt.recompute
-                             : flag == "--nesterov" ? rt.optimizer.nesterov : a->test_after) = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::cerr << "fashion_train: " << flag << " needs a value (or is unknown)\n" << kUsage;
-      return false;
-    }
-    const std::string v = argv[++i];
-    try {
-      if (flag == "--width") a->model.width = std::stoll(v);
-      else if (flag == "--dropout") a->model.dropout = std::stod(v);
-      else if (flag == "--data") a->data = v;
-      else if (flag == "--train-samples") a->train_samples = std::stoll(v);
-      else if (flag == "--test-samples") a->test_samples = std::stoll(v);
-      else if (flag == "--eval-every") a->trainer.eval.every = std::stoll(v);
-      else if (flag == "--seed") rt.seed = std::stoull(v);
-      else if (flag == "--steps") a->trainer.max_steps = std::stoll(v);
-      else if (flag == "--batch-size") rt.global_batch = std::stoll(v);
-      else if (flag == "--chunk-size") rt.chunk_size = std::stoi(v);
-      else if (flag == "--optimizer") rt.optimizer.name = v;
-      else if (flag == "--lr") rt.lr.base = std::stod(v);
-      else if (flag == "--momentum") rt.optimizer.momentum = std::stod(v);
-      else if (flag == "--weight-decay") rt.optimizer.weight_decay = std::stod(v);
-      else if (flag == "--warmup") rt.lr.warmup_steps = std::stoll(v);
-      else if (flag == "--cosine-steps") rt.lr.total_steps = std::stoll(v);
-      else if (flag == "--clip") rt.clip_norm = std::stod(v);
-      else if (flag == "--schedule") rt.schedule = v;
-      else if (flag == "--partition") rt.partition = v;
-      else if (flag == "--sampler") rt.sampler = v;
-      else if (flag == "--precision") rt.precision = v;
-      else if (flag == "--device") rt.device = v;
-      else if (flag == "--checkpoint-dir") a->trainer.checkpoint.dir = v;
-      else if (flag == "--dump-params") a->trainer.dump_params = v;
-      else if (flag == "--dump-replica") a->trainer.dump_replica = std::stoi(v);
-      else if (flag == "--trace") rt.trace_path = v;
-      else {
-        std::cerr << "fashion_train: unknown option " << flag << "\n" << kUsage;
-        return false;
-      }
-    } catch (const std::exception&) {
-      std::cerr << "fashion_train: " << flag << " " << v << ": not a number\n";
-      return false;
-    }
+  a.trainer.max_steps = 1000;
+  a.trainer.eval.every = 250;
+
+  CLI::App app{"fashion_train: trains a BatchNorm image classifier on Fashion-MNIST with mitra, "
+               "alone or under `mitra run`, evaluating test accuracy as it goes",
+               "fashion_train"};
+  AddWhole(app, "--width", &a.model.width, 1, "channels of the stem");
+  AddNumber(app, "--dropout", &a.model.dropout, 0, "dropout before the classifier layer, below 1");
+  AddText(app, "--data", &a.data, "DIR", "the folder of the Fashion-MNIST IDX files");
+  AddWhole(app, "--train-samples", &a.train_samples, 0,
+           "train on the first N training images only (0: all 60,000)");
+  AddWhole(app, "--test-samples", &a.test_samples, 0,
+           "evaluate on the first N test images only (0: all 10,000)");
+  AddWhole(app, "--eval-every", &a.trainer.eval.every, 0,
+           "evaluate every N steps, and after the last (0: after the last only)");
+  AddSwitch(app, "--test-after", &a.test_after,
+            "after training, rank 0 loads the newest checkpoint into the whole model in one "
+            "process and reports its test accuracy");
+  AddTrainerFlags(app, &a.trainer, {"lion"});
+  ParseFlagsOrExit(app, argc, argv);
+  if (a.model.dropout >= 1) {
+    std::cerr << "fashion_train: --dropout: '" << a.model.dropout << "' is not below 1\n";
+    std::exit(2);
   }
-  if (a->model.width < 1 || a->model.dropout < 0 || a->model.dropout >= 1) {
-    std::cerr << "fashion_train: --width must be >= 1 and --dropout in [0, 1)\n";
-    return false;
-  }
-  if (rt.optimizer.name == "lion") {
+  if (rt.optimizer.name == "lion") {  // the program's own (lion.h)
     const double wd = rt.optimizer.weight_decay;
     rt.optimizer.custom = [wd](const std::vector<torch::Tensor>& params) {
       return mitra::examples::MakeLion(params, {0.9, 0.99, wd});
     };
   }
-  return true;
+  return a;
 }
 
 // The work after training: the newest checkpoint in one process, on the test set.
@@ -170,8 +115,7 @@ int TestAfterTraining(const mitra::cutpoint::ModelSpec& spec, const Args& a,
 }  // namespace
 
 int main(int argc, char** argv) {
-  Args a;
-  if (!Parse(argc, argv, &a)) return 2;
+  Args a = Parse(argc, argv);
   const mitra::cutpoint::ModelSpec spec = mitra::examples::MakeClassifierSpec(a.model);
   std::shared_ptr<const mitra::worker::Dataset> train, test;
   if (!mitra::worker::DescribeRequested()) {  // describing needs the model, not the data

@@ -57,6 +57,7 @@ def correct(out, batch):
 
 
 def parse_args(argv):
+    d = mitra.trainer.DEFAULTS  # the runtime's own, where this program keeps them
     p = argparse.ArgumentParser(prog="resnet_train.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=DEFAULT_DIR, help="the Fashion-MNIST IDX files")
     p.add_argument("--train-samples", type=int, default=0,
@@ -65,13 +66,15 @@ def parse_args(argv):
                    help="evaluate on the first N test images (0: all 10,000)")
     p.add_argument("--eval-every", type=int, default=50,
                    help="evaluate every N steps and after the last (0: after the last only)")
-    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--seed", type=int, default=d["seed"])
     p.add_argument("--steps", type=int, default=1000,
                    help="steps to train when mitra run gives no --max-steps")
-    p.add_argument("--batch-size", type=int, default=32, help="global batch when run alone")
-    p.add_argument("--chunk-size", type=int, default=8, help="micro-batch when run alone")
-    p.add_argument("--schedule", default="1f1b", help="gpipe | 1f1b | varuna")
-    p.add_argument("--partition", default="uniform", help="uniform | params | 2,1,3 ...")
+    p.add_argument("--batch-size", type=int, default=d["batch_size"],
+                   help="global batch when run alone")
+    p.add_argument("--chunk-size", type=int, default=d["chunk_size"],
+                   help="micro-batch when run alone")
+    p.add_argument("--schedule", default=d["schedule"], help="gpipe | 1f1b | varuna")
+    p.add_argument("--partition", default=d["partition"], help="uniform | params | 2,1,3 ...")
     p.add_argument("--optimizer", default="sgd", help="sgd | adam | adamw")
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9, help="sgd")

@@ -6,54 +6,73 @@ import sys
 from mitra import _mitra
 
 # Keyword -> what it is, as docs/python.md lists them. Values left at None take the runtime's
-# defaults (worker/runtime.h, worker/trainer.h), or what `mitra run` sets for the job.
-OPTIONS = {
+# defaults (worker/runtime.h, worker/trainer.h), or what `mitra run` sets for the job; the
+# "(default ...)" of each comes from there too, through _mitra.trainer_defaults().
+_DESCRIPTIONS = {
     # the batch (the manager's --batch-size and --chunk-size win over these)
-    "batch_size": "global batch in samples (default 32)",
-    "chunk_size": "micro-batch size (default 8)",
-    "max_steps": "steps to train when mitra run gives no --max-steps (default 100)",
-    "seed": "initial weights, sample order and random numbers (default 1234)",
+    "batch_size": "global batch in samples (default {})",
+    "chunk_size": "micro-batch size (default {})",
+    "max_steps": "steps to train when mitra run gives no --max-steps (default {})",
+    "seed": "initial weights, sample order and random numbers (default {})",
     # the pipeline (the manager's plan wins over these)
-    "schedule": "gpipe | 1f1b | varuna (default 1f1b)",
+    "schedule": "gpipe | 1f1b | varuna (default {})",
     "recompute": "recompute activations in the backward (gpipe, 1f1b)",
-    "partition": "uniform | params | explicit counts such as '1,4,4,3' (default uniform)",
-    "backend": "gloo | nccl (default gloo)",
-    "precision": "fp32 | bf16 | fp16 (default fp32)",
-    "device": "cpu | cuda (default cpu)",
-    "loss_scale": "dynamic loss scaling from this scale (fp16 does it anyway)",
-    "bucket_elements": "data-parallel gradient bucket size in elements (default 262144)",
+    "partition": "uniform | params | explicit counts such as '1,4,4,3' (default {})",
+    "backend": "gloo | nccl (default {})",
+    "precision": "fp32 | bf16 | fp16 (default {})",
+    "device": "cpu | cuda (default {})",
+    "loss_scale": "dynamic loss scaling from this scale (fp16 does it from {} anyway)",
+    "bucket_elements": "data-parallel gradient bucket size in elements (default {})",
     # the update
-    "optimizer": "sgd | adam | adamw (default adamw), or a factory params -> mitra.Optimizer",
-    "lr": "peak learning rate (default 3e-4)",
-    "warmup": "linear warm-up steps (default 0)",
-    "cosine_steps": "end of the cosine decay (default 0: constant after the warm-up)",
-    "min_lr_ratio": "where the cosine ends, as a fraction of lr (default 0.1)",
-    "clip": "global gradient-norm clip, 0 disables (default 1.0)",
-    "weight_decay": "decoupled for adamw, L2 for sgd and adam (default 0.01)",
-    "betas": "adam and adamw (default (0.9, 0.999))",
-    "eps": "adam and adamw (default 1e-8)",
-    "momentum": "sgd (default 0)",
-    "dampening": "sgd (default 0)",
+    "optimizer": "sgd | adam | adamw (default {}), or a factory params -> mitra.Optimizer",
+    "lr": "peak learning rate (default {})",
+    "warmup": "linear warm-up steps (default {})",
+    "cosine_steps": "end of the cosine decay (default {}: constant after the warm-up)",
+    "min_lr_ratio": "where the cosine ends, as a fraction of lr (default {})",
+    "clip": "global gradient-norm clip, 0 disables (default {})",
+    "weight_decay": "decoupled for adamw, L2 for sgd and adam (default {})",
+    "betas": "adam and adamw (default {})",
+    "eps": "adam and adamw (default {})",
+    "momentum": "sgd (default {})",
+    "dampening": "sgd (default {})",
     "nesterov": "sgd with Nesterov momentum",
     # the data
-    "sampler": "shuffled | sequential (default shuffled), or a factory (size, seed) -> object "
+    "sampler": "shuffled | sequential (default {}), or a factory (size, seed) -> object "
                "with index_at(position)",
     # evaluation
     "eval_dataset": "evaluated every eval_every steps and after the last",
-    "eval_every": "0: only after the last step",
-    "eval_max_samples": "evaluate the first N samples only (0: all)",
-    "eval_chunk_size": "micro-batch of the evaluation (0: the training one)",
-    "metrics": "{name: (outputs, batch) -> sum over the micro-batch}",
+    "eval_every": "{}: only after the last step",
+    "eval_max_samples": "evaluate the first N samples only ({}: all)",
+    "eval_chunk_size": "micro-batch of the evaluation ({}: the training one)",
+    "metrics": "{{name: (outputs, batch) -> sum over the micro-batch}}",
     # checkpoints and output (the manager's settings win over these)
     "checkpoint_dir": "where checkpoints go when run alone (mitra run sets its own)",
-    "checkpoint_every": "save every N steps (0: only at the end and on stop)",
-    "keep_checkpoints": "complete checkpoints kept (default 3)",
-    "async_checkpoints": "write checkpoints in the background (default True)",
-    "log_every": "a log line every N steps (default 1)",
+    "checkpoint_every": "save every N steps ({}: only at the end and on stop)",
+    "keep_checkpoints": "complete checkpoints kept (default {})",
+    "async_checkpoints": "write checkpoints in the background (default {})",
+    "log_every": "a log line every N steps (default {})",
     "dump_params": "after training, write each stage's parameters to this folder",
-    "dump_replica": "which replica dumps them (-1: every one)",
+    "dump_replica": "which replica dumps them (default {}; -1: every one)",
     "trace": "a chrome trace of one step (the third) to this file",
 }
+
+
+def _number(value):
+    """3e-4 as 3e-4, 0.01 as 0.01, 1234 as 1234: the shortest text that reads back."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    return f"{value:g}" if float(f"{value:g}") == value else repr(value)
+
+
+def _default_text(value):
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_number(v) for v in value) + ")"
+    return _number(value)
+
+
+DEFAULTS = _mitra.trainer_defaults()
+OPTIONS = {key: text.format(*([_default_text(DEFAULTS[key])] if "{}" in text else []))
+           for key, text in _DESCRIPTIONS.items()}
 
 
 class Trainer:

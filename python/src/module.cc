@@ -138,6 +138,8 @@ PYBIND11_MODULE(_mitra, m) {
     const Result<worker::Placement> placement = worker::Placement::FromEnvironment();
     return placement.ok() && !placement->standalone;
   }, "True when `mitra run` started this process (its place in the job is in the environment)");
+  m.def("trainer_defaults", &TrainerDefaults,
+        "{keyword: default} of mitra.Trainer's options, from the C++ runtime's own");
   py::class_<PyTrainer>(m, "Trainer")
       .def(py::init<const py::object&, const py::object&, const py::dict&>(), py::arg("spec"),
            py::arg("dataset"), py::arg("options"))

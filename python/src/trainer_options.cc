@@ -1,5 +1,6 @@
 #include "python/src/trainer_options.h"
 
+#include <functional>
 #include <memory>
 #include <set>
 
@@ -38,27 +39,45 @@ class Options {
   std::set<std::string> read_;
 };
 
-// An option given as a built-in's name or as a Python factory: the name into `*name`, the
+// A named setting, parsed by `parse` (ParseScheduleKind, ...): a bad name raises ValueError
+// with the names it could have been.
+template <typename T>
+T Parsed(const std::string& key, const std::string& name, Result<T> (*parse)(const std::string&)) {
+  Result<T> parsed = parse(name);
+  if (!parsed.ok()) {
+    RaisePython(PyExc_ValueError, "mitra.Trainer: " + key + ": " + parsed.status().message());
+  }
+  return *parsed;
+}
+
+template <typename T>
+void ReadNamed(Options& o, const std::string& key, T* into,
+               Result<T> (*parse)(const std::string&)) {
+  if (o.Has(key)) *into = Parsed(key, py::cast<std::string>(o[key]), parse);
+}
+
+// An option given as a built-in's name or as a Python factory: the name to `set_name`, the
 // factory, converted by `convert`, into `*factory`.
 template <typename Factory, typename Convert>
-void ReadNameOrFactory(Options& o, const std::string& key, std::string* name, Factory* factory,
+void ReadNameOrFactory(Options& o, const std::string& key,
+                       const std::function<void(const std::string&)>& set_name, Factory* factory,
                        Convert convert) {
   if (!o.Has(key)) return;
   py::object value = o[key];
   if (py::isinstance<py::str>(value)) {
-    *name = py::cast<std::string>(value);
+    set_name(py::cast<std::string>(value));
   } else {
     *factory = convert(value);
   }
 }
 
 void ReadRuntime(Options& o, worker::RuntimeOptions& rt) {
-  o.Read("schedule", &rt.schedule);
+  ReadNamed(o, "schedule", &rt.schedule, &planner::ParseScheduleKind);
   o.Read("recompute", &rt.recompute);
-  o.Read("partition", &rt.partition);
-  o.Read("backend", &rt.backend);
-  o.Read("precision", &rt.precision);
-  o.Read("device", &rt.device);
+  ReadNamed(o, "partition", &rt.partition, &cutpoint::ParsePartitionMethod);
+  ReadNamed(o, "backend", &rt.backend, &worker::ParseBackend);
+  ReadNamed(o, "precision", &rt.precision, &contract::ParsePrecision);
+  ReadNamed(o, "device", &rt.device, &contract::ParseDeviceKind);
   if (o.Has("loss_scale")) {
     rt.loss_scaler.enabled = true;
     rt.loss_scaler.initial_scale = py::cast<double>(o["loss_scale"]);
@@ -73,9 +92,16 @@ void ReadRuntime(Options& o, worker::RuntimeOptions& rt) {
   o.Read("min_lr_ratio", &rt.lr.min_ratio);
   o.Read("bucket_elements", &rt.bucket_elements);
   o.Read("trace", &rt.trace_path);
-  ReadNameOrFactory(o, "sampler", &rt.sampler, &rt.custom_sampler, SamplerFactoryFromPython);
+  ReadNameOrFactory(
+      o, "sampler",
+      [&rt](const std::string& name) {
+        rt.sampler = Parsed("sampler", name, &worker::ParseSamplerKind);
+      },
+      &rt.custom_sampler, SamplerFactoryFromPython);
   worker::OptimizerOptions& opt = rt.optimizer;
-  ReadNameOrFactory(o, "optimizer", &opt.name, &opt.custom, OptimizerFactoryFromPython);
+  ReadNameOrFactory(  // MakeOptimizer checks the name
+      o, "optimizer", [&opt](const std::string& name) { opt.name = name; }, &opt.custom,
+      OptimizerFactoryFromPython);
   o.Read("weight_decay", &opt.weight_decay);
   if (o.Has("betas")) {
     const auto betas = py::cast<std::pair<double, double>>(o["betas"]);
@@ -97,6 +123,46 @@ void ReadEval(Options& o, worker::EvalOptions& eval) {
 }
 
 }  // namespace
+
+py::dict TrainerDefaults() {
+  const worker::TrainerOptions out;
+  const worker::RuntimeOptions& rt = out.runtime;
+  py::dict d;
+  d["batch_size"] = rt.global_batch;
+  d["chunk_size"] = rt.chunk_size;
+  d["max_steps"] = out.max_steps;
+  d["seed"] = rt.seed;
+  d["schedule"] = planner::ScheduleName(rt.schedule);
+  d["recompute"] = rt.recompute;
+  d["partition"] = cutpoint::PartitionMethodName(rt.partition);
+  d["backend"] = worker::BackendName(rt.backend);
+  d["precision"] = contract::PrecisionName(rt.precision);
+  d["device"] = contract::DeviceKindName(rt.device);
+  d["loss_scale"] = rt.loss_scaler.initial_scale;  // when fp16 turns scaling on
+  d["bucket_elements"] = rt.bucket_elements;
+  d["optimizer"] = rt.optimizer.name;
+  d["lr"] = rt.lr.base;
+  d["warmup"] = rt.lr.warmup_steps;
+  d["cosine_steps"] = rt.lr.total_steps;
+  d["min_lr_ratio"] = rt.lr.min_ratio;
+  d["clip"] = rt.clip_norm;
+  d["weight_decay"] = rt.optimizer.weight_decay;
+  d["betas"] = py::make_tuple(rt.optimizer.beta1, rt.optimizer.beta2);
+  d["eps"] = rt.optimizer.eps;
+  d["momentum"] = rt.optimizer.momentum;
+  d["dampening"] = rt.optimizer.dampening;
+  d["nesterov"] = rt.optimizer.nesterov;
+  d["sampler"] = worker::SamplerKindName(rt.sampler);
+  d["eval_every"] = out.eval.every;
+  d["eval_max_samples"] = out.eval.max_samples;
+  d["eval_chunk_size"] = out.eval.chunk_size;
+  d["checkpoint_every"] = out.checkpoint.every;
+  d["keep_checkpoints"] = out.checkpoint.keep;
+  d["async_checkpoints"] = out.checkpoint.async;
+  d["log_every"] = out.log_every;
+  d["dump_replica"] = out.dump_replica;
+  return d;
+}
 
 worker::TrainerOptions TrainerOptionsFromPython(const py::dict& options) {
   worker::TrainerOptions out;

@@ -73,5 +73,26 @@ TEST(Partition, RejectsWrongNumberOfStagesEmptyStagesAndGarbage) {
             std::string::npos);
 }
 
+TEST(PartitionMethod, NamesReadBackAndExplicitCountsKeepTheirOrder) {
+  for (const std::string text : {"uniform", "params", "1,4,4,3", "7"}) {
+    Result<PartitionMethod> method = ParsePartitionMethod(text);
+    ASSERT_TRUE(method.ok()) << method.status().message();
+    EXPECT_EQ(PartitionMethodName(*method), text);
+  }
+  EXPECT_EQ(ParsePartitionMethod("1,4,4,3")->counts, (std::vector<int>{1, 4, 4, 3}));
+  EXPECT_EQ(ParsePartitionMethod("params")->kind, PartitionMethod::Kind::kParams);
+  EXPECT_TRUE(*ParsePartitionMethod("uniform") == PartitionMethod{});
+  EXPECT_EQ(ParsePartitionMethod("balanced").status().message(),
+            "unknown partition method 'balanced' (expected uniform, params, or counts like "
+            "1,4,4,3)");
+  EXPECT_EQ(ParsePartitionMethod("1,,2").status().message(),
+            "partition '1,,2': '' is not a segment count (expected e.g. 1,4,4,3)");
+  // What fits the job is MakePartition's to say: the counts are checked against it there.
+  EXPECT_TRUE(ParsePartitionMethod("6,6").ok());
+  EXPECT_NE(MakePartition(*ParsePartitionMethod("6,6"), 12, 4).status().message().find(
+                "one count per stage"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mitra::cutpoint

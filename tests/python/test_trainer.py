@@ -1,5 +1,7 @@
 """Trainer.run() alone (1 x 1, in this process): one storage with the Python modules,
 BatchNorm buffers and Python optimizers in checkpoints, export and InferenceModel."""
+import os
+import re
 import subprocess
 
 import pytest
@@ -7,7 +9,7 @@ import torch
 from torch import nn
 
 import mitra
-from conftest import HERE, MITRA_BINARY, losses, records, run_python
+from conftest import HERE, MITRA_BINARY, SOURCE_DIR, losses, records, run_python
 from models import Blobs, correct, mlp_spec
 
 COMMON = dict(batch_size=32, chunk_size=8, lr=0.05, seed=3, log_every=0)
@@ -147,6 +149,32 @@ def test_unknown_options_and_a_missing_loss_are_refused_with_the_fix():
     spec.loss = None
     with pytest.raises(ValueError, match="set spec.loss"):
         mitra.Trainer(spec, Blobs())
+
+
+def test_a_bad_name_is_refused_when_the_trainer_is_made_naming_the_choices():
+    with pytest.raises(ValueError, match=r"schedule: unknown schedule 'zb-h1' \(expected gpipe, "
+                                         r"1f1b or varuna\)"):
+        mitra.Trainer(mlp_spec(), Blobs(), schedule="zb-h1")
+    for key, value, says in [("partition", "1,x", "'x' is not a segment count"),
+                             ("precision", "fp8", "expected fp32, bf16 or fp16"),
+                             ("device", "tpu", "expected cpu or cuda"),
+                             ("backend", "mpi", "expected gloo or nccl"),
+                             ("sampler", "random", "expected shuffled or sequential")]:
+        with pytest.raises(ValueError, match=says):
+            mitra.Trainer(mlp_spec(), Blobs(), **{key: value})
+
+
+def test_the_options_defaults_are_the_runtimes_and_the_docs_list_them():
+    defaults = mitra.trainer.DEFAULTS
+    assert (defaults["schedule"], defaults["partition"], defaults["precision"],
+            defaults["sampler"], defaults["batch_size"]) == ("1f1b", "uniform", "fp32",
+                                                              "shuffled", 32)
+    assert mitra.trainer.OPTIONS["schedule"] == "gpipe | 1f1b | varuna (default 1f1b)"
+    # docs/python.md's table of keywords is OPTIONS, word for word ('|' escaped in the table).
+    with open(os.path.join(SOURCE_DIR, "docs", "python.md")) as f:
+        section = f.read().split("### Trainer options")[1].split("\n#")[0]
+    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", section, re.M)
+    assert {key: text.replace("\\|", "|") for key, text in rows} == mitra.trainer.OPTIONS
 
 
 class Sequential:

@@ -58,7 +58,7 @@ class Samples : public mitra::worker::Dataset {
 int main(int argc, char** argv) {
   mitra::worker::TrainerOptions options;
   auto& rt = options.runtime;
-  rt.sampler = "sequential";
+  rt.sampler = mitra::worker::SamplerKind::kSequential;
   rt.optimizer.name = "sgd";
   rt.optimizer.weight_decay = 0.1;  // stage 0 changes in every step it is not skipped
   rt.lr.base = 0.01;
@@ -73,8 +73,14 @@ int main(int argc, char** argv) {
     else if (flag == "--steps") options.max_steps = std::stoll(v);
     else if (flag == "--batch-size") rt.global_batch = std::stoll(v);
     else if (flag == "--dump-params") options.dump_params = v;
-    else if (flag == "--precision") rt.precision = v;
-    else if (flag == "--attached") attached = v == "1";
+    else if (flag == "--precision") {
+      auto precision = mitra::contract::ParsePrecision(v);
+      if (!precision.ok()) {
+        std::cerr << "overflow_train: --precision: " << precision.status().message() << "\n";
+        return 2;
+      }
+      rt.precision = *precision;
+    } else if (flag == "--attached") attached = v == "1";
     else if (flag == "--loss-scale") {
       rt.loss_scaler.enabled = true;
       rt.loss_scaler.initial_scale = std::stod(v);

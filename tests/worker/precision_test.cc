@@ -206,7 +206,7 @@ TEST(Precision, ThisBuildRefusesFp16CudaAndNcclWithExitCodeTwo) {
     std::string says;
   };
   const std::vector<Case> cases = {
-      {{"--precision", "fp8"}, {}, "use fp32 (the default), bf16 or fp16"},
+      {{"--precision", "fp8"}, {}, "--precision: unknown precision 'fp8' (expected fp32, bf16 or"},
       {{"--precision", "fp16"}, {}, "use --precision bf16 on the CPU"},
       {{"--backend", "nccl"}, {}, "scripts/gpu-build"},
       {{}, {{"MITRA_DEVICE", "cuda"}}, "scripts/gpu-build"},

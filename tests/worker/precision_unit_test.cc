@@ -90,24 +90,29 @@ TEST(Precision, Bf16AutocastCastsMatrixProductsAndRestoresTheState) {
 }
 
 TEST(Precision, NamesAreCheckedAndFp16IsRefusedOnTheCpu) {
-  EXPECT_EQ(*ParsePrecision("fp32", c10::DeviceType::CPU), Precision::kFp32);
-  EXPECT_EQ(*ParsePrecision("bf16", c10::DeviceType::CPU), Precision::kBf16);
-  EXPECT_EQ(*ParsePrecision("fp16", c10::DeviceType::CUDA), Precision::kFp16);
-  auto fp8 = ParsePrecision("fp8", c10::DeviceType::CPU);
+  for (Precision p : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    EXPECT_EQ(*ParsePrecision(PrecisionName(p)), p);
+  }
+  auto fp8 = ParsePrecision("fp8");
   ASSERT_FALSE(fp8.ok());
-  EXPECT_NE(fp8.status().message().find("fp32 (the default), bf16 or fp16"), std::string::npos)
-      << fp8.status().message();
-  auto fp16 = ParsePrecision("fp16", c10::DeviceType::CPU);
+  EXPECT_EQ(fp8.status().message(), "unknown precision 'fp8' (expected fp32, bf16 or fp16)");
+  EXPECT_TRUE(CheckPrecisionOn(Precision::kFp16, c10::DeviceType::CUDA).ok());
+  EXPECT_TRUE(CheckPrecisionOn(Precision::kBf16, c10::DeviceType::CPU).ok());
+  Status fp16 = CheckPrecisionOn(Precision::kFp16, c10::DeviceType::CPU);
   ASSERT_FALSE(fp16.ok());
-  EXPECT_NE(fp16.status().message().find("--precision bf16"), std::string::npos)
-      << fp16.status().message();
+  EXPECT_NE(fp16.message().find("--precision bf16"), std::string::npos) << fp16.message();
 }
 
 TEST(Precision, CudaAndNcclAreRefusedOnThisBuildNamingTheGpuBuild) {
-  EXPECT_TRUE(ParseDevice("cpu", 0).ok());
-  EXPECT_FALSE(ParseDevice("gpu", 0).ok());
+  EXPECT_EQ(*ParseDeviceKind(DeviceKindName(DeviceKind::kCuda)), DeviceKind::kCuda);
+  EXPECT_FALSE(ParseDeviceKind("gpu").ok());
+  EXPECT_TRUE(LocalDevice(DeviceKind::kCpu, 0).ok());
+  EXPECT_EQ(*ParseBackend(BackendName(Backend::kGloo)), Backend::kGloo);
+  auto mpi = ParseBackend("mpi");
+  ASSERT_FALSE(mpi.ok());
+  EXPECT_EQ(mpi.status().message(), "unknown backend 'mpi' (expected gloo or nccl)");
   if (torch::cuda::is_available()) GTEST_SKIP() << "a CUDA build: cuda is not refused";
-  auto cuda = ParseDevice("cuda", 0);
+  auto cuda = LocalDevice(DeviceKind::kCuda, 0);
   ASSERT_FALSE(cuda.ok());
   EXPECT_NE(cuda.status().message().find("scripts/gpu-build"), std::string::npos)
       << cuda.status().message();

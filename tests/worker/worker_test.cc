@@ -26,7 +26,7 @@ std::vector<int64_t> Indices(Sampler& sampler, int64_t batch, int64_t step, int6
 }
 
 std::unique_ptr<Sampler> Shuffled(int64_t size, uint64_t seed) {
-  return (*SamplerNamed("shuffled"))(size, seed);
+  return MakeSamplerFactory(SamplerKind::kShuffled)(size, seed);
 }
 
 TEST(Sampler, OrderIsAPureFunctionOfSeedAndStep) {
@@ -76,9 +76,10 @@ TEST(Sampler, BatchesStraddleEpochBoundaries) {
 }
 
 TEST(Sampler, SequentialWrapsAroundAndUnknownNamesAreRefused) {
-  auto sequential = (*SamplerNamed("sequential"))(7, 1);
+  auto sequential = MakeSamplerFactory(*ParseSamplerKind("sequential"))(7, 1);
   EXPECT_EQ(Indices(*sequential, 5, 1, 0, 5), (std::vector<int64_t>{5, 6, 0, 1, 2}));
-  auto unknown = SamplerNamed("random");
+  EXPECT_EQ(SamplerKindName(*ParseSamplerKind("shuffled")), std::string("shuffled"));
+  auto unknown = ParseSamplerKind("random");
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("shuffled or sequential"), std::string::npos);
 }
