@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/manager/run_helpers.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra {
 namespace {
