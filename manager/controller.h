@@ -26,9 +26,13 @@
 // exporting) for as long as it needs: it is not expected to send heartbeats, and once every
 // rank has stopped at the last step the job is complete and is never relaunched.
 //
-// controller.cc reacts to inputs and launches generations; controller_ending.cc ends them
-// (stops, kills, failures, the restart budget, what follows the last exit). narration.h words
-// what the controller tells; generation.h holds the running generation.
+// controller.cc dispatches the inputs, follows each rank and launches generations;
+// controller_morph.cc makes planned changes (list edits, drains, grows, regrouping in place);
+// controller_failure.cc handles failures; controller_stop.cc stops and signals ranks;
+// controller_deadlines.cc watches the time. Its parts with books of their own: generation.h
+// (the running generation), machine_pool.h (the machines and their health), standby.h
+// (standby and parked workers), restart_budget.h (which failures are relaunched). narration.h
+// words what the controller tells.
 //
 // Not thread-safe: one loop owns it.
 #pragma once
@@ -51,6 +55,8 @@
 #include "manager/machine_pool.h"
 #include "manager/narration.h"
 #include "manager/parked_workers.h"
+#include "manager/restart_budget.h"
+#include "manager/standby.h"
 #include "planner/shape_policy.h"
 
 namespace mitra::manager {
@@ -199,17 +205,7 @@ struct ReleaseAction {
   std::vector<ParkedWorker> workers;
 };
 
-// Standby workers are known by this generation and their id as the rank.
-inline constexpr int64_t kStandbyGeneration = -1;
-
-// Starts a standby worker on `machine` ahead of a grow (MITRA_STANDBY=1): it loads, parks with
-// no place, and the next generation keeps it. Its reports and exit come as generation
-// kStandbyGeneration, rank `id`.
-struct StartStandbyAction {
-  int id = 0;
-  Machine machine;
-  int local_rank = 0;
-};
+// StartStandbyAction (standby.h): start a standby worker ahead of a grow, or as a spare.
 
 struct SignalAction {
   int64_t generation = 0;
@@ -307,6 +303,8 @@ class Controller {
   // The parked workers the ranks of `plan` take; the rest are let go, but for spares.
   std::map<int, ParkedWorker> TakeParkedFor(const GridPlan& plan,
                                             const std::vector<Machine>& machines);
+  // Whether a rank of the running generation runs on `address`.
+  bool RunsOn(const std::string& address) const;
   void OnStandbyGone(int id, const std::string& reason);
   // The warm-up is over (every standby parked, failed, or its time ran out): morph, or not.
   void EndWarmUp();
@@ -331,8 +329,6 @@ class Controller {
   // Starts standby workers until every machine of the running generation has options_.spares
   // of them, parked or starting.
   void KeepSpares();
-  // How many standby workers (parked or starting) `address` has.
-  int SparesOn(const std::string& address) const;
   void Terminate(const std::string& why);
   void MaybeEndGeneration();
   // Remembers when the last rank of the generation exited (once per generation).
@@ -372,17 +368,8 @@ class Controller {
     double ranks_exited = 0;  // the last rank of the ending generation exited
   };
   Change change_;
-  std::vector<double> restart_times_;
-  ParkedWorkers parked_;
-  // Standby workers started and not parked yet, by id.
-  std::map<int, ParkedWorker> standby_;
-  // A grow waiting for its standby workers: the morph's reason and the ids not parked yet.
-  struct WarmUp {
-    std::string why;
-    std::set<int> pending;
-  };
-  std::optional<WarmUp> warm_up_;
-  int next_standby_id_ = 0;
+  RestartBudget budget_;
+  StandbyWorkers standby_;  // standby workers starting, parked workers, the warm-up of a grow
 };
 
 }  // namespace mitra::manager
