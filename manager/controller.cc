@@ -58,6 +58,7 @@ std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, d
   std::visit(Overloaded{
                  [this](const StartInput& in) { OnStart(in); },
                  [this](const MachinesChanged& in) { OnMachinesChanged(in); },
+                 [this](const GenerationLaunched& in) { OnLaunched(in); },
                  [this](const RankStarted& in) { OnRankStarted(in); },
                  [this](const RankStartFailed& in) { OnRankStartFailed(in); },
                  [this](const RankReport& in) { OnReport(in); },
@@ -93,6 +94,26 @@ void Controller::OnStart(const StartInput& in) {
     pool_.OnChecked(address, false, "unreachable at start", now_);
   }
   TryLaunch();
+}
+
+void Controller::OnLaunched(const GenerationLaunched& in) {
+  if (in.generation != gen_.number) return;
+  LaunchedFact fact;
+  fact.generation = gen_.number;
+  fact.plan = gen_.plan;
+  fact.program = options_.program;
+  for (const RankPlacement& p : gen_.plan.ranks) {
+    fact.machines.push_back(gen_.machines[p.machine].Address());
+  }
+  fact.pids = in.pids;
+  fact.kept = in.kept;
+  fact.resume_step = in.resume_step;
+  fact.rendezvous = in.rendezvous;
+  fact.launch_s = in.launch_s;
+  Tell(fact);
+  if (gen_.expected_step && in.resume_step != *gen_.expected_step) {
+    Tell(StepLostFact{*gen_.expected_step, in.resume_step});
+  }
 }
 
 void Controller::OnRankStarted(const RankStarted& in) {
@@ -268,6 +289,7 @@ void Controller::TryLaunch() {
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
                               std::move(desired->second), now_);
   gen_.kept = static_cast<int>(kept.size());
+  gen_.expected_step = expected;
   // A kept worker's heartbeat runs on from its last generation: its silence counts at once.
   for (const auto& [rank, worker] : kept) gen_.ranks[rank].heartbeats = true;
   phase_ = Phase::kRunning;

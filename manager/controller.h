@@ -75,6 +75,7 @@ struct ControllerOptions {
   int64_t global_batch = 0;  // B: the same in every shape
   int chunk_size = 0;        // 0: DefaultChunkSize for each shape
   int64_t max_steps = 0;     // for records only
+  std::string program;       // the workers' program, for records only (RunLoop sets it)
   int64_t start_step = 0;    // the step the job continues from (its newest checkpoint)
   // The number of the first generation launched: the run directory's next logs/gen-G, so that
   // a resumed job goes on counting. Every later launch is one more.
@@ -121,6 +122,17 @@ struct StartInput {
 // The machine list file changed and parsed (a list that does not parse never gets here).
 struct MachinesChanged {
   MachineList list;
+};
+
+// RunLoop's report on a LaunchAction, before its RankStarted and RankStartFailed: what it
+// started, the checkpoint the generation resumes from and where its rendezvous is.
+struct GenerationLaunched {
+  int64_t generation = 0;
+  std::vector<int64_t> pids;  // by rank: its process, or the parked worker's; 0: not started
+  std::vector<int> kept;      // the ranks given to parked workers
+  int64_t resume_step = 0;    // the newest complete checkpoint's step (0: none)
+  std::string rendezvous;     // "host:port"
+  double launch_s = 0;        // how long carrying out the launch took
 };
 
 // RunLoop's report on a Launch: a rank started (pid on its machine) or could not be started.
@@ -181,15 +193,16 @@ struct DrainMachine {
 struct TimerInput {};
 
 using ControllerInput =
-    std::variant<StartInput, MachinesChanged, RankStarted, RankStartFailed, RankReport,
-                 RankExited, HostChecked, StopInput, DrainMachine, TimerInput>;
+    std::variant<StartInput, MachinesChanged, GenerationLaunched, RankStarted, RankStartFailed,
+                 RankReport, RankExited, HostChecked, StopInput, DrainMachine, TimerInput>;
 
 // ---- Actions -----------------------------------------------------------------------------
 
 // Start generation `generation` in `plan`'s shape: rank r runs on machines[plan.ranks[r].machine].
-// The ranks resume from the newest complete checkpoint (RunLoop finds and verifies it);
-// `expected_step`, when set, is the step that checkpoint must hold (a planned morph: anything
-// older means a step was lost, which RunLoop reports).
+// The ranks resume from the newest complete checkpoint (RunLoop finds and verifies it, and
+// says which in GenerationLaunched); `expected_step`, when set, is the step that checkpoint
+// must hold (a planned morph: anything older means a step was lost, which the controller
+// tells).
 struct LaunchAction {
   int64_t generation = 0;
   GridPlan plan;
@@ -277,6 +290,7 @@ class Controller {
   void WatchSilence(const RankState& r);
   void OnStart(const StartInput& in);
   void OnMachinesChanged(const MachinesChanged& in);
+  void OnLaunched(const GenerationLaunched& in);
   void OnRankStarted(const RankStarted& in);
   void OnRankStartFailed(const RankStartFailed& in);
   void OnReport(const RankReport& in);

@@ -65,6 +65,52 @@ TEST_F(ControllerTest, ShrinksWhenHostRemovedFromList) {
   EXPECT_TRUE(Recorded("first_step"));
 }
 
+// RunLoop's report on a launch is told as the `launch` record and its terminal line.
+TEST_F(ControllerTest, ALaunchCarriedOutIsToldWithWhatWasStartedAndKept) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  Feed(GenerationLaunched{0, {4242, 4243}, {1}, 6, "127.0.0.2:29400", 0.25});
+  const std::vector<RecordAction> records = All<RecordAction>();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].event, "launch");
+  EXPECT_EQ(records[0].fields.GetNumber("generation"), 0);
+  EXPECT_EQ(records[0].fields.GetNumber("resume_step"), 6);
+  EXPECT_EQ(records[0].fields.GetString("rdzv"), "127.0.0.2:29400");
+  EXPECT_FALSE(records[0].error);
+  EXPECT_EQ(records[0].line,
+            "mitra: launched 1 worker and kept 1 parked worker (generation 0, 2 x 1, from step "
+            "6), pids 4242 4243");
+  // A report of an earlier generation is ignored.
+  Feed(GenerationLaunched{-1, {1}, {}, 0, "", 0});
+  EXPECT_TRUE(All<RecordAction>().empty());
+}
+
+TEST_F(ControllerTest, ALaunchThatStartedNothingIsToldAsAnError) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  Feed(GenerationLaunched{0, {0, 0}, {}, 0, "127.0.0.2:0", 0});
+  ASSERT_EQ(All<RecordAction>().size(), 1u);
+  EXPECT_TRUE(All<RecordAction>()[0].error);
+  EXPECT_NE(All<RecordAction>()[0].line.find("no worker could be started"), std::string::npos);
+}
+
+TEST_F(ControllerTest, AMorphResumingFromAnOlderCheckpointThanItsStopTellsTheLostStep) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  Feed(GenerationLaunched{0, {100, 101, 102, 103}, {}, 0, "127.0.0.2:1", 0});
+  EXPECT_FALSE(Recorded("step_lost")) << "a first launch expects no step";
+  RunGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  StopAll(6);
+  ASSERT_EQ(OnlyLaunch().expected_step, 6);
+  Feed(GenerationLaunched{1, {200, 201}, {}, 4, "127.0.0.2:2", 0});
+  EXPECT_TRUE(Recorded("launch"));
+  ASSERT_TRUE(Recorded("step_lost"));
+  for (const RecordAction& r : All<RecordAction>()) {
+    if (r.event != "step_lost") continue;
+    EXPECT_EQ(r.fields.GetNumber("expected_step"), 6);
+    EXPECT_EQ(r.fields.GetNumber("resume_step"), 4);
+    EXPECT_TRUE(r.error);
+  }
+}
+
 TEST_F(ControllerTest, DrainingAMachineInUseMorphsOffItWithoutAFailure) {
   Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(5);
