@@ -181,6 +181,8 @@ void Controller::OnReport(const RankReport& in) {
       last_step_ = std::max(last_step_, in.step);
       if (!gen_.first_step_seen) {
         gen_.first_step_seen = true;
+        trained_ = true;
+        budget_.OnStepTrained();
         if (!change_.kind.empty()) TellTrainingAgain(in.step);
       }
       return;
@@ -228,7 +230,7 @@ void Controller::OnExited(const RankExited& in) {
     if (in.exit.signal == SIGUSR1) {
       what += " (it had no SIGUSR1 handler: a worker must install one before it reports ready)";
     }
-    Fail(in.rank, what, /*blame_machine=*/true, /*machine_lost=*/in.exit.lost);
+    Fail(in.rank, what, /*blame_machine=*/true, /*machine_lost=*/in.exit.lost, &in);
   }
   MaybeEndGeneration();
 }

@@ -53,6 +53,7 @@
 #include "manager/machine_list.h"
 #include "manager/generation.h"
 #include "manager/machine_pool.h"
+#include "manager/failure_excerpt.h"
 #include "manager/narration.h"
 #include "manager/parked_workers.h"
 #include "manager/restart_budget.h"
@@ -166,6 +167,7 @@ struct RankExited {
   int64_t generation = 0;
   int rank = 0;
   launcher::ExitStatus exit;
+  FailureExcerpt output = {};  // what it printed last (and its earlier error lines)
 };
 
 // The result of a CheckHost action.
@@ -241,7 +243,9 @@ struct RecordAction {
 };
 
 struct FinishAction {
-  enum class Outcome { kDone, kStopped, kFailed };
+  // kBadConfiguration: a worker said its configuration is wrong (exit code 2) before the job's
+  // first step (restart_budget.h); `mitra run` exits 2.
+  enum class Outcome { kDone, kStopped, kFailed, kBadConfiguration };
   Outcome outcome = Outcome::kFailed;
   std::string reason;  // kFailed: why, for the last line
 };
@@ -327,9 +331,22 @@ class Controller {
 
   // A rank failed (or, without `rank`, the generation as a whole: it did not stop in time).
   // `machine_lost`: the connection to its machine was lost, so the relaunch does not wait for
-  // that machine's health check (it joins later, through a grow, if it passes).
+  // that machine's health check (it joins later, through a grow, if it passes). `exited`: the
+  // rank's exit, when that is the failure. Tells it, blames the machine, asks the restart
+  // budget, and tears the generation down.
   void Fail(std::optional<int> rank, const std::string& what, bool blame_machine,
-            bool machine_lost = false);
+            bool machine_lost = false, const RankExited* exited = nullptr);
+  // Fail's steps.
+  FailureFact TellFailure(std::optional<int> rank, const std::string& what);
+  // The blamed machine checked now, or kept out (MachinePool::BlameFailure).
+  void CheckBlamed(const std::string& address, const std::string& what,
+                   const MachinePool::Blame& blame);
+  // A recovery, or the job's end when the restart budget says so.
+  void JudgeFailure(const std::string& what, bool machine_lost, const RankExited* exited,
+                    bool machine_kept_out);
+  // SIGKILL to the survivors, or a moment for them to park first.
+  void TearDownAfterFailure(std::optional<int> rank, const std::string& what, bool machine_lost,
+                            bool during_regroup);
   // A rank failed after the job's training was complete: nothing is relaunched, the others
   // may finish their own work, and the job ends as failed.
   void FailAfterTraining(std::optional<int> rank, const std::string& what);
@@ -374,6 +391,7 @@ class Controller {
   MachinePool pool_;
   Generation gen_;  // the current (or last) generation, with its deadlines
   int64_t last_step_ = 0;
+  bool trained_ = false;        // some generation of this manager trained a step
   bool training_done_ = false;  // every rank reported `stopped` at the last step
   // The change that ended the previous generation, kept for the next one's first-step record.
   struct Change {

@@ -179,8 +179,10 @@ void RunLoop::OnFinish(const manager::FinishAction& finish) {
       *out_ << "mitra: stopped at step " << step << " on request: " << summary << std::endl;
       break;
     case manager::FinishAction::Outcome::kFailed:
+    case manager::FinishAction::Outcome::kBadConfiguration:
       final_state_ = "failed";
-      exit_code_ = kExitFailed;
+      exit_code_ = finish.outcome == manager::FinishAction::Outcome::kFailed ? kExitFailed
+                                                                            : kExitBadInput;
       fields.SetString("reason", finish.reason);
       *err_ << "mitra: failed: " << finish.reason << " (" << summary << ")" << std::endl;
       break;

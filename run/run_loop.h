@@ -112,7 +112,7 @@ class RunLoop {
     std::string machine;  // address
     manager::Machine where;
     bool stopped_record = false;
-    std::vector<std::string> last_lines;
+    manager::FailureExcerpt output;  // what it printed, once it exited
   };
 
   void Handle(const manager::ControllerInput& input);
@@ -151,7 +151,7 @@ class RunLoop {
   void OnMessage(int64_t generation, int rank, const std::string& text);
   void OnMachineListEdited(const std::string& contents);
   void OnRecord(const manager::RecordAction& record);
-  // A failure record's report on the terminal, with the failed rank's last lines; false when
+  // A failure record's report on the terminal, with what the failed rank printed; false when
   // the record names no rank of the current generation (then its line is shown as any other).
   bool ReportFailure(const JsonObject& failure);
   void OnFinish(const manager::FinishAction& finish);

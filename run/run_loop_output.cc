@@ -6,24 +6,12 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "manager/failure_excerpt.h"
 #include "manager/progress.h"
 #include "manager/run_records.h"
 #include "run/run_loop.h"
 
 namespace mitra::run {
-namespace {
-
-// Whether a line a worker printed is one of its heartbeat records (docs/worker-contract.md),
-// however the record orders or spaces its fields.
-bool IsHeartbeatRecord(std::string_view line) {
-  if (!StartsWith(line, launcher::kMessagePrefix)) return false;
-  line.remove_prefix(launcher::kMessagePrefix.size());
-  const Result<JsonObject> record = JsonObject::Parse(line);
-  return record.ok() && record->GetString("event") == "heartbeat";
-}
-
-}  // namespace
-
 void RunLoop::OnWorkerEvent(WorkerEvent& event) {
   const ProcessKey key{event.runner, event.event.id};
   if (const auto route = routes_.find(key); route != routes_.end()) {
@@ -43,10 +31,13 @@ void RunLoop::OnWorkerEvent(WorkerEvent& event) {
     OnMessage(event.generation, event.rank, event.event.message);
     return;
   }
+  manager::RankExited exited{
+      event.generation, event.rank, event.event.exit,
+      manager::ExcerptOf(std::move(event.event.earlier_errors), event.event.last_lines)};
   if (event.generation == ranks_generation_) {
     const auto it = ranks_.find(event.rank);
     if (it != ranks_.end()) {
-      it->second.last_lines = event.event.last_lines;
+      it->second.output = exited.output;
       Warn(journal_->RecordEvent(
           "worker_exit",
           manager::WorkerExitRecord(event.rank, static_cast<int>(it->second.pid), event.event.exit,
@@ -56,7 +47,7 @@ void RunLoop::OnWorkerEvent(WorkerEvent& event) {
               .SetBool("lost", event.event.exit.lost)));
     }
   }
-  Handle(manager::RankExited{event.generation, event.rank, event.event.exit});
+  Handle(exited);
 }
 
 void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
@@ -163,12 +154,9 @@ bool RunLoop::ReportFailure(const JsonObject& failure) {
   const std::optional<double> rank = failure.GetNumber("rank");
   const auto it = rank ? ranks_.find(static_cast<int>(*rank)) : ranks_.end();
   if (it == ranks_.end()) return false;
-  std::vector<std::string> lines;  // heartbeats say nothing about why it failed
-  for (const std::string& line : it->second.last_lines) {
-    if (!IsHeartbeatRecord(line)) lines.push_back(line);
-  }
   *err_ << manager::FormatFailureReport(failure.GetString("reason").value_or(""),
-                                        RunDir::LogName(ranks_generation_, it->first), lines)
+                                        RunDir::LogName(ranks_generation_, it->first),
+                                        it->second.output)
         << std::flush;
   return true;
 }
