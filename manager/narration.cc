@@ -157,6 +157,15 @@ Narration Launched(const LaunchedFact& f) {
   return Told("launch", fields, line + "), pids " + Join(pids, " "));
 }
 
+Narration StepLost(const StepLostFact& f) {
+  return Told("step_lost",
+              JsonObject().SetInt("expected_step", f.expected_step).SetInt("resume_step", f.resume_step),
+              "mitra: warning: the workers stopped after step " + std::to_string(f.expected_step) +
+                  " but the newest complete checkpoint is step " + std::to_string(f.resume_step) +
+                  "; continuing from it",
+              true);
+}
+
 Narration TrainingAgain(const TrainingAgainFact& f) {
   // A process start, or a regroup of parked workers, or both.
   const std::string ready = f.kept == 0 ? "start" : f.started == 0 ? "regroup" : "start and regroup";
@@ -191,17 +200,7 @@ Narration Narrate(const Fact& fact) {
   return std::visit(
       Overloaded{
           [](const LaunchedFact& f) { return Launched(f); },
-          [](const StepLostFact& f) {
-            return Told("step_lost",
-                        JsonObject()
-                            .SetInt("expected_step", f.expected_step)
-                            .SetInt("resume_step", f.resume_step),
-                        "mitra: warning: the workers stopped after step " +
-                            std::to_string(f.expected_step) +
-                            " but the newest complete checkpoint is step " +
-                            std::to_string(f.resume_step) + "; continuing from it",
-                        true);
-          },
+          [](const StepLostFact& f) { return StepLost(f); },
           [](const ListChangedFact& f) { return ListChanged(f); },
           [](const DrainFact& f) { return Drained(f); },
           [](const AllReadyFact& f) {

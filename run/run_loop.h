@@ -148,7 +148,16 @@ class RunLoop {
   // After the job's end: waits a little for released workers to exit (they are told to).
   void AwaitReleased();
   void OnWorkerEvent(WorkerEvent& event);
+  // A `@mitra` record of a rank: a report for the controller, or a note the loop records and
+  // shows (eval, settings, warning, checkpoint_failed).
   void OnMessage(int64_t generation, int rank, const std::string& text);
+  // The controller's RankReport of a record (ready, parked, heartbeat, step, stopped,
+  // checkpoint, restored), after what the loop does with it (metrics, progress line, records);
+  // nullopt for any other record.
+  std::optional<manager::RankReport> ReadReport(int64_t generation, int rank,
+                                                const std::string& kind, const JsonObject& record);
+  void OnWorkerNote(int64_t generation, int rank, const std::string& kind,
+                    const JsonObject& record);
   void OnMachineListEdited(const std::string& contents);
   void OnRecord(const manager::RecordAction& record);
   // A failure record's report on the terminal, with what the failed rank printed; false when

@@ -60,94 +60,103 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
     return;
   }
   const std::string kind = parsed->GetString("event").value_or("");
-  manager::RankReport report{generation, rank, manager::RankReport::Kind::kHeartbeat, 0};
+  if (std::optional<manager::RankReport> report = ReadReport(generation, rank, kind, *parsed)) {
+    Handle(*report);
+  } else {
+    OnWorkerNote(generation, rank, kind, *parsed);
+  }
+}
+
+std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int rank,
+                                                       const std::string& kind,
+                                                       const JsonObject& record) {
+  using Kind = manager::RankReport::Kind;
+  const bool current = generation == ranks_generation_;
+  manager::RankReport report{generation, rank, Kind::kHeartbeat, 0};
+  const int64_t step = static_cast<int64_t>(record.GetNumber("step").value_or(0));
   if (kind == "ready") {
-    report.kind = manager::RankReport::Kind::kReady;
-    report.can_park = parsed->Find("park") != nullptr && parsed->Find("park")->bool_value();
+    report.kind = Kind::kReady;
+    report.can_park = record.Find("park") != nullptr && record.Find("park")->bool_value();
   } else if (kind == "parked") {
-    report.kind = manager::RankReport::Kind::kParked;
-    report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
-    if (generation == ranks_generation_) {
-      if (const auto it = ranks_.find(rank); it != ranks_.end() && it->second.runner != nullptr) {
-        parked_[{generation, rank}] = it->second;
-      }
+    report.kind = Kind::kParked;
+    report.step = step;
+    if (const auto it = ranks_.find(rank); current && it != ranks_.end() && it->second.runner) {
+      parked_[{generation, rank}] = it->second;
     }
   } else if (kind == "heartbeat") {
-    report.kind = manager::RankReport::Kind::kHeartbeat;
-    if (parsed->Find("steps") != nullptr) OnStepTimes(generation, rank, *parsed);
+    report.kind = Kind::kHeartbeat;
+    if (record.Find("steps") != nullptr) OnStepTimes(generation, rank, record);
   } else if (kind == "step" && rank == 0) {
-    const std::optional<manager::StepRecord> step = manager::StepRecord::FromJson(*parsed);
-    if (!step) return;
-    if (generation == ranks_generation_) {
-      Warn(journal_->RecordStep(
-          manager::MetricsRecord(*parsed, controller_.plan(), generation)));
-      stats_.Add(*step, clock_->MonotonicSeconds());
-      *out_ << manager::FormatProgressLine(*step, max_steps_, stats_.EtaSeconds(max_steps_)) << std::endl;
+    const std::optional<manager::StepRecord> trained = manager::StepRecord::FromJson(record);
+    if (!trained) return std::nullopt;
+    if (current) {
+      Warn(journal_->RecordStep(manager::MetricsRecord(record, controller_.plan(), generation)));
+      stats_.Add(*trained, clock_->MonotonicSeconds());
+      *out_ << manager::FormatProgressLine(*trained, max_steps_, stats_.EtaSeconds(max_steps_))
+            << std::endl;
     }
-    report.kind = manager::RankReport::Kind::kStep;
-    report.step = step->step;
+    report.kind = Kind::kStep;
+    report.step = trained->step;
   } else if (kind == "stopped") {
-    report.kind = manager::RankReport::Kind::kStopped;
-    report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
-    report.finished = parsed->GetString("reason") == "max_steps";
-    if (generation == ranks_generation_ && ranks_.count(rank)) ranks_[rank].stopped_record = true;
-  } else if (kind == "eval" && rank == 0) {
-    if (generation == ranks_generation_) {
-      JsonObject record = *parsed;
-      record.Erase("event");
-      record.SetInt("generation", generation);
-      // metrics.jsonl: evaluation records carry eval_loss and eval_<metric>, never "loss".
-      JsonObject metrics;
-      for (const auto& [key, value] : record.fields()) {
-        const bool plain = key == "step" || key == "generation";
-        metrics.Set(plain ? key : "eval_" + key, value);
-      }
-      Warn(journal_->RecordStep(metrics));
-      Warn(journal_->RecordEvent("eval", record));
-      *out_ << manager::FormatEvalLine(record) << std::endl;
+    report.kind = Kind::kStopped;
+    report.step = step;
+    report.finished = record.GetString("reason") == "max_steps";
+    if (current && ranks_.count(rank)) ranks_[rank].stopped_record = true;
+  } else if (kind == "checkpoint" || kind == "restored") {
+    JsonObject fields = record;
+    fields.Erase("event");
+    fields.SetInt("generation", generation).SetInt("rank", rank);
+    Warn(journal_->RecordEvent(kind, fields));
+    report.kind = kind == "restored" ? Kind::kRestored : Kind::kCheckpoint;
+    report.step = step;
+    report.seconds = record.GetNumber("seconds").value_or(0);
+  } else {
+    return std::nullopt;
+  }
+  return report;
+}
+
+void RunLoop::OnWorkerNote(int64_t generation, int rank, const std::string& kind,
+                           const JsonObject& record) {
+  if (kind == "eval" && rank == 0) {
+    if (generation != ranks_generation_) return;
+    JsonObject fields = record;
+    fields.Erase("event");
+    fields.SetInt("generation", generation);
+    // metrics.jsonl: evaluation records carry eval_loss and eval_<metric>, never "loss".
+    JsonObject metrics;
+    for (const auto& [key, value] : fields.fields()) {
+      const bool plain = key == "step" || key == "generation";
+      metrics.Set(plain ? key : "eval_" + key, value);
     }
-    return;
+    Warn(journal_->RecordStep(metrics));
+    Warn(journal_->RecordEvent("eval", fields));
+    *out_ << manager::FormatEvalLine(fields) << std::endl;
   } else if (kind == "settings" && rank == 0) {
-    const std::string text = parsed->GetString("text").value_or("");
-    if (text != settings_) {  // once, and again only when a launch brings other settings
-      settings_ = text;
-      JsonObject fields = *parsed;
-      fields.Erase("event");
-      fields.SetInt("generation", generation);
-      Warn(journal_->RecordEvent("settings", fields));
-      *out_ << "mitra: training with " << text << std::endl;
-    }
-    return;
+    const std::string text = record.GetString("text").value_or("");
+    if (text == settings_) return;  // once, and again only when a launch brings other settings
+    settings_ = text;
+    JsonObject fields = record;
+    fields.Erase("event");
+    fields.SetInt("generation", generation);
+    Warn(journal_->RecordEvent("settings", fields));
+    *out_ << "mitra: training with " << text << std::endl;
   } else if (kind == "warning") {
-    Warn(journal_->RecordEvent(
-        "worker_warning", JsonObject()
-                              .SetInt("generation", generation)
-                              .SetInt("rank", rank)
-                              .SetString("message", parsed->GetString("message").value_or(""))));
-    *err_ << "mitra: warning: rank " << rank << ": " << parsed->GetString("message").value_or("")
-          << std::endl;
-    return;
+    const std::string message = record.GetString("message").value_or("");
+    Warn(journal_->RecordEvent("worker_warning", JsonObject()
+                                                     .SetInt("generation", generation)
+                                                     .SetInt("rank", rank)
+                                                     .SetString("message", message)));
+    *err_ << "mitra: warning: rank " << rank << ": " << message << std::endl;
   } else if (kind == "checkpoint_failed") {
-    JsonObject fields = *parsed;
+    JsonObject fields = record;
     fields.Erase("event");
     fields.SetInt("generation", generation).SetInt("rank", rank);
     Warn(journal_->RecordEvent(kind, fields));
     *err_ << "mitra: warning: rank " << rank << " could not write its part of the checkpoint of "
-          << "step " << static_cast<int64_t>(parsed->GetNumber("step").value_or(0)) << ": "
-          << parsed->GetString("error").value_or("") << std::endl;
-    return;
-  } else if (kind == "checkpoint" || kind == "restored") {
-    JsonObject fields = *parsed;
-    fields.Erase("event");
-    fields.SetInt("generation", generation).SetInt("rank", rank);
-    Warn(journal_->RecordEvent(kind, fields));
-    report.kind = kind == "restored" ? manager::RankReport::Kind::kRestored : manager::RankReport::Kind::kCheckpoint;
-    report.step = static_cast<int64_t>(parsed->GetNumber("step").value_or(0));
-    report.seconds = parsed->GetNumber("seconds").value_or(0);
-  } else {
-    return;
+          << "step " << static_cast<int64_t>(record.GetNumber("step").value_or(0)) << ": "
+          << record.GetString("error").value_or("") << std::endl;
   }
-  Handle(report);
 }
 
 bool RunLoop::ReportFailure(const JsonObject& failure) {
