@@ -92,7 +92,8 @@ std::string FormatFailureReport(const std::string& what, const std::string& log_
                                 const FailureExcerpt& excerpt) {
   std::string report = "mitra: " + what + "\n";
   if (excerpt.empty()) return report;
-  const std::string last = "last " + std::to_string(excerpt.tail.size()) + " lines";
+  const size_t n = excerpt.tail.size();
+  const std::string last = n == 1 ? "last line" : "last " + std::to_string(n) + " lines";
   if (excerpt.earlier_errors.empty()) {
     report += "mitra: " + last + " of " + log_name + ":\n";
   } else {

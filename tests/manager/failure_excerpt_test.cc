@@ -66,6 +66,11 @@ TEST(FailureExcerpt, TheReportQuotesTheErrorLinesBeforeTheTail) {
       << with_errors;
   EXPECT_EQ(FormatFailureReport("rank 0 hung", "logs/gen-0/rank-0.log", FailureExcerpt{}),
             "mitra: rank 0 hung\n");
+  EXPECT_EQ(FormatFailureReport("rank 0 exited with code 2", "logs/gen-0/rank-0.log",
+                                ExcerptOf({}, {"error: bad flag"})),
+            "mitra: rank 0 exited with code 2\n"
+            "mitra: last line of logs/gen-0/rank-0.log:\n"
+            "  | error: bad flag\n");
 }
 
 }  // namespace
