@@ -312,7 +312,8 @@ class Controller {
   bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
   void BeginMorph(const std::string& why);
   // A morph into `desired`: when it needs new processes and every rank can park, they start
-  // first as standby workers and the morph waits for them (warm_up_); otherwise it begins now.
+  // first as standby workers and the morph waits for them (the warm-up, standby.h); otherwise
+  // it begins now.
   void Morph(const std::string& why, const GridPlan& desired, const std::vector<Machine>& machines);
   // A standby worker's report or exit (generation kStandbyGeneration).
   void OnStandbyReport(const RankReport& in);
