@@ -1,30 +1,17 @@
 #include "cli/run_command.h"
 
 #include <algorithm>
-#include <cmath>
 #include <memory>
-#include <filesystem>
-#include <thread>
 
+#include "checkpoint/store.h"
+#include "cli/planner_commands.h"
 #include "common/duration_text.h"
 #include "common/json.h"
 #include "common/strings.h"
-#include "checkpoint/store.h"
-#include "run/control_socket.h"
-#include "run/describe.h"
-#include "planner/grid.h"
-#include "manager/machine_list.h"
 #include "manager/progress.h"
-#include "run/run_dir.h"
-#include "run/run_journal.h"
-#include "run/orphans.h"
-#include "cli/planner_commands.h"
-#include "run/profile_job.h"
-#include "run/run_loop.h"
-#include "run/slurm_allocation.h"
-#include "planner/shape_policy.h"
-#include "contract/variables.h"
 #include "mitra/planner/batch_split.h"
+#include "run/orphans.h"
+#include "run/profile_job.h"
 
 namespace mitra::cli {
 namespace {
@@ -33,46 +20,12 @@ using planner::GridRequest;
 using planner::PlanGrid;
 
 constexpr double kDescribeTimeoutS = 60;
-constexpr double kMachineCheckTimeoutS = 10;
 
 // Prints a (possibly multi-line) message, each line prefixed, and returns the bad-input code.
 int BadInput(RunContext& c, const std::string& message) {
   for (const std::string_view line : SplitLines(message)) *c.err << "mitra run: " << line << "\n";
   c.err->flush();
   return kExitBadInput;
-}
-
-const std::string* Lookup(const contract::Environment& env, const std::string& name) {
-  const auto it = env.find(name);
-  return it == env.end() || it->second.empty() ? nullptr : &it->second;
-}
-
-// --threads, else MITRA_THREADS from the manager's environment, else 1.
-Result<int> ResolveThreads(const RunOptions& options, const contract::Environment& env) {
-  if (options.threads > 0) return options.threads;
-  const std::string* value = Lookup(env, contract::kThreads);
-  if (value == nullptr) return 1;
-  const std::optional<int64_t> n = ParseInt64(*value);
-  if (!n || *n < 1 || *n > 4096) {
-    return Status::InvalidArgument("MITRA_THREADS='" + *value +
-                                   "' in the environment is not a whole number >= 1; fix or "
-                                   "unset it, or pass --threads N");
-  }
-  return static_cast<int>(*n);
-}
-
-// --timeout, else MITRA_TIMEOUT_S from the manager's environment, else 30.
-Result<double> ResolveTimeout(const RunOptions& options, const contract::Environment& env) {
-  if (options.timeout_s > 0) return options.timeout_s;
-  const std::string* value = Lookup(env, contract::kTimeoutS);
-  if (value == nullptr) return 30.0;
-  const std::optional<double> s = ParseDouble(*value);
-  if (!s || *s <= 0) {
-    return Status::InvalidArgument("MITRA_TIMEOUT_S='" + *value +
-                                   "' in the environment is not a positive number of seconds; "
-                                   "fix or unset it, or pass --timeout S");
-  }
-  return *s;
 }
 
 std::string Plural(int64_t n, const std::string& word) {
@@ -159,102 +112,6 @@ int KeptChunkSize(RunContext& c, const RunOptions& options, const run::ProgramDe
   return written > 0 ? static_cast<int>(written) : first.chunk_size;
 }
 
-// --identity and --known-hosts name files that must exist when SSH machines are listed.
-Status CheckSshFiles(const RunOptions& options, const manager::MachineList& machines) {
-  const bool remote = std::any_of(machines.machines.begin(), machines.machines.end(),
-                                  [](const manager::Machine& m) { return !m.IsLocal(); });
-  if (!remote) return Status::Ok();
-  for (const auto& [flag, path] : {std::make_pair("--identity", options.identity),
-                                   std::make_pair("--known-hosts", options.known_hosts)}) {
-    if (path.empty()) continue;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(path, ec)) {
-      return Status::InvalidArgument(std::string(flag) + " " + path +
-                                     " is not a file; give the path of an existing " +
-                                     (std::string(flag) == "--identity"
-                                          ? "private key (e.g. ~/.ssh/id_ed25519)"
-                                          : "known_hosts file (e.g. ~/.ssh/known_hosts)"));
-    }
-  }
-  return Status::Ok();
-}
-
-// The machine list: the file --machines names (its text in `text`, for the watcher), or the
-// Slurm allocation's nodes for `--machines slurm`.
-Result<manager::MachineList> ReadMachines(RunContext& c, const RunOptions& options, std::string* text) {
-  if (options.machines_path == run::kSlurmMachines) {
-    const int slots = options.gpus_per_node_given ? options.gpus_per_node : 0;
-    if (c.expand_slurm_nodes) return run::SlurmMachineList(c.environment, slots, c.expand_slurm_nodes);
-    const contract::Environment& environment = c.environment;
-    return run::SlurmMachineList(c.environment, slots, [&environment](const std::string& list) {
-      return run::ExpandWithScontrol(list, environment);
-    });
-  }
-  Result<std::string> read = c.fs->ReadFile(options.machines_path);
-  if (!read.ok()) {
-    // LoadMachineList words a missing or unreadable list best.
-    return manager::LoadMachineList(*c.fs, options.machines_path, options.gpus_per_node).status();
-  }
-  *text = std::move(read).value();
-  return manager::ParseMachineList(*text, options.machines_path, options.gpus_per_node);
-}
-
-// What the launcher needs: SSH's key files, or for srun an allocation to start steps in and
-// machines that are Slurm nodes (no SSH user or port).
-Status CheckLauncher(RunContext& c, const RunOptions& options, const manager::MachineList& machines) {
-  if (options.launcher == Launcher::kSsh) return CheckSshFiles(options, machines);
-  if (Lookup(c.environment, "SLURM_JOB_ID") == nullptr) {
-    return Status::InvalidArgument(
-        "--launcher srun starts the workers as job steps of the Slurm allocation mitra runs in, "
-        "and SLURM_JOB_ID is not set: run it inside one (in an sbatch script, or `salloc "
-        "--nodes=2 --ntasks-per-node=4 mitra run ...`), or use --launcher ssh");
-  }
-  for (const manager::Machine& m : machines.machines) {
-    if (!m.IsLocal() && (!m.user.empty() || m.port != 0)) {
-      return Status::InvalidArgument(
-          "'" + m.Address() + "' names an SSH user or port, which --launcher srun does not use: "
-          "list the Slurm node name alone (or use --launcher ssh)");
-    }
-  }
-  return Status::Ok();
-}
-
-Status CheckMachines(RunContext& c, const manager::MachineList& machines,
-                     std::vector<std::string>* unreachable) {
-  std::vector<const manager::Machine*> remote;
-  for (const manager::Machine& m : machines.machines) {
-    if (!m.IsLocal()) remote.push_back(&m);
-  }
-  std::vector<Status> results(remote.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < remote.size(); ++i) {
-    threads.emplace_back([&c, &remote, &results, i] {
-      results[i] = c.transports->Check(*remote[i], kMachineCheckTimeoutS);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (size_t i = 0; i < remote.size(); ++i) {
-    if (results[i].ok()) continue;
-    if (results[i].code() == Status::Code::kInvalidArgument) {
-      return Status::InvalidArgument(remote[i]->Address() + ": " + results[i].message());
-    }
-    *c.err << "mitra run: warning: " << remote[i]->Address() << " cannot be reached now ("
-           << results[i].message() << "); the job starts without it and takes it in once it "
-           << "passes a health check" << std::endl;
-    unreachable->push_back(remote[i]->Address());
-  }
-  return Status::Ok();
-}
-
-// The control socket's path must fit a Unix socket address; checked before anything is created.
-Status CheckRunDirSocket(const run::RunDir& run_dir) {
-  const std::string path = run::ControlSocketPath(run_dir.path());
-  if (path.size() <= run::MaxSocketPathLength()) return Status::Ok();
-  return Status::InvalidArgument("--run-dir " + run_dir.path() + " is too long: its control socket " +
-                                 path + " needs at most " + std::to_string(run::MaxSocketPathLength()) +
-                                 " bytes; pass a shorter --run-dir");
-}
-
 // The profile a planned run plans from: the one kept in the run directory when it was made for
 // this program, else a new one, measured now on `machines` and kept there.
 Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
@@ -292,246 +149,268 @@ Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
       std::make_shared<planner::Profile>(std::move(profile).value()));
 }
 
+// What every launch shares: the run's directories, steps, checkpoints and threads.
+run::LaunchSettings SettingsFor(const RunOptions& options, const CheckedInputs& inputs,
+                                const ProgramPlan& plan, int64_t first_generation) {
+  run::LaunchSettings settings;
+  settings.generation = first_generation;
+  settings.max_steps = options.max_steps;
+  settings.resume_step = plan.resume_step;
+  settings.checkpoint_dir = inputs.checkpoint_dir;
+  settings.checkpoint_every = options.checkpoint_every;
+  settings.keep_checkpoints = options.keep_checkpoints;
+  settings.threads = inputs.threads;
+  settings.precision = options.precision;
+  settings.timeout_s = inputs.timeout_s;
+  settings.run_dir = inputs.run_dir;
+  return settings;
+}
+
+// state.json's fixed fields, which the `start` record shares.
+JsonObject JobFields(const RunOptions& options, const CheckedInputs& inputs, const RunContext& c) {
+  JsonObject fields;
+  fields.SetInt("manager_pid", c.manager_pid)
+      .SetString("run_dir", inputs.run_dir)
+      .SetString("machines_file",
+                 inputs.slurm ? inputs.machines_path : NormalizePath(inputs.machines_path))
+      .SetString("program", inputs.program)
+      .Set("program_args", JsonValue::StringArray(options.program_args))
+      .SetNumber("started_at", c.clock->WallSeconds());
+  return fields;
+}
+
+void RecordStart(run::RunJournal& journal, const JsonObject& job_fields,
+                 const CheckedInputs& inputs, const ProgramPlan& plan) {
+  (void)journal.RecordEvent("start",
+                            JsonObject(job_fields)
+                                .SetInt("slots", plan.plan.total_slots)
+                                .SetInt("idle_slots", plan.plan.idle_slots)
+                                .SetInt("segments", plan.description.segments)
+                                .SetNumber("tokens_per_sample", plan.description.tokens_per_sample)
+                                .SetNumber("describe_s", manager::RoundedSeconds(plan.describe_s))
+                                .SetInt("threads", inputs.threads)
+                                .SetNumber("timeout_s", inputs.timeout_s));
+}
+
 }  // namespace
 
-int RunCommand(const RunOptions& options, RunContext& c) {
-  // 1. Everything that can be checked without running the program.
-  const bool slurm = options.machines_path == run::kSlurmMachines;
-  const std::string machines_path =
-      slurm ? std::string(run::kSlurmMachines) : JoinPath(c.working_directory, options.machines_path);
-  std::string machines_text;
-  Result<manager::MachineList> machines = ReadMachines(c, options, &machines_text);
-  if (!machines.ok()) return BadInput(c, machines.status().message());
-  if (Status s = CheckLauncher(c, options, *machines); !s.ok()) return BadInput(c, s.message());
-  Result<int> threads = ResolveThreads(options, c.environment);
-  if (!threads.ok()) return BadInput(c, threads.status().message());
-  Result<double> timeout_s = ResolveTimeout(options, c.environment);
-  if (!timeout_s.ok()) return BadInput(c, timeout_s.status().message());
-  const std::string* search_path = Lookup(c.environment, "PATH");
-  Result<std::string> program =
-      c.runner->ResolveProgram(options.program, search_path ? *search_path : "");
-  if (!program.ok()) return BadInput(c, program.status().message());
+// ---- 2. The program and its plan -----------------------------------------------------------
 
-  const bool planned = options.stages == 0;  // the planner chooses the shapes
-  GridRequest request;
-  for (const manager::Machine& m : machines->machines) request.slots_per_machine.push_back(m.slots);
-  request.stages = planned ? 1 : options.stages;
-  request.segments = request.stages;  // unknown yet: checked after the program describes itself
-  request.global_batch = options.batch_size;
-  request.chunk_size = options.chunk_size;
-  request.replicas = planned ? 1 : 0;  // a planned job may use fewer replicas than slots
-  if (Result<planner::GridPlan> early = PlanGrid(request); !early.ok()) {
-    return BadInput(c, early.status().message());
-  }
-  std::shared_ptr<const planner::Profile> given_profile;
-  if (!options.profile_dir.empty()) {
-    if (!planned) {
-      return BadInput(c, "--profile is for planned shapes: leave out --nstages to let the "
-                         "planner choose them, or leave out --profile");
-    }
-    Result<planner::Profile> loaded =
-        LoadProfile(JoinPath(c.working_directory, options.profile_dir));
-    if (!loaded.ok()) return BadInput(c, loaded.status().message());
-    given_profile = std::make_shared<planner::Profile>(std::move(loaded).value());
-  }
-  const run::RunDir run_dir(NormalizePath(JoinPath(c.working_directory, options.run_dir)));
-  if (Status s = run_dir.CheckUsable(*c.fs); !s.ok()) return BadInput(c, s.message());
-  const std::string checkpoint_dir = NormalizePath(JoinPath(
-      c.working_directory,
-      options.checkpoint_dir.empty() ? JoinPath(options.run_dir, "checkpoints")
-                                     : options.checkpoint_dir));
-
-  if (c.serve_metrics) {
-    if (Status s = c.serve_metrics(); !s.ok()) return BadInput(c, s.message());
-  }
-
-  // 2. Ask the program for its shape; plan the grid.
+Result<ProgramPlan> DescribeAndPlan(const RunOptions& options, const CheckedInputs& inputs,
+                                    RunContext& c) {
+  ProgramPlan out;
   launcher::ProcessSpec describe;
-  describe.program = *program;
+  describe.program = inputs.program;
   describe.args = options.program_args;
   describe.environment = run::DescribeEnvironment(c.environment);
   describe.working_directory = c.working_directory;
   const double describe_start_s = c.clock->MonotonicSeconds();
   Result<run::ProgramDescription> description =
       run::DescribeProgram(*c.runner, describe, *c.clock, kDescribeTimeoutS);
-  if (!description.ok()) return BadInput(c, description.status().message());
-  const double describe_s = c.clock->MonotonicSeconds() - describe_start_s;
-  request.segments = description->segments;
-  request.chunk_kept = !description->micro_batch_independent;
-  Result<planner::GridPlan> plan = PlanGrid(request);
-  if (!plan.ok()) return BadInput(c, plan.status().message());
-  if (given_profile && given_profile->num_segments() != description->segments) {
-    return BadInput(c, "--profile " + options.profile_dir + " profiles a model of " +
-                           std::to_string(given_profile->num_segments()) +
-                           " segments but the program has " +
-                           std::to_string(description->segments) +
-                           ": profile this program (mitra profile) or leave out --profile");
-  }
-  std::vector<std::string> reported;  // damaged checkpoints named on the terminal
-  Result<std::optional<checkpoint::Found>> resume =
-      FindResumePoint(c, checkpoint_dir, *description, options, &reported);
-  if (!resume.ok()) return BadInput(c, resume.status().message());
-  const int64_t resume_step = *resume ? (*resume)->step : 0;
-  // A planned job keeps a chunk only once it is known: given, or from the checkpoint; else
-  // the first plan's, below.
-  int chunk_size = KeptChunkSize(c, options, *description, *resume, *plan);
-  if (planned && options.chunk_size == 0 && !(*resume && (*resume)->manifest.chunk_size > 0)) {
-    chunk_size = 0;
-  }
-  if (!planned && chunk_size != request.chunk_size) {
-    request.chunk_size = chunk_size;
-    plan = PlanGrid(request);
-    if (!plan.ok()) return BadInput(c, plan.status().message());
-  }
-  if (options.max_steps > 0 && resume_step >= options.max_steps) {
-    *c.out << "mitra: the job is already at step " << resume_step << " of --max-steps "
-           << options.max_steps << ": nothing to train (raise --max-steps to go on)" << std::endl;
-    return kExitOk;
-  }
-  if (Status s = CheckRunDirSocket(run_dir); !s.ok()) return BadInput(c, s.message());
-  // Every SSH machine once, in parallel: one that refuses us (host key, login) is bad input;
-  // one that cannot be reached now starts out of the job and joins once it passes a check.
-  std::vector<std::string> unreachable;
-  if (Status s = CheckMachines(c, *machines, &unreachable); !s.ok()) {
-    return BadInput(c, s.message());
-  }
-  // The last check, because it creates the directory: every input is known good by now.
-  if (Status s = checkpoint::CheckWritable(*c.fs, checkpoint_dir); !s.ok()) {
-    return BadInput(c, s.message());
-  }
+  if (!description.ok()) return description.status();
+  out.description = std::move(description).value();
+  out.describe_s = c.clock->MonotonicSeconds() - describe_start_s;
 
+  GridRequest request = GridRequestFor(options, inputs.machines, inputs.planned);
+  request.segments = out.description.segments;
+  request.chunk_kept = !out.description.micro_batch_independent;
+  Result<planner::GridPlan> plan = PlanGrid(request);
+  if (!plan.ok()) return plan.status();
+  if (inputs.profile && inputs.profile->num_segments() != out.description.segments) {
+    return Status::InvalidArgument(
+        "--profile " + options.profile_dir + " profiles a model of " +
+        std::to_string(inputs.profile->num_segments()) + " segments but the program has " +
+        std::to_string(out.description.segments) +
+        ": profile this program (mitra profile) or leave out --profile");
+  }
+  Result<std::optional<checkpoint::Found>> resume =
+      FindResumePoint(c, inputs.checkpoint_dir, out.description, options, &out.reported);
+  if (!resume.ok()) return resume.status();
+  out.resume_step = *resume ? (*resume)->step : 0;
+  // A planned job keeps a chunk only once it is known: given, or from the checkpoint; else
+  // its first plan's (PlanFirstShape).
+  out.chunk_size = KeptChunkSize(c, options, out.description, *resume, *plan);
+  if (inputs.planned && options.chunk_size == 0 &&
+      !(*resume && (*resume)->manifest.chunk_size > 0)) {
+    out.chunk_size = 0;
+  }
+  if (!inputs.planned && out.chunk_size != request.chunk_size) {
+    request.chunk_size = out.chunk_size;
+    plan = PlanGrid(request);
+    if (!plan.ok()) return plan.status();
+  }
+  out.plan = std::move(plan).value();
+  return out;
+}
+
+bool StopRequestedBeforeStart(RunContext& c) {
   std::vector<run::Event> early;  // a list edit while the program described itself: keep it
   while (std::optional<run::Event> event = c.events->TryPop()) {
-    if (std::holds_alternative<run::StopRequested>(*event)) {
-      *c.out << "mitra run: stopped before the workers were started; nothing was started"
-             << std::endl;
-      return kExitOk;
-    }
+    if (std::holds_alternative<run::StopRequested>(*event)) return true;
     early.push_back(std::move(*event));
   }
   for (run::Event& event : early) c.events->Push(std::move(event));
+  return false;
+}
 
-  // 3. Claim the run directory (one manager at a time), clean up after a manager that died on
-  //    it, create it and run the job.
+// ---- 4. The run directory and the first shape ----------------------------------------------
+
+Result<PreparedRunDir> PrepareRunDir(const RunOptions& options, const CheckedInputs& inputs,
+                                     const run::RunDir& run_dir, RunContext& c) {
+  const std::string writable = "; pass --run-dir with a directory you can write";
   if (c.claim_run_dir) {
     if (Status s = c.fs->CreateDirectories(run_dir.path()); !s.ok()) {
-      return BadInput(c, s.message() + "; pass --run-dir with a directory you can write");
+      return Status::InvalidArgument(s.message() + writable);
     }
-    if (Status s = c.claim_run_dir(run_dir.path()); !s.ok()) return BadInput(c, s.message());
+    if (Status s = c.claim_run_dir(run_dir.path()); !s.ok()) return s;
   }
   if (run_dir.HoldsRun(*c.fs)) run::KillOrphans(*c.fs, run_dir, *c.transports, *c.out);
-  if (c.watch_machine_list && !slurm) {  // an allocation's nodes are fixed: nothing to watch
-    if (Status s = c.watch_machine_list(machines_path, machines_text); !s.ok()) {
+  if (c.watch_machine_list && !inputs.slurm) {  // an allocation's nodes are fixed
+    if (Status s = c.watch_machine_list(inputs.machines_path, inputs.machines_text); !s.ok()) {
       *c.err << "mitra run: warning: cannot watch " << options.machines_path << ": "
              << s.message() << "; edits of the list will not be noticed" << std::endl;
     }
   }
-  run::LaunchSettings settings;
-  settings.generation = run_dir.NextGeneration(*c.fs);
-  settings.max_steps = options.max_steps;
-  settings.resume_step = resume_step;
-  settings.checkpoint_dir = checkpoint_dir;
-  settings.checkpoint_every = options.checkpoint_every;
-  settings.keep_checkpoints = options.keep_checkpoints;
-  settings.threads = *threads;
-  settings.precision = options.precision;
-  settings.timeout_s = *timeout_s;
-  settings.run_dir = run_dir.path();
-  if (Status s = run_dir.Create(*c.fs, settings.generation); !s.ok()) {
-    return BadInput(c, s.message() + "; pass --run-dir with a directory you can write");
+  PreparedRunDir prepared;
+  prepared.first_generation = run_dir.NextGeneration(*c.fs);
+  if (Status s = run_dir.Create(*c.fs, prepared.first_generation); !s.ok()) {
+    return Status::InvalidArgument(s.message() + writable);
   }
-  Result<std::unique_ptr<run::RunJournal>> journal = run::RunJournal::Open(c.fs, c.clock, run_dir, c.observer);
+  Result<std::unique_ptr<run::RunJournal>> journal =
+      run::RunJournal::Open(c.fs, c.clock, run_dir, c.observer);
   if (!journal.ok()) {
-    return BadInput(c, journal.status().message() + "; pass --run-dir with a writable directory");
+    return Status::InvalidArgument(journal.status().message() +
+                                   "; pass --run-dir with a writable directory");
   }
-  std::shared_ptr<const planner::ShapePolicy> policy;
-  if (planned) {
-    // The planner's first shape, on the machines that answered; the chunk it picks is kept
-    // when the model's results depend on it.
-    manager::MachineList usable;
-    for (const manager::Machine& m : machines->machines) {
-      if (std::find(unreachable.begin(), unreachable.end(), m.Address()) == unreachable.end()) {
-        usable.machines.push_back(m);
-      }
+  prepared.journal = std::move(journal).value();
+  return prepared;
+}
+
+Result<std::shared_ptr<const planner::ShapePolicy>> PlanFirstShape(
+    const RunOptions& options, const CheckedInputs& inputs, const run::RunDir& run_dir,
+    const std::vector<std::string>& unreachable, ProgramPlan* plan, RunContext& c) {
+  if (!inputs.planned) return std::shared_ptr<const planner::ShapePolicy>();
+  // The planner's first shape, on the machines that answered; the chunk it picks is kept
+  // when the model's results depend on it.
+  manager::MachineList usable;
+  for (const manager::Machine& m : inputs.machines.machines) {
+    if (std::find(unreachable.begin(), unreachable.end(), m.Address()) == unreachable.end()) {
+      usable.machines.push_back(m);
     }
-    Result<std::shared_ptr<const planner::Profile>> profile =
-        given_profile ? Result<std::shared_ptr<const planner::Profile>>(given_profile)
-                      : ProfileForRun(c, options, *program, run_dir, usable, *description,
-                                      *threads, *timeout_s);
-    if (!profile.ok()) {
-      *c.err << "mitra run: " << profile.status().message() << std::endl;
-      return profile.status().code() == Status::Code::kInvalidArgument ? kExitBadInput
-                                                                        : kExitFailed;
-    }
-    auto planned_policy = std::make_shared<planner::PlannedShapePolicy>(*profile);
-    planner::ShapeRequest first;
-    for (const manager::Machine& m : usable.machines) first.machines.push_back({m.Address(), m.slots});
-    first.segments = description->segments;
-    first.global_batch = options.batch_size;
-    first.chunk_size = chunk_size;
-    first.chunk_kept = !description->micro_batch_independent;
-    Result<planner::GridPlan> chosen = planned_policy->Plan(first);
-    if (!chosen.ok()) return BadInput(c, "the planner found no shape: " + chosen.status().message());
-    if (chunk_size == 0 && !description->micro_batch_independent) chunk_size = chosen->chunk_size;
-    plan = std::move(chosen);
-    policy = planned_policy;
   }
-  PrintPlan(c, *machines, *plan, *description, run_dir);
+  Result<std::shared_ptr<const planner::Profile>> profile =
+      inputs.profile ? Result<std::shared_ptr<const planner::Profile>>(inputs.profile)
+                     : ProfileForRun(c, options, inputs.program, run_dir, usable,
+                                     plan->description, inputs.threads, inputs.timeout_s);
+  if (!profile.ok()) return profile.status();
+  auto policy = std::make_shared<planner::PlannedShapePolicy>(*profile);
+  planner::ShapeRequest first;
+  for (const manager::Machine& m : usable.machines) first.machines.push_back({m.Address(), m.slots});
+  first.segments = plan->description.segments;
+  first.global_batch = options.batch_size;
+  first.chunk_size = plan->chunk_size;
+  first.chunk_kept = !plan->description.micro_batch_independent;
+  Result<planner::GridPlan> chosen = policy->Plan(first);
+  if (!chosen.ok()) {
+    return Status::InvalidArgument("the planner found no shape: " + chosen.status().message());
+  }
+  if (plan->chunk_size == 0 && !plan->description.micro_batch_independent) {
+    plan->chunk_size = chosen->chunk_size;
+  }
+  plan->plan = std::move(chosen).value();
+  return std::shared_ptr<const planner::ShapePolicy>(std::move(policy));
+}
 
-  JsonObject job_fields;
-  job_fields.SetInt("manager_pid", c.manager_pid)
-      .SetString("run_dir", run_dir.path())
-      .SetString("machines_file", slurm ? machines_path : NormalizePath(machines_path))
-      .SetString("program", *program)
-      .Set("program_args", JsonValue::StringArray(options.program_args))
-      .SetNumber("started_at", c.clock->WallSeconds());
-  (void)(*journal)->RecordEvent("start",
-                                JsonObject(job_fields)
-                                    .SetInt("slots", plan->total_slots)
-                                    .SetInt("idle_slots", plan->idle_slots)
-                                    .SetInt("segments", description->segments)
-                                    .SetNumber("tokens_per_sample", description->tokens_per_sample)
-                                    .SetNumber("describe_s", manager::RoundedSeconds(describe_s))
-                                    .SetInt("threads", *threads)
-                                    .SetNumber("timeout_s", *timeout_s));
+// ---- 5. The controller's and the loop's options --------------------------------------------
 
-  manager::ControllerOptions controller_options;
-  controller_options.stages = options.stages;
-  controller_options.policy = policy;
-  controller_options.segments = description->segments;
-  controller_options.global_batch = options.batch_size;
-  controller_options.chunk_size = chunk_size;
-  controller_options.max_steps = options.max_steps;
-  controller_options.stop_timeout_s = options.stop_timeout_s;
-  controller_options.finish_timeout_s = std::max(60.0, 2 * *timeout_s);
-  controller_options.startup_timeout_s = std::max(120.0, 4 * *timeout_s);
-  controller_options.heartbeat_timeout_s = options.heartbeat_timeout_s;
+manager::ControllerOptions ControllerOptionsFor(
+    const RunOptions& options, const CheckedInputs& inputs, const ProgramPlan& plan,
+    std::shared_ptr<const planner::ShapePolicy> policy, int64_t first_generation) {
+  manager::ControllerOptions o;
+  o.stages = options.stages;
+  o.policy = std::move(policy);
+  o.segments = plan.description.segments;
+  o.global_batch = options.batch_size;
+  o.chunk_size = plan.chunk_size;
+  o.max_steps = options.max_steps;
+  o.stop_timeout_s = options.stop_timeout_s;
+  o.finish_timeout_s = std::max(60.0, 2 * inputs.timeout_s);
+  o.startup_timeout_s = std::max(120.0, 4 * inputs.timeout_s);
+  o.heartbeat_timeout_s = options.heartbeat_timeout_s;
   // A worker's first heartbeat comes once its program has loaded and reached mitra: seconds.
-  controller_options.first_heartbeat_timeout_s = std::max(10.0, 2 * options.heartbeat_timeout_s);
-  controller_options.max_restarts = options.max_restarts;
+  o.first_heartbeat_timeout_s = std::max(10.0, 2 * options.heartbeat_timeout_s);
+  o.max_restarts = options.max_restarts;
   // Spares are parked workers: a launcher that cannot tell them a place cannot use them.
-  controller_options.spares = options.no_regroup ? 0 : options.spares;
-  controller_options.start_step = resume_step;
-  controller_options.first_generation = settings.generation;
+  o.spares = options.no_regroup ? 0 : options.spares;
+  o.start_step = plan.resume_step;
+  o.first_generation = first_generation;
+  return o;
+}
 
-  run::RunLoopOptions loop_options;
-  loop_options.worker = run::WorkerProgram::Make(*program, options.program_args, c.environment,
-                                            options.env, c.working_directory, options.code_dir);
-  loop_options.machines_path = options.machines_path;
-  loop_options.gpus_per_node = options.gpus_per_node;
-  loop_options.settings = settings;
-  loop_options.state_fields = job_fields;
-  loop_options.reported = reported;
-  loop_options.preemption_command = options.preemption_command;
-  loop_options.preemption_interval_s = options.preemption_interval_s;
-  loop_options.exclude_stragglers = options.exclude_stragglers;
-  loop_options.regroup = !options.no_regroup;
-  loop_options.observer = c.observer;
+run::RunLoopOptions LoopOptionsFor(const RunOptions& options, const CheckedInputs& inputs,
+                                   const ProgramPlan& plan, int64_t first_generation,
+                                   const JsonObject& job_fields, const RunContext& c) {
+  run::RunLoopOptions o;
+  o.worker = run::WorkerProgram::Make(inputs.program, options.program_args, c.environment,
+                                      options.env, c.working_directory, options.code_dir);
+  o.machines_path = options.machines_path;
+  o.gpus_per_node = options.gpus_per_node;
+  o.settings = SettingsFor(options, inputs, plan, first_generation);
+  o.state_fields = job_fields;
+  o.reported = plan.reported;
+  o.preemption_command = options.preemption_command;
+  o.preemption_interval_s = options.preemption_interval_s;
+  o.exclude_stragglers = options.exclude_stragglers;
+  o.regroup = !options.no_regroup;
+  o.observer = c.observer;
+  return o;
+}
+
+// ---- The command ---------------------------------------------------------------------------
+
+int RunCommand(const RunOptions& options, RunContext& c) {
+  Result<CheckedInputs> inputs = CheckInputs(options, c);
+  if (!inputs.ok()) return BadInput(c, inputs.status().message());
+  Result<ProgramPlan> plan = DescribeAndPlan(options, *inputs, c);
+  if (!plan.ok()) return BadInput(c, plan.status().message());
+  if (options.max_steps > 0 && plan->resume_step >= options.max_steps) {
+    *c.out << "mitra: the job is already at step " << plan->resume_step << " of --max-steps "
+           << options.max_steps << ": nothing to train (raise --max-steps to go on)" << std::endl;
+    return kExitOk;
+  }
+  Result<std::vector<std::string>> unreachable = CheckMachines(*inputs, c);
+  if (!unreachable.ok()) return BadInput(c, unreachable.status().message());
+  if (StopRequestedBeforeStart(c)) {
+    *c.out << "mitra run: stopped before the workers were started; nothing was started"
+           << std::endl;
+    return kExitOk;
+  }
+
+  const run::RunDir run_dir(inputs->run_dir);
+  Result<PreparedRunDir> prepared = PrepareRunDir(options, *inputs, run_dir, c);
+  if (!prepared.ok()) return BadInput(c, prepared.status().message());
+  Result<std::shared_ptr<const planner::ShapePolicy>> policy =
+      PlanFirstShape(options, *inputs, run_dir, *unreachable, &*plan, c);
+  if (!policy.ok()) {
+    const bool bad_input = policy.status().code() == Status::Code::kInvalidArgument;
+    if (bad_input) return BadInput(c, policy.status().message());
+    *c.err << "mitra run: " << policy.status().message() << std::endl;
+    return kExitFailed;
+  }
+  PrintPlan(c, inputs->machines, plan->plan, plan->description, run_dir);
+  const JsonObject job_fields = JobFields(options, *inputs, c);
+  RecordStart(*prepared->journal, job_fields, *inputs, *plan);
+
+  const int64_t generation = prepared->first_generation;
+  run::RunLoopOptions loop_options =
+      LoopOptionsFor(options, *inputs, *plan, generation, job_fields, c);
   if (c.prepare_loop) c.prepare_loop(&loop_options);
-  run::RunLoop loop(std::move(loop_options), controller_options, c.transports, c.fs, c.clock,
-               &run_dir, journal->get(), c.events, c.out, c.err);
+  run::RunLoop loop(std::move(loop_options),
+                    ControllerOptionsFor(options, *inputs, *plan, *policy, generation),
+                    c.transports, c.fs, c.clock, &run_dir, prepared->journal.get(), c.events,
+                    c.out, c.err);
   if (c.on_loop_started) c.on_loop_started(&loop);
-  const int code = loop.Run(*machines, unreachable);
+  const int code = loop.Run(inputs->machines, *unreachable);
   if (c.on_loop_started) c.on_loop_started(nullptr);
   return code;
 }

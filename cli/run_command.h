@@ -1,13 +1,23 @@
-// `mitra run`: from checked flags to a finished job.
+// `mitra run`: from checked flags to a finished job, in steps:
 //
-//   1. read the machine list, resolve the program, check the shape that can be checked
-//      without the program (P <= slots, B >= D) and the run directory;
-//   2. run the program once with MITRA_DESCRIBE=1 to learn its segment count, plan the grid;
-//   3. create the run directory and run the job: launch, morph, recover (run_loop.h).
-// Any problem in 1 or 2 is bad input: a message, exit code 2, and nothing started or created.
+//   1. CheckInputs: read the machine list, resolve the program, check the shape that can be
+//      checked without the program (P <= slots, B >= D) and the run directory;
+//   2. DescribeAndPlan: run the program once with MITRA_DESCRIBE=1 to learn its segment count,
+//      find the checkpoint it resumes from, plan the grid;
+//   3. CheckMachines: check every SSH machine once, and that the checkpoint directory is
+//      writable;
+//   4. PrepareRunDir: claim the run directory, clean up after a manager that died on it, create
+//      it and open its records; PlanFirstShape: a planned job's first shape, from its profile;
+//   5. ControllerOptionsFor, LoopOptionsFor: what the controller and the loop are told;
+//   6. run the job: launch, morph, recover (run_loop.h).
+// Any problem before step 4 is bad input: a message, exit code 2, and nothing started or
+// created. Each step is a function of its own below, testable alone.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -16,16 +26,21 @@
 #include "common/file_system.h"
 #include "contract/exit_codes.h"
 #include "launcher/process_runner.h"
+#include "manager/controller.h"
+#include "manager/machine_list.h"
+#include "planner/grid.h"
+#include "planner/profile.h"
+#include "planner/shape_policy.h"
+#include "run/describe.h"
 #include "run/events.h"
+#include "run/run_dir.h"
+#include "run/run_journal.h"
+#include "run/run_loop.h"
 #include "run/run_observer.h"
+#include "cli/run_inputs.h"
 #include "cli/run_options.h"
 #include "run/transports.h"
 #include "run/worker_env.h"
-
-namespace mitra::run {
-class RunLoop;
-struct RunLoopOptions;
-}  // namespace mitra::run
 
 namespace mitra::cli {
 
@@ -71,5 +86,58 @@ struct RunContext {
 // Runs the job described by `options`; returns the process exit code. Blocks until the job
 // ends.
 int RunCommand(const RunOptions& options, RunContext& context);
+
+// ---- The steps of RunCommand -------------------------------------------------------------
+// Each returns what the next steps need; an error Status says what is wrong and how to fix it
+// (RunCommand prints it). None starts a worker or creates anything unless it says so. Steps 1
+// and 3, CheckInputs and CheckMachines, are in run_inputs.h.
+
+// 2. What the program says of itself, where the job resumes, and the grid.
+struct ProgramPlan {
+  run::ProgramDescription description;
+  double describe_s = 0;  // how long the program took to describe itself
+  // The grid on every listed machine (a planned job's first shape comes from PlanFirstShape).
+  planner::GridPlan plan;
+  int64_t resume_step = 0;  // the newest complete checkpoint's step; 0: a fresh start
+  // The micro-batch size kept for the job when the model's results depend on it; 0: each
+  // shape takes its own default.
+  int chunk_size = 0;
+  std::vector<std::string> reported;  // damaged checkpoints named on the terminal already
+};
+// Runs the program with MITRA_DESCRIBE=1 (on RunContext::runner), finds the checkpoint it
+// resumes from (another model's is refused) and plans the grid.
+Result<ProgramPlan> DescribeAndPlan(const RunOptions& options, const CheckedInputs& inputs,
+                                    RunContext& c);
+
+// Whether a stop arrived while the steps above ran; any other event is kept for the loop.
+bool StopRequestedBeforeStart(RunContext& c);
+
+// 4. The run directory made ready: claimed (RunContext::claim_run_dir), cleaned of a dead
+// manager's workers, the machine list watched, logs/gen-G created and its records opened.
+struct PreparedRunDir {
+  int64_t first_generation = 0;  // the directory's next logs/gen-G
+  std::unique_ptr<run::RunJournal> journal;
+};
+Result<PreparedRunDir> PrepareRunDir(const RunOptions& options, const CheckedInputs& inputs,
+                                     const run::RunDir& run_dir, RunContext& c);
+
+// A planned job's shape policy, and its first shape in `plan` (with the micro-batch size it
+// picks, when the model's results depend on it): planned on the machines that answered, from
+// --profile or the profile kept in the run directory, else one measured now. Null without
+// planning (--nstages). An InvalidArgument error is bad input; any other is a failure.
+Result<std::shared_ptr<const planner::ShapePolicy>> PlanFirstShape(
+    const RunOptions& options, const CheckedInputs& inputs, const run::RunDir& run_dir,
+    const std::vector<std::string>& unreachable, ProgramPlan* plan, RunContext& c);
+
+// 5. What the controller is told: the shape's constraints, the timeouts the flags imply, the
+// restart budget, the spares.
+manager::ControllerOptions ControllerOptionsFor(
+    const RunOptions& options, const CheckedInputs& inputs, const ProgramPlan& plan,
+    std::shared_ptr<const planner::ShapePolicy> policy, int64_t first_generation);
+// What the loop is told: the program and its environment, what every launch shares,
+// state.json's fixed fields (`job_fields`), the preemption command, stragglers, regrouping.
+run::RunLoopOptions LoopOptionsFor(const RunOptions& options, const CheckedInputs& inputs,
+                                   const ProgramPlan& plan, int64_t first_generation,
+                                   const JsonObject& job_fields, const RunContext& c);
 
 }  // namespace mitra::cli

@@ -136,6 +136,7 @@ class Watcher {
     ::close(fd_);
     log_.reset();
     event.last_lines = tail_.Lines();
+    event.earlier_errors = tail_.EarlierErrors();
     sink_(std::move(event));
   }
 

@@ -29,9 +29,31 @@ void LineSplitter::Emit(const LineCallback& on_line) {
   partial_.clear();
 }
 
+bool IsErrorLine(std::string_view line) {
+  static constexpr std::string_view kMarks[] = {
+      "terminate called", "what():", "Error:", "error:", "ERROR", "[error]", "[critical]",
+      "Traceback (most recent call last)", "Exception", "fatal", "Fatal", "FATAL",
+      "Assertion", "assertion", "Segmentation fault", "Aborted"};
+  for (const std::string_view mark : kMarks) {
+    for (size_t at = line.find(mark); at != std::string_view::npos; at = line.find(mark, at + 1)) {
+      // `Error:` but not a C++ name's `Error::` (LibTorch's stack frames are full of them).
+      const size_t end = at + mark.size();
+      if (mark.back() == ':' && end < line.size() && line[end] == ':') continue;
+      return true;
+    }
+  }
+  return false;
+}
+
 void LineTail::Add(std::string_view line) {
   if (capacity_ == 0) return;
-  if (lines_.size() == capacity_) lines_.pop_front();
+  if (lines_.size() == capacity_) {
+    if (error_capacity_ > 0 && IsErrorLine(lines_.front())) {
+      if (errors_.size() == error_capacity_) errors_.pop_front();
+      errors_.push_back(std::move(lines_.front()));
+    }
+    lines_.pop_front();
+  }
   lines_.emplace_back(line);
 }
 

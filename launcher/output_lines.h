@@ -1,4 +1,4 @@
-// Cutting a process's output stream into lines, and keeping its last lines.
+// Cutting a process's output stream into lines, and keeping its last lines and its error lines.
 #pragma once
 
 #include <cstddef>
@@ -32,16 +32,29 @@ class LineSplitter {
   std::string partial_;
 };
 
-// The last `capacity` lines added. Not thread-safe.
+// Whether `line` reads like an error message: a C++ exception's `terminate called ...` and
+// `what():`, a Python exception's `ValueError: ...` and `Traceback`, `error:`, `ERROR`, a
+// logger's `[error]` or `[critical]`, `fatal`, a failed assertion, a crash's `Segmentation
+// fault` or `Aborted`.
+bool IsErrorLine(std::string_view line);
+
+// The last `capacity` lines added and, from before them, the last `error_capacity` error lines
+// (IsErrorLine): LibTorch's `what():` line is often followed by a stack trace longer than the
+// tail. Not thread-safe.
 class LineTail {
  public:
-  explicit LineTail(size_t capacity) : capacity_(capacity) {}
+  explicit LineTail(size_t capacity, size_t error_capacity = 8)
+      : capacity_(capacity), error_capacity_(error_capacity) {}
   void Add(std::string_view line);
   std::vector<std::string> Lines() const { return {lines_.begin(), lines_.end()}; }
+  // Error lines that scrolled out of Lines(), oldest first.
+  std::vector<std::string> EarlierErrors() const { return {errors_.begin(), errors_.end()}; }
 
  private:
   size_t capacity_;
+  size_t error_capacity_;
   std::deque<std::string> lines_;
+  std::deque<std::string> errors_;
 };
 
 }  // namespace mitra::launcher

@@ -67,6 +67,8 @@ struct ProcessEvent {
   std::string message;                  // kMessage: the line after kMessagePrefix
   ExitStatus exit;                      // kExited
   std::vector<std::string> last_lines;  // kExited: the last lines of output (both streams)
+  // kExited: error lines from before `last_lines` (output_lines.h's LineTail), oldest first.
+  std::vector<std::string> earlier_errors;
 };
 
 // Receives a runner's events. It is called from the runner's own threads, possibly several at

@@ -101,6 +101,7 @@ class ProcessHandler : public detail::ExecHandler {
     if (end.kind != ExecEnd::Kind::kExited) event.exit = ExitStatus{0, 0, true};
     if (end.kind == ExecEnd::Kind::kLost) tail_.Add("[mitra: " + end.error.message() + "]");
     event.last_lines = tail_.Lines();
+    event.earlier_errors = tail_.EarlierErrors();
     sink_(std::move(event));
   }
 

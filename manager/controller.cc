@@ -1,3 +1,7 @@
+// The controller's core: its inputs dispatched, each rank's start, reports and exit, the launch
+// of a generation and what follows the last exit of one. Planned changes are in
+// controller_morph.cc, failures in controller_failure.cc, stops and signals in
+// controller_stop.cc, deadlines in controller_deadlines.cc. One class, controller.h.
 #include "manager/controller.h"
 
 #include <signal.h>
@@ -6,7 +10,6 @@
 #include <cmath>
 #include <limits>
 
-#include "common/duration_text.h"
 #include "common/overloaded.h"
 #include "common/strings.h"
 #include "manager/narration.h"
@@ -42,7 +45,9 @@ Controller::Controller(ControllerOptions options)
                               : std::make_shared<FixedStagesPolicy>(options_.stages)),
       pool_(MachinePoolOptions{options_.backoff_base_s, options_.backoff_max_s,
                                options_.restart_window_s}),
-      last_step_(options_.start_step) {
+      last_step_(options_.start_step),
+      budget_(RestartBudgetOptions{options_.max_restarts, options_.restart_window_s}),
+      standby_(options_.spares) {
   gen_.number = options_.first_generation - 1;
 }
 
@@ -53,6 +58,7 @@ std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, d
   std::visit(Overloaded{
                  [this](const StartInput& in) { OnStart(in); },
                  [this](const MachinesChanged& in) { OnMachinesChanged(in); },
+                 [this](const GenerationLaunched& in) { OnLaunched(in); },
                  [this](const RankStarted& in) { OnRankStarted(in); },
                  [this](const RankStartFailed& in) { OnRankStartFailed(in); },
                  [this](const RankReport& in) { OnReport(in); },
@@ -90,101 +96,24 @@ void Controller::OnStart(const StartInput& in) {
   TryLaunch();
 }
 
-void Controller::OnMachinesChanged(const MachinesChanged& in) {
-  const MachinePool::Change change = pool_.Update(in.list);
-  ListChangedFact fact;
-  for (const Machine& m : change.to_check) {
-    actions_.push_back(CheckHostAction{m});
-    fact.checking.push_back(m.Address());
+void Controller::OnLaunched(const GenerationLaunched& in) {
+  if (in.generation != gen_.number) return;
+  LaunchedFact fact;
+  fact.generation = gen_.number;
+  fact.plan = gen_.plan;
+  fact.program = options_.program;
+  for (const RankPlacement& p : gen_.plan.ranks) {
+    fact.machines.push_back(gen_.machines[p.machine].Address());
   }
-  fact.change = change.Describe();
-  fact.added = change.added;
-  fact.removed = change.removed;
-  fact.slots = in.list.TotalSlots();
-  fact.phase = PhaseName(phase_);
-  using Action = ListChangedFact::Action;
-
-  switch (phase_) {
-    case Phase::kWaiting:
-      fact.action = Action::kPlan;
-      Tell(fact);
-      TryLaunch();
-      return;
-    case Phase::kRunning: {
-      std::string why;
-      const auto desired = DesiredPlan(&why);
-      if (desired && !DiffersFromCurrent(desired->first, desired->second)) {
-        fact.action = Action::kKeep;
-        fact.shape = gen_.ShapeText();
-        Tell(fact);
-        return;
-      }
-      // A machine the generation runs on left or lost slots: the job moves off it now.
-      // Otherwise the machines only grew, and new workers may start before the morph.
-      const bool shrunk = std::any_of(gen_.machines.begin(), gen_.machines.end(),
-                                      [&](const Machine& m) { return pool_.Shrunk(m); });
-      if (desired && !shrunk) {
-        fact.action = Action::kMorph;
-        Tell(fact);
-        Morph("machine list changed: " + fact.change, desired->first, desired->second);
-        return;
-      }
-      if (!desired) {
-        // Fewer usable slots than stages. The running generation goes on unless it runs on a
-        // machine that left the list or lost slots.
-        bool affected = false;
-        for (const Machine& m : gen_.machines) affected |= pool_.Shrunk(m);
-        if (!affected) {
-          fact.why = why;
-          Tell(fact);
-          return;
-        }
-      }
-      fact.action = Action::kMorph;
-      Tell(fact);
-      BeginMorph("machine list changed: " + fact.change);
-      return;
-    }
-    case Phase::kMorphing:
-    case Phase::kRecovering:
-      fact.action = Action::kFolded;
-      Tell(fact);
-      return;
-    case Phase::kStopping:
-    case Phase::kFinished:
-      Tell(fact);
-      return;
-  }
-}
-
-void Controller::OnDrain(const DrainMachine& in) {
-  DrainFact fact{in.address, in.by};
-  if (pool_.Drained(in.address)) return;  // drained already: said when it was
-  if (!pool_.Drain(in.address, in.by)) {
-    fact.action = DrainFact::Action::kUnknown;
-    Tell(fact);
-    return;
-  }
-  const bool in_use =
-      gen_.live && std::any_of(gen_.machines.begin(), gen_.machines.end(),
-                               [&](const Machine& m) { return m.Address() == in.address; });
-  switch (phase_) {
-    case Phase::kRunning:
-      if (!in_use) break;
-      fact.action = DrainFact::Action::kMorph;
-      Tell(fact);
-      BeginMorph("draining " + in.address + " (" + in.by + ")");
-      return;
-    case Phase::kMorphing:
-    case Phase::kRecovering:
-      if (in_use) fact.action = DrainFact::Action::kFolded;
-      break;
-    case Phase::kWaiting:
-    case Phase::kStopping:
-    case Phase::kFinished:
-      break;
-  }
+  fact.pids = in.pids;
+  fact.kept = in.kept;
+  fact.resume_step = in.resume_step;
+  fact.rendezvous = in.rendezvous;
+  fact.launch_s = in.launch_s;
   Tell(fact);
+  if (gen_.expected_step && in.resume_step != *gen_.expected_step) {
+    Tell(StepLostFact{*gen_.expected_step, in.resume_step});
+  }
 }
 
 void Controller::OnRankStarted(const RankStarted& in) {
@@ -252,6 +181,8 @@ void Controller::OnReport(const RankReport& in) {
       last_step_ = std::max(last_step_, in.step);
       if (!gen_.first_step_seen) {
         gen_.first_step_seen = true;
+        trained_ = true;
+        budget_.OnStepTrained();
         if (!change_.kind.empty()) TellTrainingAgain(in.step);
       }
       return;
@@ -275,11 +206,11 @@ void Controller::OnReport(const RankReport& in) {
 }
 
 void Controller::OnExited(const RankExited& in) {
-  if (in.generation == kStandbyGeneration && !parked_.Remove(in.generation, in.rank)) {
+  if (in.generation == kStandbyGeneration && !standby_.Forget(in.generation, in.rank)) {
     OnStandbyGone(in.rank, "it " + in.exit.ToString() + " before it was ready");
     return;
   }
-  if (parked_.Remove(in.generation, in.rank)) return;  // a parked worker ended: not kept now
+  if (standby_.Forget(in.generation, in.rank)) return;  // a parked worker ended: not kept now
   RankState* rank = CurrentRank(in.generation, in.rank);
   if (rank == nullptr || !rank->running) return;
   RankState& r = *rank;
@@ -299,197 +230,12 @@ void Controller::OnExited(const RankExited& in) {
     if (in.exit.signal == SIGUSR1) {
       what += " (it had no SIGUSR1 handler: a worker must install one before it reports ready)";
     }
-    Fail(in.rank, what, /*blame_machine=*/true, /*machine_lost=*/in.exit.lost);
+    Fail(in.rank, what, /*blame_machine=*/true, /*machine_lost=*/in.exit.lost, &in);
   }
   MaybeEndGeneration();
 }
 
-void Controller::OnHostChecked(const HostChecked& in) {
-  const MachinePool::CheckResult result =
-      pool_.OnChecked(in.address, in.healthy, in.reason, now_);
-  if (!result.known) return;
-  if (in.healthy) {
-    if (result.joined) {
-      const Machine* m = pool_.Find(in.address);
-      Tell(HostHealthyFact{in.address, m != nullptr && m->IsLocal()});
-    }
-  } else {
-    Tell(HostKeptOutFact{in.address, in.reason, result.failed_checks, std::nullopt,
-                         result.backoff_s});
-  }
-  switch (phase_) {
-    case Phase::kWaiting:
-      if (in.healthy) TryLaunch();
-      return;
-    case Phase::kRunning: {
-      if (!in.healthy || !result.listed) return;
-      std::string why;
-      const auto desired = DesiredPlan(&why);
-      if (desired && DiffersFromCurrent(desired->first, desired->second)) {
-        Morph(in.address + (result.first ? " joined" : " is healthy again"), desired->first,
-              desired->second);
-      }
-      return;
-    }
-    case Phase::kRecovering:
-      MaybeEndGeneration();
-      return;
-    default:
-      return;
-  }
-}
-
-void Controller::OnStop(const StopInput& in) {
-  if (stop_requested_ && !in.escalates) {
-    Tell(StopRequestedFact{in.source, "already stopping"});
-    return;
-  }
-  const bool first = !stop_requested_;
-  stop_requested_ = true;
-  Tell(StopRequestedFact{in.source, PhaseName(phase_)});
-  switch (phase_) {
-    case Phase::kWaiting:
-      Finish(FinishAction::Outcome::kStopped, "");
-      return;
-    case Phase::kRunning:
-      BeginStop(in);
-      return;
-    case Phase::kMorphing:
-    case Phase::kRecovering:
-      if (first) {
-        ending_ = Ending::kStop;
-        phase_ = Phase::kStopping;
-        Tell(StoppingFact{StoppingFact::How::kAfterTheChange, in.source, KillHint(in), last_step_});
-        return;
-      }
-      [[fallthrough]];
-    case Phase::kStopping:
-      if (!gen_.deadlines.kill && !gen_.deadlines.abandon) {
-        StoppingFact fact;
-        fact.how = StoppingFact::How::kSecondRequest;
-        fact.source = in.source;
-        Tell(fact);
-        if (!final_failure_) {
-          final_failure_ = FinishAction{FinishAction::Outcome::kFailed,
-                                        "the workers were killed on a second " + in.source +
-                                            " before they stopped"};
-        }
-        Terminate("second " + in.source);
-      } else if (gen_.deadlines.kill) {
-        gen_.deadlines.kill = now_;  // impatient: SIGKILL now
-      }
-      return;
-    case Phase::kFinished:
-      return;
-  }
-}
-
-bool Controller::SilenceWatched() const {
-  return gen_.live && ending_ != Ending::kRecover && ending_ != Ending::kFinish;
-}
-
-void Controller::WatchSilence(const RankState& r) {
-  if (const std::optional<double> silent_for = SilenceBound(r)) {
-    gen_.silence_due = std::min(gen_.silence_due, r.last_heard + *silent_for);
-  }
-}
-
-std::optional<double> Controller::SilenceBound(const RankState& r) const {
-  if (!r.running || !r.started || r.stopped) return std::nullopt;
-  return r.heartbeats ? options_.heartbeat_timeout_s : options_.first_heartbeat_timeout_s;
-}
-
-void Controller::OnTimers() {
-  if (gen_.live && ending_ == Ending::kNone) {
-    if (!gen_.AllReady() && now_ >= gen_.launched_at + options_.startup_timeout_s) {
-      for (size_t i = 0; i < gen_.ranks.size(); ++i) {
-        if (gen_.ranks[i].running && !gen_.ranks[i].ready) {
-          Fail(static_cast<int>(i),
-               gen_.Where(static_cast<int>(i)) + " was not ready " +
-                   DurationText(options_.startup_timeout_s) + " after its launch",
-               true);
-          break;
-        }
-      }
-    }
-  }
-  if (SilenceWatched() && now_ >= gen_.silence_due) {
-    // Some rank may be silent: look at all of them, and note when the next one may be.
-    gen_.silence_due = kInfinity;
-    std::optional<int> silent;
-    for (size_t i = 0; i < gen_.ranks.size(); ++i) {
-      const RankState& r = gen_.ranks[i];
-      const std::optional<double> bound = SilenceBound(r);
-      if (!bound) continue;
-      gen_.silence_due = std::min(gen_.silence_due, r.last_heard + *bound);
-      if (!silent && now_ - r.last_heard >= *bound) silent = static_cast<int>(i);
-    }
-    if (silent) {
-      const RankState& r = gen_.ranks[*silent];
-      Fail(*silent,
-           gen_.Where(*silent) + " sent no heartbeat " +
-               (r.heartbeats ? "for " + DurationText(now_ - r.last_heard)
-                             : "in the " + DurationText(now_ - r.last_heard) + " after it started") +
-               " (hung, stopped, or cut off)",
-           true);
-    }
-  }
-  if (gen_.deadlines.stop && now_ >= *gen_.deadlines.stop) {
-    gen_.deadlines.stop.reset();
-    const std::string why = "the workers did not stop within " +
-                            DurationText(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
-    if (ending_ == Ending::kStop) {
-      Tell(TimeoutFact{TimeoutFact::Kind::kStop, why});
-      if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
-      Terminate(why);
-    } else {
-      Fail(std::nullopt, why, /*blame_machine=*/false);
-    }
-  }
-  if (gen_.deadlines.finish && now_ >= *gen_.deadlines.finish) {
-    gen_.deadlines.finish.reset();
-    // Ranks that reported `stopped` have left training and may take their time.
-    std::vector<std::string> running;
-    for (size_t i = 0; i < gen_.ranks.size(); ++i) {
-      if (gen_.ranks[i].running && !gen_.ranks[i].stopped) running.push_back(std::to_string(i));
-    }
-    if (!running.empty()) {
-      const std::string why = "rank(s) " + Join(running, ", ") + " still running " +
-                              DurationText(options_.finish_timeout_s) +
-                              " after other ranks exited normally";
-      Tell(TimeoutFact{TimeoutFact::Kind::kFinish, why});
-      final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
-      ending_ = Ending::kFinish;
-      Terminate(why);
-    }
-  }
-  if (gen_.deadlines.kill && now_ >= *gen_.deadlines.kill) {
-    gen_.deadlines.kill.reset();
-    KillRunning("");
-  }
-  if (gen_.deadlines.abandon && now_ >= *gen_.deadlines.abandon) {
-    gen_.deadlines.abandon.reset();
-    std::vector<std::string> left;
-    for (size_t i = 0; i < gen_.ranks.size(); ++i) {
-      if (!gen_.ranks[i].running) continue;
-      left.push_back(gen_.Where(static_cast<int>(i)));
-      gen_.ranks[i].running = false;
-    }
-    if (!left.empty()) Tell(AbandonFact{left, options_.abandon_s});
-    MaybeEndGeneration();
-  }
-  if (gen_.deadlines.warm_up && now_ >= *gen_.deadlines.warm_up) {
-    gen_.deadlines.warm_up.reset();
-    EndWarmUp();
-  }
-  if (gen_.deadlines.health && now_ >= *gen_.deadlines.health) {
-    gen_.deadlines.health.reset();
-    MaybeEndGeneration();
-  }
-  for (const Machine& m : pool_.DueChecks(now_)) actions_.push_back(CheckHostAction{m});
-}
-
-// ---- Decisions ---------------------------------------------------------------------------
+// ---- Launching ---------------------------------------------------------------------------
 
 std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan(
     std::string* why) const {
@@ -545,6 +291,7 @@ void Controller::TryLaunch() {
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
                               std::move(desired->second), now_);
   gen_.kept = static_cast<int>(kept.size());
+  gen_.expected_step = expected;
   // A kept worker's heartbeat runs on from its last generation: its silence counts at once.
   for (const auto& [rank, worker] : kept) gen_.ranks[rank].heartbeats = true;
   phase_ = Phase::kRunning;
@@ -552,6 +299,72 @@ void Controller::TryLaunch() {
   ending_ = Ending::kNone;
   actions_.push_back(LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept)});
   KeepSpares();
+}
+
+// ---- A generation's end ------------------------------------------------------------------
+
+void Controller::MaybeEndGeneration() {
+  if (!gen_.live || gen_.Running() > 0) return;
+  if (ending_ == Ending::kRecover) {
+    // Wait for the failed machines' health checks, up to gen_.deadlines.health.
+    if (pool_.CheckInFlight() && gen_.deadlines.health) {
+      NoteRanksExited();
+      return;
+    }
+  }
+  gen_.live = false;
+  NoteRanksExited();
+  gen_.deadlines = Deadlines{};
+  if (final_failure_) {
+    Finish(final_failure_->outcome, final_failure_->reason);
+    return;
+  }
+  switch (ending_) {
+    case Ending::kNone:
+      Finish(FinishAction::Outcome::kDone, "");
+      return;
+    case Ending::kStop:
+      Finish(FinishAction::Outcome::kStopped, "");
+      return;
+    case Ending::kFinish:
+      Finish(FinishAction::Outcome::kFailed, reason_);
+      return;
+    case Ending::kMorph:
+    case Ending::kRecover:
+      TryLaunch();
+      return;
+  }
+}
+
+void Controller::NoteRanksExited() {
+  if (gen_.exit_noted) return;
+  gen_.exit_noted = true;
+  change_.ranks_exited = now_;
+}
+
+void Controller::TellTrainingAgain(int64_t step) {
+  TrainingAgainFact fact;
+  fact.kind = change_.kind;
+  fact.step = step;
+  fact.shape = gen_.ShapeText();
+  fact.kept = gen_.kept;
+  fact.started = static_cast<int>(gen_.ranks.size()) - gen_.kept;
+  fact.downtime_s = now_ - change_.detected;
+  fact.stop_s = change_.ranks_exited - change_.detected;
+  fact.relaunch_s = gen_.launched_at - change_.ranks_exited;
+  const double ready_at = gen_.all_ready_at >= 0 ? gen_.all_ready_at : now_;
+  fact.ready_s = ready_at - gen_.launched_at;
+  fact.load_s = std::min(gen_.restore_s, now_ - ready_at);
+  fact.first_step_s = now_ - ready_at - fact.load_s;
+  Tell(fact);
+  change_.kind.clear();
+}
+
+void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
+  ReleaseParked();
+  phase_ = Phase::kFinished;
+  gen_.live = false;
+  actions_.push_back(FinishAction{outcome, reason});
 }
 
 // ---- Helpers -----------------------------------------------------------------------------

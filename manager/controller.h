@@ -26,9 +26,13 @@
 // exporting) for as long as it needs: it is not expected to send heartbeats, and once every
 // rank has stopped at the last step the job is complete and is never relaunched.
 //
-// controller.cc reacts to inputs and launches generations; controller_ending.cc ends them
-// (stops, kills, failures, the restart budget, what follows the last exit). narration.h words
-// what the controller tells; generation.h holds the running generation.
+// controller.cc dispatches the inputs, follows each rank and launches generations;
+// controller_morph.cc makes planned changes (list edits, drains, grows, regrouping in place);
+// controller_failure.cc handles failures; controller_stop.cc stops and signals ranks;
+// controller_deadlines.cc watches the time. Its parts with books of their own: generation.h
+// (the running generation), machine_pool.h (the machines and their health), standby.h
+// (standby and parked workers), restart_budget.h (which failures are relaunched). narration.h
+// words what the controller tells.
 //
 // Not thread-safe: one loop owns it.
 #pragma once
@@ -49,8 +53,11 @@
 #include "manager/machine_list.h"
 #include "manager/generation.h"
 #include "manager/machine_pool.h"
+#include "manager/failure_excerpt.h"
 #include "manager/narration.h"
 #include "manager/parked_workers.h"
+#include "manager/restart_budget.h"
+#include "manager/standby.h"
 #include "planner/shape_policy.h"
 
 namespace mitra::manager {
@@ -69,6 +76,7 @@ struct ControllerOptions {
   int64_t global_batch = 0;  // B: the same in every shape
   int chunk_size = 0;        // 0: DefaultChunkSize for each shape
   int64_t max_steps = 0;     // for records only
+  std::string program;       // the workers' program, for records only (RunLoop sets it)
   int64_t start_step = 0;    // the step the job continues from (its newest checkpoint)
   // The number of the first generation launched: the run directory's next logs/gen-G, so that
   // a resumed job goes on counting. Every later launch is one more.
@@ -117,6 +125,17 @@ struct MachinesChanged {
   MachineList list;
 };
 
+// RunLoop's report on a LaunchAction, before its RankStarted and RankStartFailed: what it
+// started, the checkpoint the generation resumes from and where its rendezvous is.
+struct GenerationLaunched {
+  int64_t generation = 0;
+  std::vector<int64_t> pids;  // by rank: its process, or the parked worker's; 0: not started
+  std::vector<int> kept;      // the ranks given to parked workers
+  int64_t resume_step = 0;    // the newest complete checkpoint's step (0: none)
+  std::string rendezvous;     // "host:port"
+  double launch_s = 0;        // how long carrying out the launch took
+};
+
 // RunLoop's report on a Launch: a rank started (pid on its machine) or could not be started.
 struct RankStarted {
   int64_t generation = 0;
@@ -148,6 +167,7 @@ struct RankExited {
   int64_t generation = 0;
   int rank = 0;
   launcher::ExitStatus exit;
+  FailureExcerpt output = {};  // what it printed last (and its earlier error lines)
 };
 
 // The result of a CheckHost action.
@@ -175,15 +195,16 @@ struct DrainMachine {
 struct TimerInput {};
 
 using ControllerInput =
-    std::variant<StartInput, MachinesChanged, RankStarted, RankStartFailed, RankReport,
-                 RankExited, HostChecked, StopInput, DrainMachine, TimerInput>;
+    std::variant<StartInput, MachinesChanged, GenerationLaunched, RankStarted, RankStartFailed,
+                 RankReport, RankExited, HostChecked, StopInput, DrainMachine, TimerInput>;
 
 // ---- Actions -----------------------------------------------------------------------------
 
 // Start generation `generation` in `plan`'s shape: rank r runs on machines[plan.ranks[r].machine].
-// The ranks resume from the newest complete checkpoint (RunLoop finds and verifies it);
-// `expected_step`, when set, is the step that checkpoint must hold (a planned morph: anything
-// older means a step was lost, which RunLoop reports).
+// The ranks resume from the newest complete checkpoint (RunLoop finds and verifies it, and
+// says which in GenerationLaunched); `expected_step`, when set, is the step that checkpoint
+// must hold (a planned morph: anything older means a step was lost, which the controller
+// tells).
 struct LaunchAction {
   int64_t generation = 0;
   GridPlan plan;
@@ -199,17 +220,7 @@ struct ReleaseAction {
   std::vector<ParkedWorker> workers;
 };
 
-// Standby workers are known by this generation and their id as the rank.
-inline constexpr int64_t kStandbyGeneration = -1;
-
-// Starts a standby worker on `machine` ahead of a grow (MITRA_STANDBY=1): it loads, parks with
-// no place, and the next generation keeps it. Its reports and exit come as generation
-// kStandbyGeneration, rank `id`.
-struct StartStandbyAction {
-  int id = 0;
-  Machine machine;
-  int local_rank = 0;
-};
+// StartStandbyAction (standby.h): start a standby worker ahead of a grow, or as a spare.
 
 struct SignalAction {
   int64_t generation = 0;
@@ -232,7 +243,9 @@ struct RecordAction {
 };
 
 struct FinishAction {
-  enum class Outcome { kDone, kStopped, kFailed };
+  // kBadConfiguration: a worker said its configuration is wrong (exit code 2) before the job's
+  // first step (restart_budget.h); `mitra run` exits 2.
+  enum class Outcome { kDone, kStopped, kFailed, kBadConfiguration };
   Outcome outcome = Outcome::kFailed;
   std::string reason;  // kFailed: why, for the last line
 };
@@ -281,6 +294,7 @@ class Controller {
   void WatchSilence(const RankState& r);
   void OnStart(const StartInput& in);
   void OnMachinesChanged(const MachinesChanged& in);
+  void OnLaunched(const GenerationLaunched& in);
   void OnRankStarted(const RankStarted& in);
   void OnRankStartFailed(const RankStartFailed& in);
   void OnReport(const RankReport& in);
@@ -298,7 +312,8 @@ class Controller {
   bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
   void BeginMorph(const std::string& why);
   // A morph into `desired`: when it needs new processes and every rank can park, they start
-  // first as standby workers and the morph waits for them (warm_up_); otherwise it begins now.
+  // first as standby workers and the morph waits for them (the warm-up, standby.h); otherwise
+  // it begins now.
   void Morph(const std::string& why, const GridPlan& desired, const std::vector<Machine>& machines);
   // A standby worker's report or exit (generation kStandbyGeneration).
   void OnStandbyReport(const RankReport& in);
@@ -307,6 +322,8 @@ class Controller {
   // The parked workers the ranks of `plan` take; the rest are let go, but for spares.
   std::map<int, ParkedWorker> TakeParkedFor(const GridPlan& plan,
                                             const std::vector<Machine>& machines);
+  // Whether a rank of the running generation runs on `address`.
+  bool RunsOn(const std::string& address) const;
   void OnStandbyGone(int id, const std::string& reason);
   // The warm-up is over (every standby parked, failed, or its time ran out): morph, or not.
   void EndWarmUp();
@@ -315,9 +332,22 @@ class Controller {
 
   // A rank failed (or, without `rank`, the generation as a whole: it did not stop in time).
   // `machine_lost`: the connection to its machine was lost, so the relaunch does not wait for
-  // that machine's health check (it joins later, through a grow, if it passes).
+  // that machine's health check (it joins later, through a grow, if it passes). `exited`: the
+  // rank's exit, when that is the failure. Tells it, blames the machine, asks the restart
+  // budget, and tears the generation down.
   void Fail(std::optional<int> rank, const std::string& what, bool blame_machine,
-            bool machine_lost = false);
+            bool machine_lost = false, const RankExited* exited = nullptr);
+  // Fail's steps.
+  FailureFact TellFailure(std::optional<int> rank, const std::string& what);
+  // The blamed machine checked now, or kept out (MachinePool::BlameFailure).
+  void CheckBlamed(const std::string& address, const std::string& what,
+                   const MachinePool::Blame& blame);
+  // A recovery, or the job's end when the restart budget says so.
+  void JudgeFailure(const std::string& what, bool machine_lost, const RankExited* exited,
+                    bool machine_kept_out);
+  // SIGKILL to the survivors, or a moment for them to park first.
+  void TearDownAfterFailure(std::optional<int> rank, const std::string& what, bool machine_lost,
+                            bool during_regroup);
   // A rank failed after the job's training was complete: nothing is relaunched, the others
   // may finish their own work, and the job ends as failed.
   void FailAfterTraining(std::optional<int> rank, const std::string& what);
@@ -331,8 +361,6 @@ class Controller {
   // Starts standby workers until every machine of the running generation has options_.spares
   // of them, parked or starting.
   void KeepSpares();
-  // How many standby workers (parked or starting) `address` has.
-  int SparesOn(const std::string& address) const;
   void Terminate(const std::string& why);
   void MaybeEndGeneration();
   // Remembers when the last rank of the generation exited (once per generation).
@@ -364,6 +392,7 @@ class Controller {
   MachinePool pool_;
   Generation gen_;  // the current (or last) generation, with its deadlines
   int64_t last_step_ = 0;
+  bool trained_ = false;        // some generation of this manager trained a step
   bool training_done_ = false;  // every rank reported `stopped` at the last step
   // The change that ended the previous generation, kept for the next one's first-step record.
   struct Change {
@@ -372,17 +401,8 @@ class Controller {
     double ranks_exited = 0;  // the last rank of the ending generation exited
   };
   Change change_;
-  std::vector<double> restart_times_;
-  ParkedWorkers parked_;
-  // Standby workers started and not parked yet, by id.
-  std::map<int, ParkedWorker> standby_;
-  // A grow waiting for its standby workers: the morph's reason and the ids not parked yet.
-  struct WarmUp {
-    std::string why;
-    std::set<int> pending;
-  };
-  std::optional<WarmUp> warm_up_;
-  int next_standby_id_ = 0;
+  RestartBudget budget_;
+  StandbyWorkers standby_;  // standby workers starting, parked workers, the warm-up of a grow
 };
 
 }  // namespace mitra::manager

@@ -56,6 +56,8 @@ struct Generation {
   int ready = 0;                  // ranks that reported ready (MarkReady)
 
   double launched_at = 0;
+  // The step the checkpoint it resumes from must hold (a planned morph's), if any.
+  std::optional<int64_t> expected_step;
   int kept = 0;               // ranks taken by parked workers of an earlier generation
   double all_ready_at = -1;   // every rank reported ready; -1: not yet
   double restore_s = 0;       // rank 0's restore of the checkpoint

@@ -5,6 +5,7 @@
 #include "common/overloaded.h"
 #include "common/strings.h"
 #include "manager/progress.h"
+#include "manager/run_records.h"
 #include "common/duration_text.h"
 #include "records/records.h"
 
@@ -128,6 +129,45 @@ Narration Failure(const FailureFact& f) {
               true);
 }
 
+Narration Launched(const LaunchedFact& f) {
+  records::Launch record = LaunchRecord(f.plan, f.generation, f.program, f.pids, f.launch_s);
+  record.machines = f.machines;
+  record.kept.assign(f.kept.begin(), f.kept.end());
+  record.resume_step = f.resume_step;
+  record.rdzv = f.rendezvous;
+  const JsonObject fields = records::ToJson(record);
+  std::vector<std::string> pids;
+  int started = 0;
+  for (const int64_t pid : f.pids) {
+    pids.push_back(pid > 0 ? std::to_string(pid) : "-");
+    started += pid > 0;
+  }
+  const int kept = static_cast<int>(f.kept.size());
+  started -= kept;
+  const std::string shape = std::to_string(f.plan.stages) + " x " + std::to_string(f.plan.replicas);
+  if (started + kept == 0) {
+    return Told(records::Launch::kEvent, fields, "mitra: generation " + std::to_string(f.generation) + " (" +
+                                      shape + "): no worker could be started",
+                true);
+  }
+  std::string line = "mitra: ";
+  if (started > 0) line += "launched " + std::to_string(started) + (started == 1 ? " worker" : " workers");
+  if (started > 0 && kept > 0) line += " and ";
+  if (kept > 0) line += "kept " + std::to_string(kept) + " parked " + (kept == 1 ? "worker" : "workers");
+  line += " (generation " + std::to_string(f.generation) + ", " + shape;
+  if (f.resume_step > 0) line += ", from step " + std::to_string(f.resume_step);
+  return Told(records::Launch::kEvent, fields, line + "), pids " + Join(pids, " "));
+}
+
+Narration StepLost(const StepLostFact& f) {
+  return Told("step_lost",
+              JsonObject().SetInt("expected_step", f.expected_step).SetInt("resume_step", f.resume_step),
+              "mitra: warning: the workers stopped after step " + std::to_string(f.expected_step) +
+                  " but the newest complete checkpoint is step " + std::to_string(f.resume_step) +
+                  "; continuing from it",
+              true);
+}
+
 Narration TrainingAgain(const TrainingAgainFact& f) {
   // A process start, or a regroup of parked workers, or both.
   const std::string ready = f.kept == 0 ? "start" : f.started == 0 ? "regroup" : "start and regroup";
@@ -161,6 +201,8 @@ Narration TrainingAgain(const TrainingAgainFact& f) {
 Narration Narrate(const Fact& fact) {
   return std::visit(
       Overloaded{
+          [](const LaunchedFact& f) { return Launched(f); },
+          [](const StepLostFact& f) { return StepLost(f); },
           [](const ListChangedFact& f) { return ListChanged(f); },
           [](const DrainFact& f) { return Drained(f); },
           [](const AllReadyFact& f) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "planner/grid.h"
 
 namespace mitra::manager {
 
@@ -183,7 +184,27 @@ struct FailureFact {
   bool during_regroup = false;  // kept workers had not trained yet: the next start is afresh
 };
 
-using Fact = std::variant<ListChangedFact, DrainFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,
+// A generation was launched (GenerationLaunched): its shape, where each rank runs, what was
+// started and kept, the checkpoint it resumes from.
+struct LaunchedFact {
+  int64_t generation = 0;
+  planner::GridPlan plan;
+  std::string program;
+  std::vector<std::string> machines;  // by rank
+  std::vector<int64_t> pids;          // by rank; 0: not started
+  std::vector<int> kept;              // ranks given to parked workers
+  int64_t resume_step = 0;
+  std::string rendezvous;
+  double launch_s = 0;
+};
+
+// A planned morph resumes from an older checkpoint than the step every rank stopped after.
+struct StepLostFact {
+  int64_t expected_step = 0;
+  int64_t resume_step = 0;
+};
+
+using Fact = std::variant<LaunchedFact, StepLostFact, ListChangedFact, DrainFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,
                           RankStoppedFact, StartFailedFact, HostHealthyFact, HostKeptOutFact,
                           StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
                           AbandonFact, WaitingFact, WarmUpFact, StandbyFailedFact, MorphFact,

@@ -121,16 +121,6 @@ std::string FormatEvalLine(const JsonObject& eval) {
   return line + buffer;
 }
 
-std::string FormatFailureReport(const std::string& what, const std::string& log_name,
-                                const std::vector<std::string>& last_lines) {
-  std::string report = "mitra: " + what + "\n";
-  if (!last_lines.empty()) {
-    report += "mitra: last " + std::to_string(last_lines.size()) + " lines of " + log_name + ":\n";
-    for (const std::string& line : last_lines) report += "  | " + line + "\n";
-  }
-  return report;
-}
-
 double RoundedSeconds(double seconds) { return std::round(seconds * 1000) / 1000; }
 
 }  // namespace mitra::manager

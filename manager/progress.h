@@ -65,13 +65,6 @@ std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats);
 // "eval after step 100: loss 0.4123  accuracy 0.8512  (10,000 samples, 2.1 s)" from an `eval`
 // record (its numeric fields other than step, samples, loss and seconds are metrics).
 std::string FormatEvalLine(const JsonObject& eval_record);
-// What a failed rank did and the end of its log, one "mitra: " line each, then the log lines:
-//   mitra: rank 1 (pid 4242) exited with code 7 after step 3
-//   mitra: last 2 lines of logs/gen-0/rank-1.log:
-//     | loading
-//     | fatal: out of memory
-std::string FormatFailureReport(const std::string& what, const std::string& log_name,
-                                const std::vector<std::string>& last_lines);
 // Seconds rounded to milliseconds, for records ("launch_s": 0.021).
 double RoundedSeconds(double seconds);
 

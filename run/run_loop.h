@@ -112,25 +112,57 @@ class RunLoop {
     std::string machine;  // address
     manager::Machine where;
     bool stopped_record = false;
-    std::vector<std::string> last_lines;
+    manager::FailureExcerpt output;  // what it printed, once it exited
   };
 
   void Handle(const manager::ControllerInput& input);
   void Execute(const manager::ControllerAction& action);
+  // Carries out a launch: the generation's ranks started as processes or handed to parked
+  // workers; then tells the controller GenerationLaunched and each rank's start, in that order.
   void Launch(const manager::LaunchAction& launch);
-  // Hands parked worker `worker` rank `rank`'s placement, `environment`; false when it cannot
+  // The launch's steps: the loop's books turned to the new generation; what its ranks share
+  // (the checkpoint it resumes from, its log directory); one rank started or kept.
+  void BeginGeneration(const manager::LaunchAction& launch);
+  LaunchSettings GenerationSettings(const manager::LaunchAction& launch);
+  // The newest checkpoint's step that verifies (0: none); damaged ones are named once.
+  int64_t ResumeStep();
+  // Starts `placement`'s rank (or hands it to its parked worker): RankStarted, with its pid in
+  // `launched`, or RankStartFailed (also when `port`, the rendezvous port's lookup, failed).
+  manager::ControllerInput StartRank(const manager::LaunchAction& launch,
+                                     const RankPlacement& placement, const LaunchSettings& settings,
+                                     const mitra::Status& port, manager::GenerationLaunched* launched);
+  // The worker environment of `placement`'s rank on `machine`, started through `runner`.
+  Environment RankEnvironment(const GridPlan& plan, const RankPlacement& placement,
+                              const manager::Machine& machine, const LaunchSettings& settings,
+                              const launcher::ProcessRunner& runner) const;
+  mitra::Status StartProcess(int64_t generation, int rank, const manager::Machine& machine,
+                             launcher::ProcessRunner* runner, Environment environment,
+                             LiveRank* live);
+  // Hands parked worker `worker` rank `rank`'s placement, `environment`; an error when it cannot
   // be told (then the rank is reported as not started).
-  bool Keep(const manager::ParkedWorker& worker, int64_t generation, int rank,
-            const Environment& environment, LiveRank* live, std::string* why);
+  mitra::Status Keep(const manager::ParkedWorker& worker, int64_t generation, int rank,
+                     const Environment& environment, LiveRank* live);
   void Release(const manager::ReleaseAction& release);
   // Starts a standby worker; kept in parked_ from its start, so it can be kept or let go.
   void StartStandby(const manager::StartStandbyAction& standby);
   // After the job's end: waits a little for released workers to exit (they are told to).
   void AwaitReleased();
   void OnWorkerEvent(WorkerEvent& event);
+  // A `@mitra` record of a rank: a report for the controller, or a note the loop records and
+  // shows (eval, settings, warning, checkpoint_failed).
   void OnMessage(int64_t generation, int rank, const std::string& text);
+  // The controller's RankReport of a record (ready, parked, heartbeat, step, stopped,
+  // checkpoint, restored), after what the loop does with it (metrics, progress line, records);
+  // nullopt for any other record.
+  std::optional<manager::RankReport> ReadReport(int64_t generation, int rank,
+                                                const std::string& kind, const JsonObject& record);
+  void OnWorkerNote(int64_t generation, int rank, const std::string& kind,
+                    const JsonObject& record);
   void OnMachineListEdited(const std::string& contents);
   void OnRecord(const manager::RecordAction& record);
+  // A failure record's report on the terminal, with what the failed rank printed; false when
+  // the record names no rank of the current generation (then its line is shown as any other).
+  bool ReportFailure(const JsonObject& failure);
   void OnFinish(const manager::FinishAction& finish);
   void StartHealthCheck(const manager::Machine& machine);
   // Starts the preemption command on each machine due for it; when the next round is due.

@@ -276,6 +276,22 @@ TEST_F(MitraRunTest, RepeatedFailuresBeyondTheRestartBudgetFailTheJob) {
   ExpectNoWorkerLeft();
 }
 
+// Exit code 2 before the job's first step is a configuration no relaunch can fix: one
+// generation, the worker's words, and `mitra run` exits 2 (not after --max-restarts 5).
+TEST_F(MitraRunTest, AWorkerThatRefusesItsConfigurationEndsTheJobAtOnceWithItsMessage) {
+  const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "100"},
+                                 {"--config-error-rank", "1"}));
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 1u) << r.output();
+  EXPECT_TRUE(Contains(r.err, "  | fake_worker: error: rank 1: unknown schedule 'zb-h1'")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "mitra: failed: rank 1 (pid ")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "unknown schedule 'zb-h1' (expected gpipe, 1f1b or varuna) (exit "
+                              "code 2: the program's configuration is wrong"))
+      << r.err;
+  EXPECT_EQ(ReadJsonFile(RunDir() + "/state.json")->GetString("state"), "failed");
+  ExpectNoWorkerLeft();
+}
+
 TEST_F(MitraRunTest, ASecondManagerOnTheSameRunDirectoryIsRefused) {
   std::unique_ptr<MitraProcess> first = MitraProcess::Start(
       MITRA_BINARY, Args({"--batch-size", "4", "--max-steps", "100000"}), dir_.path());

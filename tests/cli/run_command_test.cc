@@ -339,5 +339,101 @@ TEST_F(RunCommandTest, AnotherManagerOnTheRunDirectoryIsRefused) {
   EXPECT_EQ(fake_.started(), 0);
 }
 
+
+// ---- RunCommand's steps, each alone ------------------------------------------------------
+
+TEST_F(RunCommandTest, CheckInputsResolvesTheProgramAndTheDirectoriesAndRunsNothing) {
+  fs_.AddFile(kMachines, "localhost slots=2\nnode2 slots=1\n");
+  options_.run_dir = "job-run";
+  Result<CheckedInputs> inputs = CheckInputs(options_, context_);
+  ASSERT_TRUE(inputs.ok()) << inputs.status().message();
+  EXPECT_EQ(inputs->machines.TotalSlots(), 3);
+  EXPECT_EQ(inputs->machines_path, kMachines);
+  EXPECT_EQ(inputs->program, "/opt/job/train");
+  EXPECT_EQ(inputs->threads, 1);
+  EXPECT_EQ(inputs->timeout_s, 30);
+  EXPECT_FALSE(inputs->planned);
+  EXPECT_EQ(inputs->run_dir, "/opt/job/job-run");
+  EXPECT_EQ(inputs->checkpoint_dir, "/opt/job/job-run/checkpoints");
+  EXPECT_TRUE(describer_.processes.empty());
+  EXPECT_FALSE(fs_.Exists("/opt/job/job-run"));
+}
+
+TEST_F(RunCommandTest, DescribeAndPlanAsksTheProgramOnceAndPlansOnItsSegments) {
+  fs_.AddFile(kMachines, "localhost slots=2\n");
+  Result<CheckedInputs> inputs = CheckInputs(options_, context_);
+  ASSERT_TRUE(inputs.ok()) << inputs.status().message();
+  Result<ProgramPlan> plan = DescribeAndPlan(options_, *inputs, context_);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(describer_.processes.size(), 1u);
+  EXPECT_EQ(plan->description.segments, 2);
+  EXPECT_EQ(plan->resume_step, 0);  // no checkpoint: a fresh start
+  EXPECT_EQ(plan->plan.stages, 1);
+  EXPECT_EQ(plan->plan.replicas, 2);
+  EXPECT_EQ(fake_.started(), 0);
+}
+
+TEST_F(RunCommandTest, CheckMachinesReturnsTheUnreachableAndCreatesTheCheckpointDirectory) {
+  fs_.AddFile(kMachines, "localhost slots=2\nnode2 slots=2\n");
+  fake_.SetHealthy("node2", false);
+  Result<CheckedInputs> inputs = CheckInputs(options_, context_);
+  ASSERT_TRUE(inputs.ok()) << inputs.status().message();
+  Result<std::vector<std::string>> unreachable = CheckMachines(*inputs, context_);
+  ASSERT_TRUE(unreachable.ok()) << unreachable.status().message();
+  EXPECT_EQ(*unreachable, std::vector<std::string>{"node2"});
+  EXPECT_NE(err_.str().find("node2 cannot be reached now"), std::string::npos) << err_.str();
+  EXPECT_TRUE(fs_.Exists(std::string(kRunDir) + "/checkpoints"));
+}
+
+TEST_F(RunCommandTest, TheControllerIsToldTheTimeoutsAndBudgetTheFlagsImply) {
+  options_.timeout_s = 100;
+  options_.heartbeat_timeout_s = 2;
+  options_.max_restarts = 7;
+  options_.spares = 2;
+  options_.no_regroup = true;
+  CheckedInputs inputs;
+  inputs.timeout_s = 100;
+  ProgramPlan plan;
+  plan.description.segments = 6;
+  plan.resume_step = 12;
+  plan.chunk_size = 4;
+  const manager::ControllerOptions o = ControllerOptionsFor(options_, inputs, plan, nullptr, 3);
+  EXPECT_EQ(o.segments, 6);
+  EXPECT_EQ(o.chunk_size, 4);
+  EXPECT_EQ(o.start_step, 12);
+  EXPECT_EQ(o.first_generation, 3);
+  EXPECT_EQ(o.startup_timeout_s, 400);        // 4 x --timeout, at least 120 s
+  EXPECT_EQ(o.finish_timeout_s, 200);         // 2 x --timeout, at least 60 s
+  EXPECT_EQ(o.first_heartbeat_timeout_s, 10);  // 2 x --heartbeat-timeout, at least 10 s
+  EXPECT_EQ(o.max_restarts, 7);
+  EXPECT_EQ(o.spares, 0) << "spares are parked workers: none without regrouping";
+}
+
+TEST_F(RunCommandTest, TheLoopIsToldWhatEveryLaunchShares) {
+  options_.threads = 4;
+  options_.no_regroup = true;
+  options_.keep_checkpoints = 5;
+  CheckedInputs inputs;
+  inputs.program = "/opt/job/train";
+  inputs.threads = 4;
+  inputs.run_dir = kRunDir;
+  inputs.checkpoint_dir = "/ckpt";
+  ProgramPlan plan;
+  plan.resume_step = 8;
+  plan.reported = {"step-9 is damaged"};
+  const JsonObject fields = JsonObject().SetInt("manager_pid", 4242);
+  const run::RunLoopOptions o = LoopOptionsFor(options_, inputs, plan, 2, fields, context_);
+  EXPECT_EQ(o.worker.program, "/opt/job/train");
+  EXPECT_EQ(o.settings.generation, 2);
+  EXPECT_EQ(o.settings.resume_step, 8);
+  EXPECT_EQ(o.settings.checkpoint_dir, "/ckpt");
+  EXPECT_EQ(o.settings.keep_checkpoints, 5);
+  EXPECT_EQ(o.settings.threads, 4);
+  EXPECT_EQ(o.settings.run_dir, kRunDir);
+  EXPECT_FALSE(o.regroup);
+  EXPECT_EQ(o.reported, plan.reported);
+  EXPECT_EQ(o.state_fields.GetNumber("manager_pid"), 4242);
+}
+
 }  // namespace
 }  // namespace mitra::cli

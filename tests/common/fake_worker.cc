@@ -15,6 +15,8 @@
 //                           rank R stops making progress after step K, ignoring SIGUSR1
 //   --silent-rank R         rank R hangs before its first record (as when a program stops
 //                           before it reaches mitra), ignoring SIGUSR1
+//   --config-error-rank R   rank R refuses its configuration before its first step: prints an
+//                           error naming it and exits 2 (as a program given a bad flag does)
 //   --fail-generation G     crash and hang only in generation G (default: every generation)
 //   --ignore-sigterm        ignore SIGTERM (so only SIGKILL ends it)
 //   --marker-dir DIR        create DIR/started-rank-R when training starts
@@ -51,6 +53,7 @@ struct Flags {
   int crash_signal = 0;
   int hang_rank = -1;
   int silent_rank = -1;
+  int config_error_rank = -1;
   long hang_at_step = -1;
   bool ignore_sigterm = false;
   long fail_generation = -1;
@@ -92,6 +95,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.hang_at_step = std::atol(next());
     else if (arg == "--silent-rank")
       f.silent_rank = std::atoi(next());
+    else if (arg == "--config-error-rank")
+      f.config_error_rank = std::atoi(next());
     else if (arg == "--fail-generation")
       f.fail_generation = std::atol(next());
     else if (arg == "--ignore-sigterm")
@@ -235,6 +240,13 @@ int main(int argc, char** argv) {
     for (;;) SleepMs(1000);
   }
   std::printf("@mitra {\"event\":\"heartbeat\",\"rank\":%d}\n", rank);
+  if (rank == f.config_error_rank) {
+    std::fprintf(stderr,
+                 "fake_worker: error: rank %d: unknown schedule 'zb-h1' (expected gpipe, 1f1b "
+                 "or varuna)\n",
+                 rank);
+    return 2;
+  }
   std::printf(
       "@mitra {\"event\":\"ready\",\"rank\":%d,\"stages\":%ld,\"replicas\":%ld,"
       "\"generation\":%ld}\n",

@@ -60,6 +60,26 @@ TEST_F(LocalProcessRunnerTest, KeepsOnlyTheLastLines) {
   EXPECT_EQ(seen.back().last_lines, (std::vector<std::string>{"3", "4", "5"}));
 }
 
+// LibTorch's `what():` came 8th of 28 lines: it is kept, though the tail holds only 20.
+TEST_F(LocalProcessRunnerTest, KeepsTheErrorLinesThatScrolledOutOfTheTail) {
+  LocalProcessRunner runner(&fs_);
+  ASSERT_TRUE(runner
+                  .Start(Shell("for i in 1 2 3 4 5 6; do echo loading $i; done; "
+                               "echo \"terminate called after throwing an instance of "
+                               "'c10::Error'\" >&2; echo '  what():  boom' >&2; "
+                               "for i in $(seq 0 19); do echo \"frame #$i\" >&2; done; exit 134"),
+                         Sink())
+                  .ok());
+  const std::vector<ProcessEvent> seen = UntilExit();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back().exit.exit_code, 134);
+  EXPECT_EQ(seen.back().earlier_errors,
+            (std::vector<std::string>{"terminate called after throwing an instance of 'c10::Error'",
+                                      "  what():  boom"}));
+  ASSERT_EQ(seen.back().last_lines.size(), 20u);
+  EXPECT_EQ(seen.back().last_lines.front(), "frame #0");
+}
+
 TEST_F(LocalProcessRunnerTest, SignalsItsChildAndReportsTheSignal) {
   LocalProcessRunner runner(&fs_);
   Result<StartedProcess> p = runner.Start(Shell("echo started; exec sleep 30"), Sink());

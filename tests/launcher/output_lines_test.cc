@@ -47,5 +47,32 @@ TEST(LineTail, KeepsTheLastLines) {
   EXPECT_TRUE(none.Lines().empty());
 }
 
+TEST(LineTail, KeepsTheLatestErrorLinesThatScrolledOutOfTheTail) {
+  LineTail tail(3, 2);
+  for (const char* line : {"loading", "Error: first", "terminate called after throwing",
+                           "  what():  unknown schedule 'zb-h1'", "frame #0", "frame #1",
+                           "frame #2"}) {
+    tail.Add(line);
+  }
+  EXPECT_EQ(tail.Lines(), (std::vector<std::string>{"frame #0", "frame #1", "frame #2"}));
+  EXPECT_EQ(tail.EarlierErrors(), (std::vector<std::string>{"terminate called after throwing",
+                                                            "  what():  unknown schedule 'zb-h1'"}));
+}
+
+TEST(IsErrorLine, KnowsExceptionsLoggersAndCrashes) {
+  for (const char* line :
+       {"  what():  \"addmm_impl_cpu_\" not implemented for 'BFloat16'",
+        "terminate called after throwing an instance of 'c10::Error'",
+        "ValueError: boom in the segment", "[2025-01-01 12:00:00.000] [error] rank 0: bad",
+        "train.cc:12: error: no such flag", "Segmentation fault (core dumped)"}) {
+    EXPECT_TRUE(IsErrorLine(line)) << line;
+  }
+  for (const char* line : {"step 3 loss 2.1", "frame #4: c10::detail::torchCheckFail",
+                           "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9c",
+                           ""}) {
+    EXPECT_FALSE(IsErrorLine(line)) << line;
+  }
+}
+
 }  // namespace
 }  // namespace mitra::launcher

@@ -65,6 +65,55 @@ TEST_F(ControllerTest, ShrinksWhenHostRemovedFromList) {
   EXPECT_TRUE(Recorded("first_step"));
 }
 
+// RunLoop's report on a launch is told as the `launch` record and its terminal line.
+TEST_F(ControllerTest, ALaunchCarriedOutIsToldWithWhatWasStartedAndKept) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  Feed(GenerationLaunched{0, {4242, 4243}, {1}, 6, "127.0.0.2:29400", 0.25});
+  const std::vector<RecordAction> records = All<RecordAction>();
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(records[0].event, "launch");
+  EXPECT_EQ(records[0].fields.GetNumber("generation"), 0);
+  EXPECT_EQ(records[0].fields.GetNumber("resume_step"), 6);
+  EXPECT_EQ(records[0].fields.GetString("rdzv"), "127.0.0.2:29400");
+  ASSERT_NE(records[0].fields.Find("pids"), nullptr);
+  EXPECT_EQ(records[0].fields.Find("pids")->ToJson(), "[4242,4243]");
+  ASSERT_NE(records[0].fields.Find("kept"), nullptr);
+  EXPECT_EQ(records[0].fields.Find("kept")->ToJson(), "[1]");
+  EXPECT_FALSE(records[0].error);
+  EXPECT_NE(records[0].line.find("launched 1 worker and kept 1 parked worker"), std::string::npos)
+      << records[0].line;
+  // A report of an earlier generation is ignored.
+  Feed(GenerationLaunched{-1, {1}, {}, 0, "", 0});
+  EXPECT_TRUE(All<RecordAction>().empty());
+}
+
+TEST_F(ControllerTest, ALaunchThatStartedNothingIsToldAsAnError) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  Feed(GenerationLaunched{0, {0, 0}, {}, 0, "127.0.0.2:0", 0});
+  ASSERT_EQ(All<RecordAction>().size(), 1u);
+  EXPECT_TRUE(All<RecordAction>()[0].error);
+  EXPECT_NE(All<RecordAction>()[0].line.find("no worker could be started"), std::string::npos);
+}
+
+TEST_F(ControllerTest, AMorphResumingFromAnOlderCheckpointThanItsStopTellsTheLostStep) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  Feed(GenerationLaunched{0, {100, 101, 102, 103}, {}, 0, "127.0.0.2:1", 0});
+  EXPECT_FALSE(Recorded("step_lost")) << "a first launch expects no step";
+  RunGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  StopAll(6);
+  ASSERT_EQ(OnlyLaunch().expected_step, 6);
+  Feed(GenerationLaunched{1, {200, 201}, {}, 4, "127.0.0.2:2", 0});
+  EXPECT_TRUE(Recorded("launch"));
+  ASSERT_TRUE(Recorded("step_lost"));
+  for (const RecordAction& r : All<RecordAction>()) {
+    if (r.event != "step_lost") continue;
+    EXPECT_EQ(r.fields.GetNumber("expected_step"), 6);
+    EXPECT_EQ(r.fields.GetNumber("resume_step"), 4);
+    EXPECT_TRUE(r.error);
+  }
+}
+
 TEST_F(ControllerTest, DrainingAMachineInUseMorphsOffItWithoutAFailure) {
   Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunGeneration(5);
@@ -415,6 +464,115 @@ TEST_F(ControllerTest, WithoutRestartsTheFirstFailureFailsTheJob) {
   EXPECT_NE(All<FinishAction>()[0].reason.find("rank 1 (pid 101) exited with code 3"),
             std::string::npos)
       << All<FinishAction>()[0].reason;
+}
+
+// Rank `rank` of the current generation exits with `code`, having printed `lines`.
+RankExited ExitedWith(int64_t generation, int rank, int code, std::vector<std::string> lines) {
+  return RankExited{generation, rank, launcher::ExitStatus{code, 0}, ExcerptOf({}, lines)};
+}
+
+TEST_F(ControllerTest, ExitCodeTwoBeforeTheJobsFirstStepEndsTheJobAtOnce) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
+  Feed(ExitedWith(0, 1, 2, {"[2025-01-01 12:00:00.000] [error] rank 1: unknown schedule 'zb-h1'"}));
+  EXPECT_TRUE(Recorded("failure"));
+  EXPECT_EQ(SignalsOf(SIGKILL), std::vector<int>{0});
+  EXPECT_TRUE(All<CheckHostAction>().empty()) << "the job ends: no machine is blamed";
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  const FinishAction finish = All<FinishAction>()[0];
+  EXPECT_EQ(finish.outcome, FinishAction::Outcome::kBadConfiguration);
+  EXPECT_NE(finish.reason.find("exited with code 2: rank 1: unknown schedule 'zb-h1'"),
+            std::string::npos)
+      << finish.reason;
+}
+
+TEST_F(ControllerTest, ExitCodeTwoAfterTheJobsFirstStepIsRecoveredAsAnyFailure) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  RunGeneration(1);
+  Feed(ExitedWith(0, 1, 2, {"bad placement line"}));
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"localhost", true, ""});
+  EXPECT_EQ(OnlyLaunch().generation, 1);
+  // The job trained: a later generation's exit 2 before its own first step is no verdict on
+  // the configuration either.
+  for (int r = 0; r < 2; ++r) Feed(RankStarted{1, r, 200 + r});
+  Feed(ExitedWith(1, 0, 2, {"bad placement line"}));
+  Feed(RankExited{1, 1, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"localhost", true, ""});
+  EXPECT_EQ(OnlyLaunch().generation, 2);
+}
+
+TEST_F(ControllerTest, TheSameFailureBeforeTheFirstStepTwiceInARowEndsTheJob) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  const std::vector<std::string> crash = {
+      "terminate called after throwing an instance of 'c10::Error'",
+      "  what():  \"addmm_impl_cpu_\" not implemented for 'BFloat16'"};
+  for (int64_t g = 0; g < 2; ++g) {
+    for (int r = 0; r < 2; ++r) Feed(RankStarted{g, r, 100 + r});
+    Feed(ExitedWith(g, 0, 134, crash));
+    Feed(RankExited{g, 1, launcher::ExitStatus{0, SIGKILL}});
+    if (g == 0) {
+      Feed(HostChecked{"localhost", true, ""});
+      ASSERT_EQ(OnlyLaunch().generation, 1) << "the first such failure is relaunched";
+    }
+  }
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  const FinishAction finish = All<FinishAction>()[0];
+  EXPECT_EQ(finish.outcome, FinishAction::Outcome::kFailed);
+  EXPECT_NE(finish.reason.find("not implemented for 'BFloat16' (before the first step, as in "
+                               "the launch before"),
+            std::string::npos)
+      << finish.reason;
+}
+
+// A remote machine that fails the same way twice is kept out and the job goes on without it;
+// the same failure on another machine then is the program's.
+TEST_F(ControllerTest, AnEarlyFailureRepeatedOnAFlakyMachineIsRetriedWithoutIt) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  const std::vector<std::string> crash = {"Error: CUDA error: uncorrectable ECC error"};
+  auto fail_rank = [&](int failed) {
+    const int64_t g = controller_->generation();
+    const int world = controller_->plan().world_size();
+    for (int r = 0; r < world; ++r) Feed(RankStarted{g, r, 100 + r});
+    Feed(ExitedWith(g, failed, 1, crash));
+    for (int r = 0; r < world; ++r) {
+      if (r != failed) Feed(RankExited{g, r, launcher::ExitStatus{0, SIGKILL}});
+    }
+  };
+  fail_rank(2);  // on 127.0.0.3: checked, and it passes
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  ASSERT_EQ(OnlyLaunch().plan.world_size(), 4);
+  fail_rank(2);  // on 127.0.0.3 again: kept out, the job goes on without it
+  ASSERT_EQ(OnlyLaunch().plan.world_size(), 2);
+  EXPECT_EQ(Addresses(OnlyLaunch()), (std::vector<std::string>{"127.0.0.2", "127.0.0.2"}));
+  fail_rank(0);  // the same failure on 127.0.0.2
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  EXPECT_NE(All<FinishAction>()[0].reason.find("as in the launch before"), std::string::npos)
+      << All<FinishAction>()[0].reason;
+}
+
+TEST_F(ControllerTest, AnEarlyFailureAfterAGenerationThatTrainedIsRelaunched) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  const std::vector<std::string> crash = {"Error: connection refused"};
+  for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
+  Feed(ExitedWith(0, 0, 1, crash));
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"localhost", true, ""});
+  ASSERT_EQ(OnlyLaunch().generation, 1);
+  RunGeneration(3);  // generation 1 trains, then fails
+  Feed(ExitedWith(1, 0, 1, crash));
+  Feed(RankExited{1, 1, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"localhost", true, ""});
+  ASSERT_EQ(OnlyLaunch().generation, 2);
+  for (int r = 0; r < 2; ++r) Feed(RankStarted{2, r, 300 + r});
+  Feed(ExitedWith(2, 0, 1, crash));  // like generation 0's, but a step was trained since
+  Feed(RankExited{2, 1, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"localhost", true, ""});
+  EXPECT_EQ(OnlyLaunch().generation, 3);
 }
 
 TEST_F(ControllerTest, AFlappingMachineIsKeptOutWithExponentialBackoff) {

@@ -240,6 +240,13 @@ void FakeTransports::OnStart(Host& host, int index) {
   processes_.push_back(std::move(process));
   if (!script_.keep_environments) host.runner.processes[index].spec.environment.clear();
   After(script_.ready_after_s, [this, &p] { Ready(p); });
+  if (p.rank == script_.fail_rank) {
+    After(script_.fail_after_s, [this, &p] {
+      launcher::ExitStatus exit;
+      exit.exit_code = script_.fail_exit_code;
+      End(p, exit, script_.fail_lines);
+    });
+  }
 }
 
 void FakeTransports::OnSignal(Host& host, int index, int signal_number) {

@@ -48,6 +48,13 @@ struct FakeWorkerScript {
   // Whether each started process keeps its environment for Environments(). At thousands of
   // ranks they outweigh the manager (MITRA_STAGE_TO_RANK_MAP names every rank).
   bool keep_environments = true;
+  // Every process of rank `fail_rank` (-1: none) exits with `fail_exit_code` `fail_after_s`
+  // after its start, having printed `fail_lines`: a program that fails the same way at every
+  // launch (before `ready` while fail_after_s < ready_after_s).
+  int fail_rank = -1;
+  double fail_after_s = 0.2;
+  int fail_exit_code = 1;
+  std::vector<std::string> fail_lines;
 };
 
 class FakeTransports : public run::Transports {
@@ -63,6 +70,8 @@ class FakeTransports : public run::Transports {
 
   // ---- Scripting --------------------------------------------------------------------------
 
+  // How the simulated workers started from now on behave.
+  void SetScript(FakeWorkerScript script) { script_ = std::move(script); }
   // Runs `action` when the clock reaches `time` (monotonic seconds), or after `delay_s`.
   // Actions due at the same time run in the order they were scheduled.
   void At(double time, std::function<void()> action);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "contract/exit_codes.h"
 #include "manager/status_report.h"
 #include "mitra/contract/variables.h"
 #include "tests/common/memory_file_system.h"
@@ -22,6 +23,7 @@ namespace mitra::run {
 namespace {
 
 using testing::FakeTransports;
+using testing::FakeWorkerScript;
 using testing::List;
 using testing::MemoryFileSystem;
 
@@ -210,6 +212,65 @@ TEST_F(RunLoopTest, RecoversFromACrashedRankAndShowsItsOwnWords) {
   EXPECT_NE(err_.str().find("fatal: out of memory"), std::string::npos) << err_.str();
   EXPECT_EQ(err_.str().find("heartbeat"), std::string::npos) << err_.str();
   EXPECT_NE(err_.str().find("logs/gen-0/rank-1.log"), std::string::npos) << err_.str();
+}
+
+TEST_F(RunLoopTest, AWorkerThatExitsTwoBeforeTheFirstStepEndsTheJobWithItsMessage) {
+  FakeWorkerScript script;
+  script.fail_rank = 1;
+  script.fail_exit_code = kExitBadInput;
+  script.fail_lines = {"[2025-01-01 12:00:00.000] [error] rank 1: unknown schedule 'zb-h1' "
+                       "(expected gpipe, 1f1b or varuna)"};
+  fake_.SetScript(script);
+  std::unique_ptr<RunLoop> loop = MakeLoop(Controller(8));
+  EXPECT_EQ(Run(*loop, "node1 slots=2\n"), kExitBadInput) << err_.str();
+
+  EXPECT_EQ(LaunchedWorlds(), std::vector<int>({2})) << "one generation: nothing relaunched";
+  ASSERT_EQ(Events("failure").size(), 1u);
+  EXPECT_EQ(Events("failure")[0].GetNumber("rank"), 1);
+  ASSERT_EQ(Events("failed").size(), 1u);
+  EXPECT_NE(Events("failed")[0].GetString("reason").value_or("").find("unknown schedule 'zb-h1'"),
+            std::string::npos);
+  // The worker's words, quoted, and in the last line.
+  EXPECT_NE(err_.str().find("  | [2025-01-01 12:00:00.000] [error] rank 1: unknown schedule"),
+            std::string::npos)
+      << err_.str();
+  EXPECT_NE(err_.str().find("exited with code 2: rank 1: unknown schedule 'zb-h1' (expected "
+                            "gpipe, 1f1b or varuna) (exit code 2: the program's configuration "
+                            "is wrong"),
+            std::string::npos)
+      << err_.str();
+  EXPECT_EQ(fake_.running(), 0);
+}
+
+TEST_F(RunLoopTest, AWorkerThatExitsTwoAfterTheFirstStepIsRecoveredAsAnyFailure) {
+  std::unique_ptr<RunLoop> loop = MakeLoop(Controller(8));
+  fake_.At(start_ + 3.7, [this] { fake_.Crash(1, kExitBadInput, {"bad placement line"}); });
+  EXPECT_EQ(Run(*loop, "node1 slots=2\n"), 0) << err_.str();
+  EXPECT_EQ(Events("failure").size(), 1u);
+  EXPECT_EQ(LaunchedWorlds(), std::vector<int>({2, 2}));
+  EXPECT_EQ(Events("done").size(), 1u);
+}
+
+TEST_F(RunLoopTest, AProgramThatCrashesTheSameWayAtEveryStartIsLaunchedTwiceOnly) {
+  FakeWorkerScript script;
+  script.fail_rank = 0;
+  script.fail_after_s = 0.8;  // after `ready`, before the first step
+  script.fail_exit_code = 134;
+  script.fail_lines = {"terminate called after throwing an instance of 'c10::Error'",
+                       "  what():  \"addmm_impl_cpu_\" not implemented for 'BFloat16'",
+                       "frame #0: c10::Error::Error(c10::SourceLocation, std::string)"};
+  fake_.SetScript(script);
+  std::unique_ptr<RunLoop> loop = MakeLoop(Controller(8));
+  // On this machine, not one the job could go on without: the program is to blame.
+  EXPECT_EQ(Run(*loop, "localhost slots=2\n"), kExitFailed) << err_.str();
+
+  EXPECT_EQ(LaunchedWorlds(), std::vector<int>({2, 2})) << "not --max-restarts (5) times";
+  EXPECT_EQ(Events("failure").size(), 2u);
+  EXPECT_NE(err_.str().find("exited with code 134: \"addmm_impl_cpu_\" not implemented for "
+                            "'BFloat16' (before the first step, as in the launch before"),
+            std::string::npos)
+      << err_.str();
+  EXPECT_EQ(fake_.running(), 0);
 }
 
 TEST_F(RunLoopTest, LeavesOutALostMachineUntilItsHealthCheckPasses) {

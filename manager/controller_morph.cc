@@ -1,0 +1,294 @@
+// Planned changes, the controller's half: the machine list changes, drains, machines that pass
+// their health check, and the morph that follows (docs/manager.md, "Planned change: morph");
+// regrouping in place: ranks that park, standby workers started ahead of a grow, spares, and
+// the parked workers a launch keeps or lets go (standby.h keeps their books). One class,
+// controller.h.
+#include <signal.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "manager/controller.h"
+
+namespace mitra::manager {
+
+void Controller::OnMachinesChanged(const MachinesChanged& in) {
+  const MachinePool::Change change = pool_.Update(in.list);
+  ListChangedFact fact;
+  for (const Machine& m : change.to_check) {
+    actions_.push_back(CheckHostAction{m});
+    fact.checking.push_back(m.Address());
+  }
+  fact.change = change.Describe();
+  fact.added = change.added;
+  fact.removed = change.removed;
+  fact.slots = in.list.TotalSlots();
+  fact.phase = PhaseName(phase_);
+  using Action = ListChangedFact::Action;
+
+  switch (phase_) {
+    case Phase::kWaiting:
+      fact.action = Action::kPlan;
+      Tell(fact);
+      TryLaunch();
+      return;
+    case Phase::kRunning: {
+      std::string why;
+      const auto desired = DesiredPlan(&why);
+      if (desired && !DiffersFromCurrent(desired->first, desired->second)) {
+        fact.action = Action::kKeep;
+        fact.shape = gen_.ShapeText();
+        Tell(fact);
+        return;
+      }
+      // A machine the generation runs on left or lost slots: the job moves off it now.
+      // Otherwise the machines only grew, and new workers may start before the morph.
+      const bool shrunk = std::any_of(gen_.machines.begin(), gen_.machines.end(),
+                                      [&](const Machine& m) { return pool_.Shrunk(m); });
+      if (desired && !shrunk) {
+        fact.action = Action::kMorph;
+        Tell(fact);
+        Morph("machine list changed: " + fact.change, desired->first, desired->second);
+        return;
+      }
+      if (!desired) {
+        // Fewer usable slots than stages. The running generation goes on unless it runs on a
+        // machine that left the list or lost slots.
+        bool affected = false;
+        for (const Machine& m : gen_.machines) affected |= pool_.Shrunk(m);
+        if (!affected) {
+          fact.why = why;
+          Tell(fact);
+          return;
+        }
+      }
+      fact.action = Action::kMorph;
+      Tell(fact);
+      BeginMorph("machine list changed: " + fact.change);
+      return;
+    }
+    case Phase::kMorphing:
+    case Phase::kRecovering:
+      fact.action = Action::kFolded;
+      Tell(fact);
+      return;
+    case Phase::kStopping:
+    case Phase::kFinished:
+      Tell(fact);
+      return;
+  }
+}
+
+void Controller::OnDrain(const DrainMachine& in) {
+  DrainFact fact{in.address, in.by};
+  if (pool_.Drained(in.address)) return;  // drained already: said when it was
+  if (!pool_.Drain(in.address, in.by)) {
+    fact.action = DrainFact::Action::kUnknown;
+    Tell(fact);
+    return;
+  }
+  const bool in_use =
+      gen_.live && std::any_of(gen_.machines.begin(), gen_.machines.end(),
+                               [&](const Machine& m) { return m.Address() == in.address; });
+  switch (phase_) {
+    case Phase::kRunning:
+      if (!in_use) break;
+      fact.action = DrainFact::Action::kMorph;
+      Tell(fact);
+      BeginMorph("draining " + in.address + " (" + in.by + ")");
+      return;
+    case Phase::kMorphing:
+    case Phase::kRecovering:
+      if (in_use) fact.action = DrainFact::Action::kFolded;
+      break;
+    case Phase::kWaiting:
+    case Phase::kStopping:
+    case Phase::kFinished:
+      break;
+  }
+  Tell(fact);
+}
+
+void Controller::OnHostChecked(const HostChecked& in) {
+  const MachinePool::CheckResult result =
+      pool_.OnChecked(in.address, in.healthy, in.reason, now_);
+  if (!result.known) return;
+  if (in.healthy) {
+    if (result.joined) {
+      const Machine* m = pool_.Find(in.address);
+      Tell(HostHealthyFact{in.address, m != nullptr && m->IsLocal()});
+    }
+  } else {
+    Tell(HostKeptOutFact{in.address, in.reason, result.failed_checks, std::nullopt,
+                         result.backoff_s});
+  }
+  switch (phase_) {
+    case Phase::kWaiting:
+      if (in.healthy) TryLaunch();
+      return;
+    case Phase::kRunning: {
+      if (!in.healthy || !result.listed) return;
+      std::string why;
+      const auto desired = DesiredPlan(&why);
+      if (desired && DiffersFromCurrent(desired->first, desired->second)) {
+        Morph(in.address + (result.first ? " joined" : " is healthy again"), desired->first,
+              desired->second);
+      }
+      return;
+    }
+    case Phase::kRecovering:
+      MaybeEndGeneration();
+      return;
+    default:
+      return;
+  }
+}
+
+void Controller::BeginMorph(const std::string& why) {
+  if (training_done_) {
+    // The job has trained its last step; the ranks only finish their own work.
+    Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running(), /*skipped=*/true});
+    return;
+  }
+  // A grow warming up goes on as this morph; standby workers that park before the launch are
+  // still kept.
+  standby_.DropWarmUp();
+  gen_.deadlines.warm_up.reset();
+  ending_ = Ending::kMorph;
+  phase_ = Phase::kMorphing;
+  reason_ = why;
+  change_.kind = "morph";
+  change_.detected = now_;
+  Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running()});
+  AskRanksToStop(/*park=*/true);
+}
+
+void Controller::Morph(const std::string& why, const GridPlan& desired,
+                       const std::vector<Machine>& machines) {
+  if (standby_.warming_up()) {
+    standby_.SetWarmUpReason(why);  // the morph that follows plans on the machines of its time
+    return;
+  }
+  const bool all_park =
+      gen_.live && gen_.AllReady() && !training_done_ &&
+      std::all_of(gen_.ranks.begin(), gen_.ranks.end(),
+                  [](const RankState& r) { return r.running && r.can_park; });
+  // The ranks of `desired` beyond those the running generation has on the same machine: their
+  // processes start now, as standby workers, while the job trains on.
+  std::vector<const planner::RankPlacement*> new_ranks;
+  if (all_park) {
+    std::map<std::string, int> running_on;
+    for (size_t r = 0; r < gen_.ranks.size(); ++r) {
+      ++running_on[gen_.MachineOf(static_cast<int>(r)).Address()];
+    }
+    for (const planner::RankPlacement& p : desired.ranks) {
+      if (p.local_rank >= running_on[machines[p.machine].Address()]) new_ranks.push_back(&p);
+    }
+  }
+  if (new_ranks.empty()) {
+    BeginMorph(why);
+    return;
+  }
+  std::set<int> ids;
+  WarmUpFact fact{why, {}};
+  for (const planner::RankPlacement* p : new_ranks) {
+    const Machine& machine = machines[p->machine];
+    StartStandbyAction start = standby_.Start(machine, p->local_rank);
+    ids.insert(start.id);
+    fact.machines.push_back(machine.Address());
+    actions_.push_back(std::move(start));
+  }
+  standby_.BeginWarmUp(why, std::move(ids));
+  gen_.deadlines.warm_up = now_ + options_.startup_timeout_s;
+  Tell(fact);
+}
+
+void Controller::OnParked(int rank) {
+  // Stopped as asked (or left its step as a peer failed), its part of the checkpoint on disk:
+  // like an exit, but the process stays for the next generation.
+  RankState& r = gen_.ranks[rank];
+  if (!r.running || r.parked || r.killed) return;  // a killed rank's exit is near
+  r.running = false;
+  r.parked = true;
+  standby_.Park(ParkedWorker{gen_.number, rank, gen_.MachineOf(rank).Address(),
+                             gen_.plan.ranks[rank].local_rank});
+  MaybeEndGeneration();
+}
+
+std::map<int, ParkedWorker> Controller::TakeParkedFor(const GridPlan& plan,
+                                                      const std::vector<Machine>& machines) {
+  std::vector<ParkedWorker> released;
+  std::map<int, ParkedWorker> kept = standby_.TakeFor(plan, machines, &released);
+  if (!released.empty()) actions_.push_back(ReleaseAction{std::move(released)});
+  return kept;
+}
+
+bool Controller::RunsOn(const std::string& address) const {
+  return gen_.live && std::any_of(gen_.machines.begin(), gen_.machines.end(),
+                                  [&](const Machine& m) { return m.Address() == address; });
+}
+
+void Controller::OnStandbyReport(const RankReport& in) {
+  if (in.kind != RankReport::Kind::kParked) return;
+  std::optional<ParkedWorker> worker = standby_.TakeStarting(in.rank);
+  if (!worker) return;
+  // Useful until the next generation is launched: while its grow warms up, or while the
+  // running generation stops; or as a spare on a machine of the running generation.
+  const bool spare = RunsOn(worker->machine) && standby_.WantsSpare(worker->machine);
+  const bool useful = standby_.warming_up() || phase_ == Phase::kMorphing ||
+                      phase_ == Phase::kRecovering || spare;
+  if (!useful) {
+    actions_.push_back(ReleaseAction{{*worker}});
+    return;
+  }
+  standby_.Park(std::move(*worker));
+  if (standby_.Arrived(in.rank) && standby_.WarmUpComplete()) EndWarmUp();
+}
+
+void Controller::OnStandbyGone(int id, const std::string& reason) {
+  const std::optional<ParkedWorker> worker = standby_.TakeStarting(id);
+  if (!worker) return;
+  if (!standby_.Arrived(id)) return;  // the morph went on without it
+  // The machine is suspect, as after a failed start of a rank; the job it would have joined
+  // never saw it.
+  const MachinePool::Blame blame = pool_.BlameFailure(worker->machine, reason, now_);
+  if (blame.check_now) actions_.push_back(CheckHostAction{*blame.check_now});
+  std::string why;
+  const auto desired = DesiredPlan(&why);
+  Tell(StandbyFailedFact{worker->machine, reason,
+                         desired && DiffersFromCurrent(desired->first, desired->second)});
+  if (standby_.WarmUpComplete()) EndWarmUp();
+}
+
+void Controller::EndWarmUp() {
+  std::optional<StandbyWorkers::EndedWarmUp> ended = standby_.EndWarmUp();
+  if (!ended) return;
+  gen_.deadlines.warm_up.reset();
+  if (!ended->late.empty()) {
+    actions_.push_back(ReleaseAction{std::move(ended->late)});  // they exit when they park
+  }
+  std::string unused;
+  const auto desired = DesiredPlan(&unused);
+  if (desired && !DiffersFromCurrent(desired->first, desired->second)) {
+    ReleaseParked();  // nothing changes after all: the running generation goes on
+    return;
+  }
+  BeginMorph(ended->why);
+}
+
+void Controller::KeepSpares() {
+  if (options_.spares <= 0 || !gen_.live) return;
+  for (StartStandbyAction& start : standby_.KeepSpares(gen_.machines)) {
+    actions_.push_back(std::move(start));
+  }
+}
+
+void Controller::ReleaseParked() {
+  std::vector<ParkedWorker> workers = standby_.TakeAll();
+  if (!workers.empty()) actions_.push_back(ReleaseAction{std::move(workers)});
+}
+
+}  // namespace mitra::manager

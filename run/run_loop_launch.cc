@@ -1,0 +1,245 @@
+// The run loop's launches: a generation's ranks started as processes or handed to parked
+// workers, standby workers started, parked workers let go. One class with run_loop.cc.
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/file_system.h"
+#include "common/strings.h"
+#include "mitra/contract/park.h"
+#include "run/run_loop.h"
+
+namespace mitra::run {
+namespace {
+
+// Rendezvous ports on machines where the manager cannot ask the kernel for a free one.
+constexpr int kRemoteRendezvousBasePort = 29500;
+// The loop's longest wait for an event while released workers exit.
+constexpr double kEventWaitS = 0.25;
+
+bool IsLoopback(const std::string& address) { return StartsWith(address, "127."); }
+
+}  // namespace
+
+void RunLoop::Launch(const manager::LaunchAction& launch) {
+  const double begin = clock_->MonotonicSeconds();
+  BeginGeneration(launch);
+  LaunchSettings settings = GenerationSettings(launch);
+  const manager::Machine& first = launch.machines[launch.plan.ranks[0].machine];
+  const Result<int> port = RendezvousPort(first, launch.generation);
+  settings.rdzv_host = transports_->WorkerAddress(first);
+  settings.rdzv_port = port.ok() ? *port : 0;
+
+  manager::GenerationLaunched launched;
+  launched.generation = launch.generation;
+  launched.pids.assign(launch.plan.world_size(), 0);
+  launched.resume_step = settings.resume_step;
+  launched.rendezvous = settings.rdzv_host + ":" + std::to_string(settings.rdzv_port);
+  std::vector<manager::ControllerInput> ranks;
+  for (const RankPlacement& placement : launch.plan.ranks) {
+    ranks.push_back(StartRank(launch, placement, settings, port.status(), &launched));
+  }
+  launched.launch_s = clock_->MonotonicSeconds() - begin;
+  // The controller hears of the launch first, then of each rank.
+  inputs_.push_back(std::move(launched));
+  for (manager::ControllerInput& rank : ranks) inputs_.push_back(std::move(rank));
+  WriteState(true);
+}
+
+void RunLoop::BeginGeneration(const manager::LaunchAction& launch) {
+  ranks_.clear();
+  ranks_generation_ = launch.generation;
+  std::vector<int> stage_of_rank(launch.plan.world_size(), -1);
+  for (int stage = 0; stage < launch.plan.stage_map.num_stages(); ++stage) {
+    for (const int rank : launch.plan.stage_map.RanksOfStage(stage)) stage_of_rank[rank] = stage;
+  }
+  stragglers_.emplace(options_.stragglers, std::move(stage_of_rank));
+}
+
+LaunchSettings RunLoop::GenerationSettings(const manager::LaunchAction& launch) {
+  LaunchSettings settings = options_.settings;
+  settings.generation = launch.generation;
+  settings.resume_step = ResumeStep();
+  if (mitra::Status s = run_dir_->Create(*fs_, launch.generation); !s.ok()) Warn(s);
+  // Every worker traces one step into its log directory (`mitra plan --validate` reads them);
+  // only local ones, where the manager reads their files (RankEnvironment).
+  settings.trace_dir = JoinPath(run_dir_->path(), "logs/gen-" + std::to_string(launch.generation));
+  return settings;
+}
+
+int64_t RunLoop::ResumeStep() {
+  std::vector<std::string> skipped;
+  const Result<checkpoint::Found> found =
+      options_.find_checkpoint
+          ? options_.find_checkpoint(options_.settings.checkpoint_dir, &skipped)
+          : checkpoint::FindNewestValid(*fs_, options_.settings.checkpoint_dir, &skipped);
+  for (const std::string& why : skipped) {
+    if (reported_.insert(why).second) *err_ << "mitra: " << why << "\n";  // once is enough
+  }
+  return found.ok() ? found->step : 0;
+}
+
+manager::ControllerInput RunLoop::StartRank(const manager::LaunchAction& launch,
+                                            const RankPlacement& placement,
+                                            const LaunchSettings& settings,
+                                            const mitra::Status& port,
+                                            manager::GenerationLaunched* launched) {
+  const manager::Machine& machine = launch.machines[placement.machine];
+  const int rank = placement.rank;
+  LiveRank& live = ranks_[rank];
+  live.machine = machine.Address();
+  live.where = machine;
+  auto failed = [&](const mitra::Status& why) {
+    return manager::RankStartFailed{launch.generation, rank, why.message()};
+  };
+  if (!port.ok()) return failed(port);
+  Result<launcher::ProcessRunner*> runner = transports_->RunnerFor(machine);
+  if (!runner.ok()) return failed(runner.status());
+  Environment environment = RankEnvironment(launch.plan, placement, machine, settings, **runner);
+  if (const auto kept = launch.kept.find(rank); kept != launch.kept.end()) {
+    if (mitra::Status s = Keep(kept->second, launch.generation, rank, environment, &live); !s.ok()) {
+      return failed(s);
+    }
+    launched->kept.push_back(rank);
+  } else if (mitra::Status s = StartProcess(launch.generation, rank, machine, *runner,
+                                            std::move(environment), &live);
+             !s.ok()) {
+    return failed(s);
+  }
+  launched->pids[rank] = live.pid;
+  return manager::RankStarted{launch.generation, rank, live.pid};
+}
+
+Environment RunLoop::RankEnvironment(const GridPlan& plan, const RankPlacement& placement,
+                                     const manager::Machine& machine,
+                                     const LaunchSettings& settings,
+                                     const launcher::ProcessRunner& runner) const {
+  LaunchSettings rank_settings = settings;
+  if (!machine.IsLocal()) rank_settings.trace_dir.clear();  // not our disk
+  rank_settings.park = options_.regroup && runner.CanSendLines();
+  return WorkerEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()), plan, placement,
+                           transports_->WorkerAddress(machine), rank_settings);
+}
+
+mitra::Status RunLoop::StartProcess(int64_t generation, int rank, const manager::Machine& machine,
+                                    launcher::ProcessRunner* runner, Environment environment,
+                                    LiveRank* live) {
+  launcher::ProcessSpec spec;
+  spec.program = options_.worker.program;
+  spec.args = options_.worker.args;
+  spec.environment = std::move(environment);
+  spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
+  spec.log_path = run_dir_->LogPath(generation, rank);
+  EventQueue* queue = queue_;
+  Result<launcher::StartedProcess> started =
+      runner->Start(spec, [queue, generation, rank, runner](launcher::ProcessEvent event) {
+        queue->Push(WorkerEvent{generation, rank, std::move(event), runner});
+      });
+  if (!started.ok()) return started.status();
+  live->runner = runner;
+  live->id = started->id;
+  live->pid = started->pid;
+  return mitra::Status::Ok();
+}
+Result<int> RunLoop::RendezvousPort(const manager::Machine& machine, int64_t generation) {
+  const std::string address = transports_->WorkerAddress(machine);
+  if (IsLoopback(address)) return options_.pick_port(address);
+  // On another machine the manager cannot ask for a free port; a port taken there makes rank 0
+  // fail, and the next generation tries the next port.
+  return kRemoteRendezvousBasePort + static_cast<int>(generation % 1000);
+}
+
+mitra::Status RunLoop::Keep(const manager::ParkedWorker& worker, int64_t generation, int rank,
+                           const Environment& environment, LiveRank* live) {
+  const auto it = parked_.find({worker.generation, worker.rank});
+  if (it == parked_.end()) {
+    return mitra::Status::Unavailable("the parked worker of generation " +
+                                      std::to_string(worker.generation) + " rank " +
+                                      std::to_string(worker.rank) + " is gone");
+  }
+  LiveRank parked = std::move(it->second);
+  parked_.erase(it);
+  const mitra::Status sent = parked.runner->SendLine(parked.id, contract::PlacementLine(environment));
+  if (!sent.ok()) {
+    // It is of no use now; it exits when its input closes or its wait ends, or is killed here.
+    (void)parked.runner->Signal(parked.id, SIGKILL);
+    return mitra::Status::Unavailable("the parked worker (pid " + std::to_string(parked.pid) +
+                                      ") could not be told its placement: " + sent.message());
+  }
+  routes_[{parked.runner, parked.id}] = {generation, rank};
+  live->runner = parked.runner;
+  live->id = parked.id;
+  live->pid = parked.pid;
+  return mitra::Status::Ok();
+}
+
+void RunLoop::Release(const manager::ReleaseAction& release) {
+  for (const manager::ParkedWorker& worker : release.workers) {
+    const auto it = parked_.find({worker.generation, worker.rank});
+    if (it == parked_.end()) continue;
+    const LiveRank& parked = it->second;
+    if (!parked.runner->SendLine(parked.id, contract::ExitLine()).ok()) {
+      (void)parked.runner->Signal(parked.id, SIGKILL);
+    }
+    released_.insert({parked.runner, parked.id});
+    parked_.erase(it);
+  }
+}
+
+void RunLoop::StartStandby(const manager::StartStandbyAction& standby) {
+  const manager::Machine& machine = standby.machine;
+  auto failed = [&](const std::string& why) {
+    inputs_.push_back(manager::RankStartFailed{manager::kStandbyGeneration, standby.id, why});
+  };
+  Result<launcher::ProcessRunner*> runner = transports_->RunnerFor(machine);
+  if (!runner.ok()) return failed(runner.status().message());
+  if (!(*runner)->CanSendLines()) return failed("its launcher cannot hand it a place later");
+  launcher::ProcessSpec spec;
+  spec.program = options_.worker.program;
+  spec.args = options_.worker.args;
+  spec.environment = StandbyEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()),
+                                        options_.settings.run_dir);
+  spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
+  spec.log_path = JoinPath(run_dir_->path(), "logs/standby-" + std::to_string(standby.id) + ".log");
+  EventQueue* queue = queue_;
+  const int id = standby.id;
+  Result<launcher::StartedProcess> started =
+      (*runner)->Start(spec, [queue, id, from = *runner](launcher::ProcessEvent event) {
+        queue->Push(WorkerEvent{manager::kStandbyGeneration, id, std::move(event), from});
+      });
+  if (!started.ok()) return failed(started.status().message());
+  LiveRank live;
+  live.runner = *runner;
+  live.id = started->id;
+  live.pid = started->pid;
+  live.machine = machine.Address();
+  live.where = machine;
+  parked_[{manager::kStandbyGeneration, standby.id}] = live;
+  Warn(journal_->RecordEvent("standby", JsonObject()
+                                            .SetInt("id", standby.id)
+                                            .SetString("machine", machine.Address())
+                                            .SetInt("pid", started->pid)));
+}
+
+void RunLoop::AwaitReleased() {
+  // A released worker exits as soon as it reads its line; one that does not is ended with the
+  // manager (its input closes) or by the run's clean-up of leftover workers.
+  constexpr double kReleaseWaitS = 5;
+  const double until = clock_->MonotonicSeconds() + kReleaseWaitS;
+  while (!released_.empty()) {
+    const double wait_s = until - clock_->MonotonicSeconds();
+    if (wait_s <= 0) break;
+    std::optional<Event> event = options_.next_event
+                                     ? options_.next_event(std::min(wait_s, kEventWaitS))
+                                     : queue_->PopFor(std::chrono::duration<double>(
+                                           std::min(wait_s, kEventWaitS)));
+    if (!event) continue;
+    if (WorkerEvent* e = std::get_if<WorkerEvent>(&*event);
+        e != nullptr && e->event.kind == launcher::ProcessEvent::Kind::kExited) {
+      released_.erase({e->runner, e->event.id});
+    }
+  }
+}
+
+}  // namespace mitra::run
