@@ -345,15 +345,17 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   // Writing may take long for a large model; the wait is bounded all the same.
   const double deadline = started + std::max(600.0, 20 * p.timeout_s);
   int64_t done = 0, failed = 0;
-  while (done + failed < world) {
+  while (true) {
     if (abandoned_) return Status::Aborted("a peer failed while the checkpoint was written");
+    // Looked at before the first sleep: rank 0's own report is in, and often everyone's.
+    done = store_->add(Key(step, "done"), 0);
+    failed = store_->add(Key(step, "failed"), 0);
+    if (done + failed >= world) break;
     if (Now() > deadline) {
       return Status::Timeout(std::to_string(world - done - failed) +
                              " ranks did not report their checkpoint files in time");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    done = store_->add(Key(step, "done"), 0);
-    failed = store_->add(Key(step, "failed"), 0);
   }
   if (failed > 0) {
     return Status::IoError(std::to_string(failed) + " of " + std::to_string(world) +
