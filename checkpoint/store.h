@@ -30,10 +30,10 @@ Status CheckFile(const std::string& path, const FileEntry& entry, std::string_vi
 
 // The functions below reach the checkpoint directory through `fs`: its manifests, renames,
 // directory syncs, listings and removals, so a test can fail or cut short any step of a save
-// (tests/common/faulty_file_system.h). Tensor files are the exception: they are streamed
-// straight to and from the disk (written by DirectFile around the page cache, read and
-// checksummed by ReadTensorFile), so `fs` must show the machine's files. Each function has an
-// overload without `fs` that uses the machine's file system (PosixFileSystem).
+// (tests/common/faulty_file_system.h). The tensor files, which the checkpointer writes through
+// the same `fs` (TorchZipWriter), are read and checksummed straight from the disk
+// (ReadTensorFile), so `fs` must show the machine's files. Each function has an overload
+// without `fs` that uses the machine's file system (PosixFileSystem).
 
 // Fails with a clear message when `dir` cannot be created or written (before training starts).
 Status CheckWritable(FileSystem& fs, const std::string& dir);

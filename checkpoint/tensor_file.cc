@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "common/direct_file.h"
+
 namespace mitra::checkpoint {
 
 Result<DType> ToDType(c10::ScalarType type) {

@@ -10,7 +10,7 @@
 
 #include "checkpoint/crc32.h"
 #include "checkpoint/crc32c.h"
-#include "checkpoint/direct_file.h"
+#include "common/direct_file.h"
 #include "checkpoint/torch_pickle.h"
 
 namespace mitra::checkpoint {
@@ -117,19 +117,24 @@ struct TorchZipWriter::Entry {
   bool zip64 = false;
 };
 
-TorchZipWriter::TorchZipWriter(std::unique_ptr<DirectFile> file, TorchZipOptions options)
+TorchZipWriter::TorchZipWriter(std::unique_ptr<WritableFile> file, TorchZipOptions options)
     : file_(std::move(file)), options_(options) {}
 
 TorchZipWriter::~TorchZipWriter() = default;
 
-Result<std::unique_ptr<TorchZipWriter>> TorchZipWriter::Create(const std::string& path,
+Result<std::unique_ptr<TorchZipWriter>> TorchZipWriter::Create(FileSystem& fs,
+                                                               const std::string& path,
                                                                TorchZipOptions options) {
-  auto file = DirectFile::Create(path, options.direct);
+  auto file = fs.NewWritableFile(path, options.direct);
   if (!file.ok()) return file.status();
   return std::unique_ptr<TorchZipWriter>(new TorchZipWriter(std::move(*file), options));
 }
 
-bool TorchZipWriter::direct() const { return file_->direct(); }
+Result<std::unique_ptr<TorchZipWriter>> TorchZipWriter::Create(const std::string& path,
+                                                               TorchZipOptions options) {
+  PosixFileSystem fs;
+  return Create(fs, path, options);
+}
 
 Status TorchZipWriter::Append(const void* data, size_t size) {
   if (!failed_.ok()) return failed_;

@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/direct_file.h"
+#include "common/file_system.h"
 #include "mitra/common/status.h"
 
 namespace mitra::checkpoint {
@@ -59,7 +59,7 @@ struct TorchZipOptions {
   char nest_separator = 0;
   // Records (or offsets) at or above this size use zip64 fields; lower only to test zip64.
   uint64_t zip64_threshold = 0xFFFFFFFFull;
-  // Write around the page cache where the file system allows (checkpoint/direct_file.h);
+  // Write around the page cache where the file system allows (common/direct_file.h);
   // false: through it, as any other file (for tests and comparisons).
   bool direct = true;
 };
@@ -71,6 +71,11 @@ struct TorchZipOptions {
 // unfinished closes the file and leaves it incomplete. Not thread-safe.
 class TorchZipWriter {
  public:
+  // Creates `path` through `fs` (FileSystem::NewWritableFile), which must outlive the writer
+  // only while Create runs.
+  static Result<std::unique_ptr<TorchZipWriter>> Create(FileSystem& fs, const std::string& path,
+                                                        TorchZipOptions options = {});
+  // The same on the machine's file system (PosixFileSystem).
   static Result<std::unique_ptr<TorchZipWriter>> Create(const std::string& path,
                                                         TorchZipOptions options = {});
   ~TorchZipWriter();
@@ -81,15 +86,13 @@ class TorchZipWriter {
              const void* data);
   Result<WrittenFile> Finish();
 
-  bool direct() const;  // writing around the page cache
-
  private:
   struct Entry;
-  TorchZipWriter(std::unique_ptr<DirectFile> file, TorchZipOptions options);
+  TorchZipWriter(std::unique_ptr<WritableFile> file, TorchZipOptions options);
   Status WriteRecord(const std::string& record, const void* data, uint64_t size);
   Status Append(const void* data, size_t size);  // extends the CRC-32C
 
-  std::unique_ptr<DirectFile> file_;
+  std::unique_ptr<WritableFile> file_;
   TorchZipOptions options_;
   std::vector<Entry> entries_;
   std::vector<TensorRecord> tensors_;

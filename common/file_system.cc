@@ -9,6 +9,8 @@
 #include <cstring>
 #include <vector>
 
+#include "common/direct_file.h"
+
 namespace mitra {
 
 Status ErrnoStatus(const std::string& what, const std::string& path, int error) {
@@ -113,6 +115,13 @@ Result<std::unique_ptr<AppendableFile>> PosixFileSystem::OpenForAppend(const std
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus("cannot open", path, errno);
   return std::unique_ptr<AppendableFile>(new PosixAppendableFile(fd, path));
+}
+
+Result<std::unique_ptr<WritableFile>> PosixFileSystem::NewWritableFile(const std::string& path,
+                                                                       bool direct) {
+  Result<std::unique_ptr<DirectFile>> file = DirectFile::Create(path, direct);
+  if (!file.ok()) return file.status();
+  return std::unique_ptr<WritableFile>(std::move(*file));
 }
 
 Status PosixFileSystem::Rename(const std::string& from, const std::string& to) {

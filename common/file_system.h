@@ -1,10 +1,13 @@
-// FileSystem: the file seam. The manager writes its run directory and the checkpoint store its
-// directory protocol only through it, so tests can run that logic against an in-memory file
-// system and script failures (tests/common/memory_file_system.h, faulty_file_system.h).
+// FileSystem: the file seam. The manager writes its run directory, and the checkpointer its
+// checkpoints (tensor files, manifest, commit), only through it, so tests can run that logic
+// against an in-memory file system and script failures (tests/common/memory_file_system.h,
+// faulty_file_system.h).
 //
 // Paths are plain strings, absolute or relative to the process's working directory.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,6 +26,21 @@ class AppendableFile {
   virtual Status Append(std::string_view data) = 0;
 };
 
+// A new file written front to back, once: a checkpoint's tensor file. Not thread-safe: one
+// writer at a time. Destroyed without Close(), the file is left as far as it was written.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Appends `size` bytes; `data` may be reused once it returns. The bytes may wait in a buffer
+  // until a later Append or Close.
+  virtual Status Append(const void* data, size_t size) = 0;
+  // Writes what is buffered, flushes the file to disk (fsync) and closes it. Once it returns
+  // OK, the file survives a crash as soon as its directory entry does (SyncDirectory).
+  virtual Status Close() = 0;
+  // Bytes appended so far.
+  virtual uint64_t size() const = 0;
+};
+
 // Implementations must be thread-safe. Every call blocks on the disk.
 class FileSystem {
  public:
@@ -39,6 +57,11 @@ class FileSystem {
   virtual Status WriteFileAtomically(const std::string& path, std::string_view contents) = 0;
   // Opens `path` for appending, creating it if needed (its directory must exist).
   virtual Result<std::unique_ptr<AppendableFile>> OpenForAppend(const std::string& path) = 0;
+  // Creates (or truncates) `path` to be written front to back (its directory must exist).
+  // `direct`: large, aligned pieces may go to the disk around the page cache, where the file
+  // system allows (a file written once and not read back by this process: common/direct_file.h).
+  virtual Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                                bool direct) = 0;
   // Like rename(2): moves a file or directory, replacing a file (or an empty directory) at
   // `to`. Atomic, but durable only once `to`'s directory is synced.
   virtual Status Rename(const std::string& from, const std::string& to) = 0;
@@ -62,6 +85,9 @@ class PosixFileSystem : public FileSystem {
   Result<std::string> ReadFile(const std::string& path) override;
   Status WriteFileAtomically(const std::string& path, std::string_view contents) override;
   Result<std::unique_ptr<AppendableFile>> OpenForAppend(const std::string& path) override;
+  // A DirectFile (common/direct_file.h).
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        bool direct) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status SyncDirectory(const std::string& path) override;
   Result<std::vector<std::string>> ListDirectory(const std::string& path) override;

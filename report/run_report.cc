@@ -19,15 +19,6 @@ double Num(const json& record, const char* key, double fallback = 0) {
   return it != record.end() && it->is_number() ? it->get<double>() : fallback;
 }
 
-int64_t Int(const json& record, const char* key, int64_t fallback = 0) {
-  const auto it = record.find(key);
-  if (it == record.end() || !it->is_number()) return fallback;
-  if (it->is_number_integer()) return it->get<int64_t>();
-  // A float out of int64's range would be undefined behaviour to convert.
-  const double value = it->get<double>();
-  return value > -9e18 && value < 9e18 ? static_cast<int64_t>(value) : fallback;
-}
-
 std::string Text(const json& record, const char* key) {
   const auto it = record.find(key);
   return it != record.end() && it->is_string() ? it->get<std::string>() : "";

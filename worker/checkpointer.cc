@@ -19,7 +19,6 @@
 #include "worker/report.h"
 
 namespace mitra::worker {
-namespace fs = std::filesystem;
 // A file's tensors in the order they are written.
 using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 
@@ -69,19 +68,31 @@ struct Checkpointer::Snapshot {
   std::vector<Copy> copies;
 };
 
-Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
-                           CheckpointOptions options)
-    : runtime_(runtime), spec_(spec), options_(std::move(options)) {
-  const Placement& p = runtime_.placement();
+namespace {
+
+// The checkpointer's own connection to the rendezvous store, under the generation's prefix.
+c10::intrusive_ptr<c10d::Store> ConnectStore(const Placement& p) {
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(p.rdzv_port);
   opts.isServer = false;
   opts.waitWorkers = false;
   opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000));
-  store_ = c10::make_intrusive<c10d::PrefixStore>(
+  return c10::make_intrusive<c10d::PrefixStore>(
       "gen-" + std::to_string(p.generation) + "/checkpoint",
       c10::make_intrusive<c10d::TCPStore>(p.rdzv_host, opts));
 }
+
+}  // namespace
+
+Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
+                           CheckpointOptions options)
+    : runtime_(runtime), spec_(spec), options_(std::move(options)), fs_(&machine_fs_),
+      store_(ConnectStore(runtime.placement())) {}
+
+Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
+                           CheckpointOptions options, FileSystem& fs)
+    : runtime_(runtime), spec_(spec), options_(std::move(options)), fs_(&fs),
+      store_(ConnectStore(runtime.placement())) {}
 
 void Checkpointer::PrepareStaging() {
   if (options_.dir.empty() || !options_.async || options_.every <= 0 || writer_.joinable()) return;
@@ -279,10 +290,10 @@ Status Checkpointer::Wait() {
 
 namespace {
 
-// Writes one tensor file (fsynced) and appends its manifest lines to `listing`.
-Status WriteTensorFile(const std::string& path, const std::string& name,
+// Writes one tensor file (fsynced) through `fs` and appends its manifest lines to `listing`.
+Status WriteTensorFile(FileSystem& fs, const std::string& path, const std::string& name,
                        const TensorList& tensors, std::string* listing) {
-  auto writer = checkpoint::TorchZipWriter::Create(path);
+  auto writer = checkpoint::TorchZipWriter::Create(fs, path);
   if (!writer.ok()) return writer.status();
   for (const auto& [key, tensor] : tensors) {
     if (Status s = checkpoint::AddTensor(**writer, key, tensor); !s.ok()) return s;
@@ -297,14 +308,11 @@ Status WriteTensorFile(const std::string& path, const std::string& name,
 
 Status Checkpointer::Write(const Snapshot& snap) {
   const std::string partial = checkpoint::PartialDirectory(options_.dir, snap.step);
-  std::error_code ec;
-  fs::create_directories(partial, ec);
-  Status status = ec ? Status::IoError("cannot create " + partial + ": " + ec.message())
-                     : Status::Ok();
+  Status status = fs_->CreateDirectories(partial);
   std::string listing;  // the manifest's lines for this rank's files
   for (const auto& [name, tensors] : snap.files) {
     if (!status.ok()) break;
-    status = WriteTensorFile((fs::path(partial) / name).string(), name, tensors, &listing);
+    status = WriteTensorFile(*fs_, JoinPath(partial, name), name, tensors, &listing);
   }
   const int rank = runtime_.placement().rank;
   try {
@@ -345,15 +353,17 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   // Writing may take long for a large model; the wait is bounded all the same.
   const double deadline = started + std::max(600.0, 20 * p.timeout_s);
   int64_t done = 0, failed = 0;
-  while (done + failed < world) {
+  while (true) {
     if (abandoned_) return Status::Aborted("a peer failed while the checkpoint was written");
+    // Looked at before the first sleep: rank 0's own report is in, and often everyone's.
+    done = store_->add(Key(step, "done"), 0);
+    failed = store_->add(Key(step, "failed"), 0);
+    if (done + failed >= world) break;
     if (Now() > deadline) {
       return Status::Timeout(std::to_string(world - done - failed) +
                              " ranks did not report their checkpoint files in time");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    done = store_->add(Key(step, "done"), 0);
-    failed = store_->add(Key(step, "failed"), 0);
   }
   if (failed > 0) {
     return Status::IoError(std::to_string(failed) + " of " + std::to_string(world) +
@@ -381,8 +391,8 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
       }
     }
   }
-  if (Status s = checkpoint::Commit(options_.dir, m); !s.ok()) return s;
-  return checkpoint::Prune(options_.dir, options_.keep);
+  if (Status s = checkpoint::Commit(*fs_, options_.dir, m); !s.ok()) return s;
+  return checkpoint::Prune(*fs_, options_.dir, options_.keep);
 }
 
 namespace {
@@ -397,7 +407,8 @@ Status AnotherModel(const std::string& path, const std::string& file, const std:
 
 Status Checkpointer::Restore(int64_t step) {
   const std::string path = checkpoint::StepDirectory(options_.dir, step);
-  auto manifest = checkpoint::VerifyFiles(path, {""});  // the manifest; files as they are read
+  // The manifest only: each file is checked as it is read.
+  auto manifest = checkpoint::VerifyFiles(*fs_, path, {""});
   if (!manifest.ok()) return manifest.status();
   std::vector<std::string> names;
   for (const auto& s : spec_.segments) names.push_back(s.name);

@@ -18,6 +18,10 @@
 // Optimizer::StateTensorsPerParameter() spares of each parameter's shape for its state), so
 // that the first save costs what the others do; a save that comes before that is done waits
 // for it, and counts the wait as blocked.
+//
+// Every change to the checkpoint directory (the partial directory, the tensor files, the
+// manifest, the rename, the pruning) goes through a FileSystem (common/file_system.h): the
+// machine's unless a test passes its own. Reads of tensor files go to the disk directly.
 // Not thread-safe: call from the training thread.
 #pragma once
 
@@ -33,6 +37,7 @@
 
 #include "checkpoint/manifest.h"
 #include "checkpoint/tensor_file.h"
+#include "common/file_system.h"
 #include "mitra/common/status.h"
 #include "mitra/worker/checkpoint_options.h"
 #include "mitra/worker/runtime.h"
@@ -69,7 +74,12 @@ std::map<std::string, torch::Tensor> SegmentTensors(const Stage& stage, const st
 
 class Checkpointer {
  public:
+  // Connects to the rendezvous store of `runtime`'s placement (its own connection).
   Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec, CheckpointOptions options);
+  // The same, writing through `fs`, which must outlive the checkpointer and be thread-safe (the
+  // writer thread and the training thread both use it).
+  Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec, CheckpointOptions options,
+               FileSystem& fs);
   ~Checkpointer();  // waits for a save in flight
 
   // Snapshots the state after `steps_done` steps and writes it (in the background if async).
@@ -123,6 +133,8 @@ class Checkpointer {
   Runtime& runtime_;
   const cutpoint::ModelSpec& spec_;
   CheckpointOptions options_;
+  PosixFileSystem machine_fs_;  // fs_ unless the constructor was given a FileSystem
+  FileSystem* fs_;
   c10::intrusive_ptr<c10d::Store> store_;  // its own connection: used by the writer thread
   std::map<std::string, torch::Tensor> staging_;  // reused by every snapshot (see Staging)
   // Prepared buffers not yet given a key, by shape and type (see Staging).

@@ -54,12 +54,26 @@ cutpoint::Activations DecodeHeader(const torch::Tensor& header, torch::TensorOpt
 
 }  // namespace
 
+Comm::Comm(const Placement& placement, c10::Device device, Backend backend)
+    : placement_(placement),
+      timeout_(static_cast<int64_t>(placement.timeout_s * 1000)),
+      device_(device),
+      through_host_(!device.is_cpu() && backend == Backend::kGloo) {}
+
+void Comm::CreateGroups(Backend backend) {
+  GroupOptions group{backend, placement_.host, timeout_};
+  global_ = CreateProcessGroup(c10::make_intrusive<c10d::PrefixStore>("global", store_),
+                               placement_.rank, placement_.world_size(), group);
+  if (placement_.num_replicas() > 1) {
+    dp_ = CreateProcessGroup(
+        c10::make_intrusive<c10d::PrefixStore>("dp-" + std::to_string(placement_.stage()), store_),
+        placement_.replica(), placement_.num_replicas(), group);
+  }
+}
+
 std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend,
                                     c10::Device device) {
-  std::unique_ptr<Comm> comm(new Comm(placement));
-  comm->device_ = device;
-  comm->through_host_ = !device.is_cpu() && backend == Backend::kGloo;
-  comm->timeout_ = std::chrono::milliseconds(static_cast<int64_t>(placement.timeout_s * 1000));
+  std::unique_ptr<Comm> comm(new Comm(placement, device, backend));
   const int world = placement.world_size();
   c10d::TCPStoreOptions opts;
   opts.port = static_cast<uint16_t>(placement.rdzv_port);
@@ -76,22 +90,28 @@ std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend,
     auto tcp = c10::make_intrusive<c10d::TCPStore>(placement.rdzv_host, opts);
     comm->store_ = c10::make_intrusive<c10d::PrefixStore>(
         "gen-" + std::to_string(placement.generation), tcp);
-    GroupOptions group{backend, placement.host, comm->timeout_};
-    comm->global_ = CreateProcessGroup(
-        c10::make_intrusive<c10d::PrefixStore>("global", comm->store_), placement.rank, world,
-        group);
-    if (placement.num_replicas() > 1) {
-      const int stage = placement.stage();
-      comm->dp_ = CreateProcessGroup(
-          c10::make_intrusive<c10d::PrefixStore>("dp-" + std::to_string(stage), comm->store_),
-          placement.replica(), placement.num_replicas(), group);
-    }
+    comm->CreateGroups(backend);
   } catch (const std::exception& e) {
     throw PeerError("rendezvous at " + placement.rdzv_host + ":" +
                     std::to_string(placement.rdzv_port) + " (generation " +
                     std::to_string(placement.generation) + ", " + std::to_string(world) +
                     " ranks) did not complete within " + SecondsText(placement.timeout_s) + " s" + ": " +
                     e.what());
+  }
+  return comm;
+}
+
+std::unique_ptr<Comm> Comm::Join(const Placement& placement,
+                                 const c10::intrusive_ptr<c10d::Store>& store, Backend backend,
+                                 c10::Device device) {
+  std::unique_ptr<Comm> comm(new Comm(placement, device, backend));
+  comm->store_ = store;
+  try {
+    comm->CreateGroups(backend);
+  } catch (const std::exception& e) {
+    throw PeerError("the process groups of " + std::to_string(placement.world_size()) +
+                    " ranks were not complete within " + SecondsText(placement.timeout_s) +
+                    " s: " + e.what());
   }
   return comm;
 }

@@ -1,8 +1,9 @@
 // Comm: the process groups of one worker and the messages between pipeline stages.
 //
 // Connect() rendezvouses through a c10d TCPStore (rank 0 hosts it) under a prefix of the
-// generation, so a relaunched job never meets the keys of an earlier one. It creates the global
-// group (all ranks) and the data-parallel group of this rank's stage (its replicas).
+// generation, so a relaunched job never meets the keys of an earlier one, and then Join()s:
+// creates the global group (all ranks) and the data-parallel group of this rank's stage (its
+// replicas) over that store.
 //
 // Every wait has the placement's timeout. A peer that dies or stops answering turns into a
 // PeerError that names the operation and the peer, instead of a hang or a bare Gloo message.
@@ -36,6 +37,13 @@ class Comm {
   // Gloo and a CUDA stage, messages pass through host memory (Gloo moves host memory only).
   static std::unique_ptr<Comm> Connect(const Placement& placement, Backend backend,
                                        c10::Device device = c10::Device(c10::DeviceType::CPU));
+  // What Connect does once the store is there: creates this rank's groups over `store`, which
+  // every rank of the placement's job shares (a c10d::HashStore for ranks that are threads of
+  // one process). Blocks like Connect; throws PeerError when the groups are not complete in
+  // time.
+  static std::unique_ptr<Comm> Join(const Placement& placement,
+                                    const c10::intrusive_ptr<c10d::Store>& store, Backend backend,
+                                    c10::Device device = c10::Device(c10::DeviceType::CPU));
 
   ~Comm();
 
@@ -63,7 +71,9 @@ class Comm {
   std::string Describe(int rank) const;
 
  private:
-  Comm(const Placement& placement) : placement_(placement) {}
+  Comm(const Placement& placement, c10::Device device, Backend backend);
+  // Creates the groups over store_ (throws what c10d throws).
+  void CreateGroups(Backend backend);
 
   Placement placement_;
   std::chrono::milliseconds timeout_{30000};

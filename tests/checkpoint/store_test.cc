@@ -1,5 +1,7 @@
-// The checkpoint directory protocol on real files: commit, verification, fallback, pruning, and
-// a save cut short at each of its steps (tests/common/faulty_file_system.h).
+// The checkpoint directory protocol on real files: commit, verification, fallback, pruning.
+// Checkpoints are written as the workers write them: tensor files by TorchZipWriter into
+// step-N.partial, then Commit. A save cut short at each of its steps is proven on the real
+// Checkpointer (tests/worker/checkpointer_test.cc).
 #include "checkpoint/store.h"
 
 #include <gtest/gtest.h>
@@ -11,13 +13,12 @@
 
 #include "checkpoint/crc32c.h"
 #include "checkpoint/manifest.h"
-#include "tests/common/faulty_file_system.h"
+#include "checkpoint/torch_zip.h"
 #include "tests/common/run_helpers.h"
 
 namespace mitra::checkpoint {
 namespace {
 namespace fs = std::filesystem;
-using testing::FaultyFileSystem;
 
 Manifest TwoSegmentManifest(int64_t step) {
   Manifest m;
@@ -30,29 +31,14 @@ Manifest TwoSegmentManifest(int64_t step) {
   return m;
 }
 
-std::string SegmentBytes(const std::string& segment, int64_t step) {
-  return "tensor bytes of " + segment + " at " + std::to_string(step);
-}
-
-// A save as the workers and rank 0 make it, every change to the disk through `disk`: the files
-// into step-N.partial (each written and synced, as DirectFile does), then Commit and Prune.
-// Stops at the first failure, as they do. `committed` says whether Commit returned OK.
-Status Save(FileSystem& disk, const std::string& dir, int64_t step, bool* committed) {
-  *committed = false;
-  const std::string partial = PartialDirectory(dir, step);
-  if (Status s = disk.CreateDirectories(partial); !s.ok()) return s;
-  Manifest m = TwoSegmentManifest(step);
-  for (const std::string& seg : m.segments) {
-    const std::string bytes = SegmentBytes(seg, step);
-    if (Status s = disk.WriteFileAtomically(JoinPath(partial, SegmentFileName(seg)), bytes);
-        !s.ok()) {
-      return s;
-    }
-    m.files.push_back({SegmentFileName(seg), bytes.size(), Crc32c(bytes), {}});
+// A segment's tensors at `step`: its values depend on both.
+std::vector<float> SegmentValues(const std::string& segment, int64_t step) {
+  std::vector<float> values(64);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<float>(i) + static_cast<float>(step) * 0.5f +
+                static_cast<float>(segment.front());
   }
-  if (Status s = Commit(disk, dir, m); !s.ok()) return s;
-  *committed = true;
-  return Prune(disk, dir, 1);
+  return values;
 }
 
 class CheckpointStore : public ::testing::Test {
@@ -62,19 +48,23 @@ class CheckpointStore : public ::testing::Test {
     fs::create_directories(dir_);
   }
 
-  // Writes a checkpoint of `step` the way the workers do: files into step-N.partial, then
-  // Commit.
+  // Writes a checkpoint of `step` as the workers do: each segment's tensor file into
+  // step-N.partial through the file-system seam, then (unless `commit` is false) Commit.
   void Write(int64_t step, bool commit = true) {
     const std::string partial = PartialDirectory(dir_, step);
-    fs::create_directories(partial);
+    ASSERT_TRUE(disk_.CreateDirectories(partial).ok());
     Manifest m = TwoSegmentManifest(step);
     for (const std::string& seg : m.segments) {
-      const std::string bytes = SegmentBytes(seg, step);
-      ASSERT_TRUE(disk_.WriteFileAtomically(partial + "/" + SegmentFileName(seg), bytes).ok());
-      m.files.push_back({SegmentFileName(seg), bytes.size(), Crc32c(bytes), {}});
+      auto writer = TorchZipWriter::Create(disk_, JoinPath(partial, SegmentFileName(seg)));
+      ASSERT_TRUE(writer.ok()) << writer.status().message();
+      const std::vector<float> values = SegmentValues(seg, step);
+      ASSERT_TRUE((*writer)->Add("param/w", DType::kFloat32, {8, 8}, values.data()).ok());
+      auto written = (*writer)->Finish();
+      ASSERT_TRUE(written.ok()) << written.status().message();
+      m.files.push_back({SegmentFileName(seg), written->bytes, written->crc32c, written->tensors});
     }
     if (commit) {
-      ASSERT_TRUE(Commit(dir_, m).ok());
+      ASSERT_TRUE(Commit(disk_, dir_, m).ok());
     }
   }
 
@@ -206,57 +196,6 @@ TEST_F(CheckpointStore, VerifyFilesChecksOnlyWhatAWorkerReadsButRequiresItListed
   auto unlisted = VerifyFiles(path, {"trainer.pt"});
   ASSERT_FALSE(unlisted.ok());
   EXPECT_NE(unlisted.status().message().find("does not list trainer.pt"), std::string::npos);
-}
-
-// The workers are killed, or a disk call fails, at every step of a save in turn. Whatever the
-// step, a restart finds the previous checkpoint or the new one, complete; once Commit has
-// returned, always the new one; nothing it lists fails to verify, a partial directory is never
-// what it loads, and the next save goes through over whatever was left behind.
-TEST_F(CheckpointStore, ASaveCutShortAtAnyStepLeavesTheOldOrTheNewCheckpointComplete) {
-  bool committed = false;
-  FaultyFileSystem counting(disk_);
-  ASSERT_TRUE(Save(disk_, dir_, 10, &committed).ok());
-  ASSERT_TRUE(Save(counting, dir_, 20, &committed).ok());
-  const int steps = counting.changes();
-  // Create, two files, manifest, sync, remove a stale step-20, rename, sync, prune step 10.
-  ASSERT_GE(steps, 9);
-
-  for (FaultyFileSystem::Fault fault :
-       {FaultyFileSystem::Fault::kCrash, FaultyFileSystem::Fault::kFail}) {
-    for (int at = 0; at < steps; ++at) {
-      const bool crash = fault == FaultyFileSystem::Fault::kCrash;
-      SCOPED_TRACE((crash ? "crash at change " : "failure of change ") + std::to_string(at));
-      fs::remove_all(dir_);
-      ASSERT_TRUE(Save(disk_, dir_, 10, &committed).ok());
-
-      FaultyFileSystem faulty(disk_, at, fault);
-      const Status saved = Save(faulty, dir_, 20, &committed);
-      EXPECT_TRUE(faulty.faulted());
-      EXPECT_FALSE(saved.ok()) << "the injected fault went unreported";
-
-      std::vector<std::string> skipped;
-      Result<Found> found = FindNewestValid(disk_, dir_, &skipped);
-      ASSERT_TRUE(found.ok()) << found.status().message();
-      EXPECT_TRUE(found->step == 10 || found->step == 20) << found->step;
-      if (committed) {
-        EXPECT_EQ(found->step, 20);
-      }
-      EXPECT_EQ(found->path, StepDirectory(dir_, found->step));
-      EXPECT_TRUE(skipped.empty()) << skipped.front();
-      for (int64_t step : ListSteps(disk_, dir_)) {
-        EXPECT_TRUE(Verify(disk_, StepDirectory(dir_, step)).ok()) << step;
-      }
-
-      // The job resumes from what was found and saves its next checkpoint: the same step 20
-      // again when the interrupted one did not make it.
-      const int64_t next = found->step + 10;
-      ASSERT_TRUE(Save(disk_, dir_, next, &committed).ok());
-      Result<Found> after = FindNewestValid(disk_, dir_, nullptr);
-      ASSERT_TRUE(after.ok());
-      EXPECT_EQ(after->step, next);
-      EXPECT_EQ(ListSteps(disk_, dir_), std::vector<int64_t>{next});
-    }
-  }
 }
 
 // Every rank of a job checks the directory at the same moment.

@@ -16,7 +16,7 @@
 
 #include "checkpoint/crc32.h"
 #include "checkpoint/crc32c.h"
-#include "checkpoint/direct_file.h"
+#include "common/direct_file.h"
 #include "tests/prerequisite.h"
 
 namespace mitra::checkpoint {
@@ -159,40 +159,6 @@ TEST_F(TorchZip, BadNamesAndAFullDiskAreClearErrors) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("/dev/full: No space left on device"), std::string::npos)
       << s.message();
-}
-
-// Whatever the alignment of the caller's memory and of the pieces, and whether or not the
-// page cache is bypassed, the file holds exactly the bytes appended.
-TEST(DirectFile, HoldsExactlyTheBytesAppendedInEitherMode) {
-  const std::string dir = fs::temp_directory_path() / ("mitra-direct-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  constexpr size_t kA = DirectFile::kAlignment;
-  char* raw = static_cast<char*>(std::aligned_alloc(kA, 12 * kA + (5 << 20)));
-  std::unique_ptr<char, decltype(&std::free)> memory(raw, &std::free);
-  for (size_t i = 0; i < 12 * kA + (5 << 20); ++i) raw[i] = static_cast<char>(i * 7 + i / 4093);
-  // (offset into memory, size): aligned and not, whole blocks and not, one larger than the
-  // file's buffer.
-  const std::vector<std::pair<size_t, size_t>> pieces = {
-      {0, 100}, {kA, 3 * kA}, {kA, kA - 100}, {3, 2 * kA + 5}, {4 * kA, 2 * kA},
-      {5 * kA, (5 << 20) + 17}, {8, 1}, {6 * kA, kA}};
-  for (bool direct : {true, false}) {
-    const std::string path = dir + "/f" + std::to_string(direct);
-    auto file = DirectFile::Create(path, direct);
-    ASSERT_TRUE(file.ok()) << file.status().message();
-    if (!direct) {
-      EXPECT_FALSE((*file)->direct());
-    }
-    std::string expected;
-    for (const auto& [at, size] : pieces) {
-      ASSERT_TRUE((*file)->Append(raw + at, size).ok());
-      expected.append(raw + at, size);
-    }
-    EXPECT_EQ((*file)->size(), expected.size());
-    ASSERT_TRUE((*file)->Close().ok());
-    std::ifstream in(path, std::ios::binary);
-    EXPECT_TRUE(std::string(std::istreambuf_iterator<char>(in), {}) == expected) << direct;
-  }
-  fs::remove_all(dir);
 }
 
 // A large tensor starts at a page in the file in any case; when its memory does too it goes

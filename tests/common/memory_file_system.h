@@ -67,6 +67,13 @@ class MemoryFileSystem : public FileSystem {
     state_->files[path];  // create
     return std::unique_ptr<AppendableFile>(new File(state_, path));
   }
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path,
+                                                        bool /*direct*/) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->fail_writes) return Status::IoError("cannot create " + path);
+    state_->files[path].clear();  // create or truncate
+    return std::unique_ptr<WritableFile>(new Writable(state_, path));
+  }
   Status Rename(const std::string& from, const std::string& to) override {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->fail_writes) return Status::IoError("cannot rename " + from);
@@ -162,6 +169,30 @@ class MemoryFileSystem : public FileSystem {
    private:
     std::shared_ptr<State> state_;
     std::string path_;
+  };
+
+  class Writable : public WritableFile {
+   public:
+    Writable(std::shared_ptr<State> state, std::string path)
+        : state_(std::move(state)), path_(std::move(path)) {}
+    Status Append(const void* data, size_t size) override {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->fail_writes) return Status::IoError("cannot write " + path_);
+      state_->files[path_].append(static_cast<const char*>(data), size);
+      size_ += size;
+      return Status::Ok();
+    }
+    Status Close() override {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->fail_writes) return Status::IoError("cannot sync " + path_);
+      return Status::Ok();
+    }
+    uint64_t size() const override { return size_; }
+
+   private:
+    std::shared_ptr<State> state_;
+    std::string path_;
+    uint64_t size_ = 0;
   };
 
   std::shared_ptr<State> state_ = std::make_shared<State>();

@@ -12,7 +12,9 @@
 // buffer and written in aligned pieces. Where O_DIRECT is refused (a file system without it,
 // /dev/full) the same calls write through the page cache, asking for early writeback of large
 // pieces so that Close's fsync has little left to wait for.
-// Not thread-safe.
+//
+// The machine's WritableFile (PosixFileSystem::NewWritableFile); callers reach it through the
+// FileSystem seam. Not thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -20,11 +22,12 @@
 #include <memory>
 #include <string>
 
+#include "common/file_system.h"
 #include "mitra/common/status.h"
 
-namespace mitra::checkpoint {
+namespace mitra {
 
-class DirectFile {
+class DirectFile : public WritableFile {
  public:
   // The alignment of address, offset and length that direct writes need (a page: at least
   // the logical block size of common disks).
@@ -33,15 +36,15 @@ class DirectFile {
   // Creates (or truncates) `path`. `direct` false writes through the page cache (for tests
   // and comparisons). IoError names the file.
   static Result<std::unique_ptr<DirectFile>> Create(const std::string& path, bool direct = true);
-  ~DirectFile();  // closes; a file that was not closed is left incomplete
+  ~DirectFile() override;  // closes; a file that was not closed is left incomplete
 
   // Appends `size` bytes. Returns once they are written or buffered; `data` may then be reused.
   // IoError names the file (a full disk reads "No space left on device").
-  Status Append(const void* data, size_t size);
+  Status Append(const void* data, size_t size) override;
   // Writes what is buffered, sets the file's size, fsyncs and closes.
-  Status Close();
+  Status Close() override;
 
-  uint64_t size() const { return size_; }  // bytes appended
+  uint64_t size() const override { return size_; }  // bytes appended
   bool direct() const { return direct_; }  // writing around the page cache
 
  private:
@@ -62,4 +65,4 @@ class DirectFile {
   Status failed_;
 };
 
-}  // namespace mitra::checkpoint
+}  // namespace mitra

@@ -1,4 +1,4 @@
-#include "checkpoint/direct_file.h"
+#include "common/direct_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace mitra::checkpoint {
+namespace mitra {
 namespace {
 
 constexpr size_t kBufferSize = size_t{4} << 20;  // a multiple of kAlignment
@@ -136,4 +136,4 @@ Status DirectFile::Close() {
   return Status::Ok();
 }
 
-}  // namespace mitra::checkpoint
+}  // namespace mitra

@@ -1,0 +1,136 @@
+// Comm: activations and gradients between pipeline stages, matched by tag, with ranks as
+// threads (tests/worker/thread_ranks.h).
+#include "worker/comm.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+
+#include <torch/torch.h>
+
+#include "tests/worker/thread_ranks.h"
+
+namespace mitra::worker {
+namespace {
+
+using testing::RunWithComms;
+
+cutpoint::Activations SomeActivations(double shift) {
+  return {{"hidden", torch::arange(12, torch::kFloat32).reshape({3, 4}) + shift},
+          {"mask", torch::tensor({1, 0, 1}, torch::kInt64)},
+          {"scale", torch::scalar_tensor(shift, torch::kFloat64)}};
+}
+
+void ExpectSame(const cutpoint::Activations& got, const cutpoint::Activations& sent) {
+  ASSERT_EQ(got.size(), sent.size());
+  for (const auto& [name, t] : sent) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const torch::Tensor& g = got.at(name);
+    EXPECT_EQ(g.scalar_type(), t.scalar_type()) << name;
+    EXPECT_EQ(g.sizes(), t.sizes()) << name;
+    EXPECT_TRUE(torch::equal(g, t)) << name;
+  }
+}
+
+TEST(Comm, ActivationsArriveWithTheirNamesTypesAndShapes) {
+  RunWithComms(2, 1, [](const Placement& p, Comm& comm) {
+    if (p.stage() == 0) {
+      comm.SendActivations(SomeActivations(0.5), /*dst=*/1, /*tag=*/7);
+      comm.WaitSends();
+    } else {
+      ExpectSame(comm.RecvActivations(/*src=*/0, /*tag=*/7), SomeActivations(0.5));
+    }
+  });
+}
+
+// Sends complete without their receives (they are asynchronous), and a receive takes the
+// message of its tag, whatever was sent first: the schedules rely on both.
+TEST(Comm, ReceivesMatchTheirTagNotTheOrderOfSending) {
+  RunWithComms(2, 1, [](const Placement& p, Comm& comm) {
+    if (p.stage() == 0) {
+      for (int micro_batch = 0; micro_batch < 3; ++micro_batch) {
+        comm.SendActivations(SomeActivations(micro_batch), 1, micro_batch);
+      }
+      comm.WaitSends();
+    } else {
+      for (int micro_batch : {2, 0, 1}) {
+        SCOPED_TRACE("micro-batch " + std::to_string(micro_batch));
+        ExpectSame(comm.RecvActivations(0, micro_batch), SomeActivations(micro_batch));
+      }
+    }
+  });
+}
+
+// Gradients go back to the previous stage into tensors whose shapes it already knows; each
+// tensor of a message is its own receive.
+TEST(Comm, GradientsGoBackIntoTheReceiversTensors) {
+  RunWithComms(2, 1, [](const Placement& p, Comm& comm) {
+    const std::vector<torch::Tensor> grads = {torch::full({2, 3}, 0.25),
+                                              torch::arange(5, torch::kFloat64)};
+    if (p.stage() == 1) {
+      comm.SendTensors(grads, /*dst=*/0, /*tag=*/3);
+      comm.SendTensors({grads[0] * 2, grads[1] * 2}, 0, 4);
+      comm.WaitSends();
+    } else {
+      std::vector<torch::Tensor> into = {torch::empty({2, 3}), torch::empty({5}, torch::kFloat64)};
+      const void* where = into[1].data_ptr();
+      comm.RecvTensors(into, /*src=*/1, /*tag=*/4, "gradients of micro-batch 4");
+      EXPECT_TRUE(torch::equal(into[0], grads[0] * 2));
+      EXPECT_TRUE(torch::equal(into[1], grads[1] * 2));
+      EXPECT_EQ(into[1].data_ptr(), where) << "received into another tensor";
+      comm.RecvTensors(into, 1, 3, "gradients of micro-batch 3");
+      EXPECT_TRUE(torch::equal(into[0], grads[0]));
+      EXPECT_TRUE(torch::equal(into[1], grads[1]));
+    }
+  });
+}
+
+// The replicas of a stage share a data-parallel group; a job with one replica has none.
+TEST(Comm, EachStageHasADataParallelGroupOfItsReplicas) {
+  RunWithComms(2, 2, [](const Placement& p, Comm& comm) {
+    ASSERT_NE(comm.data_parallel(), nullptr);
+    EXPECT_EQ(comm.data_parallel()->getSize(), 2);
+    EXPECT_EQ(comm.data_parallel()->getRank(), p.replica());
+    EXPECT_EQ(comm.global().getSize(), 4);
+    // A sum within the stage only: the two stages add different values.
+    std::vector<torch::Tensor> t = {torch::full({1}, 10.0 * p.stage() + p.replica() + 1)};
+    comm.Wait(comm.data_parallel()->allreduce(t), "test all-reduce");
+    EXPECT_EQ(t[0].item<double>(), 20.0 * p.stage() + 3);
+    EXPECT_EQ(comm.Describe(3), "rank 3 (stage 1, replica 1)");
+  });
+  RunWithComms(2, 1, [](const Placement&, Comm& comm) {
+    EXPECT_EQ(comm.data_parallel(), nullptr);
+  });
+}
+
+// A peer that never sends: the receive gives up after the placement's timeout with a PeerError
+// that names what was awaited and from whom.
+TEST(Comm, APeerThatNeverSendsIsAPeerErrorNamingIt) {
+  std::promise<void> received;
+  std::shared_future<void> done = received.get_future().share();
+  RunWithComms(
+      2, 1,
+      [&](const Placement& p, Comm& comm) {
+        if (p.stage() == 0) {
+          done.wait();  // alive, silent, until the receive has given up
+          return;
+        }
+        struct Release {
+          std::promise<void>& promise;
+          ~Release() { promise.set_value(); }
+        } release{received};
+        try {
+          comm.RecvActivations(0, 1);
+          ADD_FAILURE() << "a receive from a silent peer returned";
+        } catch (const PeerError& e) {
+          EXPECT_NE(std::string(e.what()).find(
+                        "receiving activations from rank 0 (stage 0, replica 0) failed"),
+                    std::string::npos)
+              << e.what();
+        }
+      },
+      /*timeout_s=*/1);
+}
+
+}  // namespace
+}  // namespace mitra::worker

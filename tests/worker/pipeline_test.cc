@@ -1,0 +1,219 @@
+// RunPipelineStep and RunEvalPipeline: a pipeline of the tiny model's stages, ranks as threads
+// (tests/worker/thread_ranks.h), computes the loss and the gradients that one thread running
+// the whole model over the whole batch computes, in every schedule.
+//
+// Tolerance. float64 throughout (tests/worker/tiny_model.h). The pipeline adds the same
+// per-sample terms in another order: each micro-batch's loss is scaled by 1/B and backpropagated
+// on its own, and the micro-batches' gradients (and, with replicas, the replicas') are summed
+// afterwards. A sum of n <= 8 terms reordered moves by at most about n * 2^-53 of the sum of
+// their magnitudes: under 1e-14 of the result even if the terms cancel a hundredfold. We allow
+// 1e-12. A real mistake (a micro-batch fed twice, a gradient sent to the wrong micro-batch) moves
+// the results by a sizeable fraction of themselves: the guard test runs one through the same
+// comparison.
+#include "worker/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include <torch/torch.h>
+
+#include "planner/schedule.h"
+#include "tests/worker/thread_ranks.h"
+#include "tests/worker/tiny_model.h"
+
+namespace mitra::worker {
+namespace {
+
+using testing::RelativeDifference;
+
+constexpr double kTolerance = 1e-12;
+constexpr int kSegments = 4;
+constexpr int64_t kBatch = 8;
+constexpr int64_t kMicroBatch = 2;  // 4 micro-batches in the step
+
+const cutpoint::ModelSpec& Spec() {
+  static const cutpoint::ModelSpec spec = testing::TinyMlp(kSegments);
+  return spec;
+}
+
+cutpoint::Activations GlobalMicroBatch(int64_t j) {
+  static const testing::TinyDataset data(64);
+  return testing::TinyBatch(data, j * kMicroBatch, (j + 1) * kMicroBatch);
+}
+
+struct StepOutcome {
+  double loss = 0;                             // mean over the batch
+  std::map<std::string, torch::Tensor> grads;  // by qualified name
+};
+
+// The reference: the whole model over the whole batch in this thread, the loss divided by B.
+StepOutcome OneThread() {
+  Stage whole(Spec(), cutpoint::Partition{{kSegments}}, 0, /*seed=*/1);
+  static const testing::TinyDataset data(64);
+  const cutpoint::Activations batch = testing::TinyBatch(data, 0, kBatch);
+  torch::Tensor loss = Spec().loss(whole.Forward(batch, {}), batch) / kBatch;
+  loss.backward();
+  StepOutcome out;
+  out.loss = loss.item<double>();
+  for (const NamedTensor& p : whole.parameters()) out.grads[p.name] = p.tensor.grad().clone();
+  return out;
+}
+
+struct Shape {
+  int stages, replicas;
+  planner::ScheduleKind schedule;
+  bool recompute = false;
+};
+
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.stages << "x" << s.replicas << " " << planner::ScheduleName(s.schedule)
+      << (s.recompute ? " with recompute" : "");
+}
+
+// Feeds replica-local micro-batch `i` of a replica whose first is `first`.
+using Feed = std::function<cutpoint::Activations(int64_t first, int i)>;
+
+cutpoint::Activations RightFeed(int64_t first, int i) { return GlobalMicroBatch(first + i); }
+
+// One training step of `shape` in threads: the replicas' losses summed, and the gradients of
+// every rank's parameters after the data-parallel reduction (one entry per replica and name).
+std::vector<StepOutcome> RunShape(const Shape& shape, const Feed& feed = RightFeed) {
+  const int micro_batches = static_cast<int>(kBatch / kMicroBatch) / shape.replicas;
+  const cutpoint::Partition partition =
+      *cutpoint::MakePartition("uniform", kSegments, shape.stages);
+  std::vector<StepOutcome> replicas(shape.replicas);
+  std::mutex mu;
+  testing::RunWithComms(shape.stages, shape.replicas, [&](const Placement& p, Comm& comm) {
+    const int s = p.stage(), d = p.replica();
+    Stage stage(Spec(), partition, s, /*seed=*/1);
+    std::unique_ptr<GradReducer> reducer;
+    if (comm.data_parallel() != nullptr) {
+      reducer = std::make_unique<GradReducer>(stage.parameters(), comm.data_parallel(), &comm,
+                                              /*bucket_elements=*/40);
+    }
+    PipelineContext ctx;
+    ctx.spec = &Spec();
+    ctx.stage = &stage;
+    ctx.comm = &comm;
+    ctx.reducer = reducer.get();
+    ctx.prev_rank = s > 0 ? p.stage_map.RankOf(s - 1, d) : -1;
+    ctx.next_rank = s + 1 < shape.stages ? p.stage_map.RankOf(s + 1, d) : -1;
+    ctx.loss_scale = 1.0 / kBatch;
+    ctx.first_micro_batch = static_cast<int64_t>(d) * micro_batches;
+    const auto schedule =
+        planner::BuildSchedule(shape.schedule, shape.stages, s, micro_batches, shape.recompute);
+    const double loss = RunPipelineStep(ctx, schedule, micro_batches, [&](int i) {
+      return feed(ctx.first_micro_batch, i);
+    });
+    comm.WaitSends();
+    if (reducer) reducer->Finish();
+    std::lock_guard<std::mutex> lock(mu);
+    replicas[d].loss += loss;
+    for (const NamedTensor& param : stage.parameters()) {
+      replicas[d].grads[param.name] = param.tensor.grad().clone();
+    }
+  });
+  return replicas;
+}
+
+// The largest relative difference between `got` (every replica) and `expected`: the loss summed
+// over the replicas, and each replica's every gradient.
+double WorstDifference(const std::vector<StepOutcome>& got, const StepOutcome& expected) {
+  double loss = 0;
+  for (const StepOutcome& r : got) loss += r.loss;
+  double worst = std::abs(loss - expected.loss) / std::abs(expected.loss);
+  for (const StepOutcome& r : got) {
+    EXPECT_EQ(r.grads.size(), expected.grads.size());
+    for (const auto& [name, grad] : expected.grads) {
+      auto it = r.grads.find(name);
+      if (it == r.grads.end()) {
+        ADD_FAILURE() << name << " has no gradient";
+        continue;
+      }
+      worst = std::max(worst, RelativeDifference(it->second, grad));
+    }
+  }
+  return worst;
+}
+
+class PipelineStep : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(PipelineStep, EqualsOneThreadRunningTheWholeModel) {
+  const StepOutcome expected = OneThread();
+  EXPECT_LE(WorstDifference(RunShape(GetParam()), expected), kTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schedules, PipelineStep,
+    ::testing::Values(Shape{2, 1, planner::ScheduleKind::kGPipe},
+                      Shape{2, 1, planner::ScheduleKind::k1F1B},
+                      Shape{2, 1, planner::ScheduleKind::kVaruna},
+                      Shape{2, 1, planner::ScheduleKind::k1F1B, /*recompute=*/true},
+                      Shape{3, 1, planner::ScheduleKind::k1F1B},
+                      Shape{2, 2, planner::ScheduleKind::k1F1B}));
+
+// The same comparison fails for a pipeline that feeds a replica's first micro-batch twice
+// instead of its last: its loss and gradients are off by far more than the tolerance.
+TEST(PipelineStepGuard, TheComparisonFailsWhenAMicroBatchIsFedTwice) {
+  const StepOutcome expected = OneThread();
+  const int micro_batches = static_cast<int>(kBatch / kMicroBatch);
+  const Feed twice = [micro_batches](int64_t first, int i) {
+    return GlobalMicroBatch(first + (i == micro_batches - 1 ? 0 : i));
+  };
+  EXPECT_GT(WorstDifference(RunShape({2, 1, planner::ScheduleKind::k1F1B}, twice), expected),
+            1e6 * kTolerance);
+}
+
+// Evaluation: forward only, the loss (unscaled) and a metric summed over the samples on the
+// last stage, zeros elsewhere; no gradient anywhere.
+TEST(EvalPipeline, SumsTheLossAndMetricsOverTheSamplesOnTheLastStage) {
+  const MetricFn positive = [](const cutpoint::Activations& out, const cutpoint::Activations&) {
+    return (out.at("x").sum(1) > 0).sum();
+  };
+  double expected_loss = 0, expected_metric = 0;
+  {
+    Stage whole(Spec(), cutpoint::Partition{{kSegments}}, 0, 1);
+    torch::NoGradGuard no_grad;
+    for (int64_t j = 0; j < kBatch / kMicroBatch; ++j) {
+      const cutpoint::Activations batch = GlobalMicroBatch(j);
+      const cutpoint::Activations out = whole.Forward(batch, {ForwardKey::kEvalStep, j});
+      expected_loss += Spec().loss(out, batch).item<double>();
+      expected_metric += positive(out, batch).item<double>();
+    }
+  }
+  ASSERT_GT(expected_metric, 0);
+  testing::RunWithComms(2, 1, [&](const Placement& p, Comm& comm) {
+    Stage stage(Spec(), *cutpoint::MakePartition("uniform", kSegments, 2), p.stage(), 1);
+    PipelineContext ctx;
+    ctx.spec = &Spec();
+    ctx.stage = &stage;
+    ctx.comm = &comm;
+    ctx.prev_rank = p.stage() == 1 ? 0 : -1;
+    ctx.next_rank = p.stage() == 0 ? 1 : -1;
+    ctx.step = ForwardKey::kEvalStep;
+    const int micro_batches = static_cast<int>(kBatch / kMicroBatch);
+    const std::vector<double> sums = RunEvalPipeline(
+        ctx, planner::BuildForwardOnlySchedule(2, p.stage(), micro_batches), micro_batches,
+        [](int i) { return GlobalMicroBatch(i); }, {positive});
+    comm.WaitSends();
+    ASSERT_EQ(sums.size(), 2u);
+    if (p.stage() == 1) {
+      EXPECT_NEAR(sums[0], expected_loss, kTolerance * expected_loss);
+      EXPECT_EQ(sums[1], expected_metric);
+    } else {
+      EXPECT_EQ(sums[0], 0);
+      EXPECT_EQ(sums[1], 0);
+    }
+    for (const NamedTensor& param : stage.parameters()) {
+      EXPECT_FALSE(param.tensor.grad().defined()) << param.name;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace mitra::worker

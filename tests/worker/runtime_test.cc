@@ -1,0 +1,180 @@
+// Runtime: a 2 x 2 job of the tiny model, ranks as threads (tests/worker/thread_ranks.h) that
+// meet through the real rendezvous (Comm::Connect, a TCPStore on loopback), trains as a plain
+// LibTorch loop over the whole model and batch does: the same losses, gradient norms, clipped
+// gradients and AdamW updates.
+//
+// Tolerance. float64 throughout (tests/worker/tiny_model.h). Before the first update every
+// quantity is the same sums in another order (micro-batches, replicas, stages, the norm added
+// per stage): within 1e-12 (tests/worker/pipeline_test.cc says why). AdamW then divides by
+// sqrt(v) + eps, which can magnify a rounding-level difference of a gradient near zero up to
+// lr * dg / eps ~ 3e-4 * 1e-13 / 1e-8 ~ 3e-9 of a parameter: from the first update on
+// (parameters, and the later step's loss and gradients) we allow 1e-7. Training on another
+// batch (the guard test) moves the gradients by a sizeable fraction of themselves.
+#include "mitra/worker/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <torch/torch.h>
+
+#include "common/free_port.h"
+#include "mitra/worker/stage.h"
+#include "tests/worker/thread_ranks.h"
+#include "tests/worker/tiny_model.h"
+
+namespace mitra::worker {
+namespace {
+
+using testing::RelativeDifference;
+
+constexpr double kBeforeUpdate = 1e-12;
+constexpr double kAfterUpdate = 1e-7;
+constexpr int kSegments = 4;
+constexpr int64_t kBatch = 8;
+constexpr int kSteps = 2;
+constexpr uint64_t kSeed = 5;
+
+const cutpoint::ModelSpec& Spec() {
+  static const cutpoint::ModelSpec spec = testing::TinyMlp(kSegments);
+  return spec;
+}
+
+// Position p of the sample stream is sample p: the reference needs no permutation.
+class InOrder : public Sampler {
+ public:
+  explicit InOrder(int64_t size) : size_(size) {}
+  int64_t IndexAt(int64_t position) override { return position % size_; }
+
+ private:
+  int64_t size_;
+};
+
+struct StepState {
+  double loss = 0, grad_norm = 0;
+  std::map<std::string, torch::Tensor> grads;   // clipped, as the update used them
+  std::map<std::string, torch::Tensor> params;  // after the update
+};
+using Trajectory = std::vector<StepState>;
+
+// The reference: the whole model over the whole batch, torch's clip_grad_norm_ and AdamW with
+// the runtime's defaults, starting `offset` samples into the stream.
+Trajectory PlainLoop(int64_t offset = 0) {
+  const testing::TinyDataset data(64);
+  std::vector<std::shared_ptr<cutpoint::Segment>> segments;
+  std::map<std::string, torch::Tensor> named;
+  std::vector<torch::Tensor> params;
+  for (int i = 0; i < kSegments; ++i) {
+    segments.push_back(cutpoint::BuildSegment(Spec(), i, kSeed));
+    for (const auto& p : segments.back()->named_parameters()) {
+      named[Spec().segments[i].name + "." + p.key()] = p.value();
+      params.push_back(p.value());
+    }
+  }
+  const RuntimeOptions defaults;
+  torch::optim::AdamW adamw(params, torch::optim::AdamWOptions(defaults.lr.base)
+                                        .betas({defaults.optimizer.beta1, defaults.optimizer.beta2})
+                                        .eps(defaults.optimizer.eps)
+                                        .weight_decay(defaults.optimizer.weight_decay));
+  Trajectory out;
+  for (int step = 0; step < kSteps; ++step) {
+    const cutpoint::Activations batch =
+        testing::TinyBatch(data, offset + step * kBatch, offset + (step + 1) * kBatch);
+    cutpoint::Activations acts = batch;
+    for (const auto& segment : segments) acts = segment->Forward(acts);
+    torch::Tensor loss = Spec().loss(acts, batch) / kBatch;
+    adamw.zero_grad();
+    loss.backward();
+    StepState state;
+    state.loss = loss.item<double>();
+    state.grad_norm = torch::nn::utils::clip_grad_norm_(params, defaults.clip_norm);
+    for (const auto& [name, p] : named) state.grads[name] = p.grad().clone();
+    adamw.step();
+    for (const auto& [name, p] : named) state.params[name] = p.detach().clone();
+    out.push_back(std::move(state));
+  }
+  return out;
+}
+
+// The 2 x 2 job: every rank's StepResult and the tensors of its stage after each step, merged
+// by name (a rank holds half the parameters; its replica holds the same values).
+std::vector<Trajectory> RunJob() {
+  std::vector<Trajectory> ranks(4, Trajectory(kSteps));
+  auto port = PickFreeTcpPort("127.0.0.1");
+  EXPECT_TRUE(port.ok()) << port.status().message();
+  if (!port.ok()) return ranks;
+  std::mutex mu;
+  auto dataset = std::make_shared<testing::TinyDataset>(64);
+  testing::RunRanks(4, [&](int rank) {
+    RuntimeOptions options;
+    options.global_batch = kBatch;
+    options.chunk_size = 2;
+    options.seed = kSeed;
+    options.custom_sampler = [](int64_t size, uint64_t) {
+      return std::make_unique<InOrder>(size);
+    };
+    auto runtime = Runtime::Create(Spec(), dataset,
+                                   testing::LoopbackPlacement(2, 2, rank, *port), options);
+    ASSERT_TRUE(runtime.ok()) << runtime.status().message();
+    for (int step = 0; step < kSteps; ++step) {
+      const StepResult result = (*runtime)->Step(step);
+      std::lock_guard<std::mutex> lock(mu);
+      StepState& state = ranks[rank][step];
+      state.loss = result.loss;
+      state.grad_norm = result.grad_norm;
+      for (const NamedTensor& p : (*runtime)->stage().parameters()) {
+        state.grads[p.name] = p.tensor.grad().clone();
+        state.params[p.name] = p.tensor.detach().clone();
+      }
+    }
+  });
+  return ranks;
+}
+
+// The worst relative differences of `got` from `expected`: before the first update (the first
+// step's loss, norm and gradients), and from the update on (everything else). Names that
+// `got` lacks are skipped: a rank holds only its stage's parameters.
+std::pair<double, double> Differences(const Trajectory& got, const Trajectory& expected) {
+  double before = 0, after = 0;
+  auto relative = [](double a, double b) { return std::abs(a - b) / std::abs(b); };
+  for (int step = 0; step < kSteps; ++step) {
+    double& worst = step == 0 ? before : after;
+    worst = std::max({worst, relative(got[step].loss, expected[step].loss),
+                      relative(got[step].grad_norm, expected[step].grad_norm)});
+    for (const auto& [name, grad] : got[step].grads) {
+      worst = std::max(worst, RelativeDifference(grad, expected[step].grads.at(name)));
+    }
+    for (const auto& [name, param] : got[step].params) {
+      after = std::max(after, RelativeDifference(param, expected[step].params.at(name)));
+    }
+  }
+  return {before, after};
+}
+
+TEST(Runtime, TwoStagesTimesTwoReplicasTrainAsOneThreadRunningTheWholeModel) {
+  const Trajectory expected = PlainLoop();
+  const std::vector<Trajectory> ranks = RunJob();
+  std::set<std::string> seen;
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const auto [before, after] = Differences(ranks[rank], expected);
+    EXPECT_LE(before, kBeforeUpdate);
+    EXPECT_LE(after, kAfterUpdate);
+    for (const auto& [name, param] : ranks[rank][0].params) seen.insert(name);
+  }
+  EXPECT_EQ(seen.size(), expected[0].params.size()) << "some parameters are held by no rank";
+}
+
+// The same comparison fails for a job that trained on other samples (the batch shifted by
+// one): the first step's gradients are far off.
+TEST(Runtime, GuardTheComparisonFailsForAnotherBatch) {
+  const auto [before, after] = Differences(PlainLoop(/*offset=*/1), PlainLoop());
+  EXPECT_GT(before, 1e6 * kBeforeUpdate);
+}
+
+}  // namespace
+}  // namespace mitra::worker
