@@ -43,8 +43,8 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "launcher/ssh_process_runner.h"
-#include "run/run_loop.h"
 #include "manager/status_report.h"
+#include "run/run_loop.h"
 #include "tests/common/memory_file_system.h"
 #include "tests/run/fake_transports.h"
 

@@ -7,16 +7,16 @@
 #include <optional>
 #include <thread>
 
-#include "common/clock.h"
-#include "common/file_system.h"
-#include "common/json.h"
-#include "common/duration_text.h"
-#include "common/strings.h"
-#include "records/reader.h"
-#include "run/control_socket.h"
 #include "cli/flags.h"
 #include "cli/run_command.h"
+#include "common/clock.h"
+#include "common/duration_text.h"
+#include "common/file_system.h"
+#include "common/json.h"
+#include "common/strings.h"
 #include "manager/status_report.h"
+#include "records/reader.h"
+#include "run/control_socket.h"
 
 namespace mitra::cli {
 namespace {

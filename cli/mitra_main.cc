@@ -10,25 +10,25 @@
 #include <string>
 #include <vector>
 
+#include "cli/checkpoint_command.h"
+#include "cli/control_command.h"
+#include "cli/planner_commands.h"
+#include "cli/report_command.h"
+#include "cli/run_command.h"
+#include "cli/run_options.h"
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "common/signal_watcher.h"
 #include "contract/placement.h"
 #include "launcher/local_process_runner.h"
-#include "cli/checkpoint_command.h"
-#include "cli/control_command.h"
 #include "manager/control_requests.h"
+#include "manager/status_report.h"
+#include "report/metrics.h"
+#include "report/metrics_server.h"
 #include "run/control_socket.h"
 #include "run/machine_list_watcher.h"
 #include "run/machine_transports.h"
-#include "report/metrics.h"
-#include "report/metrics_server.h"
-#include "cli/planner_commands.h"
-#include "cli/report_command.h"
 #include "run/run_loop.h"
-#include "manager/status_report.h"
-#include "cli/run_command.h"
-#include "cli/run_options.h"
 
 namespace {
 

@@ -12,14 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "common/strings.h"
-#include "records/reader.h"
-#include "common/file_system.h"
 #include "cli/flags.h"
-#include "manager/machine_list.h"
-#include "run/profile_job.h"
 #include "cli/run_command.h"
+#include "common/file_system.h"
+#include "common/strings.h"
+#include "manager/machine_list.h"
 #include "planner/planner.h"
+#include "records/reader.h"
+#include "run/profile_job.h"
 
 namespace mitra::cli {
 namespace {

@@ -17,9 +17,9 @@
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "mitra/common/status.h"
+#include "planner/profile.h"
 #include "run/transports.h"
 #include "run/worker_env.h"
-#include "planner/profile.h"
 
 namespace mitra::cli {
 

@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <string>
 
-#include "report/report_page.h"
 #include "cli/run_command.h"
+#include "report/report_page.h"
 #include "report/run_report.h"
 
 namespace mitra::cli {

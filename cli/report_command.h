@@ -5,9 +5,9 @@
 #include <ostream>
 #include <string>
 
+#include "cli/run_options.h"
 #include "common/clock.h"
 #include "common/file_system.h"
-#include "cli/run_options.h"
 
 namespace mitra::cli {
 

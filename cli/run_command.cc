@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "manager/progress.h"
 #include "mitra/planner/batch_split.h"
+#include "records/records.h"
 #include "run/orphans.h"
 #include "run/profile_job.h"
 
@@ -167,29 +168,29 @@ run::LaunchSettings SettingsFor(const RunOptions& options, const CheckedInputs& 
 }
 
 // state.json's fixed fields, which the `start` record shares.
-JsonObject JobFields(const RunOptions& options, const CheckedInputs& inputs, const RunContext& c) {
-  JsonObject fields;
-  fields.SetInt("manager_pid", c.manager_pid)
-      .SetString("run_dir", inputs.run_dir)
-      .SetString("machines_file",
-                 inputs.slurm ? inputs.machines_path : NormalizePath(inputs.machines_path))
-      .SetString("program", inputs.program)
-      .Set("program_args", JsonValue::StringArray(options.program_args))
-      .SetNumber("started_at", c.clock->WallSeconds());
-  return fields;
+records::Job JobOf(const RunOptions& options, const CheckedInputs& inputs, const RunContext& c) {
+  records::Job job;
+  job.manager_pid = c.manager_pid;
+  job.run_dir = inputs.run_dir;
+  job.machines_file = inputs.slurm ? inputs.machines_path : NormalizePath(inputs.machines_path);
+  job.program = inputs.program;
+  job.program_args = options.program_args;
+  job.started_at = c.clock->WallSeconds();
+  return job;
 }
 
-void RecordStart(run::RunJournal& journal, const JsonObject& job_fields,
-                 const CheckedInputs& inputs, const ProgramPlan& plan) {
-  (void)journal.RecordEvent("start",
-                            JsonObject(job_fields)
-                                .SetInt("slots", plan.plan.total_slots)
-                                .SetInt("idle_slots", plan.plan.idle_slots)
-                                .SetInt("segments", plan.description.segments)
-                                .SetNumber("tokens_per_sample", plan.description.tokens_per_sample)
-                                .SetNumber("describe_s", manager::RoundedSeconds(plan.describe_s))
-                                .SetInt("threads", inputs.threads)
-                                .SetNumber("timeout_s", inputs.timeout_s));
+void RecordStart(run::RunJournal& journal, const records::Job& job, const CheckedInputs& inputs,
+                 const ProgramPlan& plan) {
+  records::Start start;
+  start.job = job;
+  start.slots = plan.plan.total_slots;
+  start.idle_slots = plan.plan.idle_slots;
+  start.segments = plan.description.segments;
+  start.tokens_per_sample = plan.description.tokens_per_sample;
+  start.describe_s = manager::RoundedSeconds(plan.describe_s);
+  start.threads = inputs.threads;
+  start.timeout_s = inputs.timeout_s;
+  (void)journal.RecordEvent(records::Start::kEvent, records::ToJson(start));
 }
 
 }  // namespace
@@ -349,14 +350,14 @@ manager::ControllerOptions ControllerOptionsFor(
 
 run::RunLoopOptions LoopOptionsFor(const RunOptions& options, const CheckedInputs& inputs,
                                    const ProgramPlan& plan, int64_t first_generation,
-                                   const JsonObject& job_fields, const RunContext& c) {
+                                   const records::Job& job, const RunContext& c) {
   run::RunLoopOptions o;
   o.worker = run::WorkerProgram::Make(inputs.program, options.program_args, c.environment,
                                       options.env, c.working_directory, options.code_dir);
   o.machines_path = options.machines_path;
   o.gpus_per_node = options.gpus_per_node;
   o.settings = SettingsFor(options, inputs, plan, first_generation);
-  o.state_fields = job_fields;
+  o.job = job;
   o.reported = plan.reported;
   o.preemption_command = options.preemption_command;
   o.preemption_interval_s = options.preemption_interval_s;
@@ -398,12 +399,12 @@ int RunCommand(const RunOptions& options, RunContext& c) {
     return kExitFailed;
   }
   PrintPlan(c, inputs->machines, plan->plan, plan->description, run_dir);
-  const JsonObject job_fields = JobFields(options, *inputs, c);
-  RecordStart(*prepared->journal, job_fields, *inputs, *plan);
+  const records::Job job = JobOf(options, *inputs, c);
+  RecordStart(*prepared->journal, job, *inputs, *plan);
 
   const int64_t generation = prepared->first_generation;
   run::RunLoopOptions loop_options =
-      LoopOptionsFor(options, *inputs, *plan, generation, job_fields, c);
+      LoopOptionsFor(options, *inputs, *plan, generation, job, c);
   if (c.prepare_loop) c.prepare_loop(&loop_options);
   run::RunLoop loop(std::move(loop_options),
                     ControllerOptionsFor(options, *inputs, *plan, *policy, generation),

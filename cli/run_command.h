@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_inputs.h"
+#include "cli/run_options.h"
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "contract/exit_codes.h"
@@ -31,14 +33,13 @@
 #include "planner/grid.h"
 #include "planner/profile.h"
 #include "planner/shape_policy.h"
+#include "records/records.h"
 #include "run/describe.h"
 #include "run/events.h"
 #include "run/run_dir.h"
 #include "run/run_journal.h"
 #include "run/run_loop.h"
 #include "run/run_observer.h"
-#include "cli/run_inputs.h"
-#include "cli/run_options.h"
 #include "run/transports.h"
 #include "run/worker_env.h"
 
@@ -135,9 +136,9 @@ manager::ControllerOptions ControllerOptionsFor(
     const RunOptions& options, const CheckedInputs& inputs, const ProgramPlan& plan,
     std::shared_ptr<const planner::ShapePolicy> policy, int64_t first_generation);
 // What the loop is told: the program and its environment, what every launch shares,
-// state.json's fixed fields (`job_fields`), the preemption command, stragglers, regrouping.
+// the job as started (state.json's fixed fields), the preemption command, stragglers, regrouping.
 run::RunLoopOptions LoopOptionsFor(const RunOptions& options, const CheckedInputs& inputs,
                                    const ProgramPlan& plan, int64_t first_generation,
-                                   const JsonObject& job_fields, const RunContext& c);
+                                   const records::Job& job, const RunContext& c);
 
 }  // namespace mitra::cli

@@ -8,9 +8,9 @@
 #include "cli/planner_commands.h"
 #include "cli/run_command.h"
 #include "common/strings.h"
+#include "contract/variables.h"
 #include "run/control_socket.h"
 #include "run/slurm_allocation.h"
-#include "contract/variables.h"
 
 namespace mitra::cli {
 namespace {

@@ -19,8 +19,8 @@
 
 #include "fuzz/fuzz_check.h"
 #include "manager/control_requests.h"
-#include "run/control_socket.h"
 #include "manager/status_report.h"
+#include "run/control_socket.h"
 
 namespace mitra::manager {
 namespace {

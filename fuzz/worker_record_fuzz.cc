@@ -21,11 +21,11 @@
 #include "common/clock.h"
 #include "fuzz/fuzz_check.h"
 #include "launcher/process_runner.h"
-#include "run/describe.h"
 #include "manager/progress.h"
 #include "manager/run_records.h"
 #include "manager/status_report.h"
 #include "planner/profile.h"
+#include "run/describe.h"
 
 namespace mitra::manager {
 namespace {
@@ -83,7 +83,7 @@ void CheckStep(const JsonObject& record) {
   snapshot.state = "running";
   snapshot.step = step->step;
   snapshot.last_step = *step;
-  const JsonObject state = StateRecord(JsonObject(), plan, 3, snapshot);
+  const JsonObject state = StateRecord(records::Job(), plan, 3, snapshot);
   fuzz::CheckJsonRoundTrip(state);
   const StatusReport report = StatusReport::FromJson(state);
   FUZZ_CHECK(report.step == step->step);

@@ -49,15 +49,15 @@
 
 #include "common/json.h"
 #include "launcher/process_runner.h"
-#include "planner/grid.h"
-#include "manager/machine_list.h"
-#include "manager/generation.h"
-#include "manager/machine_pool.h"
 #include "manager/failure_excerpt.h"
+#include "manager/generation.h"
+#include "manager/machine_list.h"
+#include "manager/machine_pool.h"
 #include "manager/narration.h"
 #include "manager/parked_workers.h"
 #include "manager/restart_budget.h"
 #include "manager/standby.h"
+#include "planner/grid.h"
 #include "planner/shape_policy.h"
 
 namespace mitra::manager {

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
+#include "common/duration_text.h"
 #include "common/overloaded.h"
 #include "common/strings.h"
 #include "manager/progress.h"
 #include "manager/run_records.h"
-#include "common/duration_text.h"
 #include "records/records.h"
 
 namespace mitra::manager {

@@ -59,10 +59,11 @@ JsonObject MetricsRecord(const JsonObject& step_record, const GridPlan& plan, in
   return o;
 }
 
-JsonObject StateRecord(const JsonObject& fixed, const GridPlan& plan, int64_t generation,
+JsonObject StateRecord(const records::Job& job, const GridPlan& plan, int64_t generation,
                        const StateSnapshot& snapshot) {
   records::State r;
   r.state = snapshot.state;
+  r.job = job;
   r.shape = ShapeOf(plan, generation);
   r.step = snapshot.step;
   r.max_steps = snapshot.max_steps;
@@ -76,11 +77,7 @@ JsonObject StateRecord(const JsonObject& fixed, const GridPlan& plan, int64_t ge
   r.pids = snapshot.pids;
   r.elapsed_s = RoundedSeconds(snapshot.elapsed_s);
   r.updated_at = snapshot.updated_at;
-  // {"state":...} first, then the run's fixed fields, then the rest (docs/mitra-run.md).
-  JsonObject o;
-  o.SetString("state", r.state);
-  for (const auto& [key, value] : fixed.fields()) o.Set(key, value);
-  return records::SetFields(o, r);
+  return records::ToJson(r);
 }
 
 }  // namespace mitra::manager

@@ -9,8 +9,8 @@
 
 #include "common/json.h"
 #include "launcher/process_runner.h"
-#include "planner/grid.h"
 #include "manager/progress.h"
+#include "planner/grid.h"
 #include "records/records.h"
 
 namespace mitra::manager {
@@ -44,9 +44,8 @@ struct StateSnapshot {
   double updated_at = 0;  // Unix seconds
 };
 
-// state.json: {"state":...} first, then `fixed` (manager pid, program, ...), then the shape
-// and the snapshot.
-JsonObject StateRecord(const JsonObject& fixed, const GridPlan& plan, int64_t generation,
+// state.json: its state and reason, the job as started, the shape and the snapshot.
+JsonObject StateRecord(const records::Job& job, const GridPlan& plan, int64_t generation,
                        const StateSnapshot& snapshot);
 
 }  // namespace mitra::manager

@@ -33,13 +33,24 @@ inline constexpr const char* kStateFile = "state.json";
 
 // ---- events.jsonl: {"time":T,"event":NAME, ...the kind's fields} ----------------------------
 
-// Before the first launch of a `mitra run`.
-struct Start {
-  static constexpr const char* kEvent = "start";
+// The job as `mitra run` started it: in its `start` record and in state.json.
+struct Job {
   int64_t manager_pid = 0;
   std::string run_dir, machines_file, program;
   std::vector<std::string> program_args;
   double started_at = 0;  // Unix seconds
+
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("manager_pid", r.manager_pid), f("run_dir", r.run_dir), f("machines_file", r.machines_file);
+    f("program", r.program), f("program_args", r.program_args), f("started_at", r.started_at);
+  }
+};
+
+// Before the first launch of a `mitra run`.
+struct Start {
+  static constexpr const char* kEvent = "start";
+  Job job;
   int64_t slots = 0, idle_slots = 0, segments = 0;
   double tokens_per_sample = 0;
   double describe_s = 0;
@@ -48,8 +59,7 @@ struct Start {
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
-    f("manager_pid", r.manager_pid), f("run_dir", r.run_dir), f("machines_file", r.machines_file);
-    f("program", r.program), f("program_args", r.program_args), f("started_at", r.started_at);
+    Job::Fields(r.job, f);
     f("slots", r.slots), f("idle_slots", r.idle_slots), f("segments", r.segments);
     f("tokens_per_sample", r.tokens_per_sample), f("describe_s", r.describe_s);
     f("threads", r.threads), f("timeout_s", r.timeout_s);
@@ -302,10 +312,11 @@ struct RankSteps {
 // ---- state.json --------------------------------------------------------------------------------
 
 // What a reader of state.json relies on; the manager writes more (docs/mitra-run.md): the
-// run's fixed fields and the workers to clean up, which it writes and reads itself.
+// workers to clean up, which it writes and reads itself.
 struct State {
   std::string state;  // running, morphing, recovering, waiting, stopping; done, stopped, failed
   std::string reason;
+  Job job;
   Shape shape;
   int64_t step = 0, max_steps = 0;
   std::optional<double> loss, samples_per_s, tokens_per_s;
@@ -319,6 +330,7 @@ struct State {
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
     f("state", r.state), f("reason", r.reason);
+    Job::Fields(r.job, f);
     Shape::Fields(r.shape, f);
     f("step", r.step), f("max_steps", r.max_steps), f("loss", r.loss);
     f("samples_per_s", r.samples_per_s), f("tokens_per_s", r.tokens_per_s);

@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "report/metrics.h"
 #include "mitra/common/status.h"
+#include "report/metrics.h"
 
 namespace prometheus {
 class Exposer;

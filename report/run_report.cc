@@ -68,7 +68,7 @@ void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pe
   if (e.Is<records::Start>()) {
     const auto start = e.As<records::Start>();
     if (report.managers++ == 0) report.started = time;
-    report.program = start.program;
+    report.program = start.job.program;
     if (start.tokens_per_sample > 0) report.tokens = true;
   } else if (e.Is<records::Launch>()) {
     const auto launch = e.As<records::Launch>();

@@ -18,8 +18,8 @@
 
 #include "checkpoint/manifest.h"
 #include "common/clock.h"
-#include "mitra/common/status.h"
 #include "launcher/process_runner.h"
+#include "mitra/common/status.h"
 
 namespace mitra::run {
 

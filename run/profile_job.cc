@@ -7,9 +7,9 @@
 #include <memory>
 
 #include "common/blocking_queue.h"
+#include "common/duration_text.h"
 #include "common/free_port.h"
 #include "common/json.h"
-#include "common/duration_text.h"
 #include "common/strings.h"
 #include "planner/grid.h"
 

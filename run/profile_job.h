@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "mitra/common/status.h"
 #include "manager/machine_list.h"
+#include "mitra/common/status.h"
+#include "planner/profile.h"
 #include "run/transports.h"
 #include "run/worker_env.h"
-#include "planner/profile.h"
 
 namespace mitra::run {
 

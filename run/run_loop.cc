@@ -6,8 +6,8 @@
 #include <chrono>
 #include <cmath>
 
-#include "common/signal_watcher.h"
 #include "common/overloaded.h"
+#include "common/signal_watcher.h"
 #include "common/strings.h"
 #include "contract/exit_codes.h"
 #include "manager/run_records.h"
@@ -213,7 +213,7 @@ void RunLoop::WriteState(bool force) {
   snapshot.ready_workers = controller_.ReadyRanks();
   snapshot.elapsed_s = now - start_s_;
   snapshot.updated_at = clock_->WallSeconds();
-  JsonObject state = manager::StateRecord(options_.state_fields, controller_.plan(),
+  JsonObject state = manager::StateRecord(options_.job, controller_.plan(),
                                  std::max(first_generation_, controller_.generation()),
                                  snapshot);
   state.SetString("reason", controller_.reason());

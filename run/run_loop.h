@@ -30,13 +30,14 @@
 #include "common/free_port.h"
 #include "common/json.h"
 #include "manager/controller.h"
-#include "run/events.h"
 #include "manager/progress.h"
+#include "manager/status_report.h"
+#include "manager/stragglers.h"
+#include "records/records.h"
+#include "run/events.h"
 #include "run/run_dir.h"
 #include "run/run_journal.h"
 #include "run/run_observer.h"
-#include "manager/status_report.h"
-#include "manager/stragglers.h"
 #include "run/transports.h"
 #include "run/worker_env.h"
 
@@ -49,7 +50,7 @@ struct RunLoopOptions {
   LaunchSettings settings;        // generation, resume step and rendezvous are filled per launch
   double state_interval_s = 1;
   double health_check_timeout_s = 5;
-  JsonObject state_fields;  // fixed fields of state.json (manager pid, program, ...)
+  records::Job job;  // the job as started: state.json's fixed fields (manager pid, program, ...)
   // --preemption-command: run with `sh -c` on every listed machine that is not drained, every
   // preemption_interval_s, through the machine's transport; exit status 0 means "this machine
   // will be taken" and drains it. "": none. A command still running is not started again. It

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "manager/machine_list.h"
-#include "run/worker_env.h"
 #include "mitra/common/status.h"
+#include "run/worker_env.h"
 
 namespace mitra::run {
 

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
-#include "mitra/common/status.h"
 #include "launcher/process_runner.h"
 #include "manager/machine_list.h"
+#include "mitra/common/status.h"
 
 namespace mitra::run {
 

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "common/blocking_queue.h"
-#include "run/control_socket.h"
 #include "manager/status_report.h"
+#include "run/control_socket.h"
 #include "tests/common/run_helpers.h"
 
 namespace mitra::cli {

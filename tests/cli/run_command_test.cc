@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "mitra/contract/variables.h"
 #include "report/metrics.h"
 #include "run/run_loop.h"
-#include "mitra/contract/variables.h"
 #include "tests/common/memory_file_system.h"
 #include "tests/launcher/scripted_process_runner.h"
 #include "tests/run/fake_transports.h"
@@ -421,8 +421,9 @@ TEST_F(RunCommandTest, TheLoopIsToldWhatEveryLaunchShares) {
   ProgramPlan plan;
   plan.resume_step = 8;
   plan.reported = {"step-9 is damaged"};
-  const JsonObject fields = JsonObject().SetInt("manager_pid", 4242);
-  const run::RunLoopOptions o = LoopOptionsFor(options_, inputs, plan, 2, fields, context_);
+  records::Job job;
+  job.manager_pid = 4242;
+  const run::RunLoopOptions o = LoopOptionsFor(options_, inputs, plan, 2, job, context_);
   EXPECT_EQ(o.worker.program, "/opt/job/train");
   EXPECT_EQ(o.settings.generation, 2);
   EXPECT_EQ(o.settings.resume_step, 8);
@@ -432,7 +433,7 @@ TEST_F(RunCommandTest, TheLoopIsToldWhatEveryLaunchShares) {
   EXPECT_EQ(o.settings.run_dir, kRunDir);
   EXPECT_FALSE(o.regroup);
   EXPECT_EQ(o.reported, plan.reported);
-  EXPECT_EQ(o.state_fields.GetNumber("manager_pid"), 4242);
+  EXPECT_EQ(o.job.manager_pid, 4242);
 }
 
 }  // namespace

@@ -203,9 +203,10 @@ TEST(Records, TheManagersStateRecordReadsBack) {
   snapshot.ready_workers = 4;
   snapshot.running_workers = 4;
   snapshot.pids = {11, 12, 13, 14};
-  JsonObject fixed;
-  fixed.SetInt("manager_pid", 99).SetString("run_dir", "/runs/a");
-  const JsonObject json = manager::StateRecord(fixed, TwoByTwo(), 3, snapshot);
+  Job job;
+  job.manager_pid = 99;
+  job.run_dir = "/runs/a";
+  const JsonObject json = manager::StateRecord(job, TwoByTwo(), 3, snapshot);
 
   const State state = FromJson<State>(json);
   EXPECT_EQ(state.state, "running");

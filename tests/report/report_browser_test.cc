@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "tests/report/report_browser.h"
 #include "tests/common/run_helpers.h"
 #include "tests/prerequisite.h"
+#include "tests/report/report_browser.h"
 
 namespace mitra::testing {
 namespace {

@@ -7,9 +7,9 @@
 
 #include <sstream>
 
+#include "cli/report_command.h"
 #include "common/clock.h"
 #include "common/json.h"
-#include "cli/report_command.h"
 #include "report/report_page.h"
 #include "tests/common/memory_file_system.h"
 

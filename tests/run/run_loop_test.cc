@@ -16,8 +16,8 @@
 #include "manager/status_report.h"
 #include "mitra/contract/variables.h"
 #include "tests/common/memory_file_system.h"
-#include "tests/run/fake_transports.h"
 #include "tests/manager/machine_lists.h"
+#include "tests/run/fake_transports.h"
 
 namespace mitra::run {
 namespace {
