@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "records/records.h"
 #include "tests/manager/controller_fixture.h"
 #include "tests/manager/machine_lists.h"
 
@@ -71,14 +72,13 @@ TEST_F(ControllerTest, ALaunchCarriedOutIsToldWithWhatWasStartedAndKept) {
   Feed(GenerationLaunched{0, {4242, 4243}, {1}, 6, "127.0.0.2:29400", 0.25});
   const std::vector<RecordAction> records = All<RecordAction>();
   ASSERT_EQ(records.size(), 1u);
-  EXPECT_EQ(records[0].event, "launch");
-  EXPECT_EQ(records[0].fields.GetNumber("generation"), 0);
-  EXPECT_EQ(records[0].fields.GetNumber("resume_step"), 6);
-  EXPECT_EQ(records[0].fields.GetString("rdzv"), "127.0.0.2:29400");
-  ASSERT_NE(records[0].fields.Find("pids"), nullptr);
-  EXPECT_EQ(records[0].fields.Find("pids")->ToJson(), "[4242,4243]");
-  ASSERT_NE(records[0].fields.Find("kept"), nullptr);
-  EXPECT_EQ(records[0].fields.Find("kept")->ToJson(), "[1]");
+  ASSERT_EQ(records[0].event, records::Launch::kEvent);
+  const auto launched = records::FromJson<records::Launch>(records[0].fields);
+  EXPECT_EQ(launched.shape.generation, 0);
+  EXPECT_EQ(launched.resume_step, 6);
+  EXPECT_EQ(launched.rdzv, "127.0.0.2:29400");
+  EXPECT_EQ(launched.pids, (std::vector<int64_t>{4242, 4243}));
+  EXPECT_EQ(launched.kept, (std::vector<int64_t>{1}));
   EXPECT_FALSE(records[0].error);
   EXPECT_NE(records[0].line.find("launched 1 worker and kept 1 parked worker"), std::string::npos)
       << records[0].line;
