@@ -164,7 +164,7 @@ int Trainer::Run(Result<Placement> placement) {
   }
 }
 
-Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
+RuntimeOptions Trainer::RuntimeOptionsFor(const Placement& placement) const {
   RuntimeOptions runtime_options = options_.runtime;
   if (const char* trace = std::getenv("MITRA_TRACE_SAMPLES")) runtime_options.sample_trace = trace;
   // One step's trace: where the manager asks for it, else where the program does (a file per
@@ -177,14 +177,11 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
     const std::string suffix = ".rank-" + std::to_string(placement.rank);
     path = dot == std::string::npos ? path + suffix : path.insert(dot, suffix);
   }
-  auto created = Runtime::Create(spec_, dataset_, placement, runtime_options);
-  if (!created.ok()) {
-    spdlog::error("rank {}: {}", placement.rank, created.status().message());
-    return {created.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
-  }
-  Runtime& rt = **created;
+  return runtime_options;
+}
+
+void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
   const RuntimeOptions& opts = rt.options();
-  const int64_t max_steps = placement.max_steps > 0 ? placement.max_steps : options_.max_steps;
   spdlog::info("rank {} = stage {} replica {} of {}x{}: segments [{}, {}) of {} ({} parameters), "
                "partition {}, schedule {}{}, {} micro-batches of <= {}",
                placement.rank, placement.stage(), placement.replica(), placement.num_stages(),
@@ -199,22 +196,80 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
       .Add("generation", placement.generation)
       .Add("park", placement.park)
       .Emit();
-  if (placement.rank == 0) {
-    const std::string settings = rt.DescribeSettings();
-    spdlog::info("settings: {}", settings);
-    Record("settings")
-        .Add("text", settings)
-        .Add("schedule", planner::ScheduleName(opts.schedule))
-        .Add("recompute", opts.recompute)
-        .Add("partition", rt.partition().ToString())
-        .Add("chunk_size", opts.chunk_size)
-        .Emit();
-  }
+  if (placement.rank != 0) return;
+  const std::string settings = rt.DescribeSettings();
+  spdlog::info("settings: {}", settings);
+  Record("settings")
+      .Add("text", settings)
+      .Add("schedule", planner::ScheduleName(opts.schedule))
+      .Add("recompute", opts.recompute)
+      .Add("partition", rt.partition().ToString())
+      .Add("chunk_size", opts.chunk_size)
+      .Emit();
+}
 
+CheckpointOptions Trainer::CheckpointOptionsFor(const Placement& placement) const {
   CheckpointOptions ck = options_.checkpoint;
   if (!placement.checkpoint_dir.empty()) ck.dir = placement.checkpoint_dir;
   if (placement.checkpoint_every >= 0) ck.every = placement.checkpoint_every;
   if (placement.keep_checkpoints >= 0) ck.keep = static_cast<int>(placement.keep_checkpoints);
+  return ck;
+}
+
+void Trainer::ReportStep(const Placement& placement, const Runtime& rt, int64_t step,
+                         const StepResult& r, double seconds) const {
+  const int64_t batch = rt.options().global_batch;
+  const int64_t tokens_per_step = batch * spec_.tokens_per_sample;
+  if (placement.rank == 0) {
+    Record record("step");
+    record.Add("step", step)
+        .Add("loss", r.loss)
+        .Add("samples", batch)
+        .Add("samples_per_s", static_cast<double>(batch) / seconds);
+    if (tokens_per_step > 0) {
+      record.Add("tokens", tokens_per_step)
+          .Add("tokens_per_s", static_cast<double>(tokens_per_step) / seconds);
+    }
+    record.Add("step_time_s", seconds)
+        .Add("stages", placement.num_stages())
+        .Add("replicas", placement.num_replicas())
+        .Add("generation", placement.generation)
+        .Add("lr", r.lr)
+        .Add("grad_norm", r.grad_norm);
+    if (r.loss_scale > 0) record.Add("loss_scale", r.loss_scale).Add("skipped", r.skipped);
+    record.Emit();
+  }
+  if (options_.log_every > 0 && step % options_.log_every == 0) {
+    spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s{}", step, r.loss,
+                 r.grad_norm, r.lr, seconds,
+                 r.skipped ? " (skipped: the gradients overflowed at loss scale " +
+                                 std::to_string(r.loss_scale) + ")"
+                           : "");
+  }
+}
+
+void Trainer::DumpParameters(const Placement& placement, const Runtime& rt) const {
+  if (options_.dump_params.empty() ||
+      (options_.dump_replica >= 0 && placement.replica() != options_.dump_replica)) {
+    return;
+  }
+  std::filesystem::create_directories(options_.dump_params);
+  std::string name = "stage-" + std::to_string(placement.stage());
+  if (options_.dump_replica < 0) name += ".replica-" + std::to_string(placement.replica());
+  SaveParameters(rt.stage(), options_.dump_params + "/" + name + ".pt");
+}
+
+Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
+  auto created = Runtime::Create(spec_, dataset_, placement, RuntimeOptionsFor(placement));
+  if (!created.ok()) {
+    spdlog::error("rank {}: {}", placement.rank, created.status().message());
+    return {created.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
+  }
+  Runtime& rt = **created;
+  const int64_t max_steps = placement.max_steps > 0 ? placement.max_steps : options_.max_steps;
+  Announce(placement, rt);
+
+  const CheckpointOptions ck = CheckpointOptionsFor(placement);
   std::unique_ptr<Checkpointer> checkpointer;
   if (!ck.dir.empty()) {
     if (Status s = checkpoint::CheckWritable(ck.dir); !s.ok()) {
@@ -229,7 +284,6 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
   if (checkpointer) checkpointer->PrepareStaging();
   int64_t saved_step = step;
 
-  const int64_t tokens_per_step = opts.global_batch * spec_.tokens_per_sample;
   const EvalOptions& eval = options_.eval;
   std::string reason = "max_steps";
   const std::function<bool()> stop_requested = [] { return g_stop_requested != 0; };
@@ -247,32 +301,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     if (times != nullptr) times->Add(step, r.compute_s, r.wait_s);
-    if (placement.rank == 0) {
-      Record record("step");
-      record.Add("step", step)
-          .Add("loss", r.loss)
-          .Add("samples", opts.global_batch)
-          .Add("samples_per_s", static_cast<double>(opts.global_batch) / seconds);
-      if (tokens_per_step > 0) {
-        record.Add("tokens", tokens_per_step)
-            .Add("tokens_per_s", static_cast<double>(tokens_per_step) / seconds);
-      }
-      record.Add("step_time_s", seconds)
-          .Add("stages", placement.num_stages())
-          .Add("replicas", placement.num_replicas())
-          .Add("generation", placement.generation)
-          .Add("lr", r.lr)
-          .Add("grad_norm", r.grad_norm);
-      if (r.loss_scale > 0) record.Add("loss_scale", r.loss_scale).Add("skipped", r.skipped);
-      record.Emit();
-    }
-    if (options_.log_every > 0 && step % options_.log_every == 0) {
-      spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s{}", step, r.loss,
-                   r.grad_norm, r.lr, seconds,
-                   r.skipped ? " (skipped: the gradients overflowed at loss scale " +
-                                   std::to_string(r.loss_scale) + ")"
-                             : "");
-    }
+    ReportStep(placement, rt, step, r, seconds);
     if (eval.dataset && ((eval.every > 0 && step % eval.every == 0) ||
                          (step == max_steps && !r.stop))) {
       Evaluate(rt, step);
@@ -293,13 +322,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
       return {1};
     }
   }
-  if (!options_.dump_params.empty() &&
-      (options_.dump_replica < 0 || placement.replica() == options_.dump_replica)) {
-    std::filesystem::create_directories(options_.dump_params);
-    std::string name = "stage-" + std::to_string(placement.stage());
-    if (options_.dump_replica < 0) name += ".replica-" + std::to_string(placement.replica());
-    SaveParameters(rt.stage(), options_.dump_params + "/" + name + ".pt");
-  }
+  DumpParameters(placement, rt);
   Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
   if (reason == "signal" && placement.park) AwaitOwnStopSignal();
   // Parks only when every stop signal asked it to, with its part of the checkpoint on disk.

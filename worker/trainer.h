@@ -88,6 +88,18 @@ class Trainer {
   int64_t Resume(const Placement& placement, Checkpointer* checkpointer);
   // Runs the evaluation after step `step` and reports it (rank 0).
   void Evaluate(Runtime& rt, int64_t step);
+  // The runtime's options for `placement`: the program's, with the step and sample traces the
+  // manager or the environment ask for.
+  RuntimeOptions RuntimeOptionsFor(const Placement& placement) const;
+  // The checkpoint settings: the program's, overridden by the placement's.
+  CheckpointOptions CheckpointOptionsFor(const Placement& placement) const;
+  // Logs the rank's place and prints its `ready` record (and rank 0's `settings`).
+  void Announce(const Placement& placement, const Runtime& rt) const;
+  // Rank 0's `step` record, and the log line every log_every steps.
+  void ReportStep(const Placement& placement, const Runtime& rt, int64_t step,
+                  const StepResult& r, double seconds) const;
+  // --dump-params: the stage's parameters after training (the chosen replica's, or each).
+  void DumpParameters(const Placement& placement, const Runtime& rt) const;
 
   cutpoint::ModelSpec spec_;
   std::shared_ptr<const Dataset> dataset_;
