@@ -36,8 +36,8 @@ std::string ErrorOf(const JsonObject& response) {
 // The pid state.json names when that process still exists and the recorded state says it is
 // running: a manager that does not answer on its socket (hung, or older than the socket).
 std::optional<int64_t> UnansweringManagerPid(const manager::StatusReport& recorded) {
-  const bool active = recorded.state == "running" || recorded.state == "stopping" ||
-                      recorded.state == "terminating";
+  // Any state but an end one: running, morphing, recovering, waiting, stopping.
+  const bool active = !recorded.state.empty() && !records::State::IsEnd(recorded.state);
   if (!active || !recorded.manager_pid || *recorded.manager_pid <= 0) return std::nullopt;
   if (::kill(static_cast<pid_t>(*recorded.manager_pid), 0) != 0) return std::nullopt;
   return recorded.manager_pid;

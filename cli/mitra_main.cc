@@ -1,5 +1,5 @@
-// mitra: the manager's command-line entry point. Builds the real seams and hands over to
-// RunCommand; everything that decides lives in the mitra_manager library.
+// mitra: the command-line entry point. Builds the real seams and hands each command to its
+// file in cli/ (run_command.h, planner_commands.h, ...); what decides lives in the libraries.
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // The numeric precision and the device of a worker's stage, as the worker contract names them
 // (MITRA_PRECISION, MITRA_DEVICE; `mitra run --precision`, a program's --precision and
 // --device). Spelled once here, without LibTorch, so the manager refuses a bad value before
-// any worker starts and the worker refuses the same values with the same words. What a build
+// any worker starts and the worker refuses exactly the same values. What a build
 // can do with them (fp16 and cuda need a GPU) is the worker's question (worker/precision.h).
 #pragma once
 

@@ -54,7 +54,6 @@ struct AllReadyFact {
   double after_s = 0;
 };
 
-// The first step after a morph or a recovery, and where the downtime went.
 // The first step after a morph or recovery, and the downtime it ended, split: stop (the change
 // seen -> every rank exited or parked), relaunch (-> launched), ready (-> every rank ready: a
 // process start, or a regroup when parked workers were kept), load (rank 0's restore) and first

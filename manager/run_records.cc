@@ -63,6 +63,7 @@ JsonObject StateRecord(const records::Job& job, const GridPlan& plan, int64_t ge
                        const StateSnapshot& snapshot) {
   records::State r;
   r.state = snapshot.state;
+  r.reason = snapshot.reason;
   r.job = job;
   r.shape = ShapeOf(plan, generation);
   r.step = snapshot.step;

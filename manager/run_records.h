@@ -33,7 +33,8 @@ JsonObject MetricsRecord(const JsonObject& step_record, const GridPlan& plan, in
 
 // What state.json says besides the fixed fields of the run.
 struct StateSnapshot {
-  std::string state;  // running, stopping, terminating, done, stopped, failed
+  std::string state;   // as records::State::state
+  std::string reason;  // why it failed or stopped, or why it waits
   int64_t step = 0;
   int64_t max_steps = 0;
   std::optional<StepRecord> last_step;

@@ -1,5 +1,6 @@
-// Reading a run directory's records (records.h) through the FileSystem seam: the one reader of
-// `mitra status`, the Prometheus metrics' tests, `mitra report` and `mitra plan --validate`.
+// Reading a run directory's records (records.h) through the FileSystem seam: the reader of
+// `mitra status` (state.json when no manager answers), `mitra report` and `mitra plan
+// --validate`.
 //
 // A run directory may be read while its manager writes it, or after a crash cut a record: the
 // last line without its newline is being written and is left out, and a line that is not one

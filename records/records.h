@@ -84,7 +84,9 @@ struct Shape {
 struct Launch {
   static constexpr const char* kEvent = "launch";
   Shape shape;
-  std::optional<std::string> schedule, partition;  // a planned shape: what the planner chose
+  // A planned shape: what the planner chose; `schedule` is its name, "+recompute" appended when
+  // the shape recomputes activations (e.g. "1f1b+recompute").
+  std::optional<std::string> schedule, partition;
   std::optional<double> predicted_step_s;
   std::optional<int64_t> predicted_memory_bytes;
   std::vector<int64_t> pids;  // by rank; 0: not started
@@ -189,15 +191,16 @@ struct FirstStep {
   }
 };
 
-// Rank 0 completed a checkpoint (the worker's `checkpoint` record plus generation and rank;
-// other fields of the worker's pass through).
+// Rank 0 completed a checkpoint, or (`restored`) loaded one: the worker's record plus
+// generation and rank; other fields of the worker's pass through.
 struct Checkpoint {
   static constexpr const char* kEvent = "checkpoint";
+  static constexpr const char* kRestoredEvent = "restored";
   int64_t generation = 0;
   int64_t rank = 0;
   int64_t step = 0;
-  double blocked_s = 0;  // training stopped for this long
-  double total_s = 0;    // until the checkpoint was complete
+  std::optional<double> blocked_s;  // checkpoint: training stopped for this long
+  std::optional<double> total_s;    // checkpoint: until the checkpoint was complete
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
@@ -215,7 +218,7 @@ struct Straggler {
   int64_t stage = 0;
   double compute_s = 0, peer_median_s = 0, ratio = 0;
   int64_t steps = 0;
-  bool drain = false;  // the straggler rule drains its machine (--drain-stragglers)
+  bool drain = false;  // the straggler rule drains its machine (--exclude-stragglers)
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {

@@ -150,7 +150,7 @@ void RunMetrics::OnEvent(const JsonObject& record) {
   } else if (event == records::Checkpoint::kEvent) {
     const auto checkpoint = records::FromJson<records::Checkpoint>(record);
     checkpoints_->Increment();
-    Add(checkpoint_blocked_, checkpoint.blocked_s);
+    Add(checkpoint_blocked_, checkpoint.blocked_s);  // optional: nothing when absent
     last_checkpoint_step_->Set(
         std::max(last_checkpoint_step_->Value(), static_cast<double>(checkpoint.step)));
   } else if (event == records::Straggler::kEvent) {

@@ -115,7 +115,8 @@ void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pe
     pending_cause->clear();
   } else if (e.Is<records::Checkpoint>()) {
     const auto c = e.As<records::Checkpoint>();
-    report.checkpoints.push_back(CheckpointMark{time, c.generation, c.step, c.blocked_s, c.total_s});
+    report.checkpoints.push_back(CheckpointMark{time, c.generation, c.step, c.blocked_s.value_or(0),
+                                                c.total_s.value_or(0)});
   } else if (e.Is<records::Straggler>()) {
     const auto s = e.As<records::Straggler>();
     report.stragglers.push_back(Straggler{time, s.generation, static_cast<int>(s.rank),

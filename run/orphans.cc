@@ -3,16 +3,14 @@
 #include "common/json.h"
 #include "common/strings.h"
 #include "manager/machine_list.h"
+#include "records/reader.h"
 
 namespace mitra::run {
 
 int KillOrphans(FileSystem& fs, const RunDir& run_dir, Transports& transports, std::ostream& out) {
-  Result<std::string> text = fs.ReadFile(run_dir.StatePath());
-  if (!text.ok()) return 0;
-  Result<JsonObject> state = JsonObject::Parse(*text);
-  if (!state.ok()) return 0;
-  const std::string phase = state->GetString("state").value_or("");
-  if (phase == "done" || phase == "stopped" || phase == "failed") return 0;
+  const std::optional<JsonObject> state = records::RunDirReader(&fs, run_dir.path()).StateJson();
+  if (!state) return 0;
+  if (records::State::IsEnd(records::FromJson<records::State>(*state).state)) return 0;
   const JsonValue* workers = state->Find("workers");
   if (workers == nullptr || workers->type() != JsonValue::Type::kRaw) return 0;
   Result<JsonObject> listed = JsonObject::Parse(workers->string_value());

@@ -199,6 +199,7 @@ void RunLoop::WriteState(bool force) {
   last_state_write_s_ = now;
   manager::StateSnapshot snapshot;
   snapshot.state = final_state_.empty() ? manager::PhaseName(controller_.phase()) : final_state_;
+  snapshot.reason = controller_.reason();
   snapshot.step = controller_.last_step();
   snapshot.max_steps = max_steps_;
   snapshot.last_step = stats_.last();
@@ -216,7 +217,6 @@ void RunLoop::WriteState(bool force) {
   JsonObject state = manager::StateRecord(options_.job, controller_.plan(),
                                  std::max(first_generation_, controller_.generation()),
                                  snapshot);
-  state.SetString("reason", controller_.reason());
   if (final_state_.empty()) state.Set("workers", JsonValue::Raw(workers.ToJson()));
   Warn(journal_->WriteState(state));
 }

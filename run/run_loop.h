@@ -96,7 +96,7 @@ class RunLoop {
   ~RunLoop();  // joins the health-check threads
 
   // Runs the job on `machines` until it is done, stopped or failed; returns the exit code of
-  // `mitra run` (0 done or stopped, 1 failed). Blocks.
+  // `mitra run` (0 done or stopped, 1 failed, 2 a configuration the workers refuse). Blocks.
   // `unreachable`: addresses of `machines` that failed their check at start.
   int Run(const manager::MachineList& machines, const std::vector<std::string>& unreachable = {});
 

@@ -103,7 +103,7 @@ std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int r
     report.step = step;
     report.finished = record.GetString("reason") == "max_steps";
     if (current && ranks_.count(rank)) ranks_[rank].stopped_record = true;
-  } else if (kind == "checkpoint" || kind == "restored") {
+  } else if (kind == records::Checkpoint::kEvent || kind == records::Checkpoint::kRestoredEvent) {
     JsonObject fields = record;  // the worker's own fields pass through
     fields.Erase("event");
     records::Checkpoint known = records::FromJson<records::Checkpoint>(fields);

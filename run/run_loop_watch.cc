@@ -1,6 +1,7 @@
 // The run loop's watch over the machines and the ranks while a generation trains: health
 // checks, each rank's step times and stragglers (stragglers.h), and the preemption command.
-// One class with run_loop.cc, which launches generations and turns worker output into inputs.
+// One class with run_loop.cc (the loop), run_loop_launch.cc (launches) and run_loop_output.cc
+// (worker output into inputs).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

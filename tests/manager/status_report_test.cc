@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include "cli/control_command.h"
 
 namespace mitra::manager {
 namespace {
@@ -121,40 +120,6 @@ TEST(StatusReport, ParsesArraysOfObjects) {
   EXPECT_FALSE(ParseJsonObjectArray("[1,2]").ok());
   EXPECT_FALSE(ParseJsonObjectArray("{\"a\":1}").ok());
   EXPECT_FALSE(ParseJsonObjectArray("[{\"a\":1}").ok());
-}
-
-// ---- command line --------------------------------------------------------------------------
-
-TEST(ControlCommandLine, ReadsTheFlags) {
-  Result<cli::ControlCommandOptions> status =
-      cli::ParseControlCommandLine({"status", "--run-dir", "runs/a", "--json", "--timeout=2.5"});
-  ASSERT_TRUE(status.ok()) << status.status().ToString();
-  EXPECT_EQ(status->action, "status");
-  EXPECT_EQ(status->run_dir, "runs/a");
-  EXPECT_TRUE(status->json);
-  EXPECT_DOUBLE_EQ(status->timeout_s, 2.5);
-
-  Result<cli::ControlCommandOptions> stop = cli::ParseControlCommandLine({"stop", "--wait"});
-  ASSERT_TRUE(stop.ok());
-  EXPECT_EQ(stop->run_dir, "mitra-run");
-  EXPECT_TRUE(stop->wait);
-}
-
-TEST(ControlCommandLine, RejectsWhatItDoesNotKnow) {
-  Result<cli::ControlCommandOptions> r = cli::ParseControlCommandLine({"stop", "--json"});
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().message(), "mitra stop: unknown flag '--json'; see `mitra stop --help`");
-  EXPECT_FALSE(cli::ParseControlCommandLine({"status", "--run-dir"}).ok());
-  EXPECT_FALSE(cli::ParseControlCommandLine({"status", "--timeout", "0"}).ok());
-  EXPECT_FALSE(cli::ParseControlCommandLine({"status", "extra"}).ok());
-  EXPECT_FALSE(cli::ParseControlCommandLine({"status", "--json=yes"}).ok());
-}
-
-TEST(ControlCommandLine, HelpIsTheUsage) {
-  Result<cli::ControlCommandOptions> r = cli::ParseControlCommandLine({"status", "--help"});
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->help_text, cli::StatusUsage());
-  EXPECT_EQ(cli::ParseControlCommandLine({"stop", "-h"})->help_text, cli::StopUsage());
 }
 
 // Found by fuzz/control_request_fuzz.cc: a time beyond time_t was converted to one.

@@ -15,7 +15,7 @@
 
 namespace mitra::testing {
 
-// How long a rank waits for its peers before a PeerError: long enough for a loaded 2-core
+// How long a rank waits for its peers before a PeerError: long enough for a loaded small
 // machine, short enough that a broken test fails in seconds rather than hanging.
 constexpr double kRankTimeoutS = 10;
 
