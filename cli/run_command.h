@@ -10,8 +10,9 @@
 //      it and open its records; PlanFirstShape: a planned job's first shape, from its profile;
 //   5. ControllerOptionsFor, LoopOptionsFor: what the controller and the loop are told;
 //   6. run the job: launch, morph, recover (run_loop.h).
-// Any problem before step 4 is bad input: a message, exit code 2, and nothing started or
-// created. Each step is a function of its own below, testable alone.
+// Any problem before step 4 is bad input: a message, exit code 2, and no worker started and no
+// run directory created (the metrics server a --metrics-port asked for is already serving, and
+// the checkpoint directory exists). Each step is a function of its own below, testable alone.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,8 @@
 //
 //   state.json      the manager's state, replaced atomically
 //   events.jsonl    one record per decision (launch, worker exit, failure, stop, done)
-//   metrics.jsonl   one record per training step
+//   metrics.jsonl   one record per step trained, and per evaluation
+//   rank_steps.jsonl  each rank's compute and wait time per step
 //   logs/gen-G/rank-R.log   everything rank R printed in generation G
 //
 // RunDir only computes paths and prepares the directory; RunJournal writes the records.

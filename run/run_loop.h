@@ -5,7 +5,8 @@
 //                                                                    health checks, records
 //
 // It owns everything the controller must not touch: the process runners (through
-// Transports), the run directory's records (events.jsonl, metrics.jsonl, state.json), the
+// Transports), the run directory's records (events.jsonl, metrics.jsonl, rank_steps.jsonl, state.json;
+// their schema is records/records.h), the
 // terminal, the checkpoint directory (which checkpoint a generation resumes from) and the
 // machine list file's parsing. Every wait is bounded by the controller's next deadline.
 #pragma once
