@@ -434,7 +434,7 @@ struct StepSplit {
     Spent& k = by_kind[kind];
     k.total += seconds;
     ++k.count;
-    if (kind == "F" || kind == "f" || kind == "R" || kind == "B") {
+    if (records::IsComputeSpan(name)) {
       compute_by_stage[rank % compute_by_stage.size()].total += seconds;
     }
   }
@@ -445,9 +445,7 @@ StepSplit MeasuredSplit(FileSystem& fs, const std::string& run_dir, int64_t gene
                         const planner::Candidate& shape) {
   StepSplit split(shape.stages);
   for (int r = 0; r < shape.stages * shape.replicas; ++r) {
-    Result<std::string> text =
-        fs.ReadFile(JoinPath(run_dir, "logs/gen-" + std::to_string(generation) + "/rank-" +
-                                          std::to_string(r) + ".trace.json"));
+    Result<std::string> text = fs.ReadFile(JoinPath(run_dir, records::StepTraceFile(generation, r)));
     if (!text.ok()) continue;
     ++split.traced_ranks;
     const nlohmann::json trace = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);

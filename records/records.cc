@@ -2,6 +2,26 @@
 
 #include <nlohmann/json.hpp>
 
+namespace mitra::records {
+
+std::string GenerationLogDir(int64_t generation) { return "logs/gen-" + std::to_string(generation); }
+
+std::string StepTraceName(int rank) { return "rank-" + std::to_string(rank) + ".trace.json"; }
+
+std::string StepTraceFile(int64_t generation, int rank) {
+  return GenerationLogDir(generation) + "/" + StepTraceName(rank);
+}
+
+bool IsComputeSpan(std::string_view name) {
+  if (name == "update") return true;
+  if (name.empty()) return false;
+  const char op = name[0];
+  const bool digit_next = name.size() > 1 && name[1] >= '0' && name[1] <= '9';
+  return op == 'F' || op == 'f' || op == 'B' || (op == 'R' && digit_next);
+}
+
+}  // namespace mitra::records
+
 namespace mitra::records::detail {
 namespace {
 

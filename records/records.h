@@ -31,6 +31,18 @@ inline constexpr const char* kMetricsFile = "metrics.jsonl";
 inline constexpr const char* kRankStepsFile = "rank_steps.jsonl";
 inline constexpr const char* kStateFile = "state.json";
 
+// Each generation's folder of logs and step traces, relative to the run directory:
+//   logs/gen-G/rank-R.log          everything rank R printed
+//   logs/gen-G/rank-R.trace.json   the chrome trace of one step (local workers only)
+std::string GenerationLogDir(int64_t generation);           // "logs/gen-3"
+std::string StepTraceName(int rank);                        // "rank-1.trace.json"
+std::string StepTraceFile(int64_t generation, int rank);    // "logs/gen-3/rank-1.trace.json"
+
+// Whether a span of a step trace (named as planner::OpName writes instructions: F3, f3, R3, B3,
+// Ra3, Rg3, Sa3, Sg3; and the phases "reduce", "update") is the rank's own compute: forwards,
+// recomputations, backwards and the update. The rest of the step is waiting for peers.
+bool IsComputeSpan(std::string_view name);
+
 // ---- events.jsonl: {"time":T,"event":NAME, ...the kind's fields} ----------------------------
 
 // The job as `mitra run` started it: in its `start` record and in state.json.

@@ -169,23 +169,11 @@ void ReadRankSteps(const records::RunDirReader& reader, RunReport& report) {
   if (!report.rank_steps.empty()) report.rank_source = RankSource::kRankSteps;
 }
 
-// Compute is what the step itself ran (forward, recomputation, backward, the update); the rest
-// of the traced step's span is waiting (for neighbours, the reduction, the step's all-reduce).
-bool IsCompute(const std::string& name) {
-  if (name == "update") return true;
-  if (name.empty()) return false;
-  const char op = name[0];
-  const bool digit_next = name.size() > 1 && name[1] >= '0' && name[1] <= '9';
-  return op == 'F' || op == 'f' || op == 'B' || (op == 'R' && digit_next);
-}
-
 void ReadTraces(FileSystem& fs, RunReport& report) {
-  const std::string logs = JoinPath(report.run_dir, "logs");
   for (const GenerationSpan& g : report.generations) {
-    const std::string dir = JoinPath(logs, "gen-" + std::to_string(g.generation));
     for (int rank = 0; rank < g.world_size; ++rank) {
       Result<std::string> text =
-          fs.ReadFile(JoinPath(dir, "rank-" + std::to_string(rank) + ".trace.json"));
+          fs.ReadFile(JoinPath(report.run_dir, records::StepTraceFile(g.generation, rank)));
       if (!text.ok()) continue;
       const json trace = json::parse(*text, nullptr, /*allow_exceptions=*/false);
       if (!trace.is_object() || !trace.contains("traceEvents")) continue;
@@ -202,7 +190,7 @@ void ReadTraces(FileSystem& fs, RunReport& report) {
         const double ts = Num(e, "ts"), dur = Num(e, "dur");
         start_us = Num(e.value("args", json::object()), "step_start_us", ts);
         end_us = std::max(end_us, ts + dur);
-        if (IsCompute(name)) s.compute_s += dur / 1e6;
+        if (records::IsComputeSpan(name)) s.compute_s += dur / 1e6;
       }
       if (end_us <= start_us) continue;
       s.wait_s = std::max(0.0, (end_us - start_us) / 1e6 - s.compute_s);

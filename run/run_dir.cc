@@ -10,7 +10,7 @@ std::string RunDir::MetricsPath() const { return JoinPath(path_, records::kMetri
 std::string RunDir::RankStepsPath() const { return JoinPath(path_, records::kRankStepsFile); }
 
 std::string RunDir::LogName(int64_t generation, int rank) {
-  return "logs/gen-" + std::to_string(generation) + "/rank-" + std::to_string(rank) + ".log";
+  return records::GenerationLogDir(generation) + "/rank-" + std::to_string(rank) + ".log";
 }
 
 std::string RunDir::LogPath(int64_t generation, int rank) const {
@@ -33,12 +33,12 @@ bool RunDir::HoldsRun(FileSystem& fs) const {
 
 int64_t RunDir::NextGeneration(FileSystem& fs) const {
   int64_t next = 0;
-  while (fs.Exists(JoinPath(path_, "logs/gen-" + std::to_string(next)))) ++next;
+  while (fs.Exists(JoinPath(path_, records::GenerationLogDir(next)))) ++next;
   return next;
 }
 
 Status RunDir::Create(FileSystem& fs, int64_t generation) const {
-  return fs.CreateDirectories(JoinPath(path_, "logs/gen-" + std::to_string(generation)));
+  return fs.CreateDirectories(JoinPath(path_, records::GenerationLogDir(generation)));
 }
 
 }  // namespace mitra::run

@@ -8,6 +8,7 @@
 #include "common/file_system.h"
 #include "common/strings.h"
 #include "mitra/contract/park.h"
+#include "records/records.h"
 #include "run/run_loop.h"
 
 namespace mitra::run {
@@ -64,7 +65,7 @@ LaunchSettings RunLoop::GenerationSettings(const manager::LaunchAction& launch) 
   if (mitra::Status s = run_dir_->Create(*fs_, launch.generation); !s.ok()) Warn(s);
   // Every worker traces one step into its log directory (`mitra plan --validate` reads them);
   // only local ones, where the manager reads their files (RankEnvironment).
-  settings.trace_dir = JoinPath(run_dir_->path(), "logs/gen-" + std::to_string(launch.generation));
+  settings.trace_dir = JoinPath(run_dir_->path(), records::GenerationLogDir(launch.generation));
   return settings;
 }
 

@@ -1,6 +1,8 @@
 #include "run/worker_env.h"
 
+#include "common/file_system.h"
 #include "contract/variables.h"
+#include "records/records.h"
 
 namespace mitra::run {
 namespace {
@@ -43,7 +45,7 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   p.park = settings.park;
   p.precision = settings.precision;
   if (!settings.trace_dir.empty()) {
-    p.step_trace = settings.trace_dir + "/rank-" + std::to_string(placement.rank) + ".trace.json";
+    p.step_trace = JoinPath(settings.trace_dir, records::StepTraceName(placement.rank));
   }
   Environment env = WithoutContract(base);
   for (auto& [name, value] : p.ToEnvironment()) env[name] = std::move(value);

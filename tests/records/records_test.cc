@@ -341,6 +341,18 @@ TEST(RunDirReader, ReadsStateAndRankSteps) {
   EXPECT_FALSE(RunDirReader(&fs, "/elsewhere").HasRecords());
 }
 
+TEST(StepTraces, OneNameForTheFileAndOneRuleForCompute) {
+  EXPECT_EQ(StepTraceFile(3, 1), "logs/gen-3/rank-1.trace.json");
+  EXPECT_EQ(GenerationLogDir(3) + "/" + StepTraceName(1), StepTraceFile(3, 1));
+  for (const char* compute : {"F0", "f12", "R3", "B1", "update"}) {
+    EXPECT_TRUE(IsComputeSpan(compute)) << compute;
+  }
+  // Receives, sends and the reduction are waits: a recompute is R and a digit, a receive Ra/Rg.
+  for (const char* wait : {"Ra0", "Rg2", "Sa1", "Sg0", "reduce", "R", ""}) {
+    EXPECT_FALSE(IsComputeSpan(wait)) << wait;
+  }
+}
+
 TEST(CompleteLines, TheLastLineWithoutItsNewlineIsBeingWritten) {
   EXPECT_EQ(CompleteLines("a\nb\nc"), (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(CompleteLines("a\n\n"), (std::vector<std::string>{"a", ""}));

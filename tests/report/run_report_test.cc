@@ -7,11 +7,11 @@
 
 #include <sstream>
 
-#include "cli/report_command.h"
 #include "common/clock.h"
 #include "common/json.h"
 #include "report/report_page.h"
 #include "tests/common/memory_file_system.h"
+#include "tests/report/recorded_run.h"
 
 namespace mitra::report {
 namespace {
@@ -22,37 +22,9 @@ bool Contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-// A 1 x 2 job that morphed to 1 x 1 after step 3, lost its rank 0 after step 5 and recovered
-// from the checkpoint of step 4 (so step 5 was trained twice), then finished at step 6.
-constexpr const char* kEvents =
-    R"({"time":100.0,"event":"start","program":"/bin/train","tokens_per_sample":0}
-{"time":100.5,"event":"launch","generation":0,"stages":1,"replicas":2,"world_size":2,"resume_step":0}
-{"time":101.0,"event":"ready","rendezvous_s":0.5,"generation":0}
-{"time":103.0,"event":"morph","reason":"machine list changed: localhost 2 -> 1 slots","from":"1 x 2","step":3,"generation":0}
-{"time":103.2,"event":"checkpoint","step":4,"blocked_s":0.02,"total_s":0.05,"generation":0,"rank":0}
-{"time":103.4,"event":"worker_exit","rank":0,"generation":0}
-{"time":103.5,"event":"launch","generation":1,"stages":1,"replicas":1,"world_size":1,"resume_step":4}
-{"time":104.0,"event":"first_step","kind":"morph","step":5,"shape":"1 x 1","downtime_s":1.0,"stop_s":0.4,"relaunch_s":0.1,"first_step_s":0.5,"generation":1}
-{"time":105.0,"event":"failure","reason":"rank 0 (pid 7) was killed by signal SIGKILL after step 5","rank":0,"pid":7,"machine":"localhost","step":5,"generation":1}
-{"time":105.1,"event":"launch","generation":2,"stages":1,"replicas":1,"world_size":1,"resume_step":4}
-{"time":107.0,"event":"first_step","kind":"recovery","step":5,"shape":"1 x 1","downtime_s":2.0,"stop_s":0.2,"relaunch_s":0,"first_step_s":1.8,"generation":2}
-{"time":108.0,"event":"checkpoint","step":6,"blocked_s":0.01,"total_s":0.03,"generation":2,"rank":0}
-{"time":108.1,"event":"done","step":6,"wall_s":8.1,"loss":1.5,"mean_samples_per_s":80}
-)";
-
-std::string Step(int step, int generation, double time, double loss) {
-  return R"({"step":)" + std::to_string(step) + R"(,"loss":)" + std::to_string(loss) +
-         R"(,"samples":8,"samples_per_s":80,"step_time_s":0.1,"generation":)" +
-         std::to_string(generation) + R"(,"time":)" + std::to_string(time) + "}\n";
-}
-
-std::string Metrics() {
-  return Step(1, 0, 101.5, 3.0) + Step(2, 0, 102.0, 2.8) + Step(3, 0, 102.5, 2.6) +
-         Step(4, 0, 103.1, 2.4) + Step(5, 1, 104.0, 2.2) + Step(5, 2, 107.0, 2.2) +
-         R"({"step":5,"eval_samples":64,"eval_loss":2.3,"eval_accuracy":0.5,"generation":2,"time":107.2})"
-         "\n" +
-         Step(6, 2, 107.5, 1.5);
-}
+using testing::kRecordedEvents;
+using testing::RecordedMetrics;
+using testing::RecordedStep;
 
 class RunReportTest : public ::testing::Test {
  protected:
@@ -75,8 +47,8 @@ class RunReportTest : public ::testing::Test {
 };
 
 TEST_F(RunReportTest, ReadsAFinishedRunWithAMorphAFailureAndARecovery) {
-  fs_.AddFile("run/events.jsonl", kEvents);
-  fs_.AddFile("run/metrics.jsonl", Metrics());
+  fs_.AddFile("run/events.jsonl", kRecordedEvents);
+  fs_.AddFile("run/metrics.jsonl", RecordedMetrics());
   const RunReport r = Read();
   EXPECT_TRUE(r.end.finished);
   EXPECT_EQ(r.end.state, "done");
@@ -118,8 +90,8 @@ TEST_F(RunReportTest, ReadsAFinishedRunWithAMorphAFailureAndARecovery) {
 }
 
 TEST_F(RunReportTest, AHalfWrittenLastLineIsLeftOutNotAnError) {
-  fs_.AddFile("run/events.jsonl", std::string(kEvents) + R"({"time":109,"event":"sta)");
-  fs_.AddFile("run/metrics.jsonl", Metrics() + R"({"step":7,"loss":1.)");
+  fs_.AddFile("run/events.jsonl", std::string(kRecordedEvents) + R"({"time":109,"event":"sta)");
+  fs_.AddFile("run/metrics.jsonl", RecordedMetrics() + R"({"step":7,"loss":1.)");
   const RunReport r = Read();
   EXPECT_EQ(r.steps.size(), 7u);
   EXPECT_EQ(r.LastStep(), 6);
@@ -128,8 +100,8 @@ TEST_F(RunReportTest, AHalfWrittenLastLineIsLeftOutNotAnError) {
 }
 
 TEST_F(RunReportTest, ADamagedCompleteLineIsCountedAndSkipped) {
-  fs_.AddFile("run/metrics.jsonl", Step(1, 0, 1, 3.0) + "{\"step\":2,\"lo\x01\n[1,2]\n" +
-                                       Step(3, 0, 3, 2.0) +
+  fs_.AddFile("run/metrics.jsonl", RecordedStep(1, 0, 1, 3.0) + "{\"step\":2,\"lo\x01\n[1,2]\n" +
+                                       RecordedStep(3, 0, 3, 2.0) +
                                        "{\"step\":1e300,\"loss\":\"x\",\"samples\":-1e300}\n");
   const RunReport r = Read();
   ASSERT_EQ(r.steps.size(), 3u);
@@ -141,9 +113,9 @@ TEST_F(RunReportTest, ADamagedCompleteLineIsCountedAndSkipped) {
 
 TEST_F(RunReportTest, ARunningRunShowsWhereItIs) {
   // Cut after the failure: the recovery is still under way.
-  const std::string events = kEvents;
+  const std::string events = kRecordedEvents;
   fs_.AddFile("run/events.jsonl", events.substr(0, events.find("{\"time\":105.1")));
-  fs_.AddFile("run/metrics.jsonl", Step(1, 0, 101.5, 3.0) + Step(2, 0, 102.0, 2.8));
+  fs_.AddFile("run/metrics.jsonl", RecordedStep(1, 0, 101.5, 3.0) + RecordedStep(2, 0, 102.0, 2.8));
   fs_.AddFile("run/state.json", R"({
   "state": "recovering",
   "reason": "rank 0 failed",
@@ -173,10 +145,10 @@ TEST_F(RunReportTest, ARunWithoutStepsYetStillRenders) {
 
 TEST_F(RunReportTest, RankStepsAndStragglersAreShownWhenRecorded) {
   fs_.AddFile("run/events.jsonl",
-              std::string(kEvents) +
+              std::string(kRecordedEvents) +
                   R"({"time":108.0,"event":"straggler","generation":2,"rank":1,"machine":"10.0.0.7","stage":0,"compute_s":0.2,"peer_median_s":0.1,"ratio":2.0,"steps":20})"
                   "\n");
-  fs_.AddFile("run/metrics.jsonl", Metrics());
+  fs_.AddFile("run/metrics.jsonl", RecordedMetrics());
   fs_.AddFile("run/rank_steps.jsonl",
               R"({"time":106,"generation":2,"rank":0,"stage":0,"step":10,"steps":10,"compute_s":0.1,"wait_s":0.05}
 {"time":106,"generation":2,"rank":1,"stage":0,"step":10,"steps":10,"compute_s":0.2,"wait_s":0.01}
@@ -198,8 +170,8 @@ TEST_F(RunReportTest, RankStepsAndStragglersAreShownWhenRecorded) {
 }
 
 TEST_F(RunReportTest, WithoutRankStepsTheStepTracesStandIn) {
-  fs_.AddFile("run/events.jsonl", kEvents);
-  fs_.AddFile("run/metrics.jsonl", Metrics());
+  fs_.AddFile("run/events.jsonl", kRecordedEvents);
+  fs_.AddFile("run/metrics.jsonl", RecordedMetrics());
   // One traced step of rank 0 of generation 0: 30 ms of compute in a 50 ms step.
   fs_.AddFile("run/logs/gen-0/rank-0.trace.json",
               R"x({"traceEvents":[{"name":"thread_name","ph":"M","args":{"name":"rank 0 (stage 0, replica 0)"}},)x"
@@ -219,7 +191,7 @@ TEST_F(RunReportTest, WithoutRankStepsTheStepTracesStandIn) {
 }
 
 TEST_F(RunReportTest, WithNeitherThePageSaysSo) {
-  fs_.AddFile("run/events.jsonl", kEvents);
+  fs_.AddFile("run/events.jsonl", kRecordedEvents);
   const std::string page = Page(Read());
   EXPECT_TRUE(Contains(page, "Per-rank step times are not recorded for this run (no "
                              "rank_steps.jsonl and no step traces)"));
@@ -228,7 +200,7 @@ TEST_F(RunReportTest, WithNeitherThePageSaysSo) {
 
 TEST_F(RunReportTest, ThePageIsSelfContainedAndItsDataCannotEndItsScript) {
   fs_.AddFile("run/events.jsonl",
-              std::string(kEvents) +
+              std::string(kRecordedEvents) +
                   R"({"time":109,"event":"failure","reason":"</script><b>x</b>","step":6,"generation":2})"
                   "\n");
   const std::string page = Page(Read());
@@ -242,7 +214,7 @@ TEST_F(RunReportTest, ThePageIsSelfContainedAndItsDataCannotEndItsScript) {
 TEST_F(RunReportTest, ALongRunsChartsGetEveryKthStepAndTheLast) {
   std::string metrics;
   // 26 steps: the stride (3) does not land on the last, which is added all the same.
-  for (int step = 1; step <= 26; ++step) metrics += Step(step, 0, 100 + step, 1.0);
+  for (int step = 1; step <= 26; ++step) metrics += RecordedStep(step, 0, 100 + step, 1.0);
   fs_.AddFile("run/metrics.jsonl", metrics);
   PageOptions options;
   options.max_chart_points = 10;
@@ -271,57 +243,6 @@ TEST_F(RunReportTest, BadRunDirectoriesNameTheFix) {
   Result<RunReport> file = ReadRunReport(fs_, "file");
   ASSERT_FALSE(file.ok());
   EXPECT_TRUE(Contains(file.status().message(), "file is not a directory"));
-}
-
-class ReportCommandTest : public RunReportTest {
- protected:
-  int Report(const std::string& out_path = "") {
-    cli::ReportCommandOptions options;
-    options.run_dir = "run";
-    options.out = out_path;
-    options.chart_js = "chart.min.js";
-    out_.str("");
-    err_.str("");
-    return cli::ReportCommand(options, fs_, clock_, out_, err_);
-  }
-
-  ManualClock clock_;
-  std::ostringstream out_, err_;
-};
-
-TEST_F(ReportCommandTest, WritesThePageIntoTheRunDirectory) {
-  fs_.AddFile("run/events.jsonl", kEvents);
-  fs_.AddFile("run/metrics.jsonl", Metrics());
-  fs_.AddFile("chart.min.js", "/*! Chart.js v3 */ var Chart;");
-  ASSERT_EQ(Report(), 0) << err_.str();
-  EXPECT_EQ(out_.str(), "mitra report: wrote run/report.html (6 steps, 3 generations, done); "
-                        "open it in a browser\n");
-  const std::string page = fs_.Contents("run/report.html");
-  EXPECT_TRUE(Contains(page, "/*! Chart.js v3 */ var Chart;"));
-  EXPECT_TRUE(Contains(page, "inlined from chart.min.js"));
-  fs_.AddFile("run/events.jsonl", std::string(kEvents).substr(0, std::string(kEvents).find("{\"time\":103.0")));
-  fs_.AddFile("run/metrics.jsonl", Step(1, 0, 101.5, 3.0));
-  ASSERT_TRUE(fs_.CreateDirectories("out").ok());
-  ASSERT_EQ(Report("out/r.html"), 0) << err_.str();
-  EXPECT_EQ(out_.str(), "mitra report: wrote out/r.html (1 step, 1 generation, still running); "
-                        "open it in a browser\n");
-  EXPECT_TRUE(Contains(fs_.Contents("out/r.html"), "still running; report made"));
-}
-
-TEST_F(ReportCommandTest, BadInputExitsTwoAndNamesTheFix) {
-  fs_.AddFile("run/events.jsonl", kEvents);
-  EXPECT_EQ(Report(), 2);
-  EXPECT_TRUE(Contains(err_.str(), "mitra report: cannot read Chart.js from chart.min.js"));
-  EXPECT_TRUE(Contains(err_.str(), "apt-get install libjs-chart.js"));
-  fs_.AddFile("chart.min.js", "var Chart;");
-  EXPECT_EQ(Report("missing/r.html"), 2);
-  EXPECT_EQ(err_.str(), "mitra report: cannot write missing/r.html: missing is not a directory; "
-                        "create it, or give another file with -o FILE\n");
-  fs_.set_fail_writes(true);
-  EXPECT_EQ(Report(), 2);
-  EXPECT_TRUE(Contains(err_.str(), "mitra report: cannot write run/report.html ("));
-  EXPECT_TRUE(Contains(err_.str(), "give a file in a directory you can write with -o FILE"));
-  EXPECT_TRUE(out_.str().empty());
 }
 
 }  // namespace
