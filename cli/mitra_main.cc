@@ -7,6 +7,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,58 @@ void RaiseOpenFileLimit() {
   }
 }
 
+// SSH's settings for the machines, from `mitra run`'s or `mitra profile`'s flags.
+mitra::run::MachineTransportsOptions SshOptions(const std::string& known_hosts,
+                                                const std::string& identity) {
+  mitra::run::MachineTransportsOptions options;
+  options.known_hosts = known_hosts;
+  options.identity = identity;
+  return options;
+}
+
+// The control socket of a running `mitra run`: answers `mitra status` from the loop's snapshot
+// and turns `mitra stop` and `mitra drain` into events. The server's thread asks for the status
+// while the main thread sets the loop: both go through `mu_`.
+class ControlPlane {
+ public:
+  explicit ControlPlane(mitra::run::EventQueue* events) : events_(events) {}
+
+  void SetLoop(mitra::run::RunLoop* loop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    loop_ = loop;
+  }
+
+  // Makes this manager the only one on `run_dir` (RunContext::claim_run_dir).
+  mitra::Status Claim(const std::string& run_dir) {
+    using namespace mitra;
+    manager::ControlRequests::Hooks hooks;
+    hooks.stop = [this] { events_->Push(run::StopRequested{0}); };
+    hooks.drain = [this](const std::string& address) {
+      events_->Push(manager::DrainMachine{address, "mitra drain"});
+    };
+    hooks.status = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return loop_ ? loop_->Status() : JsonObject().SetString("state", "starting");
+    };
+    requests_ = std::make_unique<manager::ControlRequests>(hooks, run_dir, ::getpid());
+    server_ = std::make_unique<run::ControlServer>(
+        run::ControlSocketPath(run_dir),
+        [this](const JsonObject& request) { return requests_->Answer(request); });
+    return server_->Start();
+  }
+
+  void Stop() {
+    if (server_) server_->Stop();
+  }
+
+ private:
+  mitra::run::EventQueue* events_;
+  std::mutex mu_;
+  mitra::run::RunLoop* loop_ = nullptr;  // guarded by mu_
+  std::unique_ptr<mitra::manager::ControlRequests> requests_;
+  std::unique_ptr<mitra::run::ControlServer> server_;
+};
+
 int Run(const mitra::cli::RunOptions& options) {
   using namespace mitra;
   // A closed terminal or pipe must not kill the manager before it has stopped its workers.
@@ -63,9 +116,7 @@ int Run(const mitra::cli::RunOptions& options) {
   // Declared after `events`: destroyed first, so its last events still have a queue. Its
   // destructor kills any worker still running.
   launcher::LocalProcessRunner runner(&fs);
-  run::MachineTransportsOptions transport_options;
-  transport_options.known_hosts = options.known_hosts;
-  transport_options.identity = options.identity;
+  run::MachineTransportsOptions transport_options = SshOptions(options.known_hosts, options.identity);
   if (options.launcher == cli::Launcher::kSrun) {
     // RunCommand refuses srun outside an allocation before any step is started.
     launcher::SrunOptions srun;
@@ -78,12 +129,7 @@ int Run(const mitra::cli::RunOptions& options) {
 
   // The machine list, watched from the moment it is read: every edit becomes an event.
   std::unique_ptr<run::MachineListWatcher> list_watcher;
-  // The control socket answers `mitra status` from the loop's snapshot and turns `mitra stop`
-  // into the same event as Ctrl-C.
-  std::mutex loop_mu;
-  run::RunLoop* loop = nullptr;  // guarded by loop_mu
-  std::unique_ptr<manager::ControlRequests> requests;
-  std::unique_ptr<run::ControlServer> control;
+  ControlPlane control(&events);
 
   cli::RunContext context;
   context.fs = &fs;
@@ -100,26 +146,8 @@ int Run(const mitra::cli::RunOptions& options) {
         });
     return list_watcher->Start();
   };
-  context.on_loop_started = [&](run::RunLoop* started) {
-    std::lock_guard<std::mutex> lock(loop_mu);
-    loop = started;
-  };
-  context.claim_run_dir = [&](const std::string& run_dir) {
-    manager::ControlRequests::Hooks hooks;
-    hooks.stop = [&events] { events.Push(run::StopRequested{0}); };
-    hooks.drain = [&events](const std::string& address) {
-      events.Push(manager::DrainMachine{address, "mitra drain"});
-    };
-    hooks.status = [&] {
-      std::lock_guard<std::mutex> lock(loop_mu);
-      return loop ? loop->Status() : JsonObject().SetString("state", "starting");
-    };
-    requests = std::make_unique<manager::ControlRequests>(hooks, run_dir, ::getpid());
-    control = std::make_unique<run::ControlServer>(
-        run::ControlSocketPath(run_dir),
-        [&](const JsonObject& request) { return requests->Answer(request); });
-    return control->Start();
-  };
+  context.on_loop_started = [&control](run::RunLoop* started) { control.SetLoop(started); };
+  context.claim_run_dir = [&control](const std::string& run_dir) { return control.Claim(run_dir); };
   // --metrics-port: the run's Prometheus metrics, served from the exposer's own thread.
   // Declared before the server, so it outlives it.
   report::RunMetrics metrics;
@@ -144,8 +172,23 @@ int Run(const mitra::cli::RunOptions& options) {
   // Before the control socket goes (what `mitra stop --wait` waits for), so that a manager
   // started next finds the port free. civetweb's stop waits out its listener's poll: about 2 s.
   metrics_server.reset();
-  if (control) control->Stop();
+  control.Stop();
   return code;
+}
+
+// A command's exit code when there is nothing to run: a message for bad input (2), or the help
+// text (0). nullopt: run it.
+template <class Options>
+std::optional<int> BadInputOrHelp(const mitra::Result<Options>& options) {
+  if (!options.ok()) {
+    std::cerr << options.status().message() << std::endl;
+    return mitra::kExitBadInput;
+  }
+  if (!options->help_text.empty()) {
+    std::cout << options->help_text;
+    return mitra::kExitOk;
+  }
+  return std::nullopt;
 }
 
 // `mitra profile` and `mitra plan`, with the real seams.
@@ -164,29 +207,14 @@ int Planning(mitra::cli::CommandKind kind, const std::vector<std::string>& args)
   context.err = &std::cerr;
   if (!profile) {
     Result<cli::PlanCommandOptions> options = cli::ParsePlanCommand(args);
-    if (!options.ok()) {
-      std::cerr << options.status().message() << std::endl;
-      return kExitBadInput;
-    }
-    if (!options->help_text.empty()) {
-      std::cout << options->help_text;
-      return kExitOk;
-    }
+    if (const std::optional<int> code = BadInputOrHelp(options)) return *code;
     return cli::PlanCommand(*options, context);
   }
   Result<cli::ProfileCommandOptions> options = cli::ParseProfileCommand(args);
-  if (!options.ok()) {
-    std::cerr << options.status().message() << std::endl;
-    return kExitBadInput;
-  }
-  if (!options->help_text.empty()) {
-    std::cout << options->help_text;
-    return kExitOk;
-  }
+  if (const std::optional<int> code = BadInputOrHelp(options)) return *code;
   launcher::LocalProcessRunner runner(&fs);
-  run::MachineTransportsOptions transport_options;
-  transport_options.known_hosts = options->known_hosts;
-  transport_options.identity = options->identity;
+  const run::MachineTransportsOptions transport_options =
+      SshOptions(options->known_hosts, options->identity);
   run::MachineTransports transports(transport_options, &runner, &fs);
   context.runner = &runner;
   context.transports = &transports;
