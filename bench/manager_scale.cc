@@ -173,10 +173,10 @@ JsonObject RunJob(const Flags& flags, int machines) {
   RunLoopOptions options;
   options.worker = WorkerProgram::Make("/opt/job/train", {}, {}, {}, "/opt/job", "");
   options.machines_path = "machines.txt";
-  options.settings.run_dir = run_dir.path();
-  options.settings.checkpoint_dir = "/runs/scale/checkpoints";
-  options.settings.max_steps = controller.max_steps;
-  options.settings.checkpoint_every = 0;
+  options.settings.placement.run_dir = run_dir.path();
+  options.settings.placement.checkpoint_dir = "/runs/scale/checkpoints";
+  options.settings.placement.max_steps = controller.max_steps;
+  options.settings.placement.checkpoint_every = 0;
   fake.Attach(&options);
 
   Meter meter;

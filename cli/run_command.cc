@@ -154,16 +154,16 @@ Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
 run::LaunchSettings SettingsFor(const RunOptions& options, const CheckedInputs& inputs,
                                 const ProgramPlan& plan, int64_t first_generation) {
   run::LaunchSettings settings;
-  settings.generation = first_generation;
-  settings.max_steps = options.max_steps;
-  settings.resume_step = plan.resume_step;
-  settings.checkpoint_dir = inputs.checkpoint_dir;
-  settings.checkpoint_every = options.checkpoint_every;
-  settings.keep_checkpoints = options.keep_checkpoints;
-  settings.threads = inputs.threads;
-  settings.precision = options.precision;
-  settings.timeout_s = inputs.timeout_s;
-  settings.run_dir = inputs.run_dir;
+  settings.placement.generation = first_generation;
+  settings.placement.max_steps = options.max_steps;
+  settings.placement.resume_step = plan.resume_step;
+  settings.placement.checkpoint_dir = inputs.checkpoint_dir;
+  settings.placement.checkpoint_every = options.checkpoint_every;
+  settings.placement.keep_checkpoints = options.keep_checkpoints;
+  settings.placement.threads = inputs.threads;
+  settings.placement.precision = options.precision;
+  settings.placement.timeout_s = inputs.timeout_s;
+  settings.placement.run_dir = inputs.run_dir;
   return settings;
 }
 

@@ -50,18 +50,18 @@ planner::GridPlan OneReplicaPerSlot(const manager::MachineList& list, int64_t gl
 Result<LaunchSettings> ProfileSettings(Transports& transports, const manager::Machine& first,
                                        const ProfileJobOptions& options) {
   LaunchSettings settings;
-  settings.rdzv_host = transports.WorkerAddress(first);
+  settings.placement.rdzv_host = transports.WorkerAddress(first);
   if (first.IsLocal()) {
-    Result<int> port = PickFreeTcpPort(settings.rdzv_host);
+    Result<int> port = PickFreeTcpPort(settings.placement.rdzv_host);
     if (!port.ok()) return port.status();
-    settings.rdzv_port = *port;
+    settings.placement.rdzv_port = *port;
   } else {
-    settings.rdzv_port = 29400;
+    settings.placement.rdzv_port = 29400;
   }
-  settings.threads = options.threads;
-  settings.timeout_s = options.timeout_s;
-  settings.heartbeat_s = 0;  // a profile is bounded by options.limit_s, not health-checked
-  settings.run_dir = options.log_dir;
+  settings.placement.threads = options.threads;
+  settings.placement.timeout_s = options.timeout_s;
+  settings.placement.heartbeat_s = 0;  // a profile is bounded by options.limit_s, not health-checked
+  settings.placement.run_dir = options.log_dir;
   return settings;
 }
 

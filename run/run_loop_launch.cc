@@ -29,14 +29,14 @@ void RunLoop::Launch(const manager::LaunchAction& launch) {
   LaunchSettings settings = GenerationSettings(launch);
   const manager::Machine& first = launch.machines[launch.plan.ranks[0].machine];
   const Result<int> port = RendezvousPort(first, launch.generation);
-  settings.rdzv_host = transports_->WorkerAddress(first);
-  settings.rdzv_port = port.ok() ? *port : 0;
+  settings.placement.rdzv_host = transports_->WorkerAddress(first);
+  settings.placement.rdzv_port = port.ok() ? *port : 0;
 
   manager::GenerationLaunched launched;
   launched.generation = launch.generation;
   launched.pids.assign(launch.plan.world_size(), 0);
-  launched.resume_step = settings.resume_step;
-  launched.rendezvous = settings.rdzv_host + ":" + std::to_string(settings.rdzv_port);
+  launched.resume_step = settings.placement.resume_step;
+  launched.rendezvous = settings.placement.rdzv_host + ":" + std::to_string(settings.placement.rdzv_port);
   std::vector<manager::ControllerInput> ranks;
   for (const RankPlacement& placement : launch.plan.ranks) {
     ranks.push_back(StartRank(launch, placement, settings, port.status(), &launched));
@@ -60,8 +60,8 @@ void RunLoop::BeginGeneration(const manager::LaunchAction& launch) {
 
 LaunchSettings RunLoop::GenerationSettings(const manager::LaunchAction& launch) {
   LaunchSettings settings = options_.settings;
-  settings.generation = launch.generation;
-  settings.resume_step = ResumeStep();
+  settings.placement.generation = launch.generation;
+  settings.placement.resume_step = ResumeStep();
   if (mitra::Status s = run_dir_->Create(*fs_, launch.generation); !s.ok()) Warn(s);
   // Every worker traces one step into its log directory (`mitra plan --validate` reads them);
   // only local ones, where the manager reads their files (RankEnvironment).
@@ -73,8 +73,8 @@ int64_t RunLoop::ResumeStep() {
   std::vector<std::string> skipped;
   const Result<checkpoint::Found> found =
       options_.find_checkpoint
-          ? options_.find_checkpoint(options_.settings.checkpoint_dir, &skipped)
-          : checkpoint::FindNewestValid(*fs_, options_.settings.checkpoint_dir, &skipped);
+          ? options_.find_checkpoint(options_.settings.placement.checkpoint_dir, &skipped)
+          : checkpoint::FindNewestValid(*fs_, options_.settings.placement.checkpoint_dir, &skipped);
   for (const std::string& why : skipped) {
     if (reported_.insert(why).second) *err_ << "mitra: " << why << "\n";  // once is enough
   }
@@ -118,7 +118,7 @@ Environment RunLoop::RankEnvironment(const GridPlan& plan, const RankPlacement& 
                                      const launcher::ProcessRunner& runner) const {
   LaunchSettings rank_settings = settings;
   if (!machine.IsLocal()) rank_settings.trace_dir.clear();  // not our disk
-  rank_settings.park = options_.regroup && runner.CanSendLines();
+  rank_settings.placement.park = options_.regroup && runner.CanSendLines();
   return WorkerEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()), plan, placement,
                            transports_->WorkerAddress(machine), rank_settings);
 }
@@ -200,7 +200,7 @@ void RunLoop::StartStandby(const manager::StartStandbyAction& standby) {
   spec.program = options_.worker.program;
   spec.args = options_.worker.args;
   spec.environment = StandbyEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()),
-                                        options_.settings.run_dir);
+                                        options_.settings.placement.run_dir);
   spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
   spec.log_path = JoinPath(run_dir_->path(), "logs/standby-" + std::to_string(standby.id) + ".log");
   EventQueue* queue = queue_;

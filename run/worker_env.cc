@@ -18,32 +18,18 @@ Environment WithoutContract(const Environment& base) {
 Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
                               const RankPlacement& placement, const std::string& host,
                               const LaunchSettings& settings) {
-  contract::Placement p;
+  contract::Placement p = settings.placement;
   p.rank = placement.rank;
   p.local_rank = placement.local_rank;
+  p.host = host;
   p.stage_map = plan.stage_map;
   p.chunk_size = plan.chunk_size;
   p.global_batch = plan.global_batch;
-  p.max_steps = settings.max_steps;
-  p.resume_step = settings.resume_step;
-  p.rdzv_host = settings.rdzv_host;
-  p.rdzv_port = settings.rdzv_port;
-  p.generation = settings.generation;
-  p.host = host;
-  p.threads = settings.threads;
-  p.timeout_s = settings.timeout_s;
-  p.heartbeat_s = settings.heartbeat_s;
-  p.run_dir = settings.run_dir;
-  p.checkpoint_dir = settings.checkpoint_dir;
-  p.checkpoint_every = settings.checkpoint_every;
-  p.keep_checkpoints = settings.keep_checkpoints;
   if (plan.schedule) {
     p.schedule = planner::ScheduleName(*plan.schedule);
     p.recompute = plan.recompute ? 1 : 0;
   }
   p.partition = plan.partition;
-  p.park = settings.park;
-  p.precision = settings.precision;
   if (!settings.trace_dir.empty()) {
     p.step_trace = JoinPath(settings.trace_dir, records::StepTraceName(placement.rank));
   }

@@ -19,23 +19,22 @@ using planner::RankPlacement;
 
 using contract::Environment;
 
-// What is the same for every rank of one launch.
+// A manager's placement before the rank and the plan are known: no checkpoints unless asked,
+// the newest 3 kept (a program run alone keeps its own settings instead).
+inline contract::Placement JobPlacement() {
+  contract::Placement p;
+  p.checkpoint_every = 0;
+  p.keep_checkpoints = 3;
+  return p;
+}
+
+// What is the same for every rank of one launch: the job's part of each rank's placement
+// (rendezvous, generation, steps, threads, timeouts, run and checkpoint directories, park,
+// precision; WorkerEnvironment adds the rank's and the plan's part), and where the ranks write
+// their step traces.
 struct LaunchSettings {
-  std::string rdzv_host = "127.0.0.1";
-  int rdzv_port = 0;
-  int64_t generation = 0;
-  int64_t max_steps = 0;
-  int64_t resume_step = 0;
-  int threads = 1;
-  double timeout_s = 30;
-  double heartbeat_s = 1;  // between a worker's heartbeat records; 0: none
-  std::string run_dir;  // absolute
-  std::string checkpoint_dir;  // absolute
-  int64_t checkpoint_every = 0;
-  int keep_checkpoints = 3;
+  contract::Placement placement = JobPlacement();
   std::string trace_dir;  // where each rank writes one step's trace; "": none
-  bool park = false;      // MITRA_PARK: the worker's runner can send it its next placement
-  std::string precision;  // MITRA_PRECISION; "": the program's own
 };
 
 // `base` without the contract's variables (a MITRA_RANK left in the user's shell must not

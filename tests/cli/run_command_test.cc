@@ -425,12 +425,12 @@ TEST_F(RunCommandTest, TheLoopIsToldWhatEveryLaunchShares) {
   job.manager_pid = 4242;
   const run::RunLoopOptions o = LoopOptionsFor(options_, inputs, plan, 2, job, context_);
   EXPECT_EQ(o.worker.program, "/opt/job/train");
-  EXPECT_EQ(o.settings.generation, 2);
-  EXPECT_EQ(o.settings.resume_step, 8);
-  EXPECT_EQ(o.settings.checkpoint_dir, "/ckpt");
-  EXPECT_EQ(o.settings.keep_checkpoints, 5);
-  EXPECT_EQ(o.settings.threads, 4);
-  EXPECT_EQ(o.settings.run_dir, kRunDir);
+  EXPECT_EQ(o.settings.placement.generation, 2);
+  EXPECT_EQ(o.settings.placement.resume_step, 8);
+  EXPECT_EQ(o.settings.placement.checkpoint_dir, "/ckpt");
+  EXPECT_EQ(o.settings.placement.keep_checkpoints, 5);
+  EXPECT_EQ(o.settings.placement.threads, 4);
+  EXPECT_EQ(o.settings.placement.run_dir, kRunDir);
   EXPECT_FALSE(o.regroup);
   EXPECT_EQ(o.reported, plan.reported);
   EXPECT_EQ(o.job.manager_pid, 4242);

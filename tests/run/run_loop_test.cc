@@ -51,10 +51,10 @@ class RunLoopTest : public ::testing::Test {
     RunLoopOptions options;
     options.worker = WorkerProgram::Make("/opt/job/train", {"--fast"}, {}, {}, "/opt/job", "");
     options.machines_path = "machines.txt";
-    options.settings.run_dir = run_dir_.path();
-    options.settings.checkpoint_dir = "/runs/job/checkpoints";
-    options.settings.max_steps = controller.max_steps;
-    options.settings.checkpoint_every = 2;
+    options.settings.placement.run_dir = run_dir_.path();
+    options.settings.placement.checkpoint_dir = "/runs/job/checkpoints";
+    options.settings.placement.max_steps = controller.max_steps;
+    options.settings.placement.checkpoint_every = 2;
     fake_.Attach(&options);
     return std::make_unique<RunLoop>(std::move(options), controller, &fake_, &fs_, &clock_,
                                      &run_dir_, journal_.get(), &queue_, &out_, &err_);

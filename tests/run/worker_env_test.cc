@@ -12,11 +12,11 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
   Result<GridPlan> plan = PlanGrid(GridRequest{{5}, 2, 8, 7, 0, 0, false});
   ASSERT_TRUE(plan.ok());
   LaunchSettings settings;
-  settings.rdzv_port = 29500;
-  settings.max_steps = 10;
-  settings.threads = 2;
-  settings.timeout_s = 0.5;
-  settings.run_dir = "/runs/a";
+  settings.placement.rdzv_port = 29500;
+  settings.placement.max_steps = 10;
+  settings.placement.threads = 2;
+  settings.placement.timeout_s = 0.5;
+  settings.placement.run_dir = "/runs/a";
   const Environment base = {
       {"PATH", "/bin"},         {"MITRA_RANK", "7"},         {"MITRA_DESCRIBE", "1"},
       {"MITRA_HEARTBEAT_S", "0"}, {"MITRA_PARTITION", "9,9"}, {"MITRA_OTHER", "kept"}};
@@ -63,7 +63,7 @@ TEST(WorkerEnv, APlannedShapeCarriesTheSchedulePartitionAndTrace) {
   EXPECT_EQ(env.at("MITRA_PARTITION"), "3,5");
   EXPECT_EQ(env.at("MITRA_STEP_TRACE"), "/runs/a/traces/rank-1.trace.json");
   EXPECT_EQ(env.count("MITRA_PRECISION"), 0u);  // the program's own unless --precision
-  settings.precision = "bf16";
+  settings.placement.precision = "bf16";
   EXPECT_EQ(WorkerEnvironment({}, *plan, plan->ranks[1], "127.0.0.1", settings).at("MITRA_PRECISION"),
             "bf16");
 }
