@@ -405,7 +405,19 @@ Status AnotherModel(const std::string& path, const std::string& file, const std:
 
 }  // namespace
 
+bool Checkpointer::Complete(int64_t step) {
+  return checkpoint::VerifyFiles(*fs_, checkpoint::StepDirectory(options_.dir, step), {""}).ok();
+}
+
 Status Checkpointer::Restore(int64_t step) {
+  std::vector<int> segments;
+  const Stage& stage = runtime_.stage();
+  for (int i = stage.first_segment(); i < stage.end_segment(); ++i) segments.push_back(i);
+  return RestoreSegments(step, segments, /*trainer_state=*/true);
+}
+
+Status Checkpointer::RestoreSegments(int64_t step, const std::vector<int>& segments,
+                                     bool trainer_state) {
   const std::string path = checkpoint::StepDirectory(options_.dir, step);
   // The manifest only: each file is checked as it is read.
   auto manifest = checkpoint::VerifyFiles(*fs_, path, {""});
@@ -424,8 +436,7 @@ Status Checkpointer::Restore(int64_t step) {
     Warn("resuming from " + path + ", written with the " + written_by + " optimizer, with " +
          runtime_.optimizer().Name() + ": the optimizer's state starts afresh");
   }
-  const Stage& stage = runtime_.stage();
-  for (int i = stage.first_segment(); i < stage.end_segment(); ++i) {
+  for (const int i : segments) {
     const std::string file = checkpoint::SegmentFileName(spec_.segments[i].name);
     const checkpoint::FileEntry* entry = manifest->FindFile(file);
     if (entry == nullptr) {
@@ -434,7 +445,7 @@ Status Checkpointer::Restore(int64_t step) {
     }
     if (Status s = RestoreSegment(path, *entry, i, same_optimizer); !s.ok()) return s;
   }
-  return RestoreTrainerState(path, *manifest);
+  return trainer_state ? RestoreTrainerState(path, *manifest) : Status::Ok();
 }
 
 // Each file is read once, every tensor straight into the memory it is restored to, the file's

@@ -99,6 +99,12 @@ class Checkpointer {
   // model. Optimizer state written by another optimizer is left out (rank 0 warns): the
   // optimizer starts afresh.
   Status Restore(int64_t step);
+  // The same for some segments of this rank's stage only, and the trainer state (the loss
+  // scale, the generator) when `trainer_state`: a resume that takes the rest from memory
+  // (worker/state_exchange.h).
+  Status RestoreSegments(int64_t step, const std::vector<int>& segments, bool trainer_state);
+  // Whether the checkpoint of step `step` is complete (its manifest is there and whole).
+  bool Complete(int64_t step);
 
   const CheckpointOptions& options() const { return options_; }
 

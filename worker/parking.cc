@@ -42,8 +42,17 @@ LineResult ReadLine(int fd, std::chrono::steady_clock::time_point deadline, std:
 
 }  // namespace
 
-Result<std::optional<Placement>> AwaitPlacement(int fd, int rank, int64_t step, double timeout_s) {
-  Record("parked").Add("rank", rank).Add("step", step).Emit();
+Result<std::optional<Placement>> AwaitPlacement(int fd, int rank, int64_t step, double timeout_s,
+                                                const ParkedHolding& holding) {
+  Record parked("parked");
+  parked.Add("rank", rank).Add("step", step);
+  if (holding.step >= 0) {
+    parked.Add("held_step", holding.step)
+        .Add("held_first_segment", holding.first)
+        .Add("held_end_segment", holding.end)
+        .Add("held_bytes", holding.bytes);
+  }
+  parked.Emit();
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_s));

@@ -8,12 +8,14 @@
 #include <sstream>
 #include <utility>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
 #include "planner/schedule.h"
 #include "worker/buffer_sync.h"
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"
+#include "worker/held_state.h"
 #include "worker/pipeline.h"
 #include "worker/precision.h"
 #include "mitra/worker/stage.h"
@@ -70,7 +72,8 @@ Result<RuntimeOptions> WithPlacement(RuntimeOptions options, const Placement& pl
 Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec,
                                                  std::shared_ptr<const Dataset> dataset,
                                                  const Placement& placement,
-                                                 const RuntimeOptions& program_options) {
+                                                 const RuntimeOptions& program_options,
+                                                 HeldState* held) {
   if (Status s = spec.Validate(); !s.ok()) return s;
   Result<RuntimeOptions> options = WithPlacement(program_options, placement);
   if (!options.ok()) return options.status();
@@ -122,7 +125,9 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   rt->sampler_ = make_sampler(rt->dataset_->Size(), opts.seed);
   if (!rt->sampler_) return Status::InvalidArgument("the program's sampler factory returned none");
 
-  rt->stage_ = std::make_unique<Stage>(spec, rt->partition_, placement.stage(), opts.seed);
+  rt->stage_ = std::make_unique<Stage>(spec, rt->partition_, placement.stage(), opts.seed, held,
+                                       placement.resume_step);
+  rt->completed_steps_ = placement.resume_step;
   // Built on the CPU (the same initial values in every shape and on every device), then moved
   // before the optimizer makes its state, so that the state is born on the device too. Module::to
   // keeps the parameter tensors' identities: the stage's handles stay valid.
@@ -142,6 +147,9 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   auto optimizer = MakeOptimizer(opts.optimizer, params);
   if (!optimizer.ok()) return optimizer.status();
   rt->optimizer_ = std::move(*optimizer);
+  if (held != nullptr) {
+    if (Status s = rt->AdoptOptimizerState(*held); !s.ok()) return s;
+  }
 
   rt->comm_ = Comm::Connect(placement, opts.backend, rt->device_);  // throws PeerError
   if (rt->comm_->data_parallel()) {
@@ -150,7 +158,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
                                                  opts.bucket_elements);
   }
   rt->buffer_sync_ = BufferSync::Create(*rt->stage_, rt->comm_.get());
-  rt->tied_->SyncInitialValues(*rt->comm_);
+  // A fresh start makes the copies of a tied weight equal. A resume must not: every copy gets
+  // its own state of the resume step (kept, from a peer, from the checkpoint), and the first
+  // copy may be a new process's initial values until then.
+  if (placement.resume_step == 0) rt->tied_->SyncInitialValues(*rt->comm_);
   return rt;
 }
 
@@ -202,7 +213,69 @@ PipelineContext Runtime::Context(int64_t step, int64_t first_micro_batch) {
   return ctx;
 }
 
-StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_requested) {
+Status Runtime::AdoptOptimizerState(HeldState& held) {
+  // Another optimizer's state is of no use: the adopted parameters start with none, as after
+  // a restore from a checkpoint written with another optimizer.
+  if (held.optimizer != optimizer_->Name()) return Status::Ok();
+  const std::vector<NamedTensor>& params = stage_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const NamedTensor& p = params[i];
+    if (!stage_->Adopted(stage_->SegmentOfParameter(i))) continue;
+    auto state = held.optimizer_state.find(p.name);
+    if (state == held.optimizer_state.end()) continue;
+    if (Status s = optimizer_->SetState(p.tensor, state->second); !s.ok()) {
+      return Status::Internal("the optimizer state kept for " + p.name + ": " + s.message());
+    }
+    held.optimizer_state.erase(state);
+  }
+  return Status::Ok();
+}
+
+HeldState Runtime::Release() {
+  HeldState held;
+  held.step = completed_steps_;
+  held.first_segment = stage_->first_segment();
+  held.end_segment = stage_->end_segment();
+  held.optimizer = optimizer_->Name();
+  const std::vector<NamedTensor>& params = stage_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!restored_ && !stage_->Adopted(stage_->SegmentOfParameter(i))) continue;
+    for (auto& [name, tensor] : optimizer_->State(params[i].tensor)) {
+      held.optimizer_state[params[i].name][name] = tensor;
+    }
+  }
+  for (int i = held.first_segment; i < held.end_segment; ++i) {
+    const bool valid = restored_ || stage_->Adopted(i);
+    held.segments.push_back(valid ? stage_->segments()[i - held.first_segment] : nullptr);
+  }
+  if (scaler_) {
+    held.trainer.loss_scale = scaler_->scale();
+    held.trainer.loss_scale_good_steps = scaler_->good_steps();
+  }
+  held.trainer.rng_state = at::detail::getDefaultCPUGenerator().get_state();
+  return held;
+}
+
+StepResult Runtime::Step(int64_t step, const std::function<StopWish()>& stop_requested) {
+  // The forward changes buffers (BatchNorm's running statistics) before the step is known to
+  // complete: a step a peer's failure interrupts puts them back, so that the state this rank
+  // keeps is the one of the steps it completed.
+  if (step_buffers_.size() != stage_->buffers().size()) {
+    step_buffers_ = stage_->CopyBuffers();
+  } else {
+    for (size_t i = 0; i < step_buffers_.size(); ++i) {
+      step_buffers_[i].copy_(stage_->buffers()[i].tensor.detach());
+    }
+  }
+  try {
+    return TrainStep(step, stop_requested);
+  } catch (const PeerError&) {
+    if (completed_steps_ == step) stage_->RestoreBuffers(step_buffers_);
+    throw;
+  }
+}
+
+StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& stop_requested) {
   if (!options_.sample_trace.empty() && placement_.stage() == 0) TraceSamples(step);
   for (const auto& p : stage_->parameters()) {
     if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
@@ -248,8 +321,10 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
       squared_norm += n * n;
     }
   }
-  auto totals =
-      torch::tensor({squared_norm, loss, stop_requested() ? 1.0 : 0.0}, torch::kFloat64);
+  const StopWish wish = stop_requested();
+  auto totals = torch::tensor({squared_norm, loss, wish != StopWish::kNone ? 1.0 : 0.0,
+                               wish == StopWish::kHold ? 1.0 : 0.0},
+                              torch::kFloat64);
   std::vector<torch::Tensor> buffers{totals};
   phase("sync", [&] {
     comm_->Wait(comm_->global().allreduce(buffers),
@@ -261,6 +336,10 @@ StepResult Runtime::Step(int64_t step, const std::function<bool()>& stop_request
   result.grad_norm = std::sqrt(totals[0].item<double>());
   result.loss = totals[1].item<double>();
   result.stop = totals[2].item<double>() > 0;
+  result.hold = totals[3].item<double>() > 0;
+  // Past the all-reduce every rank takes this step (or skips it, all alike): what this rank
+  // holds from here on is the state after it.
+  completed_steps_ = step + 1;
   result.lr = options_.lr.At(step);
   // The gradients are multiplied by `unscale` once, for the loss scale and the clipping together.
   double unscale = 1;

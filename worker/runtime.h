@@ -38,6 +38,7 @@ namespace mitra::worker {
 
 class BufferSync;
 class Comm;
+struct HeldState;
 class LossScaler;
 class GradReducer;
 class Stage;
@@ -79,11 +80,16 @@ struct RuntimeOptions {
   std::string sample_trace;
 };
 
+// What a rank wishes at the end of a step: to go on, to stop, or to stop and hold its state in
+// memory for the next generation (a morph that needs no checkpoint: worker/held_state.h).
+enum class StopWish { kNone, kStop, kHold };
+
 struct StepResult {
   double loss = 0;       // mean loss over the global batch
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool stop = false;     // some rank asked to stop: every rank sees the same value
+  bool hold = false;     // some rank asked to stop and hold (StopWish::kHold); likewise
   // With a loss scaler: the scale the step's backward used (else 0), and whether the step was
   // skipped because its gradients overflowed (every rank skips the same steps).
   double loss_scale = 0;
@@ -105,22 +111,41 @@ class Runtime {
  public:
   // Bad configuration (partition, schedule, batch smaller than the replicas) is a Status;
   // a peer that does not join in time throws PeerError.
+  // `held` (may be null): the state this process kept when it parked; the segments of this
+  // rank's stage it holds as they were after the placement's resume step are taken from it,
+  // with their optimizer state, instead of being built.
   static Result<std::unique_ptr<Runtime>> Create(const cutpoint::ModelSpec& spec,
                                                  std::shared_ptr<const Dataset> dataset,
                                                  const Placement& placement,
-                                                 const RuntimeOptions& options);
+                                                 const RuntimeOptions& options,
+                                                 HeldState* held = nullptr);
   ~Runtime();
 
   // Trains global step `step` (0-based). `stop_requested` is this rank's wish to stop after it;
   // the result's `stop` combines the wishes of all ranks.
   StepResult Step(int64_t step, bool stop_requested = false) {
-    return Step(step, [stop_requested] { return stop_requested; });
+    const StopWish wish = stop_requested ? StopWish::kStop : StopWish::kNone;
+    return Step(step, [wish] { return wish; });
   }
   // The same, with the wish asked for as late as possible: just before the step's all-reduce,
   // so that a stop signal that arrives while the step computes ends the job after this step,
   // not after the next one. Called once per step, on the calling thread. (Pass a
   // std::function: a plain lambda would also convert to bool.)
-  StepResult Step(int64_t step, const std::function<bool()>& stop_requested);
+  // A PeerError leaves the parameters, buffers and optimizer state as they were before the
+  // step when this rank had not passed the step's all-reduce, and as after it when it had:
+  // completed_steps() says which.
+  StepResult Step(int64_t step, const std::function<StopWish()>& stop_requested);
+
+  // The steps the parameters and optimizer state have taken: the last Step() that returned or
+  // passed its all-reduce, plus one (the resume step before any).
+  int64_t completed_steps() const { return completed_steps_; }
+  // The resume is complete: every segment holds its state of the resume step (a restore, a
+  // transfer from peers). Until then Release() gives only the segments taken from `held`.
+  void MarkRestored() { restored_ = true; }
+  // Ends the runtime's use of its state and hands it over, as it is after completed_steps()
+  // steps: the stage's segments, their optimizer state and the trainer state. The runtime
+  // must not train after this.
+  HeldState Release();
 
   // Forward-only pass in evaluation mode over samples [0, n) of `dataset` (n = its size, or
   // `max_samples` when that is smaller and > 0), in micro-batches of `chunk_size` (0: the
@@ -132,11 +157,14 @@ class Runtime {
                       int64_t max_samples = 0, int64_t chunk_size = 0);
 
   const Placement& placement() const { return placement_; }
+  const cutpoint::ModelSpec& spec() const { return spec_; }
   const Stage& stage() const { return *stage_; }  // worker/stage.h
   const cutpoint::Partition& partition() const { return partition_; }
   const RuntimeOptions& options() const { return options_; }
   int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
   Optimizer& optimizer() { return *optimizer_; }
+  const Optimizer& optimizer() const { return *optimizer_; }
+  Comm& comm() { return *comm_; }
   // The dynamic loss scaler; null unless loss scaling is on (fp16, or asked for).
   LossScaler* loss_scaler() { return scaler_.get(); }
   const LossScaler* loss_scaler() const { return scaler_.get(); }
@@ -153,6 +181,10 @@ class Runtime {
   Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset> dataset,
           const Placement& placement, const RuntimeOptions& options);
 
+  // Step() without the buffers' restore on a PeerError.
+  StepResult TrainStep(int64_t step, const std::function<StopWish()>& stop_requested);
+  // Gives the optimizer the state `held` keeps of the segments the stage took from it.
+  Status AdoptOptimizerState(HeldState& held);
   cutpoint::Activations MicroBatch(int64_t step, int micro_batch);
   std::vector<int64_t> Indices(int64_t step, int64_t offset, int64_t count);
   void TraceSamples(int64_t step);
@@ -178,6 +210,9 @@ class Runtime {
   c10::Device device_{c10::DeviceType::CPU};
   std::function<void()> before_update_;  // see BeforeNextUpdate
   int64_t steps_run_ = 0;                // by this process
+  int64_t completed_steps_ = 0;          // see completed_steps()
+  bool restored_ = false;                // see MarkRestored()
+  std::vector<torch::Tensor> step_buffers_;  // the buffers as the step in flight found them
 };
 
 }  // namespace mitra::worker

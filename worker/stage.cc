@@ -3,6 +3,8 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "worker/held_state.h"
+
 namespace mitra::worker {
 namespace {
 
@@ -44,13 +46,16 @@ uint64_t ForwardSeed(uint64_t seed, const ForwardKey& key, int segment) {
 }
 
 Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
-             uint64_t seed)
+             uint64_t seed, HeldState* held, int64_t held_step)
     : index_(stage), first_(partition.FirstSegment(stage)), end_(partition.EndSegment(stage)),
       seed_(seed) {
   for (int i = first_; i < end_; ++i) {
-    segments_.push_back(cutpoint::BuildSegment(spec, i, seed));
+    std::shared_ptr<cutpoint::Segment> kept = held ? held->Take(i, held_step) : nullptr;
+    adopted_.push_back(kept != nullptr);
+    segments_.push_back(kept ? std::move(kept) : cutpoint::BuildSegment(spec, i, seed));
     for (const auto& item : segments_.back()->named_parameters(/*recurse=*/true)) {
       parameters_.push_back({spec.segments[i].name + "." + item.key(), item.value()});
+      parameter_segments_.push_back(i);
     }
     for (const auto& item : segments_.back()->named_buffers(/*recurse=*/true)) {
       if (!item.value().defined()) continue;  // e.g. BatchNorm without running statistics

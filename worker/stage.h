@@ -20,6 +20,8 @@
 
 namespace mitra::worker {
 
+struct HeldState;
+
 struct NamedTensor {
   std::string name;  // "<segment>.<name>"
   torch::Tensor tensor;
@@ -35,8 +37,10 @@ struct ForwardKey {
 
 class Stage {
  public:
+  // Builds the stage's segments, except those `held` (may be null) holds as they were after
+  // `held_step` steps: those it takes from there, as they are (worker/held_state.h).
   Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
-        uint64_t seed);
+        uint64_t seed, HeldState* held = nullptr, int64_t held_step = -1);
 
   cutpoint::Activations Forward(const cutpoint::Activations& inputs, const ForwardKey& key);
 
@@ -45,6 +49,8 @@ class Stage {
   bool training() const { return training_; }
 
   const std::vector<NamedTensor>& parameters() const { return parameters_; }
+  // The segment parameter i of parameters() belongs to.
+  int SegmentOfParameter(size_t i) const { return parameter_segments_[i]; }
   const std::vector<NamedTensor>& buffers() const { return buffers_; }
   const std::vector<std::shared_ptr<cutpoint::Segment>>& segments() const { return segments_; }
   // The parameter with this qualified name, or an undefined tensor if this stage lacks it.
@@ -56,6 +62,9 @@ class Stage {
   std::vector<torch::Tensor> CopyBuffers() const;
   void RestoreBuffers(const std::vector<torch::Tensor>& values);
 
+  // Whether segment `segment` (of this stage) was taken from a HeldState rather than built.
+  bool Adopted(int segment) const { return adopted_[segment - first_]; }
+
   int index() const { return index_; }
   int first_segment() const { return first_; }
   int end_segment() const { return end_; }
@@ -65,7 +74,9 @@ class Stage {
   uint64_t seed_;
   bool training_ = true;
   std::vector<std::shared_ptr<cutpoint::Segment>> segments_;
+  std::vector<bool> adopted_;
   std::vector<NamedTensor> parameters_;
+  std::vector<int> parameter_segments_;
   std::vector<NamedTensor> buffers_;
 };
 

@@ -21,17 +21,22 @@
 #include "worker/comm.h"
 #include "mitra/worker/stage.h"
 #include "worker/heartbeat.h"
+#include "worker/held_state.h"
 #include "worker/parking.h"
 #include "worker/profiler.h"
 #include "worker/report.h"
+#include "worker/state_exchange.h"
 
 namespace mitra::worker {
 namespace {
 
-// Set by the stop signals: kExitAfterStop (SIGUSR1, SIGINT) and kParkAfterStop (SIGUSR2, a
-// morph: park when the placement allows it, else exit).
+// Set by the stop signals: kExitAfterStop (SIGUSR1, SIGINT), kParkAfterStop (SIGUSR2, a
+// morph: checkpoint, then park when the placement allows it, else exit) and kHoldAfterStop
+// (SIGURG, a morph whose next generation takes the state from memory: park holding it, with no
+// checkpoint; contract/park.h).
 constexpr int kExitAfterStop = 1;
 constexpr int kParkAfterStop = 2;
+constexpr int kHoldAfterStop = 4;
 volatile std::sig_atomic_t g_stop_requested = 0;
 
 // How long a parked worker waits for its next placement. The manager hands it one, or lets it
@@ -40,7 +45,15 @@ volatile std::sig_atomic_t g_stop_requested = 0;
 constexpr double kParkTimeoutS = 300;
 
 extern "C" void OnStopSignal(int signal_number) {
-  g_stop_requested = g_stop_requested | (signal_number == SIGUSR2 ? kParkAfterStop : kExitAfterStop);
+  const int kind = signal_number == SIGUSR2 ? kParkAfterStop
+                   : signal_number == SIGURG ? kHoldAfterStop
+                                             : kExitAfterStop;
+  g_stop_requested = g_stop_requested | kind;
+}
+
+StopWish CurrentStopWish() {
+  if (g_stop_requested == 0) return StopWish::kNone;
+  return g_stop_requested == kHoldAfterStop ? StopWish::kHold : StopWish::kStop;
 }
 
 // glibc serves allocations above its mmap threshold (128 KiB at first, adapting upwards only
@@ -78,6 +91,7 @@ void InstallStopHandlers() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGUSR2, &sa, nullptr);
+  sigaction(SIGURG, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 }
 
@@ -86,6 +100,13 @@ void InstallStopHandlers() {
 Trainer::Trainer(cutpoint::ModelSpec spec, std::shared_ptr<const Dataset> dataset,
                  TrainerOptions options)
     : spec_(std::move(spec)), dataset_(std::move(dataset)), options_(std::move(options)) {}
+
+Trainer::~Trainer() = default;
+
+ParkedHolding Trainer::Holding() const {
+  if (!held_ || held_->empty()) return {};
+  return {held_->step, held_->first_segment, held_->end_segment, held_->Bytes()};
+}
 
 int Trainer::Run() {
   if (DescribeRequested()) {
@@ -142,19 +163,21 @@ int Trainer::Run(Result<Placement> placement) {
         spdlog::error("rank {}: {}; stopping", current.rank, e.what());
         return 1;
       }
-      // A peer failed: what this rank trained since the newest checkpoint is lost with it, but
-      // the process is not. It parks, and the manager's recovery may keep it.
+      // A peer failed. The process is not lost, and neither is the state of the steps this rank
+      // completed (Train kept it): it parks, and the manager's recovery may keep it and heal
+      // the failed rank's replacement from it.
       spdlog::error("rank {}: {}; parking for the next generation", current.rank, e.what());
-      ended = Ended{0, true, -1};
+      ended = Ended{0, true, held_ ? held_->step : -1};
     }
     if (ended.exit_code != 0 || !ended.asked_to_stop || !current.park) return ended.exit_code;
     Result<std::optional<Placement>> next =
-        AwaitPlacement(STDIN_FILENO, current.rank, ended.step, kParkTimeoutS);
+        AwaitPlacement(STDIN_FILENO, current.rank, ended.step, kParkTimeoutS, Holding());
     if (!next.ok()) {
       spdlog::error("rank {}: {}", current.rank, next.status().message());
       return 2;
     }
     if (!*next) return 0;
+    if (held_ && held_->step != (*next)->resume_step) held_.reset();  // of no use: free it now
     spdlog::info("rank {} of generation {} goes on as rank {} of generation {}", current.rank,
                  current.generation, (*next)->rank, (*next)->generation);
     current = std::move(**next);
@@ -260,12 +283,24 @@ void Trainer::DumpParameters(const Placement& placement, const Runtime& rt) cons
 }
 
 Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
-  auto created = Runtime::Create(spec_, dataset_, placement, RuntimeOptionsFor(placement));
+  auto created =
+      Runtime::Create(spec_, dataset_, placement, RuntimeOptionsFor(placement), held_.get());
   if (!created.ok()) {
     spdlog::error("rank {}: {}", placement.rank, created.status().message());
+    held_.reset();  // what the stage took from it is gone with it
     return {created.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
   }
   Runtime& rt = **created;
+  try {
+    return Train(placement, rt, times);
+  } catch (const PeerError&) {
+    // Keep what this rank completed: a recovery may heal the failed rank from it.
+    if (placement.park) held_ = std::make_unique<HeldState>(rt.Release());
+    throw;
+  }
+}
+
+Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes* times) {
   const int64_t max_steps = placement.max_steps > 0 ? placement.max_steps : options_.max_steps;
   Announce(placement, rt);
 
@@ -278,15 +313,22 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
     }
     checkpointer = std::make_unique<Checkpointer>(rt, spec_, ck);
   }
-  int64_t step = Resume(placement, checkpointer.get());
-  if (step < 0) return {2};
-  // The first save's staging memory, made ready while the first steps train.
-  if (checkpointer) checkpointer->PrepareStaging();
+  const Resumed resumed = Resume(placement, rt, checkpointer.get());
+  if (resumed.step < 0) return {resumed.exit_code};
+  int64_t step = resumed.step;
+  if (checkpointer && resumed.save) {
+    // The state came from memory and storage has no copy of it: written now, in the
+    // background, while the first step trains.
+    checkpointer->Save(step);
+  } else if (checkpointer) {
+    checkpointer->PrepareStaging();  // the first save's staging memory, while the steps train
+  }
   int64_t saved_step = step;
 
   const EvalOptions& eval = options_.eval;
   std::string reason = "max_steps";
-  const std::function<bool()> stop_requested = [] { return g_stop_requested != 0; };
+  bool hold = false;
+  const std::function<StopWish()> stop_requested = CurrentStopWish;
   while (step < max_steps) {
     const auto start = std::chrono::steady_clock::now();
     StepResult r;
@@ -312,12 +354,15 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
     }
     if (r.stop) {
       reason = "signal";
+      hold = r.hold && placement.park;
       break;
     }
   }
   if (checkpointer) {
-    if (saved_step != step) checkpointer->Save(step);  // the final save is synchronous:
-    if (Status s = checkpointer->Wait(); !s.ok()) {    // Wait() returns when it is on disk
+    // The final save is synchronous: Wait() returns when it is on disk. A morph whose next
+    // generation takes the state from memory needs none (every rank skips it alike).
+    if (saved_step != step && !hold) checkpointer->Save(step);
+    if (Status s = checkpointer->Wait(); !s.ok()) {
       spdlog::error("rank {}: {}", placement.rank, s.message());
       return {1};
     }
@@ -325,40 +370,94 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
   DumpParameters(placement, rt);
   Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
   if (reason == "signal" && placement.park) AwaitOwnStopSignal();
-  // Parks only when every stop signal asked it to, with its part of the checkpoint on disk.
-  return {0, reason == "signal" && g_stop_requested == kParkAfterStop && checkpointer != nullptr,
-          step};
+  // Parks when every stop signal asked it to: with its part of the checkpoint on disk, or, when
+  // the stop held the state, with the state in memory (a late signal of that morph changes
+  // nothing: the all-reduce said what it was).
+  const bool park = reason == "signal" && placement.park &&
+                    (hold || (g_stop_requested == kParkAfterStop && checkpointer != nullptr));
+  if (park) held_ = std::make_unique<HeldState>(rt.Release());
+  return {0, park, step};
 }
 
-int64_t Trainer::Resume(const Placement& placement, Checkpointer* checkpointer) {
+Trainer::Resumed Trainer::Resume(const Placement& placement, Runtime& rt,
+                                 Checkpointer* checkpointer) {
   int64_t step = placement.resume_step;
-  if (!checkpointer) {
-    if (step > 0) {
-      spdlog::error("rank {}: told to resume from step {} but no checkpoint directory is set "
-                    "(MITRA_CHECKPOINT_DIR or the program's --checkpoint-dir)", placement.rank, step);
-      return -1;
-    }
-    return 0;
+  if (!checkpointer && step > 0 && (placement.standalone || !held_)) {
+    spdlog::error("rank {}: told to resume from step {} but no checkpoint directory is set "
+                  "(MITRA_CHECKPOINT_DIR or the program's --checkpoint-dir)", placement.rank, step);
+    return {-1, 2};
   }
-  if (step == 0 && placement.standalone) {
+  if (checkpointer && step == 0 && placement.standalone) {
     std::vector<std::string> skipped;
     auto found = checkpoint::FindNewestValid(checkpointer->options().dir, &skipped);
     for (const auto& why : skipped) spdlog::warn("{}", why);
-    if (!found.ok()) return 0;
-    step = found->step;
+    if (found.ok()) step = found->step;
   }
-  if (step == 0) return 0;
+  if (step == 0) {
+    rt.MarkRestored();
+    return {0};
+  }
+  if (placement.standalone) return RestoreFromCheckpoint(placement, rt, checkpointer, step);
+  return ResumeFromMemory(placement, rt, checkpointer);
+}
+
+Trainer::Resumed Trainer::RestoreFromCheckpoint(const Placement& placement, Runtime& rt,
+                                                Checkpointer* checkpointer, int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   if (Status s = checkpointer->Restore(step); !s.ok()) {
     spdlog::error("rank {}: cannot resume from step {}: {}", placement.rank, step, s.message());
-    return -1;
+    return {-1, 2};
   }
+  rt.MarkRestored();
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("rank {}: resumed from {} in {:.3f} s", placement.rank,
                checkpoint::StepDirectory(checkpointer->options().dir, step), seconds);
   if (placement.rank == 0) Record("restored").Add("step", step).Add("seconds", seconds).Emit();
-  return step;
+  return {step};
+}
+
+Trainer::Resumed Trainer::ResumeFromMemory(const Placement& placement, Runtime& rt,
+                                           Checkpointer* checkpointer) {
+  const int64_t step = placement.resume_step;
+  const bool complete = checkpointer != nullptr && checkpointer->Complete(step);
+  const CheckpointReader read = [&](const std::vector<int>& segments, bool trainer_state) {
+    if (!checkpointer) return Status::InvalidArgument("no checkpoint directory is set");
+    return checkpointer->RestoreSegments(step, segments, trainer_state);
+  };
+  Result<ResumeSummary> summary = ResumeFromPeers(rt, held_.get(), complete, read);
+  held_.reset();  // what no rank needed is freed
+  if (!summary.ok()) {
+    spdlog::error("rank {}: cannot resume from step {}: {}", placement.rank, step,
+                  summary.status().message());
+    // A damaged or another model's checkpoint is bad input; state that could not be found
+    // is a failure the manager recovers from (from the newest checkpoint).
+    return {-1, summary.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
+  }
+  rt.MarkRestored();
+  const double rate = summary->seconds > 0 ? summary->peer_bytes / summary->seconds : 0;
+  spdlog::info("rank {}: resumed at step {} ({}): {} ranks kept their state, {} took it from "
+               "peers ({:.1f} MB at {:.0f} MB/s), {} from the checkpoint, in {:.3f} s",
+               placement.rank, step, StateSourceName(summary->rank_sources[placement.rank]),
+               summary->kept, summary->peer, summary->peer_bytes / 1e6, rate / 1e6,
+               summary->checkpoint, summary->seconds);
+  if (placement.rank == 0) {
+    std::string sources = "[";
+    for (size_t r = 0; r < summary->rank_sources.size(); ++r) {
+      sources += std::string(r ? "," : "") + "\"" + StateSourceName(summary->rank_sources[r]) + "\"";
+    }
+    Record("restored")
+        .Add("step", step)
+        .Add("seconds", summary->seconds)
+        .Add("kept", summary->kept)
+        .Add("peer", summary->peer)
+        .Add("from_checkpoint", summary->checkpoint)
+        .Add("peer_bytes", summary->peer_bytes)
+        .Add("peer_bytes_per_s", rate)
+        .AddJson("sources", sources + "]")
+        .Emit();
+  }
+  return {step, 0, checkpointer != nullptr && !summary->checkpoint_complete};
 }
 
 void Trainer::Evaluate(Runtime& rt, int64_t step) {

@@ -36,6 +36,8 @@ namespace mitra::worker {
 class Checkpointer;
 class Stage;
 class StepTimes;
+struct HeldState;
+struct ParkedHolding;
 
 // Evaluation during training: a forward-only pass in evaluation mode over `dataset`, shared
 // among the replicas, after every `every` steps and after the last one. The mean loss and the
@@ -64,6 +66,7 @@ class Trainer {
  public:
   Trainer(cutpoint::ModelSpec spec, std::shared_ptr<const Dataset> dataset,
           TrainerOptions options);
+  ~Trainer();
 
   // Returns the process exit code: 0 done or stopped, 1 failure, 2 bad configuration.
   int Run();
@@ -81,11 +84,27 @@ class Trainer {
     bool asked_to_stop = false;
     int64_t step = 0;
   };
-  // `times` (may be null) gets every step's compute and wait time for the heartbeat.
+  // `times` (may be null) gets every step's compute and wait time for the heartbeat. A worker
+  // that parks keeps its state in held_; so does one that a peer's failure (PeerError) stops.
   Ended Train(const Placement& placement, StepTimes* times);
+  Ended Train(const Placement& placement, Runtime& rt, StepTimes* times);
+  // Where training starts: `step` (-1: it cannot, with `exit_code`), and whether the state
+  // came from memory with no complete checkpoint of it on storage (`save`: write one now).
+  struct Resumed {
+    int64_t step = 0;
+    int exit_code = 0;
+    bool save = false;
+  };
   // Which step to start from: the placement's resume step, or for a program run alone, the
-  // newest valid checkpoint in its checkpoint directory. Restores it; -1 on failure (logged).
-  int64_t Resume(const Placement& placement, Checkpointer* checkpointer);
+  // newest valid checkpoint in its checkpoint directory; and its state: a program run alone
+  // restores the checkpoint, a worker of a managed job takes what it can from memory, its own
+  // or its peers' (worker/state_exchange.h), the rest from the checkpoint.
+  Resumed Resume(const Placement& placement, Runtime& rt, Checkpointer* checkpointer);
+  Resumed RestoreFromCheckpoint(const Placement& placement, Runtime& rt,
+                                Checkpointer* checkpointer, int64_t step);
+  Resumed ResumeFromMemory(const Placement& placement, Runtime& rt, Checkpointer* checkpointer);
+  // What held_ holds, for the parked record.
+  ParkedHolding Holding() const;
   // Runs the evaluation after step `step` and reports it (rank 0).
   void Evaluate(Runtime& rt, int64_t step);
   // The runtime's options for `placement`: the program's, with the step and sample traces the
@@ -104,6 +123,7 @@ class Trainer {
   cutpoint::ModelSpec spec_;
   std::shared_ptr<const Dataset> dataset_;
   TrainerOptions options_;
+  std::unique_ptr<HeldState> held_;  // the state kept while parked; null when none
 };
 
 // Writes a stage's parameters and buffers as a dict {qualified name: tensor} in LibTorch's

@@ -1,0 +1,28 @@
+#include "worker/held_state.h"
+
+#include <torch/torch.h>
+
+namespace mitra::worker {
+
+std::shared_ptr<cutpoint::Segment> HeldState::Take(int segment, int64_t at_step) {
+  if (!Holds(segment, at_step)) return nullptr;
+  return std::move(segments[segment - first_segment]);
+}
+
+int64_t HeldState::Bytes() const {
+  int64_t bytes = 0;
+  auto add = [&bytes](const torch::Tensor& t) {
+    if (t.defined()) bytes += static_cast<int64_t>(t.numel() * t.element_size());
+  };
+  for (const auto& segment : segments) {
+    if (!segment) continue;
+    for (const auto& p : segment->parameters(/*recurse=*/true)) add(p);
+    for (const auto& b : segment->buffers(/*recurse=*/true)) add(b);
+  }
+  for (const auto& [param, state] : optimizer_state) {
+    for (const auto& [name, tensor] : state) add(tensor);
+  }
+  return bytes;
+}
+
+}  // namespace mitra::worker

@@ -1,0 +1,355 @@
+#include "worker/state_exchange.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "checkpoint/tensor_file.h"
+#include "mitra/worker/runtime.h"
+#include "mitra/worker/stage.h"
+#include "worker/checkpointer.h"
+#include "worker/comm.h"
+#include "worker/held_state.h"
+
+namespace mitra::worker {
+namespace {
+
+// Tags of the exchange's messages, clear of the pipeline's (which it never overlaps anyway):
+// message i of segment s is kTagBase + s * kTagsPerSegment + i, the first two being the header's
+// length and the header.
+constexpr int kTagBase = 1 << 24;
+constexpr int kTagsPerSegment = 1 << 14;
+
+const std::string& SegmentName(const Runtime& rt, int segment) {
+  return rt.spec().segments.at(segment).name;
+}
+
+int Tag(int segment, size_t message) {
+  return kTagBase + segment * kTagsPerSegment + static_cast<int>(message);
+}
+
+StateSource Costlier(StateSource a, StateSource b) {
+  return static_cast<int>(a) > static_cast<int>(b) ? a : b;
+}
+
+// One segment's state as it travels: "param/<name>", "buffer/<name>" and "<state>/<parameter>"
+// (the checkpoint's names), in this order.
+using Payload = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// The header names each tensor with its type and shape, one per line: "<name> <dtype> d0,d1,...".
+std::string Header(const Payload& payload) {
+  std::ostringstream out;
+  for (const auto& [name, t] : payload) {
+    out << name << ' ' << static_cast<int>(t.scalar_type()) << ' ';
+    for (int64_t d = 0; d < t.dim(); ++d) out << (d ? "," : "") << t.size(d);
+    out << '\n';
+  }
+  return out.str();
+}
+
+struct TensorSpec {
+  std::string name;
+  c10::ScalarType dtype;
+  std::vector<int64_t> shape;
+};
+
+std::vector<TensorSpec> ParseHeader(const std::string& text) {
+  std::vector<TensorSpec> specs;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    TensorSpec spec;
+    int dtype = 0;
+    std::string shape;
+    words >> spec.name >> dtype >> shape;
+    spec.dtype = static_cast<c10::ScalarType>(dtype);
+    std::istringstream dims(shape);
+    for (std::string d; std::getline(dims, d, ',');) {
+      if (!d.empty()) spec.shape.push_back(std::stoll(d));
+    }
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+// The parameters and buffers of a segment module under the checkpoint's names (as
+// SegmentTensors names a stage's).
+std::map<std::string, torch::Tensor> ModuleTensors(const cutpoint::Segment& segment) {
+  std::map<std::string, torch::Tensor> live;
+  for (const auto& item : segment.named_parameters(/*recurse=*/true)) {
+    live["param/" + item.key()] = item.value();
+  }
+  for (const auto& item : segment.named_buffers(/*recurse=*/true)) {
+    if (item.value().defined()) live["buffer/" + item.key()] = item.value();
+  }
+  return live;
+}
+
+// What this rank sends of `segment`: from its stage when it kept it, else from what it held.
+Payload SegmentPayload(Runtime& rt, HeldState* held, int segment) {
+  const Stage& stage = rt.stage();
+  const std::string& name = SegmentName(rt, segment);
+  Payload payload;
+  std::map<std::string, torch::Tensor> live;
+  std::map<std::string, std::map<std::string, torch::Tensor>> state;  // local parameter name ->
+  if (segment >= stage.first_segment() && segment < stage.end_segment() &&
+      stage.Adopted(segment)) {
+    live = SegmentTensors(stage, name);
+    for (const auto& [key, t] : live) {
+      if (key.rfind("param/", 0) != 0) continue;
+      for (auto& [state_name, s] : rt.optimizer().State(t)) state[key.substr(6)][state_name] = s;
+    }
+  } else {
+    const cutpoint::Segment& module = *held->segments.at(segment - held->first_segment);
+    live = ModuleTensors(module);
+    const std::string prefix = name + ".";
+    for (const auto& [qualified, s] : held->optimizer_state) {
+      if (qualified.rfind(prefix, 0) == 0) state[qualified.substr(prefix.size())] = s;
+    }
+  }
+  for (const auto& [key, t] : live) payload.emplace_back(key, t.detach().contiguous());
+  for (const auto& [param, tensors] : state) {
+    for (const auto& [state_name, t] : tensors) {
+      payload.emplace_back(state_name + "/" + param, t.detach().contiguous());
+    }
+  }
+  return payload;
+}
+
+// Posts the sends of `segment` to `to`; the tensors stay in `keep` until the sends complete.
+void SendSegment(Comm& comm, const Payload& payload, int segment, int to,
+                 std::vector<c10::intrusive_ptr<c10d::Work>>* works,
+                 std::vector<torch::Tensor>* keep) {
+  const std::string header = Header(payload);
+  torch::Tensor length = torch::tensor({static_cast<int64_t>(header.size())}, torch::kInt64);
+  torch::Tensor text = torch::empty({static_cast<int64_t>(header.size())}, torch::kUInt8);
+  std::copy(header.begin(), header.end(), text.data_ptr<uint8_t>());
+  std::vector<torch::Tensor> messages{length, text};
+  for (const auto& [name, t] : payload) messages.push_back(t);
+  TORCH_CHECK(messages.size() < static_cast<size_t>(kTagsPerSegment),
+              "segment ", segment, " has too many tensors to send");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    std::vector<torch::Tensor> one{messages[i]};
+    works->push_back(comm.global().send(one, to, Tag(segment, i)));
+    keep->push_back(messages[i]);
+  }
+}
+
+// Receives `segment` from `from` straight into this rank's parameters and buffers, and gives
+// its optimizer state to the optimizer. Returns the bytes received.
+Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
+  Comm& comm = rt.comm();
+  const std::string what = "the state of segment " + SegmentName(rt, segment);
+  auto recv = [&](torch::Tensor t, size_t i) {
+    std::vector<torch::Tensor> one{t};
+    comm.Wait(comm.global().recv(one, from, Tag(segment, i)),
+              "receiving " + what + " from " + comm.Describe(from));
+  };
+  torch::Tensor length = torch::empty({1}, torch::kInt64);
+  recv(length, 0);
+  torch::Tensor text = torch::empty({length.item<int64_t>()}, torch::kUInt8);
+  recv(text, 1);
+  const std::vector<TensorSpec> specs = ParseHeader(
+      std::string(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()), text.numel()));
+  const std::map<std::string, torch::Tensor> live =
+      SegmentTensors(rt.stage(), SegmentName(rt, segment));
+  std::map<std::string, std::map<std::string, torch::Tensor>> state;
+  int64_t bytes = 0;
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& spec = specs[i];
+    torch::Tensor into;
+    if (auto it = live.find(spec.name); it != live.end()) {
+      if (it->second.sizes().vec() != spec.shape || it->second.scalar_type() != spec.dtype) {
+        return Status::Internal(what + ": " + spec.name + " differs in shape or type between "
+                                "this rank and " + comm.Describe(from));
+      }
+      into = it->second.is_contiguous() ? it->second : torch::empty_like(it->second);
+      recv(into, i + 2);
+      if (!into.is_same(it->second)) it->second.copy_(into);
+    } else {
+      into = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
+      recv(into, i + 2);
+      const size_t slash = spec.name.find('/');
+      state[spec.name.substr(slash + 1)][spec.name.substr(0, slash)] = into;
+    }
+    bytes += static_cast<int64_t>(into.numel() * into.element_size());
+  }
+  for (const auto& [param, tensors] : state) {
+    auto it = live.find("param/" + param);
+    if (it == live.end()) return Status::Internal(what + ": state for an unknown parameter " + param);
+    if (Status s = rt.optimizer().SetState(it->second, tensors); !s.ok()) return s;
+  }
+  return bytes;
+}
+
+// Every rank's holding and rank 0's view of the checkpoint, in one all-gather.
+std::vector<Holding> GatherHoldings(Comm& comm, const Holding& mine, int world,
+                                    bool* checkpoint_complete) {
+  torch::Tensor in = torch::tensor(
+      {mine.step, static_cast<int64_t>(mine.first), static_cast<int64_t>(mine.end),
+       static_cast<int64_t>(*checkpoint_complete)},
+      torch::kInt64);
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int r = 0; r < world; ++r) out[0].push_back(torch::empty_like(in));
+  std::vector<torch::Tensor> inputs{in};
+  comm.Wait(comm.global().allgather(out, inputs), "gathering what every rank holds");
+  std::vector<Holding> held;
+  for (int r = 0; r < world; ++r) {
+    const auto* v = out[0][r].data_ptr<int64_t>();
+    held.push_back({v[0], static_cast<int>(v[1]), static_cast<int>(v[2])});
+  }
+  *checkpoint_complete = out[0][0].data_ptr<int64_t>()[3] != 0;
+  return held;
+}
+
+// The donor's trainer state, broadcast to every rank and applied there.
+void ShareTrainerState(Runtime& rt, const HeldState* held, int donor) {
+  Comm& comm = rt.comm();
+  const bool mine = rt.placement().rank == donor;
+  torch::Tensor scale = torch::zeros({2}, torch::kFloat64);
+  torch::Tensor rng = at::detail::getDefaultCPUGenerator().get_state();
+  if (mine) {
+    scale[0] = held->trainer.loss_scale;
+    scale[1] = static_cast<double>(held->trainer.loss_scale_good_steps);
+    rng = held->trainer.rng_state.clone();
+  }
+  c10d::BroadcastOptions options;
+  options.rootRank = donor;
+  for (torch::Tensor& t : {std::ref(scale), std::ref(rng)}) {  // Gloo wants one type per call
+    std::vector<torch::Tensor> one{t};
+    comm.Wait(comm.global().broadcast(one, options), "sharing the trainer state");
+  }
+  if (LossScaler* scaler = rt.loss_scaler(); scaler && scale[0].item<double>() > 0) {
+    scaler->Restore(scale[0].item<double>(), static_cast<int64_t>(scale[1].item<double>()));
+  }
+  auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
+  gen->set_state(*rng.unsafeGetTensorImpl());
+}
+
+}  // namespace
+
+const char* StateSourceName(StateSource source) {
+  switch (source) {
+    case StateSource::kKept: return "kept";
+    case StateSource::kPeer: return "peer";
+    case StateSource::kCheckpoint: return "checkpoint";
+  }
+  return "?";
+}
+
+ResumePlan PlanResume(const std::vector<Holding>& held,
+                      const std::vector<std::pair<int, int>>& needs, int64_t step) {
+  const int world = static_cast<int>(needs.size());
+  ResumePlan plan;
+  plan.rank_sources.assign(world, StateSource::kKept);
+  std::vector<int> sending(held.size(), 0);  // segments each rank sends so far
+  for (int to = 0; to < world; ++to) {
+    for (int segment = needs[to].first; segment < needs[to].second; ++segment) {
+      if (held[to].Holds(segment, step)) continue;
+      int from = -1;
+      for (int r = 0; r < static_cast<int>(held.size()); ++r) {
+        if (held[r].Holds(segment, step) && (from < 0 || sending[r] < sending[from])) from = r;
+      }
+      StateSource source = StateSource::kCheckpoint;
+      if (from >= 0) {
+        ++sending[from];
+        plan.transfers.push_back({segment, from, to});
+        source = StateSource::kPeer;
+      } else {
+        plan.from_checkpoint.emplace_back(to, segment);
+      }
+      plan.rank_sources[to] = Costlier(plan.rank_sources[to], source);
+    }
+  }
+  for (int r = 0; r < static_cast<int>(held.size()); ++r) {
+    if (held[r].step == step && held[r].end > held[r].first) {
+      plan.trainer_donor = r;
+      break;
+    }
+  }
+  return plan;
+}
+
+Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpoint_complete,
+                                      const CheckpointReader& read_checkpoint) {
+  const auto start = std::chrono::steady_clock::now();
+  const Placement& placement = rt.placement();
+  const int64_t step = placement.resume_step;
+  const int world = placement.world_size(), me = placement.rank;
+  Comm& comm = rt.comm();
+
+  Holding mine;
+  if (held != nullptr && held->step == step) {
+    mine = {step, held->first_segment, held->end_segment};
+  }
+  const std::vector<Holding> holdings = GatherHoldings(comm, mine, world, &checkpoint_complete);
+  std::vector<std::pair<int, int>> needs;
+  for (int r = 0; r < world; ++r) {
+    const int stage = placement.stage_map.PositionOf(r).stage;
+    needs.emplace_back(rt.partition().FirstSegment(stage), rt.partition().EndSegment(stage));
+  }
+  const ResumePlan plan = PlanResume(holdings, needs, step);
+
+  // Every send first (asynchronous), then every receive: a rank blocked in a receive has posted
+  // all it sends, so the exchange cannot deadlock.
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+  std::vector<torch::Tensor> keep;
+  for (const SegmentTransfer& t : plan.transfers) {
+    if (t.from == me) SendSegment(comm, SegmentPayload(rt, held, t.segment), t.segment, t.to, &sends, &keep);
+  }
+  int64_t received = 0;
+  for (const SegmentTransfer& t : plan.transfers) {
+    if (t.to != me) continue;
+    Result<int64_t> bytes = ReceiveSegment(rt, t.segment, t.from);
+    if (!bytes.ok()) return bytes.status();
+    received += *bytes;
+  }
+  for (auto& work : sends) comm.Wait(work, "sending state to a peer");
+  keep.clear();
+
+  std::vector<int> from_checkpoint;
+  for (const auto& [rank, segment] : plan.from_checkpoint) {
+    if (rank == me) from_checkpoint.push_back(segment);
+  }
+  const bool trainer_from_checkpoint = plan.trainer_donor < 0;
+  if (!from_checkpoint.empty() || trainer_from_checkpoint) {
+    if (!checkpoint_complete) {
+      return Status::IoError(
+          "no rank holds the state of step " + std::to_string(step) + " of segment " +
+          SegmentName(rt, from_checkpoint.empty() ? 0 : from_checkpoint[0]) +
+          ", and no complete checkpoint of that step exists");
+    }
+    if (Status s = read_checkpoint(from_checkpoint, trainer_from_checkpoint); !s.ok()) return s;
+  }
+  if (!trainer_from_checkpoint) ShareTrainerState(rt, held, plan.trainer_donor);
+
+  // The totals, the same on every rank: the bytes moved and the slowest rank's time.
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  torch::Tensor totals = torch::tensor({static_cast<double>(received), seconds}, torch::kFloat64);
+  std::vector<torch::Tensor> bytes{totals.narrow(0, 0, 1).clone()}, times{totals.narrow(0, 1, 1).clone()};
+  comm.Wait(comm.global().allreduce(bytes), "summing the bytes moved");
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  comm.Wait(comm.global().allreduce(times, max), "timing the exchange");
+
+  ResumeSummary summary;
+  summary.rank_sources = plan.rank_sources;
+  summary.peer_bytes = static_cast<int64_t>(bytes[0].item<double>());
+  summary.seconds = times[0].item<double>();
+  summary.checkpoint_complete = checkpoint_complete;
+  for (StateSource s : plan.rank_sources) {
+    (s == StateSource::kKept ? summary.kept : s == StateSource::kPeer ? summary.peer
+                                                                      : summary.checkpoint)++;
+  }
+  return summary;
+}
+
+}  // namespace mitra::worker
