@@ -20,13 +20,14 @@ namespace {
 // descendant of the process may hold its stdout open much longer.
 constexpr std::chrono::milliseconds kExitGrace(500);
 
-// RFC 4254's signal names, which are also kill(1)'s (`kill -s TERM`).
+// RFC 4254's signal names, which are also kill(1)'s (`kill -s TERM`), and URG (a morph that
+// holds the state in memory: worker/trainer.cc).
 constexpr std::pair<const char*, int> kSignalNames[] = {
     {"ABRT", SIGABRT}, {"ALRM", SIGALRM}, {"BUS", SIGBUS},   {"CONT", SIGCONT}, {"FPE", SIGFPE},
     {"HUP", SIGHUP},   {"ILL", SIGILL},   {"INT", SIGINT},   {"KILL", SIGKILL}, {"PIPE", SIGPIPE},
     {"QUIT", SIGQUIT}, {"SEGV", SIGSEGV}, {"STOP", SIGSTOP}, {"SYS", SIGSYS},   {"TERM", SIGTERM},
-    {"TRAP", SIGTRAP}, {"TSTP", SIGTSTP}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"XCPU", SIGXCPU},
-    {"XFSZ", SIGXFSZ}};
+    {"TRAP", SIGTRAP}, {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+    {"XCPU", SIGXCPU}, {"XFSZ", SIGXFSZ}};
 
 std::chrono::microseconds Seconds(double s) {
   return std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, s) * 1e6));

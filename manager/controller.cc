@@ -172,10 +172,13 @@ void Controller::OnReport(const RankReport& in) {
     case RankReport::Kind::kCheckpoint:
       return;
     case RankReport::Kind::kRestored:
-      if (in.rank == 0) gen_.restore_s = in.seconds;
+      if (in.rank == 0) {
+        gen_.restore_s = in.seconds;
+        gen_.sources = in.sources;
+      }
       return;
     case RankReport::Kind::kParked:
-      OnParked(in.rank);
+      OnParked(in.rank, in.held);
       return;
     case RankReport::Kind::kStep:
       last_step_ = std::max(last_step_, in.step);
@@ -284,6 +287,7 @@ void Controller::TryLaunch() {
   }
   waiting_reason_.clear();
   std::map<int, ParkedWorker> kept = TakeParkedFor(desired->first, desired->second);
+  const std::optional<int64_t> held_step = WholeHeldStep(kept, options_.segments);
   std::optional<int64_t> expected;
   if (ending_ == Ending::kMorph && gen_.stopped_step >= 0 && gen_.stopped_steps_agree) {
     expected = gen_.stopped_step;
@@ -297,7 +301,8 @@ void Controller::TryLaunch() {
   phase_ = Phase::kRunning;
   reason_.clear();
   ending_ = Ending::kNone;
-  actions_.push_back(LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept)});
+  actions_.push_back(
+      LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept), held_step});
   KeepSpares();
 }
 
@@ -356,6 +361,7 @@ void Controller::TellTrainingAgain(int64_t step) {
   fact.ready_s = ready_at - gen_.launched_at;
   fact.load_s = std::min(gen_.restore_s, now_ - ready_at);
   fact.first_step_s = now_ - ready_at - fact.load_s;
+  fact.sources = gen_.sources;
   Tell(fact);
   change_.kind.clear();
 }

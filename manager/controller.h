@@ -156,7 +156,13 @@ struct RankReport {
   Kind kind = Kind::kHeartbeat;
   int64_t step = 0;  // kStep, kCheckpoint, kRestored, kStopped, kParked
   bool can_park = false;  // kReady: the rank parks when a morph asks it to (SIGUSR2)
-  double seconds = 0;     // kRestored: how long loading the checkpoint took
+  double seconds = 0;     // kRestored: how long loading the state took
+  // kRestored: where the ranks' state came from (how many ranks kept theirs, took it from a
+  // peer, read the checkpoint) and the bytes sent between ranks; absent for a plain restore.
+  std::optional<StateSources> sources = {};
+  // kParked: the state the worker holds in memory, of segments [first, end) after `step` steps
+  // (step -1: none).
+  HeldSegments held = {};
   // kStopped: the rank left training because it reached its last step (reason `max_steps`).
   // Once every rank has said so, the job's training is complete and checkpointed: the job is
   // never relaunched after it, whatever the ranks do next.
@@ -213,6 +219,10 @@ struct LaunchAction {
   // The ranks that parked workers take (told their placement, not started); every other rank
   // starts a process.
   std::map<int, ParkedWorker> kept;
+  // The step whose state the kept workers hold, between them, for every segment: the
+  // generation resumes from it when no newer checkpoint exists (docs/manager.md, "State from
+  // peers").
+  std::optional<int64_t> held_step;
 };
 
 // Lets parked workers exit: nothing needs them.
@@ -318,7 +328,10 @@ class Controller {
   // A standby worker's report or exit (generation kStandbyGeneration).
   void OnStandbyReport(const RankReport& in);
   // Rank `rank` of the current generation parked.
-  void OnParked(int rank);
+  void OnParked(int rank, const HeldSegments& held);
+  // Whether, if every rank parked now, the parked workers a launch of the shape the machines
+  // allow would keep hold every stage: then a morph needs no checkpoint (SIGURG).
+  bool KeptWorkersWouldHoldEveryStage();
   // The parked workers the ranks of `plan` take; the rest are let go, but for spares.
   std::map<int, ParkedWorker> TakeParkedFor(const GridPlan& plan,
                                             const std::vector<Machine>& machines);
@@ -353,9 +366,14 @@ class Controller {
   void FailAfterTraining(std::optional<int> rank, const std::string& what);
   // SIGKILL to every running rank (`why` for the record; "" after a SIGTERM's grace).
   void KillRunning(const std::string& why);
-  // SIGUSR1 to every running rank, or SIGTERM when not all are ready (before `ready` a worker
-  // may not have its SIGUSR1 handler yet). `park`: SIGUSR2 instead when every rank can park.
-  void AskRanksToStop(bool park = false);
+  // How ranks asked to stop after the same step go on: they checkpoint and exit (SIGUSR1),
+  // checkpoint and park (SIGUSR2), or park holding their state in memory, with no checkpoint
+  // (SIGURG: a morph whose next launch keeps workers that hold every stage).
+  enum class StopKind { kExit, kPark, kHold };
+  // The signal of `kind` to every running rank (SIGUSR1 unless every rank can park), or
+  // SIGTERM when not all are ready (before `ready` a worker may not have its handlers yet).
+  void AskRanksToStop(StopKind kind = StopKind::kExit);
+  bool EveryRankCanPark() const;
   // Lets every parked worker go, and every standby worker not parked yet (ReleaseAction).
   void ReleaseParked();
   // Starts standby workers until every machine of the running generation has options_.spares

@@ -162,8 +162,12 @@ void Controller::BeginMorph(const std::string& why) {
   reason_ = why;
   change_.kind = "morph";
   change_.detected = now_;
-  Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running()});
-  AskRanksToStop(/*park=*/true);
+  const StopKind kind = gen_.AllReady() && EveryRankCanPark() && KeptWorkersWouldHoldEveryStage()
+                            ? StopKind::kHold
+                            : StopKind::kPark;
+  Tell(MorphFact{why, gen_.ShapeText(), last_step_, gen_.Running(), /*skipped=*/false,
+                 kind == StopKind::kHold});
+  AskRanksToStop(kind);
 }
 
 void Controller::Morph(const std::string& why, const GridPlan& desired,
@@ -206,16 +210,34 @@ void Controller::Morph(const std::string& why, const GridPlan& desired,
   Tell(fact);
 }
 
-void Controller::OnParked(int rank) {
-  // Stopped as asked (or left its step as a peer failed), its part of the checkpoint on disk:
-  // like an exit, but the process stays for the next generation.
+void Controller::OnParked(int rank, const HeldSegments& held) {
+  // Stopped as asked (or left its step as a peer failed), its state on disk or in memory: like
+  // an exit, but the process stays for the next generation.
   RankState& r = gen_.ranks[rank];
   if (!r.running || r.parked || r.killed) return;  // a killed rank's exit is near
   r.running = false;
   r.parked = true;
   standby_.Park(ParkedWorker{gen_.number, rank, gen_.MachineOf(rank).Address(),
-                             gen_.plan.ranks[rank].local_rank});
+                             gen_.plan.ranks[rank].local_rank, held});
   MaybeEndGeneration();
+}
+
+bool Controller::KeptWorkersWouldHoldEveryStage() {
+  std::string unused;
+  const auto desired = DesiredPlan(&unused);
+  if (!desired || !gen_.live) return false;
+  // The running ranks as the workers they would be once parked, each holding its stage (as
+  // stage s of S: segments [s, s + 1) of S suffice to tell whole from not).
+  ParkedWorkers would_park;
+  for (size_t r = 0; r < gen_.ranks.size(); ++r) {
+    const int rank = static_cast<int>(r);
+    const int stage = gen_.plan.stage_map.PositionOf(rank).stage;
+    would_park.Add(ParkedWorker{gen_.number, rank, gen_.MachineOf(rank).Address(),
+                                gen_.plan.ranks[r].local_rank, HeldSegments{0, stage, stage + 1}});
+  }
+  std::vector<ParkedWorker> left;
+  const std::map<int, ParkedWorker> kept = would_park.TakeFor(desired->first, desired->second, &left);
+  return WholeHeldStep(kept, gen_.plan.stages).has_value();
 }
 
 std::map<int, ParkedWorker> Controller::TakeParkedFor(const GridPlan& plan,

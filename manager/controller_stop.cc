@@ -69,7 +69,12 @@ void Controller::BeginStop(const StopInput& in) {
   AskRanksToStop();
 }
 
-void Controller::AskRanksToStop(bool park) {
+bool Controller::EveryRankCanPark() const {
+  return std::all_of(gen_.ranks.begin(), gen_.ranks.end(),
+                     [](const RankState& r) { return !r.running || r.can_park; });
+}
+
+void Controller::AskRanksToStop(StopKind kind) {
   if (!gen_.AllReady()) {
     // Before `ready` a worker may not have its SIGUSR1 handler yet, and it has trained
     // nothing in this generation: terminate it.
@@ -78,11 +83,13 @@ void Controller::AskRanksToStop(bool park) {
   }
   gen_.deadlines.stop = now_ + options_.stop_timeout_s;
   gen_.stop_signalled = now_;
-  // SIGUSR2's default action ends a process: only when every rank said it handles it.
-  const bool all_park = std::all_of(gen_.ranks.begin(), gen_.ranks.end(), [](const RankState& r) {
-    return !r.running || r.can_park;
-  });
-  SignalRunning(park && all_park ? SIGUSR2 : SIGUSR1);
+  // SIGUSR2's default action ends a process, and SIGURG's is to ignore the signal: only when
+  // every rank said it parks.
+  if (kind == StopKind::kExit || !EveryRankCanPark()) {
+    SignalRunning(SIGUSR1);
+    return;
+  }
+  SignalRunning(kind == StopKind::kHold ? SIGURG : SIGUSR2);
 }
 
 void Controller::Terminate(const std::string& why) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "manager/machine_list.h"
+#include "manager/parked_workers.h"
 #include "planner/grid.h"
 
 namespace mitra::manager {
@@ -61,6 +62,7 @@ struct Generation {
   int kept = 0;               // ranks taken by parked workers of an earlier generation
   double all_ready_at = -1;   // every rank reported ready; -1: not yet
   double restore_s = 0;       // rank 0's restore of the checkpoint
+  std::optional<StateSources> sources;  // where the ranks' state came from (rank 0's `restored`)
 
   double stop_signalled = 0;  // SIGUSR1 sent (else the launch): what `stopped` is timed from
   bool first_step_seen = false;

@@ -1,6 +1,7 @@
 #include "manager/narration.h"
 
 #include <cmath>
+#include <cstdio>
 
 #include "common/duration_text.h"
 #include "common/overloaded.h"
@@ -11,6 +12,17 @@
 
 namespace mitra::manager {
 namespace {
+
+// "12.3 MB", "1.2 GB": decimal units, three significant figures or so.
+std::string MegabytesText(int64_t bytes) {
+  char text[32];
+  if (bytes >= 1'000'000'000) {
+    std::snprintf(text, sizeof text, "%.2f GB", static_cast<double>(bytes) / 1e9);
+  } else {
+    std::snprintf(text, sizeof text, "%.1f MB", static_cast<double>(bytes) / 1e6);
+  }
+  return text;
+}
 
 Narration Told(std::string event, JsonObject fields, std::string line = "", bool error = false) {
   return Narration{std::move(event), std::move(fields), std::move(line), error};
@@ -181,6 +193,16 @@ Narration TrainingAgain(const TrainingAgainFact& f) {
     line += "; " + std::to_string(f.kept) + (f.kept == 1 ? " worker" : " workers") + " kept, " +
             std::to_string(f.started) + " started";
   }
+  if (f.sources && f.sources->kept + f.sources->peer > 0) {  // else: the checkpoint, as always
+    const StateSources& s = *f.sources;
+    line += "; state: " + std::to_string(s.kept) + " kept, " + std::to_string(s.peer) +
+            " from peers";
+    if (s.peer_bytes > 0) {
+      line += " (" + MegabytesText(s.peer_bytes) + " at " +
+              MegabytesText(static_cast<int64_t>(s.peer_bytes_per_s)) + "/s)";
+    }
+    line += ", " + std::to_string(s.checkpoint) + " from the checkpoint";
+  }
   records::FirstStep record;
   record.kind = f.kind;
   record.step = f.step;
@@ -193,6 +215,13 @@ Narration TrainingAgain(const TrainingAgainFact& f) {
   record.ready_s = RoundedSeconds(f.ready_s);
   record.load_s = RoundedSeconds(f.load_s);
   record.first_step_s = RoundedSeconds(f.first_step_s);
+  if (f.sources) {
+    record.state_kept = f.sources->kept;
+    record.state_peer = f.sources->peer;
+    record.state_checkpoint = f.sources->checkpoint;
+    record.peer_bytes = f.sources->peer_bytes;
+    record.peer_bytes_per_s = std::round(f.sources->peer_bytes_per_s);
+  }
   return Told(records::FirstStep::kEvent, records::ToJson(record), line);
 }
 
@@ -289,9 +318,12 @@ Narration Narrate(const Fact& fact) {
             record.reason = f.reason;
             record.from = f.from;
             record.step = f.step;
+            record.state = f.in_memory ? "memory" : "checkpoint";
             return Told(records::Morph::kEvent, records::ToJson(record),
                         "mitra: " + f.reason + ": asking " + std::to_string(f.ranks) +
-                            " workers to checkpoint and stop after the same step");
+                            (f.in_memory ? " workers to stop after the same step, keeping their "
+                                           "state in memory"
+                                         : " workers to checkpoint and stop after the same step"));
           },
           [](const FailureFact& f) { return Failure(f); },
       },

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "manager/parked_workers.h"
 #include "planner/grid.h"
 
 namespace mitra::manager {
@@ -65,6 +66,7 @@ struct TrainingAgainFact {
   int kept = 0;     // ranks taken by parked workers
   int started = 0;  // ranks that started a process
   double downtime_s = 0, stop_s = 0, relaunch_s = 0, ready_s = 0, load_s = 0, first_step_s = 0;
+  std::optional<StateSources> sources = {};  // where the state came from; absent: the checkpoint
 };
 
 struct TrainingDoneFact {
@@ -167,6 +169,8 @@ struct MorphFact {
   int64_t step = 0;
   int ranks = 0;
   bool skipped = false;  // training was done: the ranks only finish their own work
+  // The ranks keep their state in memory for the next generation instead of checkpointing.
+  bool in_memory = false;
 };
 
 // A rank (or the job, without `rank`) failed.

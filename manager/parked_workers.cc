@@ -1,6 +1,8 @@
 #include "manager/parked_workers.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
 #include <utility>
 
 namespace mitra::manager {
@@ -29,6 +31,22 @@ std::map<int, ParkedWorker> ParkedWorkers::TakeFor(const planner::GridPlan& plan
   }
   workers_.clear();
   return kept;
+}
+
+std::optional<int64_t> WholeHeldStep(const std::map<int, ParkedWorker>& workers, int segments) {
+  std::set<int64_t, std::greater<>> steps;
+  for (const auto& [rank, w] : workers) {
+    if (w.held.step >= 0) steps.insert(w.held.step);
+  }
+  for (const int64_t step : steps) {
+    bool whole = true;
+    for (int segment = 0; segment < segments && whole; ++segment) {
+      whole = std::any_of(workers.begin(), workers.end(),
+                          [&](const auto& kv) { return kv.second.held.Holds(segment, step); });
+    }
+    if (whole) return step;
+  }
+  return std::nullopt;
 }
 
 std::vector<ParkedWorker> ParkedWorkers::TakeAll() { return std::exchange(workers_, {}); }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,13 +17,40 @@
 
 namespace mitra::manager {
 
+// The state a parked worker holds in memory (docs/manager.md, "State from peers"): that of
+// segments [first, end) after `step` steps; step -1 when it holds none (a standby worker, or
+// one that lost its state).
+struct HeldSegments {
+  int64_t step = -1;
+  int first = 0, end = 0;
+  bool Holds(int segment, int64_t at_step) const {
+    return step >= 0 && step == at_step && segment >= first && segment < end;
+  }
+};
+
+// Where a new generation's ranks took their state from, as rank 0 reported it (`restored`):
+// how many ranks kept their own, took it from peers or read the checkpoint, and the bytes sent
+// between ranks at what rate.
+struct StateSources {
+  int kept = 0, peer = 0, checkpoint = 0;
+  int64_t peer_bytes = 0;
+  double peer_bytes_per_s = 0;
+};
+
 // A parked worker, known by the generation and rank it last trained as.
 struct ParkedWorker {
   int64_t generation = 0;
   int rank = 0;
   std::string machine;  // Machine::Address()
   int local_rank = 0;   // its place among the ranks on that machine
+  HeldSegments held = {};
 };
+
+// The newest step whose state `workers` hold, between them, for every one of `segments`
+// segments: the step a generation they make up resumes from without storage. nullopt when
+// no step is whole (a stage's every holder gone, or holders of different steps after a failure
+// struck during a step).
+std::optional<int64_t> WholeHeldStep(const std::map<int, ParkedWorker>& workers, int segments);
 
 class ParkedWorkers {
  public:

@@ -156,10 +156,14 @@ struct Morph {
   std::string reason;
   std::string from;  // the shape it leaves
   int64_t step = 0;
+  // Where the ranks keep their state for the next generation: "memory" (they park holding it)
+  // or "checkpoint" (they write one first).
+  std::string state;
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
     f("generation", r.generation), f("reason", r.reason), f("from", r.from), f("step", r.step);
+    f("state", r.state);
   }
 };
 
@@ -193,6 +197,10 @@ struct FirstStep {
   std::string shape;
   int64_t kept = 0, started = 0;  // ranks taken by parked workers, ranks that started a process
   double downtime_s = 0, stop_s = 0, relaunch_s = 0, ready_s = 0, load_s = 0, first_step_s = 0;
+  // Where the ranks' state came from (ranks that kept their own, took it from peers, read the
+  // checkpoint) and the bytes sent between ranks; absent when every rank read the checkpoint.
+  std::optional<int64_t> state_kept, state_peer, state_checkpoint, peer_bytes;
+  std::optional<double> peer_bytes_per_s;
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
@@ -200,6 +208,9 @@ struct FirstStep {
     f("kept", r.kept), f("started", r.started), f("downtime_s", r.downtime_s);
     f("stop_s", r.stop_s), f("relaunch_s", r.relaunch_s), f("ready_s", r.ready_s);
     f("load_s", r.load_s), f("first_step_s", r.first_step_s);
+    f("state_kept", r.state_kept), f("state_peer", r.state_peer);
+    f("state_checkpoint", r.state_checkpoint), f("peer_bytes", r.peer_bytes);
+    f("peer_bytes_per_s", r.peer_bytes_per_s);
   }
 };
 

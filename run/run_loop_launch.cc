@@ -27,6 +27,10 @@ void RunLoop::Launch(const manager::LaunchAction& launch) {
   const double begin = clock_->MonotonicSeconds();
   BeginGeneration(launch);
   LaunchSettings settings = GenerationSettings(launch);
+  // Parked workers that hold a newer step than storage, between them, resume from it.
+  if (launch.held_step && *launch.held_step > settings.placement.resume_step) {
+    settings.placement.resume_step = *launch.held_step;
+  }
   const manager::Machine& first = launch.machines[launch.plan.ranks[0].machine];
   const Result<int> port = RendezvousPort(first, launch.generation);
   settings.placement.rdzv_host = transports_->WorkerAddress(first);

@@ -81,6 +81,11 @@ std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int r
   } else if (kind == "parked") {
     report.kind = Kind::kParked;
     report.step = step;
+    if (const std::optional<double> held = record.GetNumber("held_step")) {
+      report.held.step = static_cast<int64_t>(*held);
+      report.held.first = static_cast<int>(record.GetNumber("held_first_segment").value_or(0));
+      report.held.end = static_cast<int>(record.GetNumber("held_end_segment").value_or(0));
+    }
     if (const auto it = ranks_.find(rank); current && it != ranks_.end() && it->second.runner) {
       parked_[{generation, rank}] = it->second;
     }
@@ -113,6 +118,15 @@ std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int r
     report.kind = kind == "restored" ? Kind::kRestored : Kind::kCheckpoint;
     report.step = step;
     report.seconds = record.GetNumber("seconds").value_or(0);
+    if (record.Find("kept") != nullptr) {
+      manager::StateSources sources;
+      sources.kept = static_cast<int>(record.GetNumber("kept").value_or(0));
+      sources.peer = static_cast<int>(record.GetNumber("peer").value_or(0));
+      sources.checkpoint = static_cast<int>(record.GetNumber("from_checkpoint").value_or(0));
+      sources.peer_bytes = static_cast<int64_t>(record.GetNumber("peer_bytes").value_or(0));
+      sources.peer_bytes_per_s = record.GetNumber("peer_bytes_per_s").value_or(0);
+      report.sources = sources;
+    }
   } else {
     return std::nullopt;
   }

@@ -1,7 +1,9 @@
 // Regrouping in place, as the controller decides it: a morph asks ranks that can park to park
-// (SIGUSR2), the next generation keeps the parked workers on the machines it uses and lets the
-// rest go, a user's stop never parks anyone, and a generation whose kept workers fail before
-// their first step is followed by a full restart.
+// (SIGURG, holding their state in memory, when the workers the next launch keeps hold every
+// stage; SIGUSR2, after a checkpoint, when not), the next generation keeps the parked workers on
+// the machines it uses, resumes from the step they hold and lets the rest go, a user's stop never
+// parks anyone, and a generation whose kept workers fail before their first step is followed by
+// a full restart.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -33,13 +35,23 @@ class ControllerRegroupTest : public ControllerTest {
     }
     Feed(RankReport{g, 0, RankReport::Kind::kStep, step});
   }
-  // Every rank of the current generation reports `stopped` at `step`, then parks; the actions
-  // of the last report are kept in last_.
-  void ParkAll(int64_t step) {
+  // Every rank of the current generation reports `stopped` at `step`, then parks (holding its
+  // stage's segments of `step` when `holding`); the actions of the last report are kept in last_.
+  void ParkAll(int64_t step, bool holding = false) {
     const int64_t g = controller_->generation();
     const int world = controller_->plan().world_size();
     for (int r = 0; r < world; ++r) Feed(RankReport{g, r, RankReport::Kind::kStopped, step});
-    for (int r = 0; r < world; ++r) Feed(RankReport{g, r, RankReport::Kind::kParked, step});
+    for (int r = 0; r < world; ++r) Park(r, holding ? step : -1);
+  }
+  // Rank `rank` of the current generation parks, holding its stage's segments (of the fixture's
+  // 4, two per stage) as after `held_step` steps (-1: nothing).
+  void Park(int rank, int64_t held_step) {
+    RankReport parked{controller_->generation(), rank, RankReport::Kind::kParked, held_step};
+    if (held_step >= 0) {
+      const int stage = controller_->plan().stage_map.PositionOf(rank).stage;
+      parked.held = HeldSegments{held_step, 2 * stage, 2 * stage + 2};
+    }
+    Feed(parked);
   }
   static std::vector<int> Ranks(const std::vector<ParkedWorker>& workers) {
     std::vector<int> out;
@@ -60,12 +72,15 @@ TEST_F(ControllerRegroupTest, AMorphParksTheRanksAndTheNextGenerationKeepsThemOn
   Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunParkingGeneration(5);
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});  // 127.0.0.3 leaves: 2 x 2 -> 2 x 1
-  EXPECT_EQ(SignalsOf(SIGUSR2), (std::vector<int>{0, 1, 2, 3}));
+  // The ranks on 127.0.0.2 hold both stages: they park holding their state, no checkpoint.
+  EXPECT_EQ(SignalsOf(SIGURG), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_TRUE(SignalsOf(SIGUSR1).empty());
-  ParkAll(6);
+  EXPECT_TRUE(SignalsOf(SIGUSR2).empty());
+  ParkAll(6, /*holding=*/true);
   const LaunchAction& launch = OnlyLaunch();
   EXPECT_EQ(launch.generation, 1);
   EXPECT_EQ(launch.expected_step, 6);
+  EXPECT_EQ(launch.held_step, 6);  // the kept workers hold step 6 of every segment
   // The new ranks 0 and 1 run on 127.0.0.2, where ranks 0 and 1 parked, each on its own slot.
   ASSERT_EQ(launch.kept.size(), 2u);
   EXPECT_EQ(launch.kept.at(0).generation, 0);
@@ -94,8 +109,8 @@ TEST_F(ControllerRegroupTest, AGrowStartsItsNewWorkersFirstAndKeepsEveryone) {
   Feed(RankReport{kStandbyGeneration, standby[0].id, RankReport::Kind::kParked, -1});
   EXPECT_TRUE(All<SignalAction>().empty());
   Feed(RankReport{kStandbyGeneration, standby[1].id, RankReport::Kind::kParked, -1});
-  // Both ready: now the morph.
-  EXPECT_EQ(SignalsOf(SIGUSR2).size(), 2u);
+  // Both ready: now the morph, which keeps everyone, so their state too.
+  EXPECT_EQ(SignalsOf(SIGURG).size(), 2u);
   ParkAll(6);
   const LaunchAction& launch = OnlyLaunch();
   EXPECT_EQ(launch.plan.world_size(), 4);
@@ -146,12 +161,73 @@ TEST_F(ControllerRegroupTest, AGrowWhoseNewWorkersAreLateMorphsWithoutThem) {
   ASSERT_EQ(standby.size(), 2u);
   Feed(RankReport{kStandbyGeneration, standby[0].id, RankReport::Kind::kParked, -1});
   AdvanceAlive(ControllerOptions().startup_timeout_s);  // the last second brings the deadline
-  EXPECT_EQ(SignalsOf(SIGUSR2).size(), 2u);
+  EXPECT_EQ(SignalsOf(SIGURG).size(), 2u);
   EXPECT_EQ(Ranks(Released()), (std::vector<int>{standby[1].id}));  // exits when it parks
   ParkAll(6);
   const LaunchAction& launch = OnlyLaunch();
   EXPECT_EQ(launch.plan.world_size(), 4);
   EXPECT_EQ(launch.kept.size(), 3u);  // one rank starts a process
+}
+
+TEST_F(ControllerRegroupTest, AMorphThatKeepsNoHolderOfAStageCheckpointsFirst) {
+  // 2 x 1 over two machines; 127.0.0.3 leaves with stage 1's only replica (and too few slots
+  // remain: the job waits). Its state must reach storage before it goes.
+  Feed(StartInput{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=1\n")});
+  EXPECT_EQ(SignalsOf(SIGUSR2), (std::vector<int>{0, 1}));
+  EXPECT_TRUE(SignalsOf(SIGURG).empty());
+  const auto records = All<RecordAction>();
+  const auto morph = std::find_if(records.begin(), records.end(),
+                                  [](const RecordAction& r) { return r.event == "morph"; });
+  ASSERT_NE(morph, records.end());
+  EXPECT_EQ(morph->fields.GetString("state"), "checkpoint");
+  EXPECT_NE(morph->line.find("to checkpoint and stop"), std::string::npos) << morph->line;
+}
+
+TEST_F(ControllerRegroupTest, TheMorphRecordSaysTheStateStaysInMemory) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  const auto records = All<RecordAction>();
+  const auto morph = std::find_if(records.begin(), records.end(),
+                                  [](const RecordAction& r) { return r.event == "morph"; });
+  ASSERT_NE(morph, records.end());
+  EXPECT_EQ(morph->fields.GetString("state"), "memory");
+  EXPECT_NE(morph->line.find("keeping their state in memory"), std::string::npos) << morph->line;
+}
+
+TEST_F(ControllerRegroupTest, TheLaunchResumesFromTheNewestStepTheKeptWorkersHoldWhole) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  ParkAll(6);  // parked after a checkpoint, holding nothing
+  EXPECT_FALSE(OnlyLaunch().held_step.has_value());
+}
+
+TEST(WholeHeldStep, IsTheNewestStepEverySegmentIsHeldAt) {
+  auto worker = [](int rank, int64_t step, int first, int end) {
+    return ParkedWorker{0, rank, "m", rank, HeldSegments{step, first, end}};
+  };
+  // Two stages of two segments, two replicas each.
+  std::map<int, ParkedWorker> all{{0, worker(0, 7, 0, 2)}, {1, worker(1, 7, 2, 4)},
+                                  {2, worker(2, 7, 0, 2)}, {3, worker(3, 7, 2, 4)}};
+  EXPECT_EQ(WholeHeldStep(all, 4), 7);
+  // A failure struck during step 8: one replica of stage 0 passed its all-reduce, nobody of
+  // stage 1 did. Step 7 is still whole (replica 1 of stage 0 holds it); step 8 is not.
+  std::map<int, ParkedWorker> mixed{{0, worker(0, 8, 0, 2)}, {1, worker(1, 7, 2, 4)},
+                                    {2, worker(2, 7, 0, 2)}};
+  EXPECT_EQ(WholeHeldStep(mixed, 4), 7);
+  // Stage 0's only holder of step 7 is gone: no step is whole.
+  mixed.erase(2);
+  EXPECT_EQ(WholeHeldStep(mixed, 4), std::nullopt);
+  // A stage with no holder at all, and workers that hold nothing.
+  EXPECT_EQ(WholeHeldStep({{0, worker(0, 7, 0, 2)}}, 4), std::nullopt);
+  EXPECT_EQ(WholeHeldStep({{0, ParkedWorker{0, 0, "m", 0}}}, 4), std::nullopt);
+  // A change of P: three stages' holders cover the four segments between them.
+  std::map<int, ParkedWorker> three{{0, worker(0, 5, 0, 1)}, {1, worker(1, 5, 1, 3)},
+                                    {2, worker(2, 5, 3, 4)}};
+  EXPECT_EQ(WholeHeldStep(three, 4), 5);
 }
 
 TEST_F(ControllerRegroupTest, AParkedWorkerKeepsItsSlotOnAMachine) {
@@ -262,6 +338,20 @@ TEST_F(ControllerRecoveryParkTest, SurvivorsOfAFailureParkAndTheRelaunchKeepsThe
   EXPECT_EQ(launch.plan.world_size(), 4);
   ASSERT_EQ(launch.kept.size(), 3u);  // rank 3's place starts a process
   EXPECT_EQ(launch.kept.count(3), 0u);
+}
+
+TEST_F(ControllerRecoveryParkTest, TheRelaunchAfterAFailureResumesFromTheStepTheSurvivorsHold) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(RankExited{0, 3, launcher::ExitStatus{0, SIGKILL}});
+  // The failure struck during step 9: one survivor had passed the step's all-reduce.
+  Park(0, 9);
+  Park(1, 8);
+  Park(2, 8);
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  const LaunchAction& launch = OnlyLaunch();
+  ASSERT_EQ(launch.kept.size(), 3u);
+  EXPECT_EQ(launch.held_step, 8);  // the newest step held whole: step 9 is not
 }
 
 TEST_F(ControllerRecoveryParkTest, SurvivorsThatDoNotParkInTimeAreKilled) {

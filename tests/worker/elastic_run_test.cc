@@ -72,11 +72,23 @@ TEST_F(ElasticGpt, ShrinkingTheMachineListMorphsWithoutLosingAStep) {
   const testing::MitraResult r = mitra->Wait(180);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
-  // The two workers that stay were kept: no process started.
+  // The two workers that stay were kept: no process started; and they kept their state, so no
+  // checkpoint was written on the way.
   EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("keeping their state in memory"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("state: 2 kept, 0 from peers"), std::string::npos) << r.out;
   EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1}));
-  EXPECT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 2u);
+  const auto launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_EQ(launches.size(), 2u);
   EXPECT_TRUE(testing::EventsNamed(run_dir_, "step_lost").empty());
+  // The checkpoint of the step it resumed from follows in the background, by the new generation.
+  const int64_t resumed = static_cast<int64_t>(launches[1].GetNumber("resume_step").value_or(0));
+  EXPECT_GT(resumed, 0);
+  bool written = false;
+  for (const JsonObject& c : testing::EventsNamed(run_dir_, "checkpoint")) {
+    written |= c.GetNumber("step") == resumed && c.GetNumber("generation") == 1;
+  }
+  EXPECT_TRUE(written) << "no checkpoint of step " << resumed << " after the morph";
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoProcessLeft(run_dir_);
 }
@@ -105,6 +117,8 @@ TEST_F(ElasticGpt, GrowingTheMachineListStartsTheNewWorkersFirstAndKeepsEveryone
   EXPECT_NE(r.out.find("starting 2 new workers first"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("4 workers kept, 0 started"), std::string::npos) << r.out;
+  // The new workers received their stages from the old ones, not from storage.
+  EXPECT_NE(r.out.find("state: 2 kept, 2 from peers"), std::string::npos) << r.out;
   EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1, 2, 3}));
   testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoProcessLeft(run_dir_);
@@ -250,6 +264,39 @@ TEST_F(ElasticGpt, AKilledWorkersPlaceIsTakenByASpareAndItsPeerIsKept) {
   EXPECT_NE(r.out.find("recovery done: training again in 2 x 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
   EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1}));
+  testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoProcessLeft(run_dir_);
+}
+
+// 2 x 2 with a spare and the default checkpoint interval (no checkpoint before the kill): the
+// killed rank's replica heals its replacement, and the job goes on from the step the survivors
+// completed. Only a step the kill struck after a survivor passed its all-reduce (a window of
+// microseconds) could be trained again.
+TEST_F(ElasticGpt, AKilledWorkerIsHealedFromItsReplicaWithoutTrainingAStepAgain) {
+  auto mitra = Start("localhost slots=4\n", 2, {"--spares", "1"}, kLongJob);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+  ASSERT_EQ(pids.size(), 4u);
+  // Rank 2 is stage 0's second replica: stage 0 holds the embedding the last stage's output
+  // layer is tied to, so its replacement's initial values must reach no copy of it.
+  ASSERT_EQ(testing::EventsNamed(run_dir_, "launch")[0].GetString("stage_to_rank_map"),
+            "0,2;1,3;");
+  ASSERT_EQ(::kill(pids[2], SIGKILL), 0);
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("recovery done: training again in 2 x 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("state: 3 kept, 1 from peers"), std::string::npos) << r.out;
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "checkpoint").size() <= 2u);  // the heal's, the end's
+  // Steps trained again: records of a step beyond its first.
+  std::map<int64_t, int> trained;
+  for (const JsonObject& m : testing::StepRecords(
+           testing::ReadJsonLines(run_dir_ + "/metrics.jsonl"))) {
+    ++trained[static_cast<int64_t>(m.GetNumber("step").value_or(0))];
+  }
+  int again = 0;
+  for (const auto& [step, times] : trained) again += times - 1;
+  EXPECT_LE(again, 1) << "steps trained again after the heal";
   testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/false);
   ExpectNoProcessLeft(run_dir_);
 }
