@@ -30,6 +30,19 @@
    generation (recovery). Skipped, and said so, when the build answers that it cannot reach
    hosts over SSH, or when sshd is missing.
 
+4. peers (mitra): what a change costs when the state comes from memory (docs/manager.md, "State
+   from peers"), for each of --peers-models (default bench and large; batch 8 in micro-batches
+   of 4): (a) 2 x 2 -> 2 x 1 -> 2 x 2 on `localhost slots=4` -> 2 -> 4: the gap between the old
+   shape's last step and the new shape's first, less that first step's own time (`overhead_s`:
+   the stop, the regroup and the state's transfer; the step in flight is in neither), where
+   each rank's state came from, and the background checkpoint that follows; (b) 2 x 2 with
+   --spares 1 and --checkpoint-every 100, a replica of stage 0 SIGKILLed: steps trained again
+   and kill -> first step (less that step's time); (c) 2 x 1 -> 4 x 1, chosen by the planner
+   under a made-up profile in which pipelines win: the bytes sent between ranks against the
+   bytes of the segments that changed owner (from the model's description: parameters, AdamW's
+   two moments and step count, buffers), and their rate against one TCP stream over loopback
+   measured in the same run.
+
 Prints one JSON object per measurement and a final JSON summary with medians and the targets:
 planned morph downtime (the last step of the old shape -> the first of the new) <= 1.0 s for
 shrink and grow when regrouping in place (beside it the ratio of the restart path's to it, and
@@ -41,7 +54,8 @@ step faster than torchrun's (ratio torchrun/mitra > 1). torchrun's floor for a l
 Every process it starts is killed (by process group, and by run directory) before it exits;
 every wait has a timeout.
 
-  bench/elastic.py [--build build] [--repeats 3] [--quick] [--parts recovery,morph,host] [--keep]
+  bench/elastic.py [--build build] [--repeats 3] [--quick] [--parts recovery,morph,host,peers]
+                   [--peers-models bench,large] [--keep]
 """
 import argparse
 import json
@@ -234,13 +248,14 @@ class Job:
 # mitra
 
 class Mitra:
-    def __init__(self, args, tmp, machines, stages, model, extra=()):
+    def __init__(self, args, tmp, machines, stages, model, extra=(), batch=None):
         self.run_dir = os.path.join(tmp, "run")
         self.machines = os.path.join(tmp, "machines.txt")
         with open(self.machines, "w") as f:
             f.write(machines)
         cmd = [f"{args.build}/bin/mitra", "run", "--machines", self.machines,
-               "--batch-size", str(args.batch_size), "--nstages", str(stages),
+               "--batch-size", str(batch or args.batch_size),
+               *(["--nstages", str(stages)] if stages else []),
                "--max-steps", "1000000", "--run-dir", self.run_dir, *extra, "--",
                f"{args.build}/bin/gpt_train", "--model", model]
         self.job = Job(cmd, os.path.join(tmp, "mitra.out"), cwd=tmp, run_dir=self.run_dir)
@@ -422,6 +437,278 @@ def morph(args, path):
 
 
 # ---------------------------------------------------------------------------------------
+# State from peers: what a morph and a heal cost when the state comes from memory
+
+def first_after(m, generation):
+    """The first step record of `generation` and the last of the one before it."""
+    first = m.wait_steps(generation, 1, 600)[0]
+    last_old = m.steps(generation - 1)[-1]
+    return first, last_old
+
+
+def state_record(fs):
+    return {k: fs.get(k) for k in ("state_kept", "state_peer", "state_checkpoint",
+                                   "peer_bytes", "peer_bytes_per_s")}
+
+
+def peers_morphs(args, model):
+    """2 x 2 -> 2 x 1 -> 2 x 2 (P kept), `model`: the gap between the old shape's last step and
+    the new shape's first, less that first step's own time."""
+    tmp = tempfile.mkdtemp(prefix="mitra-peers-")
+    m = None
+    out = []
+    try:
+        m = Mitra(args, tmp, "localhost slots=4\n", 2, model, ["--chunk-size", "4"],
+                  batch=args.peers_batch_size)
+        for generation, (direction, slots) in enumerate((("shrink", 2), ("grow", 4))):
+            m.wait_steps(generation, args.peers_warm_steps, args.start_timeout)
+            m.replace_machines(f"localhost slots={slots}\n")
+            first, last_old = first_after(m, generation + 1)
+            fs = m.wait_event("first_step", generation + 1, 60)
+            morph_record = m.events("morph", generation)[0]
+            resumed = m.events("launch", generation + 1)[0].get("resume_step")
+            saves = [c for c in m.events("checkpoint", generation + 1) if c.get("step") == resumed]
+            if not saves:  # the background save completes during the first steps
+                saves = [wait_for("the checkpoint after the morph", lambda: [
+                    c for c in m.events("checkpoint", generation + 1)
+                    if c.get("step") == resumed], 120, m.job)[0]]
+            gap = first["time"] - last_old["time"]
+            out.append({"bench": "peers_morph", "model": model, "direction": direction,
+                        "from": morph_record.get("from"), "state": morph_record.get("state"),
+                        "step_time_s": round(first["step_time_s"], 3),
+                        "last_step_to_first_step_s": round(gap, 3),
+                        "overhead_s": round(gap - first["step_time_s"], 3),
+                        "manager_downtime_s": fs.get("downtime_s"),
+                        **state_record(fs),
+                        "checkpoint_after_blocked_s": round(saves[0].get("blocked_s", 0), 3),
+                        "checkpoint_after_total_s": round(saves[0].get("total_s", 0), 3)})
+            emit(out[-1])
+        return out
+    except Exception:
+        if m:
+            note("mitra output:\n" + m.job.tail())
+        raise
+    finally:
+        if m:
+            m.job.stop()
+        cleanup(tmp)
+
+
+def peers_kill(args, model):
+    """2 x 2 with a spare, --checkpoint-every 100: a replica of stage 0 is killed."""
+    tmp = tempfile.mkdtemp(prefix="mitra-heal-")
+    m = None
+    try:
+        m = Mitra(args, tmp, "localhost slots=4\n", 2, model,
+                  ["--chunk-size", "4", "--spares", "1", "--checkpoint-every", "100"],
+                  batch=args.peers_batch_size)
+        m.wait_steps(0, args.peers_warm_steps, args.start_timeout)
+        launch = m.events("launch", 0)[0]
+        victim_rank = int(launch["stage_to_rank_map"].split(";")[0].split(",")[1])
+        # The spare must be parked before the kill, or the heal starts a process instead.
+        wait_for("the spare to park", lambda: "parked" in open(
+            os.path.join(tmp, "mitra.out"), errors="replace").read() or
+            len(m.steps(0)) >= args.peers_warm_steps + 3, args.start_timeout, m.job)
+        t_kill = time.time()
+        os.kill(launch["pids"][victim_rank], signal.SIGKILL)
+        first = m.wait_steps(1, 1, args.recover_timeout)[0]
+        fs = m.wait_event("first_step", 1, 60)
+        trained_before = max(r["step"] for r in m.steps(0))
+        resumed = m.events("launch", 1)[0].get("resume_step")
+        return {"bench": "peers_heal", "model": model, "killed_rank": victim_rank,
+                "last_step_before_kill": trained_before, "resume_step": resumed,
+                "steps_retrained": trained_before - resumed,
+                "kill_to_first_step_s": rel(first["time"], t_kill),
+                "first_step_time_s": round(first["step_time_s"], 3),
+                "kill_to_first_step_less_that_step_s":
+                    round(first["time"] - t_kill - first["step_time_s"], 3),
+                **state_record(fs)}
+    except Exception:
+        if m:
+            note("mitra output:\n" + m.job.tail())
+        raise
+    finally:
+        if m:
+            m.job.stop()
+        cleanup(tmp)
+
+
+def describe(args, model):
+    env = dict(os.environ, MITRA_DESCRIBE="1")
+    out = subprocess.run([f"{args.build}/bin/gpt_train", "--model", model], env=env,
+                         capture_output=True, text=True, timeout=300).stdout
+    for line in out.splitlines():
+        if line.startswith("@mitra ") and '"describe"' in line:
+            return json.loads(line[len("@mitra "):])
+    raise RuntimeError(f"gpt_train --model {model} printed no describe record")
+
+
+def segment_state_bytes(record):
+    """Bytes of each segment's state as it travels: parameters, AdamW's two moments and its
+    step count (8 bytes per parameter tensor), and buffers (fp32 throughout)."""
+    out = {}
+    for kind, text in (("param", record.get("parameters", "")), ("buffer", record.get("buffers", ""))):
+        for item in text.split():
+            name, dims = item.split("[", 1)
+            n = 1
+            for d in dims.rstrip("]").split(","):
+                if d:
+                    n *= int(d)
+            seg = name.split(".", 1)[0]
+            out[seg] = out.get(seg, 0) + (n * 4 * 3 + 8 if kind == "param" else n * 4)
+    return out
+
+
+def pipeline_friendly_profile(record, slots):
+    """A made-up profile in which pipelines win (an all-reduce costs seconds, messages are
+    free): the planner picks P = the slots, so a grow from 2 to 4 slots changes P."""
+    names = [p.split(".", 1)[0] for p in record["parameters"].split()]
+    segments = list(dict.fromkeys(names))
+    mbs = [1, 2, 4, 8]
+    def seg(name):
+        costs = [{"micro_batch": mb, "forward_s": 0.002 * mb, "forward_nograd_s": 0.002 * mb,
+                  "backward_s": 0.004 * mb, "output_bytes": 16384 * mb,
+                  "graph_bytes": 65536 * mb} for mb in mbs]
+        return {"name": name, "parameters": 10000, "parameter_bytes": 40000, "buffer_bytes": 0,
+                "optimizer_bytes": 80000, "update_s": 0, "costs": costs}
+    return {"format": 1, "program": "gpt_train", "program_args": [], "micro_batches": mbs,
+            "machines": [{"address": "localhost", "slots": slots, "memory_bytes": 0,
+                          "sample_s": 0, "speed": [1] * slots,
+                          "segments": [seg(n) for n in segments]}],
+            "comm": {"step_sync_s": 0, "links": [],
+                     "allreduce": [{"group": 2, "latency_s": 10, "bytes_per_s": 1e9,
+                                    "samples": []}]}}
+
+
+def ranges(partition):
+    out, first = [], 0
+    for n in (int(x) for x in partition.split(",")):
+        out.append((first, first + n))
+        first += n
+    return out
+
+
+def peers_change_p(args, model):
+    """2 x 1 -> 4 x 1 (the planner's choice under a made-up profile): the segments that change
+    owner move between ranks. Their bytes, from the model's description, against those sent."""
+    tmp = tempfile.mkdtemp(prefix="mitra-repartition-")
+    m = None
+    try:
+        record = describe(args, model)
+        os.makedirs(os.path.join(tmp, "profile"))
+        with open(os.path.join(tmp, "profile", "profile.json"), "w") as f:
+            json.dump(pipeline_friendly_profile(record, 4), f)
+        m = Mitra(args, tmp, "localhost slots=2\n", 0, model,
+                  ["--chunk-size", "4", "--profile", os.path.join(tmp, "profile")],
+                  batch=args.peers_batch_size)
+        m.wait_steps(0, args.peers_warm_steps, args.start_timeout)
+        m.replace_machines("localhost slots=4\n")
+        first, last_old = first_after(m, 1)
+        fs = m.wait_event("first_step", 1, 60)
+        old, new = m.events("launch", 0)[0], m.events("launch", 1)[0]
+        held = ranges(old["partition"])  # kept worker r holds old stage r (one machine, in order)
+        sizes = segment_state_bytes(record)
+        names = list(dict.fromkeys(p.split(".", 1)[0] for p in record["parameters"].split()))
+        moved = 0
+        for r, (a, b) in enumerate(ranges(new["partition"])):
+            mine = held[r] if r < len(held) else (0, 0)
+            moved += sum(sizes[names[i]] for i in range(a, b) if not mine[0] <= i < mine[1])
+        return {"bench": "peers_change_p", "model": model,
+                "from": f"{old['stages']} x {old['replicas']} ({old['partition']})",
+                "to": f"{new['stages']} x {new['replicas']} ({new['partition']})",
+                "changed_owner_bytes": moved, **state_record(fs),
+                "overhead_s": round(first["time"] - last_old["time"] - first["step_time_s"], 3)}
+    except Exception:
+        if m:
+            note("mitra output:\n" + m.job.tail())
+        raise
+    finally:
+        if m:
+            m.job.stop()
+        cleanup(tmp)
+
+
+LOOPBACK_SENDER = r"""
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+block = bytes(4 << 20)
+for _ in range(int(sys.argv[2])):
+    s.sendall(block)
+s.close()
+"""
+
+
+def loopback_bandwidth(total_mb=1024):
+    """One TCP stream over loopback between two processes, 4 MiB writes: bytes per second."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    sender = subprocess.Popen([sys.executable, "-c", LOOPBACK_SENDER, str(port),
+                               str(total_mb // 4)])
+    conn, _ = server.accept()
+    got, buf, t0 = 0, bytearray(4 << 20), time.time()
+    view = memoryview(buf)
+    while True:
+        n = conn.recv_into(view)
+        if n == 0:
+            break
+        got += n
+    seconds = time.time() - t0
+    sender.wait(timeout=60)
+    conn.close()
+    server.close()
+    return {"bench": "loopback_tcp", "bytes": got, "seconds": round(seconds, 3),
+            "bytes_per_s": round(got / seconds)}
+
+
+def peers(args):
+    out = {"loopback": loopback_bandwidth()}
+    emit(out["loopback"])
+    for model in args.peers_models.split(","):
+        out[model] = {"morphs": peers_morphs(args, model)}
+        out[model]["heal"] = peers_kill(args, model)
+        emit(out[model]["heal"])
+        out[model]["change_p"] = peers_change_p(args, model)
+        emit(out[model]["change_p"])
+    return out
+
+
+def peers_targets(result):
+    targets = {}
+    models = [k for k in result if k != "loopback"]
+    overhead = {m: max(r["overhead_s"] for r in result[m]["morphs"]) for m in models}
+    targets["kept_p_morph_overhead_le_0_3s"] = {
+        **{f"{m}_worst_s": overhead[m] for m in models},
+        "met": all(v <= 0.3 for v in overhead.values())}
+    if "bench" in overhead and "large" in overhead and overhead["bench"] > 0:
+        targets["kept_p_morph_large_over_bench_le_1_5"] = {
+            "ratio": round(overhead["large"] / overhead["bench"], 2),
+            "met": overhead["large"] / overhead["bench"] <= 1.5}
+    loop = result["loopback"]["bytes_per_s"]
+    change = {}
+    for m in models:
+        c = result[m]["change_p"]
+        rate = c.get("peer_bytes_per_s") or 0
+        change[m] = {"changed_owner_bytes": c["changed_owner_bytes"],
+                     "peer_bytes": c.get("peer_bytes"),
+                     "rate_over_loopback": round(rate / loop, 3),
+                     "met": c.get("peer_bytes") == c["changed_owner_bytes"] and rate >= 0.5 * loop}
+    targets["change_p_moves_the_changed_segments_at_half_loopback"] = change
+    heal = {}
+    for m in models:
+        h = result[m]["heal"]
+        limit = 0.3 if m == "bench" else 2.0
+        heal[m] = {"steps_retrained": h["steps_retrained"],
+                   "kill_to_first_step_less_that_step_s": h["kill_to_first_step_less_that_step_s"],
+                   "kill_to_first_step_s": h["kill_to_first_step_s"], "limit_s": limit,
+                   "met": h["steps_retrained"] == 0 and
+                          h["kill_to_first_step_less_that_step_s"] <= limit}
+    targets["heal_retrains_nothing"] = heal
+    return targets
+
+
+# ---------------------------------------------------------------------------------------
 # SSH hosts on loopback
 
 SSH_MISSING = ("cannot do yet", "not available in this build", "without SSH support")
@@ -579,7 +866,13 @@ def main():
     p.add_argument("--skip-ssh", action="store_true", help="leave out part 3 (same as "
                    "--parts recovery,morph)")
     p.add_argument("--parts", default="recovery,morph,host",
-                   help="which parts to run (default recovery,morph,host)")
+                   help="which parts to run (default recovery,morph,host; peers: part 4)")
+    p.add_argument("--peers-models", default="bench,large",
+                   help="part peers: the GPT models (default bench,large)")
+    p.add_argument("--peers-batch-size", type=int, default=8,
+                   help="part peers: the global batch, in micro-batches of 4 (default 8)")
+    p.add_argument("--peers-warm-steps", type=int, default=4,
+                   help="part peers: steps of each shape before a change (default 4)")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary run directories and logs (paths on stderr)")
     args = p.parse_args()
@@ -605,6 +898,7 @@ def main():
             rec[system].append(r)
             emit(r)
     morphs = morph(args, "regroup") + morph(args, "restart") if "morph" in parts else []
+    peers_result = peers(args) if "peers" in parts else None
     hosts = []
     if "host" in parts:
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -695,6 +989,9 @@ def main():
             "from": "torch.distributed.elastic c10d rendezvous defaults: keep-alive every 5 s, "
                     "3 missed keep-alives mark a node dead; last_call 30 s"},
     }
+    if peers_result:
+        summary["peers"] = peers_result
+        targets["peers"] = peers_targets(peers_result)
     emit(summary)
 
 

@@ -182,6 +182,7 @@ void Controller::OnReport(const RankReport& in) {
       return;
     case RankReport::Kind::kStep:
       last_step_ = std::max(last_step_, in.step);
+      last_step_s_ = in.seconds;
       if (!gen_.first_step_seen) {
         gen_.first_step_seen = true;
         trained_ = true;

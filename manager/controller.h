@@ -104,7 +104,9 @@ struct ControllerOptions {
   double restart_window_s = 600;
   // After a rank fails, survivors that can park get this long to do so (their collectives fail
   // as the failed rank's connections close) before they are killed; the next generation keeps
-  // them. Not after a lost machine (its peers may not notice for a long time) nor while
+  // them and heals the failed rank from them. At least 1.5 times the last step's time: a
+  // survivor notices the failure only when it next communicates, which a long micro-batch
+  // delays. Not after a lost machine (its peers may not notice for a long time) nor while
   // regrouping (then every rank starts afresh).
   double park_grace_s = 1;
   // Standby workers kept on each machine of the running generation, to take a failed rank's
@@ -156,7 +158,7 @@ struct RankReport {
   Kind kind = Kind::kHeartbeat;
   int64_t step = 0;  // kStep, kCheckpoint, kRestored, kStopped, kParked
   bool can_park = false;  // kReady: the rank parks when a morph asks it to (SIGUSR2)
-  double seconds = 0;     // kRestored: how long loading the state took
+  double seconds = 0;     // kRestored: how long loading the state took; kStep: the step's time
   // kRestored: where the ranks' state came from (how many ranks kept theirs, took it from a
   // peer, read the checkpoint) and the bytes sent between ranks; absent for a plain restore.
   std::optional<StateSources> sources = {};
@@ -410,6 +412,7 @@ class Controller {
   MachinePool pool_;
   Generation gen_;  // the current (or last) generation, with its deadlines
   int64_t last_step_ = 0;
+  double last_step_s_ = 0;  // the last step's time, as rank 0 reported it
   bool trained_ = false;        // some generation of this manager trained a step
   bool training_done_ = false;  // every rank reported `stopped` at the last step
   // The change that ended the previous generation, kept for the next one's first-step record.

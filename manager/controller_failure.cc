@@ -135,7 +135,8 @@ void Controller::TearDownAfterFailure(std::optional<int> rank, const std::string
     return;
   }
   if (rank && gen_.ranks[*rank].running) Signal(*rank, SIGKILL);  // hung, or never started
-  gen_.deadlines.kill = now_ + options_.park_grace_s;  // then SIGKILL whoever has not parked
+  // Then SIGKILL whoever has not parked.
+  gen_.deadlines.kill = now_ + std::max(options_.park_grace_s, 1.5 * last_step_s_);
 }
 
 void Controller::FailAfterTraining(std::optional<int> rank, const std::string& what) {

@@ -103,6 +103,7 @@ std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int r
     }
     report.kind = Kind::kStep;
     report.step = trained->step;
+    report.seconds = trained->step_time_s;
   } else if (kind == "stopped") {
     report.kind = Kind::kStopped;
     report.step = step;

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <utility>
 
 #include "checkpoint/tensor_file.h"
 #include "mitra/worker/runtime.h"
@@ -122,16 +123,77 @@ Payload SegmentPayload(Runtime& rt, HeldState* held, int segment) {
   return payload;
 }
 
+// How a segment's tensors travel: each tensor of at least kDirectBytes in a message of its own,
+// straight from and into its memory; the smaller ones packed together into messages of about
+// kDirectBytes (a segment has dozens of biases and norms, and each message costs a round of
+// the transport). Both sides derive the same grouping from the header.
+constexpr int64_t kDirectBytes = 1 << 20;
+
+int64_t Bytes(const TensorSpec& spec) {
+  int64_t n = c10::elementSize(spec.dtype);
+  for (int64_t d : spec.shape) n *= d;
+  return n;
+}
+
+std::vector<std::vector<size_t>> Messages(const std::vector<TensorSpec>& specs) {
+  std::vector<std::vector<size_t>> messages;
+  std::vector<size_t> packed;
+  int64_t packed_bytes = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const int64_t bytes = Bytes(specs[i]);
+    if (bytes >= kDirectBytes) {
+      messages.push_back({i});
+      continue;
+    }
+    packed.push_back(i);
+    packed_bytes += bytes;
+    if (packed_bytes >= kDirectBytes) {
+      messages.push_back(std::exchange(packed, {}));
+      packed_bytes = 0;
+    }
+  }
+  if (!packed.empty()) messages.push_back(std::move(packed));
+  return messages;
+}
+
+// The bytes of `t` (contiguous) as a flat uint8 tensor sharing its memory.
+torch::Tensor RawBytes(const torch::Tensor& t) {
+  return torch::from_blob(t.data_ptr(), {static_cast<int64_t>(t.numel() * t.element_size())},
+                          torch::TensorOptions().dtype(torch::kUInt8));
+}
+
+// A message of the tensors `group` of `tensors`: the tensor itself when alone, else a packed
+// copy (sender) or a buffer to unpack (receiver).
+torch::Tensor PackedBuffer(const std::vector<TensorSpec>& specs, const std::vector<size_t>& group) {
+  int64_t bytes = 0;
+  for (size_t i : group) bytes += Bytes(specs[i]);
+  return torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8));
+}
+
 // Posts the sends of `segment` to `to`; the tensors stay in `keep` until the sends complete.
 void SendSegment(Comm& comm, const Payload& payload, int segment, int to,
                  std::vector<c10::intrusive_ptr<c10d::Work>>* works,
                  std::vector<torch::Tensor>* keep) {
   const std::string header = Header(payload);
+  const std::vector<TensorSpec> specs = ParseHeader(header);
   torch::Tensor length = torch::tensor({static_cast<int64_t>(header.size())}, torch::kInt64);
   torch::Tensor text = torch::empty({static_cast<int64_t>(header.size())}, torch::kUInt8);
   std::copy(header.begin(), header.end(), text.data_ptr<uint8_t>());
   std::vector<torch::Tensor> messages{length, text};
-  for (const auto& [name, t] : payload) messages.push_back(t);
+  for (const std::vector<size_t>& group : Messages(specs)) {
+    if (group.size() == 1 && Bytes(specs[group[0]]) >= kDirectBytes) {
+      messages.push_back(payload[group[0]].second);
+      continue;
+    }
+    torch::Tensor packed = PackedBuffer(specs, group);
+    int64_t offset = 0;
+    for (size_t i : group) {
+      const int64_t n = Bytes(specs[i]);
+      packed.narrow(0, offset, n).copy_(RawBytes(payload[i].second));
+      offset += n;
+    }
+    messages.push_back(packed);
+  }
   TORCH_CHECK(messages.size() < static_cast<size_t>(kTagsPerSegment),
               "segment ", segment, " has too many tensors to send");
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -159,27 +221,42 @@ Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
       std::string(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()), text.numel()));
   const std::map<std::string, torch::Tensor> live =
       SegmentTensors(rt.stage(), SegmentName(rt, segment));
+  // Where each tensor goes: the live parameter or buffer, or new optimizer state.
+  std::vector<torch::Tensor> into(specs.size());
   std::map<std::string, std::map<std::string, torch::Tensor>> state;
-  int64_t bytes = 0;
-  torch::NoGradGuard no_grad;
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
-    torch::Tensor into;
     if (auto it = live.find(spec.name); it != live.end()) {
-      if (it->second.sizes().vec() != spec.shape || it->second.scalar_type() != spec.dtype) {
+      if (it->second.sizes().vec() != spec.shape || it->second.scalar_type() != spec.dtype ||
+          !it->second.is_contiguous()) {
         return Status::Internal(what + ": " + spec.name + " differs in shape or type between "
                                 "this rank and " + comm.Describe(from));
       }
-      into = it->second.is_contiguous() ? it->second : torch::empty_like(it->second);
-      recv(into, i + 2);
-      if (!into.is_same(it->second)) it->second.copy_(into);
+      into[i] = it->second;
     } else {
-      into = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
-      recv(into, i + 2);
+      into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
       const size_t slash = spec.name.find('/');
-      state[spec.name.substr(slash + 1)][spec.name.substr(0, slash)] = into;
+      state[spec.name.substr(slash + 1)][spec.name.substr(0, slash)] = into[i];
     }
-    bytes += static_cast<int64_t>(into.numel() * into.element_size());
+  }
+  int64_t bytes = 0;
+  torch::NoGradGuard no_grad;
+  size_t message = 2;
+  for (const std::vector<size_t>& group : Messages(specs)) {
+    if (group.size() == 1 && Bytes(specs[group[0]]) >= kDirectBytes) {
+      recv(into[group[0]].detach(), message++);
+      bytes += Bytes(specs[group[0]]);
+      continue;
+    }
+    torch::Tensor packed = PackedBuffer(specs, group);
+    recv(packed, message++);
+    int64_t offset = 0;
+    for (size_t i : group) {
+      const int64_t n = Bytes(specs[i]);
+      RawBytes(into[i].detach()).copy_(packed.narrow(0, offset, n));
+      offset += n;
+    }
+    bytes += packed.numel();
   }
   for (const auto& [param, tensors] : state) {
     auto it = live.find("param/" + param);
@@ -296,6 +373,7 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
     needs.emplace_back(rt.partition().FirstSegment(stage), rt.partition().EndSegment(stage));
   }
   const ResumePlan plan = PlanResume(holdings, needs, step);
+  const auto transfer_start = std::chrono::steady_clock::now();
 
   // Every send first (asynchronous), then every receive: a rank blocked in a receive has posted
   // all it sends, so the exchange cannot deadlock.
@@ -313,6 +391,8 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
   }
   for (auto& work : sends) comm.Wait(work, "sending state to a peer");
   keep.clear();
+  const double transfer_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - transfer_start).count();
 
   std::vector<int> from_checkpoint;
   for (const auto& [rank, segment] : plan.from_checkpoint) {
@@ -333,8 +413,8 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
   // The totals, the same on every rank: the bytes moved and the slowest rank's time.
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  torch::Tensor totals = torch::tensor({static_cast<double>(received), seconds}, torch::kFloat64);
-  std::vector<torch::Tensor> bytes{totals.narrow(0, 0, 1).clone()}, times{totals.narrow(0, 1, 1).clone()};
+  std::vector<torch::Tensor> bytes{torch::tensor({static_cast<double>(received)}, torch::kFloat64)};
+  std::vector<torch::Tensor> times{torch::tensor({seconds, transfer_s}, torch::kFloat64)};
   comm.Wait(comm.global().allreduce(bytes), "summing the bytes moved");
   c10d::AllreduceOptions max;
   max.reduceOp = c10d::ReduceOp::MAX;
@@ -343,7 +423,8 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
   ResumeSummary summary;
   summary.rank_sources = plan.rank_sources;
   summary.peer_bytes = static_cast<int64_t>(bytes[0].item<double>());
-  summary.seconds = times[0].item<double>();
+  summary.seconds = times[0][0].item<double>();
+  summary.transfer_seconds = times[0][1].item<double>();
   summary.checkpoint_complete = checkpoint_complete;
   for (StateSource s : plan.rank_sources) {
     (s == StateSource::kKept ? summary.kept : s == StateSource::kPeer ? summary.peer

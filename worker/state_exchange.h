@@ -63,6 +63,7 @@ struct ResumeSummary {
   std::vector<StateSource> rank_sources;  // by rank
   int64_t peer_bytes = 0;                 // sent point to point, all ranks together
   double seconds = 0;                     // the slowest rank's exchange, checkpoint reads included
+  double transfer_seconds = 0;            // the slowest rank's sending and receiving
   // Rank 0 found a complete checkpoint of the step: none needs to be written after the resume.
   bool checkpoint_complete = false;
   int kept = 0, peer = 0, checkpoint = 0;  // ranks by source

@@ -435,7 +435,8 @@ Trainer::Resumed Trainer::ResumeFromMemory(const Placement& placement, Runtime& 
     return {-1, summary.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
   }
   rt.MarkRestored();
-  const double rate = summary->seconds > 0 ? summary->peer_bytes / summary->seconds : 0;
+  const double rate =
+      summary->transfer_seconds > 0 ? summary->peer_bytes / summary->transfer_seconds : 0;
   spdlog::info("rank {}: resumed at step {} ({}): {} ranks kept their state, {} took it from "
                "peers ({:.1f} MB at {:.0f} MB/s), {} from the checkpoint, in {:.3f} s",
                placement.rank, step, StateSourceName(summary->rank_sources[placement.rank]),
@@ -454,6 +455,7 @@ Trainer::Resumed Trainer::ResumeFromMemory(const Placement& placement, Runtime& 
         .Add("from_checkpoint", summary->checkpoint)
         .Add("peer_bytes", summary->peer_bytes)
         .Add("peer_bytes_per_s", rate)
+        .Add("transfer_s", summary->transfer_seconds)
         .AddJson("sources", sources + "]")
         .Emit();
   }

@@ -363,6 +363,20 @@ TEST_F(ControllerRecoveryParkTest, SurvivorsThatDoNotParkInTimeAreKilled) {
   EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0}));
 }
 
+TEST_F(ControllerRecoveryParkTest, SurvivorsOfALongStepGetOneAndAHalfStepsToPark) {
+  // A survivor notices the failure at its next message, which a long micro-batch delays.
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  RankReport step{0, 0, RankReport::Kind::kStep, 6};
+  step.seconds = 4;
+  Feed(step);
+  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
+  AdvanceAlive(5.5);
+  EXPECT_TRUE(SignalsOf(SIGKILL).empty());
+  Advance(0.6);
+  EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0}));
+}
+
 TEST_F(ControllerRecoveryParkTest, AHungRankIsKilledAtOnceAndItsPeersMayPark) {
   Make(Options());
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
