@@ -110,6 +110,8 @@ void Controller::OnLaunched(const GenerationLaunched& in) {
   fact.resume_step = in.resume_step;
   fact.rendezvous = in.rendezvous;
   fact.launch_s = in.launch_s;
+  fact.held_step = gen_.held_step;
+  fact.held_partial = gen_.held_partial;
   Tell(fact);
   if (gen_.expected_step && in.resume_step != *gen_.expected_step) {
     Tell(StepLostFact{*gen_.expected_step, in.resume_step});
@@ -296,6 +298,10 @@ void Controller::TryLaunch() {
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
                               std::move(desired->second), now_);
   gen_.kept = static_cast<int>(kept.size());
+  gen_.held_step = held_step;
+  gen_.held_partial = !held_step && std::any_of(kept.begin(), kept.end(), [](const auto& kv) {
+    return kv.second.held.step >= 0;
+  });
   gen_.expected_step = expected;
   // A kept worker's heartbeat runs on from its last generation: its silence counts at once.
   for (const auto& [rank, worker] : kept) gen_.ranks[rank].heartbeats = true;

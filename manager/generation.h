@@ -60,6 +60,8 @@ struct Generation {
   // The step the checkpoint it resumes from must hold (a planned morph's), if any.
   std::optional<int64_t> expected_step;
   int kept = 0;               // ranks taken by parked workers of an earlier generation
+  std::optional<int64_t> held_step;  // the step the kept workers hold whole (LaunchAction)
+  bool held_partial = false;  // they hold some state, but no step whole
   double all_ready_at = -1;   // every rank reported ready; -1: not yet
   double restore_s = 0;       // rank 0's restore of the checkpoint
   std::optional<StateSources> sources;  // where the ranks' state came from (rank 0's `restored`)

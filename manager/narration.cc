@@ -147,6 +147,7 @@ Narration Launched(const LaunchedFact& f) {
   record.kept.assign(f.kept.begin(), f.kept.end());
   record.resume_step = f.resume_step;
   record.rdzv = f.rendezvous;
+  record.held_step = f.held_step;
   const JsonObject fields = records::ToJson(record);
   std::vector<std::string> pids;
   int started = 0;
@@ -168,7 +169,12 @@ Narration Launched(const LaunchedFact& f) {
   if (kept > 0) line += "kept " + std::to_string(kept) + " parked " + (kept == 1 ? "worker" : "workers");
   line += " (generation " + std::to_string(f.generation) + ", " + shape;
   if (f.resume_step > 0) line += ", from step " + std::to_string(f.resume_step);
-  return Told(records::Launch::kEvent, fields, line + "), pids " + Join(pids, " "));
+  line += "), pids " + Join(pids, " ");
+  if (f.held_partial) {
+    line += "; the workers kept do not hold every stage's state of one step: the rest comes "
+            "from the newest checkpoint";
+  }
+  return Told(records::Launch::kEvent, fields, line);
 }
 
 Narration StepLost(const StepLostFact& f) {

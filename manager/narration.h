@@ -199,6 +199,10 @@ struct LaunchedFact {
   int64_t resume_step = 0;
   std::string rendezvous;
   double launch_s = 0;
+  // The step the kept workers hold whole; `held_partial`: some of them hold state, but no step
+  // of every segment (a stage lost every replica), so the state comes from the checkpoint.
+  std::optional<int64_t> held_step = {};
+  bool held_partial = false;
 };
 
 // A planned morph resumes from an older checkpoint than the step every rank stopped after.

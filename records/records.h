@@ -108,6 +108,9 @@ struct Launch {
   std::vector<int64_t> kept;          // ranks taken by parked workers
   int64_t resume_step = 0;
   std::string rdzv;  // host:port
+  // The step whose state the kept workers hold for every segment (docs/manager.md, "State from
+  // peers"); absent when they hold none whole.
+  std::optional<int64_t> held_step;
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
@@ -117,7 +120,7 @@ struct Launch {
     f("predicted_memory_bytes", r.predicted_memory_bytes);
     f("pids", r.pids), f("program", r.program), f("launch_s", r.launch_s);
     f("machines", r.machines), f("kept", r.kept), f("resume_step", r.resume_step);
-    f("rdzv", r.rdzv);
+    f("rdzv", r.rdzv), f("held_step", r.held_step);
   }
 };
 

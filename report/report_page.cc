@@ -191,14 +191,15 @@ std::string ChangesTable(const RunReport& r) {
   std::string out =
       "<table><tr><th>kind</th><th>cause</th><th>generation</th><th>at step</th>"
       "<th>new shape</th><th>downtime</th><th>stop</th><th>relaunch</th><th>ready</th>"
-      "<th>load</th><th>first step</th><th>workers kept</th></tr>\n";
+      "<th>load</th><th>first step</th><th>workers kept</th><th>state from</th></tr>\n";
   for (const Change& c : r.changes) {
     out += "<tr><td>" + Escape(c.kind) + "</td><td>" + Escape(c.cause) + "</td><td>" +
            std::to_string(c.generation) + "</td><td>" + std::to_string(c.step) + "</td><td>" +
            Escape(c.shape) + "</td><td>" + DurationText(c.downtime_s) + "</td><td>" +
            DurationText(c.stop_s) + "</td><td>" + DurationText(c.relaunch_s) + "</td><td>" +
            DurationText(c.ready_s) + "</td><td>" + DurationText(c.load_s) + "</td><td>" +
-           DurationText(c.first_step_s) + "</td><td>" + std::to_string(c.kept) + "</td></tr>\n";
+           DurationText(c.first_step_s) + "</td><td>" + std::to_string(c.kept) + "</td><td>" +
+           Escape(c.state) + "</td></tr>\n";
   }
   out += "</table>\n";
   for (const Failure& f : r.failures) {

@@ -111,6 +111,16 @@ void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pe
     c.first_step_s = first.first_step_s;
     c.kept = static_cast<int>(first.kept);
     c.detected = time - c.downtime_s;
+    if (first.state_kept.value_or(0) + first.state_peer.value_or(0) > 0) {
+      c.state = std::to_string(*first.state_kept) + " kept, " +
+                std::to_string(first.state_peer.value_or(0)) + " from peers";
+      if (first.peer_bytes.value_or(0) > 0) {
+        char moved[32];
+        std::snprintf(moved, sizeof moved, " (%.1f MB)", *first.peer_bytes / 1e6);
+        c.state += moved;
+      }
+      c.state += ", " + std::to_string(first.state_checkpoint.value_or(0)) + " from the checkpoint";
+    }
     report.changes.push_back(c);
     pending_cause->clear();
   } else if (e.Is<records::Checkpoint>()) {

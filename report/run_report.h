@@ -65,6 +65,9 @@ struct Change {
   // first_step_s covers the start-up and load too.
   double downtime_s = 0, stop_s = 0, relaunch_s = 0, ready_s = 0, load_s = 0, first_step_s = 0;
   int kept = 0;  // ranks given to parked workers
+  // Where the ranks' state came from: "2 kept, 2 from peers (1.22 GB), 0 from the checkpoint",
+  // or "checkpoint" when every rank read it (and in records older than state from peers).
+  std::string state = "checkpoint";
 };
 
 struct Failure {

@@ -151,14 +151,14 @@ void Comm::SendActivations(const cutpoint::Activations& acts, int dst, int tag) 
 
 cutpoint::Activations Comm::RecvActivations(int src, int tag) {
   std::vector<torch::Tensor> header{torch::empty({kHeaderWords}, torch::kInt64)};
-  Wait(global_->recv(header, src, tag * kTagsPerMessage),
+  Wait(PostRecv(header, src, tag * kTagsPerMessage),
        "receiving activations from " + Describe(src));
   auto acts = DecodeHeader(header[0], torch::TensorOptions().device(
                                           through_host_ ? c10::Device(c10::DeviceType::CPU) : device_));
   int index = 1;
   for (auto& [name, t] : acts) {
     std::vector<torch::Tensor> one{t};
-    Wait(global_->recv(one, src, tag * kTagsPerMessage + index++),
+    Wait(PostRecv(one, src, tag * kTagsPerMessage + index++),
          "receiving activation '" + name + "' from " + Describe(src));
     if (through_host_) t = t.to(device_);
   }
@@ -169,7 +169,7 @@ void Comm::SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int t
   for (size_t i = 0; i < tensors.size(); ++i) {
     std::vector<torch::Tensor> one{through_host_ ? tensors[i].to(torch::kCPU).contiguous()
                                                  : tensors[i].contiguous()};
-    auto work = global_->send(one, dst, tag * kTagsPerMessage + static_cast<int>(i));
+    auto work = PostSend(one, dst, tag * kTagsPerMessage + static_cast<int>(i));
     pending_.push_back({work, std::move(one), dst});
   }
 }
@@ -179,9 +179,30 @@ void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag,
   for (size_t i = 0; i < into.size(); ++i) {
     std::vector<torch::Tensor> one{through_host_ ? torch::empty_like(into[i], into[i].options().device(torch::kCPU))
                                                  : into[i]};
-    Wait(global_->recv(one, src, tag * kTagsPerMessage + static_cast<int>(i)),
+    Wait(PostRecv(one, src, tag * kTagsPerMessage + static_cast<int>(i)),
          "receiving " + what + " from " + Describe(src));
     if (through_host_) into[i].copy_(one[0]);
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::PostSend(std::vector<torch::Tensor>& tensors, int dst,
+                                              int tag) {
+  try {
+    return global_->send(tensors, dst, tag);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw PeerError("sending to " + Describe(dst) + " failed: " + cause.substr(0, cause.find('\n')));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> Comm::PostRecv(std::vector<torch::Tensor>& tensors, int src,
+                                              int tag) {
+  try {
+    return global_->recv(tensors, src, tag);
+  } catch (const std::exception& e) {
+    std::string cause = e.what();
+    throw PeerError("receiving from " + Describe(src) + " failed: " +
+                    cause.substr(0, cause.find('\n')));
   }
 }
 

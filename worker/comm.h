@@ -64,6 +64,12 @@ class Comm {
   // Waits for every outstanding send.
   void WaitSends();
 
+  // A point-to-point send or receive of `tensors` on the global group. Gloo writes to (or
+  // registers with) the peer's connection at once, so a peer already gone fails here rather
+  // than at the wait: that, too, throws PeerError.
+  c10::intrusive_ptr<c10d::Work> PostSend(std::vector<torch::Tensor>& tensors, int dst, int tag);
+  c10::intrusive_ptr<c10d::Work> PostRecv(std::vector<torch::Tensor>& tensors, int src, int tag);
+
   // Waits for `work`; on failure or timeout throws PeerError("<what>: <cause>").
   void Wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
 

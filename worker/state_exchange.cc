@@ -198,7 +198,7 @@ void SendSegment(Comm& comm, const Payload& payload, int segment, int to,
               "segment ", segment, " has too many tensors to send");
   for (size_t i = 0; i < messages.size(); ++i) {
     std::vector<torch::Tensor> one{messages[i]};
-    works->push_back(comm.global().send(one, to, Tag(segment, i)));
+    works->push_back(comm.PostSend(one, to, Tag(segment, i)));
     keep->push_back(messages[i]);
   }
 }
@@ -210,7 +210,7 @@ Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
   const std::string what = "the state of segment " + SegmentName(rt, segment);
   auto recv = [&](torch::Tensor t, size_t i) {
     std::vector<torch::Tensor> one{t};
-    comm.Wait(comm.global().recv(one, from, Tag(segment, i)),
+    comm.Wait(comm.PostRecv(one, from, Tag(segment, i)),
               "receiving " + what + " from " + comm.Describe(from));
   };
   torch::Tensor length = torch::empty({1}, torch::kInt64);
@@ -354,33 +354,37 @@ ResumePlan PlanResume(const std::vector<Holding>& held,
   return plan;
 }
 
-Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpoint_complete,
-                                      const CheckpointReader& read_checkpoint) {
-  const auto start = std::chrono::steady_clock::now();
+namespace {
+
+// Every rank's holding, gathered, and the plan all ranks derive from it; `checkpoint_complete`
+// becomes rank 0's view.
+ResumePlan PlanForJob(Runtime& rt, const HeldState* held, bool* checkpoint_complete) {
   const Placement& placement = rt.placement();
   const int64_t step = placement.resume_step;
-  const int world = placement.world_size(), me = placement.rank;
-  Comm& comm = rt.comm();
-
   Holding mine;
-  if (held != nullptr && held->step == step) {
-    mine = {step, held->first_segment, held->end_segment};
-  }
-  const std::vector<Holding> holdings = GatherHoldings(comm, mine, world, &checkpoint_complete);
+  if (held != nullptr && held->step == step) mine = {step, held->first_segment, held->end_segment};
+  const std::vector<Holding> holdings =
+      GatherHoldings(rt.comm(), mine, placement.world_size(), checkpoint_complete);
   std::vector<std::pair<int, int>> needs;
-  for (int r = 0; r < world; ++r) {
+  for (int r = 0; r < placement.world_size(); ++r) {
     const int stage = placement.stage_map.PositionOf(r).stage;
     needs.emplace_back(rt.partition().FirstSegment(stage), rt.partition().EndSegment(stage));
   }
-  const ResumePlan plan = PlanResume(holdings, needs, step);
-  const auto transfer_start = std::chrono::steady_clock::now();
+  return PlanResume(holdings, needs, step);
+}
 
-  // Every send first (asynchronous), then every receive: a rank blocked in a receive has posted
-  // all it sends, so the exchange cannot deadlock.
+// This rank's part of the plan's transfers: every send first (asynchronous), then every
+// receive; a rank blocked in a receive has posted all it sends, so the exchange cannot
+// deadlock. Returns the bytes received.
+Result<int64_t> Transfer(Runtime& rt, HeldState* held, const ResumePlan& plan) {
+  const int me = rt.placement().rank;
+  Comm& comm = rt.comm();
   std::vector<c10::intrusive_ptr<c10d::Work>> sends;
   std::vector<torch::Tensor> keep;
   for (const SegmentTransfer& t : plan.transfers) {
-    if (t.from == me) SendSegment(comm, SegmentPayload(rt, held, t.segment), t.segment, t.to, &sends, &keep);
+    if (t.from == me) {
+      SendSegment(comm, SegmentPayload(rt, held, t.segment), t.segment, t.to, &sends, &keep);
+    }
   }
   int64_t received = 0;
   for (const SegmentTransfer& t : plan.transfers) {
@@ -390,36 +394,37 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
     received += *bytes;
   }
   for (auto& work : sends) comm.Wait(work, "sending state to a peer");
-  keep.clear();
-  const double transfer_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - transfer_start).count();
+  return received;
+}
 
-  std::vector<int> from_checkpoint;
+// What no rank holds: this rank's segments of it, and the trainer state when no rank holds
+// any, from the checkpoint of the step.
+Status ReadTheRest(Runtime& rt, const ResumePlan& plan, bool checkpoint_complete,
+                   const CheckpointReader& read_checkpoint) {
+  std::vector<int> segments;
   for (const auto& [rank, segment] : plan.from_checkpoint) {
-    if (rank == me) from_checkpoint.push_back(segment);
+    if (rank == rt.placement().rank) segments.push_back(segment);
   }
-  const bool trainer_from_checkpoint = plan.trainer_donor < 0;
-  if (!from_checkpoint.empty() || trainer_from_checkpoint) {
-    if (!checkpoint_complete) {
-      return Status::IoError(
-          "no rank holds the state of step " + std::to_string(step) + " of segment " +
-          SegmentName(rt, from_checkpoint.empty() ? 0 : from_checkpoint[0]) +
-          ", and no complete checkpoint of that step exists");
-    }
-    if (Status s = read_checkpoint(from_checkpoint, trainer_from_checkpoint); !s.ok()) return s;
+  const bool trainer_state = plan.trainer_donor < 0;
+  if (segments.empty() && !trainer_state) return Status::Ok();
+  if (!checkpoint_complete) {
+    return Status::IoError("no rank holds the state of step " +
+                           std::to_string(rt.placement().resume_step) + " of segment " +
+                           SegmentName(rt, segments.empty() ? 0 : segments[0]) +
+                           ", and no complete checkpoint of that step exists");
   }
-  if (!trainer_from_checkpoint) ShareTrainerState(rt, held, plan.trainer_donor);
+  return read_checkpoint(segments, trainer_state);
+}
 
-  // The totals, the same on every rank: the bytes moved and the slowest rank's time.
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+// The totals, the same on every rank: the bytes moved and the slowest rank's times.
+ResumeSummary Summarize(Comm& comm, const ResumePlan& plan, int64_t received, double seconds,
+                        double transfer_s, bool checkpoint_complete) {
   std::vector<torch::Tensor> bytes{torch::tensor({static_cast<double>(received)}, torch::kFloat64)};
   std::vector<torch::Tensor> times{torch::tensor({seconds, transfer_s}, torch::kFloat64)};
   comm.Wait(comm.global().allreduce(bytes), "summing the bytes moved");
   c10d::AllreduceOptions max;
   max.reduceOp = c10d::ReduceOp::MAX;
   comm.Wait(comm.global().allreduce(times, max), "timing the exchange");
-
   ResumeSummary summary;
   summary.rank_sources = plan.rank_sources;
   summary.peer_bytes = static_cast<int64_t>(bytes[0].item<double>());
@@ -431,6 +436,26 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
                                                                       : summary.checkpoint)++;
   }
   return summary;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpoint_complete,
+                                      const CheckpointReader& read_checkpoint) {
+  const auto start = std::chrono::steady_clock::now();
+  const ResumePlan plan = PlanForJob(rt, held, &checkpoint_complete);
+  const auto transfer_start = std::chrono::steady_clock::now();
+  const Result<int64_t> received = Transfer(rt, held, plan);
+  if (!received.ok()) return received.status();
+  const double transfer_s = SecondsSince(transfer_start);
+  if (Status s = ReadTheRest(rt, plan, checkpoint_complete, read_checkpoint); !s.ok()) return s;
+  if (plan.trainer_donor >= 0) ShareTrainerState(rt, held, plan.trainer_donor);
+  return Summarize(rt.comm(), plan, *received, SecondsSince(start), transfer_s,
+                   checkpoint_complete);
 }
 
 }  // namespace mitra::worker

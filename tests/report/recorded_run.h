@@ -19,7 +19,7 @@ inline constexpr const char* kRecordedEvents =
 {"time":104.0,"event":"first_step","kind":"morph","step":5,"shape":"1 x 1","downtime_s":1.0,"stop_s":0.4,"relaunch_s":0.1,"first_step_s":0.5,"generation":1}
 {"time":105.0,"event":"failure","reason":"rank 0 (pid 7) was killed by signal SIGKILL after step 5","rank":0,"pid":7,"machine":"localhost","step":5,"generation":1}
 {"time":105.1,"event":"launch","generation":2,"stages":1,"replicas":1,"world_size":1,"resume_step":4}
-{"time":107.0,"event":"first_step","kind":"recovery","step":5,"shape":"1 x 1","downtime_s":2.0,"stop_s":0.2,"relaunch_s":0,"first_step_s":1.8,"generation":2}
+{"time":107.0,"event":"first_step","kind":"recovery","step":5,"shape":"1 x 1","downtime_s":2.0,"stop_s":0.2,"relaunch_s":0,"first_step_s":1.8,"state_kept":1,"state_peer":1,"state_checkpoint":0,"peer_bytes":2500000,"peer_bytes_per_s":1e9,"generation":2}
 {"time":108.0,"event":"checkpoint","step":6,"blocked_s":0.01,"total_s":0.03,"generation":2,"rank":0}
 {"time":108.1,"event":"done","step":6,"wall_s":8.1,"loss":1.5,"mean_samples_per_s":80}
 )";

@@ -70,6 +70,8 @@ TEST_F(RunReportTest, ReadsAFinishedRunWithAMorphAFailureAndARecovery) {
   EXPECT_DOUBLE_EQ(r.changes[0].relaunch_s, 0.1);
   EXPECT_DOUBLE_EQ(r.changes[0].first_step_s, 0.5);
   EXPECT_DOUBLE_EQ(r.changes[0].detected, 103.0);
+  EXPECT_EQ(r.changes[0].state, "checkpoint");
+  EXPECT_EQ(r.changes[1].state, "1 kept, 1 from peers (2.5 MB), 0 from the checkpoint");
   EXPECT_EQ(r.changes[1].kind, "recovery");
   EXPECT_EQ(r.changes[1].cause, "rank 0 (pid 7) was killed by signal SIGKILL after step 5");
   ASSERT_EQ(r.failures.size(), 1u);
