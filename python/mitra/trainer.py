@@ -113,8 +113,8 @@ class Trainer:
         # rank's log instead of nothing.
         if not faulthandler.is_enabled():
             faulthandler.enable()
-        # While it trains, mitra handles SIGINT, SIGUSR1, SIGUSR2 and SIGURG (a stop after the same step
-        # on every rank, or parking). A worker of `mitra run` keeps those handlers afterwards, as
+        # While it trains, mitra handles SIGINT, SIGUSR1, SIGUSR2 and SIGURG (a stop after the
+        # same step on every rank, or parking). A worker of `mitra run` keeps those handlers afterwards, as
         # a C++ worker does: a stop signal that arrives late must not end it. Alone (a notebook,
         # a shell), Ctrl-C raises KeyboardInterrupt again once training is over.
         restore_sigint = not _mitra.started_by_manager()

@@ -354,6 +354,28 @@ TEST_F(ControllerRecoveryParkTest, TheRelaunchAfterAFailureResumesFromTheStepThe
   EXPECT_EQ(launch.held_step, 8);  // the newest step held whole: step 9 is not
 }
 
+TEST_F(ControllerRecoveryParkTest, SurvivorsThatHoldNoStepWholeResumeFromTheCheckpointAndSaySo) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(RankExited{0, 3, launcher::ExitStatus{0, SIGKILL}});
+  // Stage 1's survivor passed step 9's all-reduce, stage 0's did not and one of them is gone:
+  // no step is held for every segment.
+  Park(0, 8);
+  Park(1, 9);
+  Feed(RankExited{0, 2, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"127.0.0.3", true, ""});
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_FALSE(launch.held_step.has_value());
+  Feed(GenerationLaunched{1, {100, 101, 102, 103}, {0, 1}, 0, "127.0.0.2:1", 0.1});
+  const auto records = All<RecordAction>();
+  const auto told = std::find_if(records.begin(), records.end(),
+                                 [](const RecordAction& r) { return r.event == "launch"; });
+  ASSERT_NE(told, records.end());
+  EXPECT_NE(told->line.find("do not hold every stage's state of one step"), std::string::npos)
+      << told->line;
+  EXPECT_EQ(told->fields.Find("held_step"), nullptr);
+}
+
 TEST_F(ControllerRecoveryParkTest, SurvivorsThatDoNotParkInTimeAreKilled) {
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunParkingGeneration(5);
