@@ -58,6 +58,7 @@ every wait has a timeout.
                    [--peers-models bench,large] [--keep]
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -297,16 +298,34 @@ def cleanup(tmp):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def mitra_job(args, prefix, machines, stages, model, extra=(), batch=None, prepare=None):
+    """A Mitra job in a temporary directory (`prepare(tmp)` runs first): its output shown when
+    the body fails; stopped, and the directory removed, either way."""
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    m = None
+    try:
+        if prepare:
+            prepare(tmp)
+        m = Mitra(args, tmp, machines, stages, model, extra, batch)
+        yield m
+    except Exception:
+        if m:
+            note("mitra output:\n" + m.job.tail())
+        raise
+    finally:
+        if m:
+            m.job.stop()
+        cleanup(tmp)
+
+
 def rel(t, t0):
     return round(t - t0, 3)
 
 
 def mitra_recovery(args, rep):
-    tmp = tempfile.mkdtemp(prefix="mitra-elastic-")
-    m = None
-    try:
-        m = Mitra(args, tmp, "localhost slots=2\n", args.stages, "tiny",
-                  ["--checkpoint-every", "1", "--spares", str(args.spares)])
+    with mitra_job(args, "mitra-elastic-", "localhost slots=2\n", args.stages, "tiny",
+                   ["--checkpoint-every", "1", "--spares", str(args.spares)]) as m:
         m.wait_steps(0, args.warm_steps, args.start_timeout)
         victim = m.events("launch", 0)[0]["pids"][1]
         t_kill = time.time()
@@ -328,14 +347,6 @@ def mitra_recovery(args, rep):
                 "manager_downtime_s": fs.get("downtime_s"), "manager_stop_s": fs.get("stop_s"),
                 "manager_relaunch_s": fs.get("relaunch_s"),
                 "manager_first_step_s": fs.get("first_step_s")}
-    except Exception:
-        if m:
-            note("mitra output:\n" + m.job.tail())
-        raise
-    finally:
-        if m:
-            m.job.stop()
-        cleanup(tmp)
 
 
 def torchrun_recovery(args, rep):
@@ -414,26 +425,15 @@ def morph_one(m, args, generation, slots, direction):
 
 def morph(args, path):
     """path: "regroup" (the default) or "restart" (--no-regroup)."""
-    tmp = tempfile.mkdtemp(prefix="mitra-morph-")
-    m = None
-    try:
-        m = Mitra(args, tmp, "localhost slots=4\n", 2, "bench",
-                  [] if path == "regroup" else ["--no-regroup"])
-        out = []
+    out = []
+    with mitra_job(args, "mitra-morph-", "localhost slots=4\n", 2, "bench",
+                   [] if path == "regroup" else ["--no-regroup"]) as m:
         for rep in range(args.repeats):
             for direction, slots in (("shrink", 2), ("grow", 4)):
                 out.append(dict(morph_one(m, args, len(out), slots, direction), repeat=rep,
                                 path=path))
                 emit(out[-1])
-        return out
-    except Exception:
-        if m:
-            note("mitra output:\n" + m.job.tail())
-        raise
-    finally:
-        if m:
-            m.job.stop()
-        cleanup(tmp)
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -454,12 +454,9 @@ def state_record(fs):
 def peers_morphs(args, model):
     """2 x 2 -> 2 x 1 -> 2 x 2 (P kept), `model`: the gap between the old shape's last step and
     the new shape's first, less that first step's own time."""
-    tmp = tempfile.mkdtemp(prefix="mitra-peers-")
-    m = None
     out = []
-    try:
-        m = Mitra(args, tmp, "localhost slots=4\n", 2, model, ["--chunk-size", "4"],
-                  batch=args.peers_batch_size)
+    with mitra_job(args, "mitra-peers-", "localhost slots=4\n", 2, model, ["--chunk-size", "4"],
+                   batch=args.peers_batch_size) as m:
         for generation, (direction, slots) in enumerate((("shrink", 2), ("grow", 4))):
             m.wait_steps(generation, args.peers_warm_steps, args.start_timeout)
             m.replace_machines(f"localhost slots={slots}\n")
@@ -467,11 +464,10 @@ def peers_morphs(args, model):
             fs = m.wait_event("first_step", generation + 1, 60)
             morph_record = m.events("morph", generation)[0]
             resumed = m.events("launch", generation + 1)[0].get("resume_step")
-            saves = [c for c in m.events("checkpoint", generation + 1) if c.get("step") == resumed]
-            if not saves:  # the background save completes during the first steps
-                saves = [wait_for("the checkpoint after the morph", lambda: [
-                    c for c in m.events("checkpoint", generation + 1)
-                    if c.get("step") == resumed], 120, m.job)[0]]
+            # The background save of the resume step completes during the first steps.
+            save = wait_for("the checkpoint after the morph", lambda: [
+                c for c in m.events("checkpoint", generation + 1)
+                if c.get("step") == resumed], 120, m.job)[0]
             gap = first["time"] - last_old["time"]
             out.append({"bench": "peers_morph", "model": model, "direction": direction,
                         "from": morph_record.get("from"), "state": morph_record.get("state"),
@@ -480,35 +476,23 @@ def peers_morphs(args, model):
                         "overhead_s": round(gap - first["step_time_s"], 3),
                         "manager_downtime_s": fs.get("downtime_s"),
                         **state_record(fs),
-                        "checkpoint_after_blocked_s": round(saves[0].get("blocked_s", 0), 3),
-                        "checkpoint_after_total_s": round(saves[0].get("total_s", 0), 3)})
+                        "checkpoint_after_blocked_s": round(save.get("blocked_s", 0), 3),
+                        "checkpoint_after_total_s": round(save.get("total_s", 0), 3)})
             emit(out[-1])
-        return out
-    except Exception:
-        if m:
-            note("mitra output:\n" + m.job.tail())
-        raise
-    finally:
-        if m:
-            m.job.stop()
-        cleanup(tmp)
+    return out
 
 
 def peers_kill(args, model):
     """2 x 2 with a spare, --checkpoint-every 100: a replica of stage 0 is killed."""
-    tmp = tempfile.mkdtemp(prefix="mitra-heal-")
-    m = None
-    try:
-        m = Mitra(args, tmp, "localhost slots=4\n", 2, model,
-                  ["--chunk-size", "4", "--spares", "1", "--checkpoint-every", "100"],
-                  batch=args.peers_batch_size)
+    with mitra_job(args, "mitra-heal-", "localhost slots=4\n", 2, model,
+                   ["--chunk-size", "4", "--spares", "1", "--checkpoint-every", "100"],
+                   batch=args.peers_batch_size) as m:
         m.wait_steps(0, args.peers_warm_steps, args.start_timeout)
         launch = m.events("launch", 0)[0]
         victim_rank = int(launch["stage_to_rank_map"].split(";")[0].split(",")[1])
         # The spare must be parked before the kill, or the heal starts a process instead.
-        wait_for("the spare to park", lambda: "parked" in open(
-            os.path.join(tmp, "mitra.out"), errors="replace").read() or
-            len(m.steps(0)) >= args.peers_warm_steps + 3, args.start_timeout, m.job)
+        wait_for("the spare to park", lambda: "parked" in m.job.tail(10 ** 7) or
+                 len(m.steps(0)) >= args.peers_warm_steps + 3, args.start_timeout, m.job)
         t_kill = time.time()
         os.kill(launch["pids"][victim_rank], signal.SIGKILL)
         first = m.wait_steps(1, 1, args.recover_timeout)[0]
@@ -523,14 +507,6 @@ def peers_kill(args, model):
                 "kill_to_first_step_less_that_step_s":
                     round(first["time"] - t_kill - first["step_time_s"], 3),
                 **state_record(fs)}
-    except Exception:
-        if m:
-            note("mitra output:\n" + m.job.tail())
-        raise
-    finally:
-        if m:
-            m.job.stop()
-        cleanup(tmp)
 
 
 def describe(args, model):
@@ -591,16 +567,16 @@ def ranges(partition):
 def peers_change_p(args, model):
     """2 x 1 -> 4 x 1 (the planner's choice under a made-up profile): the segments that change
     owner move between ranks. Their bytes, from the model's description, against those sent."""
-    tmp = tempfile.mkdtemp(prefix="mitra-repartition-")
-    m = None
-    try:
-        record = describe(args, model)
+    record = describe(args, model)
+
+    def write_profile(tmp):
         os.makedirs(os.path.join(tmp, "profile"))
         with open(os.path.join(tmp, "profile", "profile.json"), "w") as f:
             json.dump(pipeline_friendly_profile(record, 4), f)
-        m = Mitra(args, tmp, "localhost slots=2\n", 0, model,
-                  ["--chunk-size", "4", "--profile", os.path.join(tmp, "profile")],
-                  batch=args.peers_batch_size)
+
+    with mitra_job(args, "mitra-repartition-", "localhost slots=2\n", 0, model,
+                   ["--chunk-size", "4", "--profile", "profile"], batch=args.peers_batch_size,
+                   prepare=write_profile) as m:
         m.wait_steps(0, args.peers_warm_steps, args.start_timeout)
         m.replace_machines("localhost slots=4\n")
         first, last_old = first_after(m, 1)
@@ -618,14 +594,6 @@ def peers_change_p(args, model):
                 "to": f"{new['stages']} x {new['replicas']} ({new['partition']})",
                 "changed_owner_bytes": moved, **state_record(fs),
                 "overhead_s": round(first["time"] - last_old["time"] - first["step_time_s"], 3)}
-    except Exception:
-        if m:
-            note("mitra output:\n" + m.job.tail())
-        raise
-    finally:
-        if m:
-            m.job.stop()
-        cleanup(tmp)
 
 
 LOOPBACK_SENDER = r"""

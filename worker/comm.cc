@@ -1,5 +1,8 @@
 #include "worker/comm.h"
 
+#include <functional>
+#include <string>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -50,6 +53,17 @@ cutpoint::Activations DecodeHeader(const torch::Tensor& header, torch::TensorOpt
     acts.emplace(name, torch::empty(dims, options.dtype(dtype)));
   }
   return acts;
+}
+
+// Runs `post` (a send or a receive posted on Gloo), turning a failure into a PeerError.
+c10::intrusive_ptr<c10d::Work> Posted(
+    const std::function<c10::intrusive_ptr<c10d::Work>()>& post, const std::string& what) {
+  try {
+    return post();
+  } catch (const std::exception& e) {
+    const std::string cause = e.what();
+    throw PeerError(what + " failed: " + cause.substr(0, cause.find('\n')));
+  }
 }
 
 }  // namespace
@@ -187,23 +201,13 @@ void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag,
 
 c10::intrusive_ptr<c10d::Work> Comm::PostSend(std::vector<torch::Tensor>& tensors, int dst,
                                               int tag) {
-  try {
-    return global_->send(tensors, dst, tag);
-  } catch (const std::exception& e) {
-    std::string cause = e.what();
-    throw PeerError("sending to " + Describe(dst) + " failed: " + cause.substr(0, cause.find('\n')));
-  }
+  return Posted([&] { return global_->send(tensors, dst, tag); }, "sending to " + Describe(dst));
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::PostRecv(std::vector<torch::Tensor>& tensors, int src,
                                               int tag) {
-  try {
-    return global_->recv(tensors, src, tag);
-  } catch (const std::exception& e) {
-    std::string cause = e.what();
-    throw PeerError("receiving from " + Describe(src) + " failed: " +
-                    cause.substr(0, cause.find('\n')));
-  }
+  return Posted([&] { return global_->recv(tensors, src, tag); },
+                "receiving from " + Describe(src));
 }
 
 void Comm::WaitSends() {

@@ -9,6 +9,14 @@ std::shared_ptr<cutpoint::Segment> HeldState::Take(int segment, int64_t at_step)
   return std::move(segments[segment - first_segment]);
 }
 
+bool HeldState::Whole() const {
+  if (empty() || static_cast<int>(segments.size()) != end_segment - first_segment) return false;
+  for (const auto& segment : segments) {
+    if (!segment) return false;
+  }
+  return true;
+}
+
 int64_t HeldState::Bytes() const {
   int64_t bytes = 0;
   auto add = [&bytes](const torch::Tensor& t) {

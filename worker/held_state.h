@@ -44,9 +44,13 @@ struct HeldState {
   HeldState& operator=(const HeldState&) = delete;
 
   bool empty() const { return step < 0 || segments.empty(); }
+  // Whether every segment of [first_segment, end_segment) is there (none taken, none lost with
+  // a runtime that failed before its state was whole).
+  bool Whole() const;
   // Whether segment `segment` is held as it was after `at_step` steps.
   bool Holds(int segment, int64_t at_step) const {
-    return !empty() && step == at_step && segment >= first_segment && segment < end_segment;
+    return !empty() && step == at_step && segment >= first_segment && segment < end_segment &&
+           segments[segment - first_segment] != nullptr;
   }
   // Takes segment `segment` out (null when it is not held at `at_step`).
   std::shared_ptr<cutpoint::Segment> Take(int segment, int64_t at_step);

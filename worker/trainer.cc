@@ -167,6 +167,9 @@ int Trainer::Run(Result<Placement> placement) {
       // completed (Train kept it): it parks, and the manager's recovery may keep it and heal
       // the failed rank's replacement from it.
       spdlog::error("rank {}: {}; parking for the next generation", current.rank, e.what());
+      // Only a whole stage is worth announcing: a failure before the state was complete (in
+      // the rendezvous, during the exchange) leaves parts of it taken or missing.
+      if (held_ && !held_->Whole()) held_.reset();
       ended = Ended{0, true, held_ ? held_->step : -1};
     }
     if (ended.exit_code != 0 || !ended.asked_to_stop || !current.park) return ended.exit_code;

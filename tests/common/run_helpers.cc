@@ -197,20 +197,27 @@ std::vector<JsonObject> EventsNamed(const std::string& run_dir, const std::strin
   return out;
 }
 
+std::vector<pid_t> LaunchPids(const JsonObject& launch) {
+  std::vector<pid_t> pids;
+  const JsonValue* array = launch.Find("pids");
+  if (array == nullptr) return pids;
+  std::string digits;
+  for (const char c : array->string_value() + ",") {
+    if (c >= '0' && c <= '9') {
+      digits += c;
+    } else if (!digits.empty()) {
+      if (std::stol(digits) > 0) pids.push_back(static_cast<pid_t>(std::stol(digits)));
+      digits.clear();
+    }
+  }
+  return pids;
+}
+
 std::vector<pid_t> LaunchedPids(const std::string& run_dir) {
   std::vector<pid_t> pids;
   for (const JsonObject& launch : EventsNamed(run_dir, "launch")) {
-    const JsonValue* array = launch.Find("pids");
-    if (array == nullptr) continue;
-    std::string digits;
-    for (const char c : array->string_value() + ",") {
-      if (c >= '0' && c <= '9') {
-        digits += c;
-      } else if (!digits.empty()) {
-        if (std::stol(digits) > 0) pids.push_back(static_cast<pid_t>(std::stol(digits)));
-        digits.clear();
-      }
-    }
+    const std::vector<pid_t> these = LaunchPids(launch);
+    pids.insert(pids.end(), these.begin(), these.end());
   }
   return pids;
 }

@@ -96,6 +96,8 @@ std::optional<JsonObject> ReadJsonFile(const std::string& path);
 std::vector<JsonObject> EventsNamed(const std::string& run_dir, const std::string& name);
 // Every pid in the "pids" arrays of the launch records of events.jsonl.
 std::vector<pid_t> LaunchedPids(const std::string& run_dir);
+// The pids of one `launch` record (those > 0: the ranks started or kept), by rank.
+std::vector<pid_t> LaunchPids(const JsonObject& launch);
 // True when no process `pid` exists (kill(pid, 0) fails with ESRCH). A zombie still exists.
 bool ProcessGone(pid_t pid);
 

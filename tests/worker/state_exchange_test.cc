@@ -27,6 +27,27 @@ namespace {
 
 using Needs = std::vector<std::pair<int, int>>;
 
+struct Identity : cutpoint::Segment {
+  cutpoint::Activations Forward(const cutpoint::Activations& inputs) override { return inputs; }
+};
+
+TEST(HeldState, ASegmentTakenOrLostIsNotHeldAndTheStateIsNoLongerWhole) {
+  HeldState held;
+  held.step = 3;
+  held.first_segment = 1;
+  held.end_segment = 3;
+  held.segments = {std::make_shared<Identity>(), std::make_shared<Identity>()};
+  EXPECT_TRUE(held.Whole());
+  EXPECT_TRUE(held.Holds(2, 3));
+  EXPECT_FALSE(held.Holds(2, 4));  // another step
+  EXPECT_FALSE(held.Holds(0, 3));  // another segment
+  EXPECT_NE(held.Take(2, 3), nullptr);
+  EXPECT_FALSE(held.Holds(2, 3));
+  EXPECT_EQ(held.Take(2, 3), nullptr);
+  EXPECT_FALSE(held.Whole());
+  EXPECT_TRUE(held.Holds(1, 3));
+}
+
 TEST(PlanResume, RanksThatHoldTheirNewSegmentsKeepThemAndNothingMoves) {
   // 2 x 2 -> 2 x 1 with the same partition: ranks 0 and 1 hold stages 0 and 1.
   const std::vector<Holding> held{{10, 0, 2}, {10, 2, 4}};
