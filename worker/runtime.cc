@@ -128,6 +128,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   rt->stage_ = std::make_unique<Stage>(spec, rt->partition_, placement.stage(), opts.seed, held,
                                        placement.resume_step);
   rt->completed_steps_ = placement.resume_step;
+  rt->restored_ = placement.resume_step == 0;  // the initial values are step 0's state
   // Built on the CPU (the same initial values in every shape and on every device), then moved
   // before the optimizer makes its state, so that the state is born on the device too. Module::to
   // keeps the parameter tensors' identities: the stage's handles stay valid.

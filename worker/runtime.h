@@ -140,7 +140,8 @@ class Runtime {
   // passed its all-reduce, plus one (the resume step before any).
   int64_t completed_steps() const { return completed_steps_; }
   // The resume is complete: every segment holds its state of the resume step (a restore, a
-  // transfer from peers). Until then Release() gives only the segments taken from `held`.
+  // transfer from peers). Until then Release() gives only the segments taken from `held`. A
+  // runtime created at step 0 starts complete.
   void MarkRestored() { restored_ = true; }
   // Ends the runtime's use of its state and hands it over, as it is after completed_steps()
   // steps: the stage's segments, their optimizer state and the trainer state. The runtime

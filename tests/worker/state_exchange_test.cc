@@ -214,6 +214,57 @@ TEST(StateExchange, GuardWithoutTheExchangeTheReplacementTrainsFromItsInitialVal
   EXPECT_GT(Difference(after.state, uninterrupted.state), 1e-3);
 }
 
+// A replica that dies before a step's all-reduce: its peer's step fails (PeerError) after its
+// forward and backward ran, and it must hold exactly the state of the steps before it; healed
+// from it, a new replica trains on as the uninterrupted job, bit for bit.
+TEST(StateExchange, ASurvivorOfAFailureBeforeTheAllReduceHoldsTheStepsBeforeIt) {
+  const Generation uninterrupted = Train(1, 2, 0, 4, {});
+  const Generation two_steps = Train(1, 2, 0, 2, {});
+  auto port = PickFreeTcpPort("127.0.0.1");
+  ASSERT_TRUE(port.ok());
+  auto dataset = std::make_shared<testing::TinyDataset>(64);
+  std::vector<HeldState> held(2);
+  bool failed = false;
+  int64_t completed = -1;
+  testing::RunRanks(2, [&](int rank) {
+    RuntimeOptions options;
+    options.global_batch = 8;
+    options.chunk_size = 2;
+    options.seed = kSeed;
+    auto rt = Runtime::Create(Spec(), dataset,
+                              testing::LoopbackPlacement(1, 2, rank, *port, /*timeout_s=*/5),
+                              options);
+    ASSERT_TRUE(rt.ok()) << rt.status().message();
+    for (int64_t step = 0; step < 2; ++step) (*rt)->Step(step);
+    if (rank == 1) return;  // dies: its runtime, and its connections, go with it
+    try {
+      (*rt)->Step(2);
+    } catch (const PeerError&) {
+      failed = true;
+    }
+    completed = (*rt)->completed_steps();
+    held[0] = (*rt)->Release();
+  });
+  ASSERT_TRUE(failed) << "the step without its peer did not fail";
+  EXPECT_EQ(completed, 2);
+  EXPECT_EQ(held[0].step, 2);
+  // What it holds is the two-step state: the failed step's forward and backward changed nothing.
+  JobState survivor;
+  for (int i = held[0].first_segment; i < held[0].end_segment; ++i) {
+    for (const auto& p : held[0].segments[i - held[0].first_segment]->named_parameters()) {
+      survivor.emplace(Spec().segments[i].name + "." + p.key(), p.value().detach().clone());
+    }
+  }
+  for (const auto& [name, state] : held[0].optimizer_state) {
+    for (const auto& [kind, t] : state) survivor.emplace(name + "/" + kind, t.clone());
+  }
+  EXPECT_EQ(Difference(survivor, two_steps.state), 0);
+  const Generation healed = Train(1, 2, 2, 4, std::move(held));
+  EXPECT_EQ(healed.summary.kept, 1);
+  EXPECT_EQ(healed.summary.peer, 1);
+  EXPECT_EQ(Difference(healed.state, uninterrupted.state), 0);
+}
+
 TEST(StateExchange, AChangeOfStagesMovesTheSegmentsThatChangeOwner) {
   // 2 x 2 -> 4 x 1: old ranks 0 and 1 (stage 0 and 1 of replica 0) become new ranks 0 and 1;
   // new rank 1 needs segment 1, new ranks 2 and 3 are new processes.
