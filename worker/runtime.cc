@@ -337,7 +337,10 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   result.grad_norm = std::sqrt(totals[0].item<double>());
   result.loss = totals[1].item<double>();
   result.stop = totals[2].item<double>() > 0;
-  result.hold = totals[3].item<double>() > 0;
+  // Held only when every rank that asked to stop asked to hold: a plain stop (a user's, during
+  // the morph) on any rank means the job may end here, and its state must reach storage.
+  const double stops = totals[2].item<double>(), holds = totals[3].item<double>();
+  result.hold = holds > 0 && holds == stops;
   // Past the all-reduce every rank takes this step (or skips it, all alike): what this rank
   // holds from here on is the state after it.
   completed_steps_ = step + 1;

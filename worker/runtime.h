@@ -89,7 +89,9 @@ struct StepResult {
   double grad_norm = 0;  // before clipping
   double lr = 0;
   bool stop = false;     // some rank asked to stop: every rank sees the same value
-  bool hold = false;     // some rank asked to stop and hold (StopWish::kHold); likewise
+  // Every rank that asked to stop asked to stop and hold (StopWish::kHold); likewise the same on
+  // every rank.
+  bool hold = false;
   // With a loss scaler: the scale the step's backward used (else 0), and whether the step was
   // skipped because its gradients overflowed (every rank skips the same steps).
   double loss_scale = 0;

@@ -373,11 +373,13 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
   DumpParameters(placement, rt);
   Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
   if (reason == "signal" && placement.park) AwaitOwnStopSignal();
-  // Parks when every stop signal asked it to: with its part of the checkpoint on disk, or, when
-  // the stop held the state, with the state in memory (a late signal of that morph changes
-  // nothing: the all-reduce said what it was).
+  // Parks when its stop signals asked it to park (SIGUSR2, SIGURG) and none to exit: with its
+  // part of the checkpoint on disk, or, when the stop held the state, with the state in memory
+  // (a late signal of that morph changes nothing: the all-reduce said what it was).
+  const bool asked_to_park = (g_stop_requested & (kParkAfterStop | kHoldAfterStop)) != 0 &&
+                             (g_stop_requested & kExitAfterStop) == 0;
   const bool park = reason == "signal" && placement.park &&
-                    (hold || (g_stop_requested == kParkAfterStop && checkpointer != nullptr));
+                    (hold || (asked_to_park && checkpointer != nullptr));
   if (park) held_ = std::make_unique<HeldState>(rt.Release());
   return {0, park, step};
 }

@@ -265,6 +265,34 @@ TEST(StateExchange, ASurvivorOfAFailureBeforeTheAllReduceHoldsTheStepsBeforeIt) 
   EXPECT_EQ(Difference(healed.state, uninterrupted.state), 0);
 }
 
+// The wish to hold is combined in the step's all-reduce: held only when every rank that asked
+// to stop asked to hold (a rank whose signal has not come yet asks nothing); a plain stop on any
+// rank (a user's, during a morph) means the state must reach storage.
+TEST(StateExchange, AStepHoldsOnlyWhenEveryStopAskedToHold) {
+  auto port = PickFreeTcpPort("127.0.0.1");
+  ASSERT_TRUE(port.ok());
+  auto dataset = std::make_shared<testing::TinyDataset>(64);
+  std::vector<StepResult> mixed(2), late(2);
+  testing::RunRanks(2, [&](int rank) {
+    RuntimeOptions options;
+    options.global_batch = 8;
+    options.chunk_size = 2;
+    auto rt = Runtime::Create(Spec(), dataset, testing::LoopbackPlacement(1, 2, rank, *port),
+                              options);
+    ASSERT_TRUE(rt.ok()) << rt.status().message();
+    const StopWish first = rank == 0 ? StopWish::kHold : StopWish::kStop;
+    mixed[rank] = (*rt)->Step(0, std::function<StopWish()>([first] { return first; }));
+    const StopWish second = rank == 0 ? StopWish::kHold : StopWish::kNone;
+    late[rank] = (*rt)->Step(1, std::function<StopWish()>([second] { return second; }));
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(mixed[rank].stop);
+    EXPECT_FALSE(mixed[rank].hold) << "a plain stop on rank 1 must win";
+    EXPECT_TRUE(late[rank].stop);
+    EXPECT_TRUE(late[rank].hold) << "rank 1's signal had not come: rank 0's hold stands";
+  }
+}
+
 TEST(StateExchange, AChangeOfStagesMovesTheSegmentsThatChangeOwner) {
   // 2 x 2 -> 4 x 1: old ranks 0 and 1 (stage 0 and 1 of replica 0) become new ranks 0 and 1;
   // new rank 1 needs segment 1, new ranks 2 and 3 are new processes.
