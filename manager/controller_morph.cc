@@ -215,10 +215,17 @@ void Controller::OnParked(int rank, const HeldSegments& held) {
   // an exit, but the process stays for the next generation.
   RankState& r = gen_.ranks[rank];
   if (!r.running || r.parked || r.killed) return;  // a killed rank's exit is near
+  // Nobody asked: a peer failed and this rank saw it first (its rendezvous or a message failed).
+  // That is a failure to recover from, not the end of the job.
+  const bool unasked = ending_ == Ending::kNone && !TearingDown();
   r.running = false;
   r.parked = true;
   standby_.Park(ParkedWorker{gen_.number, rank, gen_.MachineOf(rank).Address(),
                              gen_.plan.ranks[rank].local_rank, held});
+  if (unasked) {
+    Fail(std::nullopt, gen_.Where(rank) + " left its generation: a peer failed",
+         /*blame_machine=*/false, /*machine_lost=*/false);
+  }
   MaybeEndGeneration();
 }
 

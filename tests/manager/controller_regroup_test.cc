@@ -376,6 +376,18 @@ TEST_F(ControllerRecoveryParkTest, SurvivorsThatHoldNoStepWholeResumeFromTheChec
   EXPECT_EQ(told->fields.Find("held_step"), nullptr);
 }
 
+TEST_F(ControllerRecoveryParkTest, ARankThatParksUnaskedIsAFailureNotTheEndOfTheJob) {
+  // Its rendezvous or a message failed before the manager saw why: every rank parking so is no
+  // reason to finish as done.
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Park(0, 5);
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+  Park(1, 5);
+  EXPECT_TRUE(All<FinishAction>().empty());
+  EXPECT_EQ(OnlyLaunch().held_step, 5);  // and the relaunch keeps both, from their state
+}
+
 TEST_F(ControllerRecoveryParkTest, SurvivorsThatDoNotParkInTimeAreKilled) {
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunParkingGeneration(5);
