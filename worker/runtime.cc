@@ -259,8 +259,9 @@ HeldState Runtime::Release() {
 
 StepResult Runtime::Step(int64_t step, const std::function<StopWish()>& stop_requested) {
   // The forward changes buffers (BatchNorm's running statistics) before the step is known to
-  // complete: a step a peer's failure interrupts puts them back, so that the state this rank
-  // keeps is the one of the steps it completed.
+  // complete: a step a peer's failure interrupts puts them back, so that the state a rank that
+  // parks keeps is the one of the steps it completed. Others never keep it: no copy.
+  if (!placement_.park) return TrainStep(step, stop_requested);
   if (step_buffers_.size() != stage_->buffers().size()) {
     step_buffers_ = stage_->CopyBuffers();
   } else {
@@ -274,6 +275,47 @@ StepResult Runtime::Step(int64_t step, const std::function<StopWish()>& stop_req
     if (completed_steps_ == step) stage_->RestoreBuffers(step_buffers_);
     throw;
   }
+}
+
+StepResult Runtime::Update(int64_t step, const torch::Tensor& totals) {
+  StepResult result;
+  result.grad_norm = std::sqrt(totals[0].item<double>());
+  result.loss = totals[1].item<double>();
+  result.stop = totals[2].item<double>() > 0;
+  // Held only when every rank that asked to stop asked to hold: a plain stop (a user's, during
+  // the morph) on any rank means the job may end here, and its state must reach storage.
+  const double stops = totals[2].item<double>(), holds = totals[3].item<double>();
+  result.hold = holds > 0 && holds == stops;
+  // Past the all-reduce every rank takes this step (or skips it, all alike): what this rank
+  // holds from here on is the state after it.
+  completed_steps_ = step + 1;
+  result.lr = options_.lr.At(step);
+  // The gradients are multiplied by `unscale` once, for the loss scale and the clipping together.
+  double unscale = 1;
+  if (scaler_) {
+    result.loss_scale = scaler_->scale();
+    // Decided from the all-reduced norm: a rank whose own gradients overflowed made it
+    // non-finite for everyone, so every rank skips this step.
+    result.skipped = scaler_->Update(totals[0].item<double>());
+    unscale = 1.0 / result.loss_scale;
+    result.grad_norm *= unscale;
+  }
+  if (options_.clip_norm > 0 && !result.skipped) {
+    const double coef = options_.clip_norm / (result.grad_norm + 1e-6);
+    if (coef < 1) unscale *= coef;
+  }
+  if (unscale != 1 && !result.skipped) {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : stage_->parameters()) {
+      if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(unscale);
+    }
+  }
+  // A skipped step changes nothing: the parameters and optimizer state stay as they were.
+  if (!result.skipped) {
+    if (before_update_) std::exchange(before_update_, nullptr)();
+    optimizer_->Step(result.lr);
+  }
+  return result;
 }
 
 StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& stop_requested) {
@@ -333,43 +375,7 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   });
   const auto update_start = StepTrace::Clock::now();
 
-  StepResult result;
-  result.grad_norm = std::sqrt(totals[0].item<double>());
-  result.loss = totals[1].item<double>();
-  result.stop = totals[2].item<double>() > 0;
-  // Held only when every rank that asked to stop asked to hold: a plain stop (a user's, during
-  // the morph) on any rank means the job may end here, and its state must reach storage.
-  const double stops = totals[2].item<double>(), holds = totals[3].item<double>();
-  result.hold = holds > 0 && holds == stops;
-  // Past the all-reduce every rank takes this step (or skips it, all alike): what this rank
-  // holds from here on is the state after it.
-  completed_steps_ = step + 1;
-  result.lr = options_.lr.At(step);
-  // The gradients are multiplied by `unscale` once, for the loss scale and the clipping together.
-  double unscale = 1;
-  if (scaler_) {
-    result.loss_scale = scaler_->scale();
-    // Decided from the all-reduced norm: a rank whose own gradients overflowed made it
-    // non-finite for everyone, so every rank skips this step.
-    result.skipped = scaler_->Update(totals[0].item<double>());
-    unscale = 1.0 / result.loss_scale;
-    result.grad_norm *= unscale;
-  }
-  if (options_.clip_norm > 0 && !result.skipped) {
-    const double coef = options_.clip_norm / (result.grad_norm + 1e-6);
-    if (coef < 1) unscale *= coef;
-  }
-  if (unscale != 1 && !result.skipped) {
-    torch::NoGradGuard no_grad;
-    for (const auto& p : stage_->parameters()) {
-      if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(unscale);
-    }
-  }
-  // A skipped step changes nothing: the parameters and optimizer state stay as they were.
-  if (!result.skipped) {
-    if (before_update_) std::exchange(before_update_, nullptr)();
-    optimizer_->Step(result.lr);
-  }
+  StepResult result = Update(step, totals);
   result.wait_s = wait_s;
   result.compute_s = std::max(
       0.0, std::chrono::duration<double>(StepTrace::Clock::now() - step_start).count() - wait_s);

@@ -133,9 +133,9 @@ class Runtime {
   // so that a stop signal that arrives while the step computes ends the job after this step,
   // not after the next one. Called once per step, on the calling thread. (Pass a
   // std::function: a plain lambda would also convert to bool.)
-  // A PeerError leaves the parameters, buffers and optimizer state as they were before the
-  // step when this rank had not passed the step's all-reduce, and as after it when it had:
-  // completed_steps() says which.
+  // A PeerError leaves the parameters and optimizer state as they were before the step when
+  // this rank had not passed the step's all-reduce, and as after it when it had:
+  // completed_steps() says which. So does it the buffers on a rank whose placement can park.
   StepResult Step(int64_t step, const std::function<StopWish()>& stop_requested);
 
   // The steps the parameters and optimizer state have taken: the last Step() that returned or
@@ -186,6 +186,9 @@ class Runtime {
 
   // Step() without the buffers' restore on a PeerError.
   StepResult TrainStep(int64_t step, const std::function<StopWish()>& stop_requested);
+  // After the step's all-reduce (`totals`: squared norm, loss, stop and hold wishes): the
+  // result, the loss scale's and clipping's factor on the gradients, the optimizer step.
+  StepResult Update(int64_t step, const torch::Tensor& totals);
   // Gives the optimizer the state `held` keeps of the segments the stage took from it.
   Status AdoptOptimizerState(HeldState& held);
   cutpoint::Activations MicroBatch(int64_t step, int micro_batch);
