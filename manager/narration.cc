@@ -186,6 +186,20 @@ Narration StepLost(const StepLostFact& f) {
               true);
 }
 
+Narration Morphing(const MorphFact& f) {
+  if (f.skipped) return Told("morph_skipped", JsonObject().SetString("reason", f.reason));
+  records::Morph record;
+  record.reason = f.reason;
+  record.from = f.from;
+  record.step = f.step;
+  record.state = f.in_memory ? "memory" : "checkpoint";
+  return Told(records::Morph::kEvent, records::ToJson(record),
+              "mitra: " + f.reason + ": asking " + std::to_string(f.ranks) +
+                  (f.in_memory ? " workers to stop after the same step, keeping their state in "
+                                 "memory"
+                               : " workers to checkpoint and stop after the same step"));
+}
+
 Narration TrainingAgain(const TrainingAgainFact& f) {
   // A process start, or a regroup of parked workers, or both.
   const std::string ready = f.kept == 0 ? "start" : f.started == 0 ? "regroup" : "start and regroup";
@@ -318,19 +332,7 @@ Narration Narrate(const Fact& fact) {
                                      : "; the job trains on in its shape"),
                         true);
           },
-          [](const MorphFact& f) {
-            if (f.skipped) return Told("morph_skipped", JsonObject().SetString("reason", f.reason));
-            records::Morph record;
-            record.reason = f.reason;
-            record.from = f.from;
-            record.step = f.step;
-            record.state = f.in_memory ? "memory" : "checkpoint";
-            return Told(records::Morph::kEvent, records::ToJson(record),
-                        "mitra: " + f.reason + ": asking " + std::to_string(f.ranks) +
-                            (f.in_memory ? " workers to stop after the same step, keeping their "
-                                           "state in memory"
-                                         : " workers to checkpoint and stop after the same step"));
-          },
+          [](const MorphFact& f) { return Morphing(f); },
           [](const FailureFact& f) { return Failure(f); },
       },
       fact);
