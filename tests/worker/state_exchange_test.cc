@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -214,56 +215,152 @@ TEST(StateExchange, GuardWithoutTheExchangeTheReplacementTrainsFromItsInitialVal
   EXPECT_GT(Difference(after.state, uninterrupted.state), 1e-3);
 }
 
-// A replica that dies before a step's all-reduce: its peer's step fails (PeerError) after its
-// forward and backward ran, and it must hold exactly the state of the steps before it; healed
-// from it, a new replica trains on as the uninterrupted job, bit for bit.
-TEST(StateExchange, ASurvivorOfAFailureBeforeTheAllReduceHoldsTheStepsBeforeIt) {
-  const Generation uninterrupted = Train(1, 2, 0, 4, {});
-  const Generation two_steps = Train(1, 2, 0, 2, {});
+// ---- A replica that dies at a chosen point of a step ---------------------------------------
+//
+// 1 x 2, the replica on rank 1 dies during step 2 at one of four points; rank 0 survives. Its
+// failed step must leave it holding exactly the state of the steps it completed (its forward,
+// backward and partly reduced gradients change nothing), and a new replica healed from it must
+// train on as the uninterrupted job, bit for bit.
+enum class DeathPoint {
+  kBeforeTheBackward,          // before the step's first message
+  kDuringTheGradientAllReduce, // some gradient buckets reduced, the others never
+  kAfterTheGradientAllReduce,  // before the step's all-reduce, which commits it
+  kAfterTheStep,               // step 2 complete on both: the survivor fails in step 3
+};
+
+std::string Name(const ::testing::TestParamInfo<DeathPoint>& info) {
+  switch (info.param) {
+    case DeathPoint::kBeforeTheBackward: return "BeforeTheBackward";
+    case DeathPoint::kDuringTheGradientAllReduce: return "DuringTheGradientAllReduce";
+    case DeathPoint::kAfterTheGradientAllReduce: return "AfterTheGradientAllReduce";
+    case DeathPoint::kAfterTheStep: return "AfterTheStep";
+  }
+  return "?";
+}
+
+// What the dying rank throws to end its thread (its runtime and connections go with it).
+struct RankDies : std::runtime_error {
+  RankDies() : std::runtime_error("the rank dies here") {}
+};
+
+// Backward passes of a Tripwire left on this thread before the next one throws RankDies; 0:
+// never. Autograd runs a CPU graph's backward on the thread that called it, so each rank (a
+// thread) arms its own.
+thread_local int backwards_before_death = 0;
+
+// The identity, whose backward throws when this thread's countdown reaches zero.
+struct Tripwire : torch::autograd::Function<Tripwire> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    if (backwards_before_death > 0 && --backwards_before_death == 0) throw RankDies();
+    return grads;
+  }
+};
+
+// TinyMlp's segment 1 with a Tripwire on its output: the same arithmetic, bit for bit.
+struct TrippingSegment : testing::DenseSegment {
+  TrippingSegment() : DenseSegment(1) {}
+  cutpoint::Activations Forward(const cutpoint::Activations& inputs) override {
+    return {{"x", Tripwire::apply(DenseSegment::Forward(inputs).at("x"))}};
+  }
+};
+
+const cutpoint::ModelSpec& TrippingSpec() {
+  static const cutpoint::ModelSpec spec = [] {
+    cutpoint::ModelSpec s = testing::TinyMlp(kSegments);
+    s.segments[1].factory = [] { return std::make_shared<TrippingSegment>(); };
+    return s;
+  }();
+  return spec;
+}
+
+// The parameters and optimizer state `held` keeps, as a JobState.
+JobState StateOf(const HeldState& held) {
+  JobState state;
+  for (int i = held.first_segment; i < held.end_segment; ++i) {
+    for (const auto& p : held.segments[i - held.first_segment]->named_parameters()) {
+      state.emplace(Spec().segments[i].name + "." + p.key(), p.value().detach().clone());
+    }
+  }
+  for (const auto& [name, kinds] : held.optimizer_state) {
+    for (const auto& [kind, t] : kinds) state.emplace(name + "/" + kind, t.clone());
+  }
+  return state;
+}
+
+class AReplicaDies : public ::testing::TestWithParam<DeathPoint> {};
+
+TEST_P(AReplicaDies, ItsSurvivorHoldsTheStepsItCompletedAndHealsANewReplicaExactly) {
+  const DeathPoint point = GetParam();
+  const int64_t completed_before_failure = point == DeathPoint::kAfterTheStep ? 3 : 2;
   auto port = PickFreeTcpPort("127.0.0.1");
   ASSERT_TRUE(port.ok());
   auto dataset = std::make_shared<testing::TinyDataset>(64);
   std::vector<HeldState> held(2);
-  bool failed = false;
+  bool survivor_failed = false, died_where_asked = false;
   int64_t completed = -1;
   testing::RunRanks(2, [&](int rank) {
     RuntimeOptions options;
     options.global_batch = 8;
-    options.chunk_size = 2;
+    options.chunk_size = 2;  // two micro-batches a replica: the second backward is the last
     options.seed = kSeed;
-    auto rt = Runtime::Create(Spec(), dataset,
+    options.bucket_elements = 1;  // a bucket per parameter, started as its gradient is done
+    auto rt = Runtime::Create(TrippingSpec(), dataset,
                               testing::LoopbackPlacement(1, 2, rank, *port, /*timeout_s=*/5),
                               options);
     ASSERT_TRUE(rt.ok()) << rt.status().message();
     for (int64_t step = 0; step < 2; ++step) (*rt)->Step(step);
-    if (rank == 1) return;  // dies: its runtime, and its connections, go with it
+    if (rank == 1) {
+      std::function<StopWish()> wish = [] { return StopWish::kNone; };
+      switch (point) {
+        case DeathPoint::kBeforeTheBackward: died_where_asked = true; return;
+        case DeathPoint::kDuringTheGradientAllReduce:
+          // The step's last backward: segments 3 and 2 have started their buckets when the
+          // gradient reaches segment 1's output.
+          backwards_before_death = 2;
+          break;
+        case DeathPoint::kAfterTheGradientAllReduce:
+          // Asked right after the gradients are reduced, before the step's own all-reduce.
+          wish = [] () -> StopWish { throw RankDies(); };
+          break;
+        case DeathPoint::kAfterTheStep: break;
+      }
+      try {
+        (*rt)->Step(2, wish);
+      } catch (const RankDies&) {
+        died_where_asked = true;
+      }
+      if (point == DeathPoint::kAfterTheStep) died_where_asked = true;
+      return;
+    }
     try {
-      (*rt)->Step(2);
+      for (int64_t step = 2; step < 4; ++step) (*rt)->Step(step);
     } catch (const PeerError&) {
-      failed = true;
+      survivor_failed = true;
     }
     completed = (*rt)->completed_steps();
     held[0] = (*rt)->Release();
   });
-  ASSERT_TRUE(failed) << "the step without its peer did not fail";
-  EXPECT_EQ(completed, 2);
-  EXPECT_EQ(held[0].step, 2);
-  // What it holds is the two-step state: the failed step's forward and backward changed nothing.
-  JobState survivor;
-  for (int i = held[0].first_segment; i < held[0].end_segment; ++i) {
-    for (const auto& p : held[0].segments[i - held[0].first_segment]->named_parameters()) {
-      survivor.emplace(Spec().segments[i].name + "." + p.key(), p.value().detach().clone());
-    }
-  }
-  for (const auto& [name, state] : held[0].optimizer_state) {
-    for (const auto& [kind, t] : state) survivor.emplace(name + "/" + kind, t.clone());
-  }
-  EXPECT_EQ(Difference(survivor, two_steps.state), 0);
-  const Generation healed = Train(1, 2, 2, 4, std::move(held));
+  ASSERT_TRUE(died_where_asked) << "rank 1 did not die where the test asked";
+  ASSERT_TRUE(survivor_failed) << "the survivor trained on without its replica";
+  EXPECT_EQ(completed, completed_before_failure);
+  EXPECT_EQ(held[0].step, completed_before_failure);
+  EXPECT_EQ(Difference(StateOf(held[0]), Train(1, 2, 0, completed_before_failure, {}).state), 0);
+  const Generation healed = Train(1, 2, completed_before_failure, 4, std::move(held));
   EXPECT_EQ(healed.summary.kept, 1);
   EXPECT_EQ(healed.summary.peer, 1);
-  EXPECT_EQ(Difference(healed.state, uninterrupted.state), 0);
+  EXPECT_EQ(Difference(healed.state, Train(1, 2, 0, 4, {}).state), 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(StateExchange, AReplicaDies,
+                         ::testing::Values(DeathPoint::kBeforeTheBackward,
+                                           DeathPoint::kDuringTheGradientAllReduce,
+                                           DeathPoint::kAfterTheGradientAllReduce,
+                                           DeathPoint::kAfterTheStep),
+                         Name);
 
 // The wish to hold is combined in the step's all-reduce: held only when every rank that asked
 // to stop asked to hold (a rank whose signal has not come yet asks nothing); a plain stop on any
