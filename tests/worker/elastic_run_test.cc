@@ -152,6 +152,43 @@ TEST_F(ElasticGpt, AKeptWorkerThatHangsDuringTheRegroupFallsBackToAFullRestart) 
   ExpectNoProcessLeft(run_dir_);
 }
 
+// A grow whose new workers take their stages from the kept ones, and one of those dies as the
+// exchange begins (killed when the new generation's launch is recorded: before or while it
+// sends). The generation fails before its first step; the job goes back to what storage holds
+// for the stage no survivor holds, and trains every step as the uninterrupted job.
+TEST_F(ElasticGpt, AKeptWorkerThatDiesDuringTheExchangeFallsBackWithNothingLost) {
+  auto mitra = Start("localhost slots=2\n", 2, {"--checkpoint-every", "2"}, kLongJob);
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+  const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
+  ASSERT_EQ(pids.size(), 2u);
+  RewriteFile(tmp_, "machines.txt", "localhost slots=4\n");
+  // Rank 1 holds stage 1, which the grow's new rank 3 needs.
+  bool launched = false;
+  for (int i = 0; i < 12000 && !launched; ++i) {
+    for (const JsonObject& launch : testing::EventsNamed(run_dir_, "launch")) {
+      launched |= launch.GetNumber("generation") == 1.0;
+    }
+    if (!launched) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  ASSERT_TRUE(launched) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.err.find("was killed by signal SIGKILL"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("while regrouping in place: every worker starts afresh"), std::string::npos)
+      << r.output();
+  // Resumed by new processes from the newest checkpoint (every 2 steps), not from step 0.
+  const auto launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_EQ(launches.size(), 3u) << r.output();
+  EXPECT_TRUE(KeptRanks(run_dir_, 2).empty());
+  const double resumed = launches[2].GetNumber("resume_step").value_or(0);
+  EXPECT_GT(resumed, 0);
+  EXPECT_LE(resumed, launches[1].GetNumber("resume_step").value_or(0));
+  testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoProcessLeft(run_dir_);
+}
+
 // The image classifier: BatchNorm (its micro-batch size is kept for the job when none is given,
 // and the replicas' running statistics are merged every step) and dropout (drawn per
 // micro-batch and segment), evaluated every 50 steps; ~15 ms a step.
