@@ -12,6 +12,7 @@
 
 #include "common/overloaded.h"
 #include "common/strings.h"
+#include "contract/exit_codes.h"
 #include "manager/narration.h"
 
 namespace mitra::manager {
@@ -237,6 +238,13 @@ void Controller::OnExited(const RankExited& in) {
       what += " (it had no SIGUSR1 handler: a worker must install one before it reports ready)";
     }
     Fail(in.rank, what, /*blame_machine=*/true, /*machine_lost=*/in.exit.lost, &in);
+  } else if (ending_ == Ending::kRecover && !trained_ && in.exit.signal == 0 &&
+             in.exit.exit_code == kExitBadInput) {
+    // Before the job's first step, a rank that refuses its input while the failure of a peer
+    // is being recovered from is that failure's cause (the peer only lost it): a relaunch
+    // would fail alike, so the job ends, saying why.
+    Fail(in.rank, gen_.Where(in.rank) + " " + in.exit.ToString(), /*blame_machine=*/false,
+         /*machine_lost=*/false, &in);
   }
   MaybeEndGeneration();
 }

@@ -31,6 +31,10 @@ class BorrowedGenerator {
     std::lock_guard<std::mutex> lock(gen_.mutex());
     gen_.set_current_seed(seed);
   }
+  torch::Tensor State() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    return gen_.get_state();
+  }
 
  private:
   at::Generator gen_;
@@ -48,8 +52,9 @@ uint64_t ForwardSeed(uint64_t seed, const ForwardKey& key, int segment) {
 Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
              uint64_t seed, HeldState* held, int64_t held_step)
     : index_(stage), first_(partition.FirstSegment(stage)), end_(partition.EndSegment(stage)),
-      seed_(seed) {
+      seed_(seed), check_draws_(spec.micro_batch_independent) {
   for (int i = first_; i < end_; ++i) {
+    names_.push_back(spec.segments[i].name);
     std::shared_ptr<cutpoint::Segment> kept = held ? held->Take(i, held_step) : nullptr;
     adopted_.push_back(kept != nullptr);
     segments_.push_back(kept ? std::move(kept) : cutpoint::BuildSegment(spec, i, seed));
@@ -69,7 +74,19 @@ cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const 
   cutpoint::Activations acts = inputs;
   for (size_t i = 0; i < segments_.size(); ++i) {
     generator.Seed(ForwardSeed(seed_, key, first_ + static_cast<int>(i)));
+    if (!check_draws_ || !training_) {
+      acts = segments_[i]->Forward(acts);
+      continue;
+    }
+    const torch::Tensor seeded = generator.State();
     acts = segments_[i]->Forward(acts);
+    if (!torch::equal(generator.State(), seeded)) {
+      throw MicroBatchDependence(
+          "segment '" + names_[i] + "' draws random numbers in training (dropout, say), for its "
+          "whole micro-batch at once, so its draws depend on how samples are grouped; but the "
+          "model declares micro_batch_independent: remove the declaration (then the micro-batch "
+          "size is kept for the job, and every shape draws the same), or train without dropout");
+    }
   }
   return acts;
 }

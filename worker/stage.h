@@ -9,9 +9,16 @@
 // the same random choices in every shape and schedule, and a recomputation repeats them. The
 // generator's own state is put back afterwards: the program's draws outside segments go on as
 // if no forward had run. Not thread-safe.
+//
+// A segment that draws random numbers (dropout) draws them for its whole micro-batch at once,
+// so its draws depend on how the samples are grouped: such a model is not micro-batch
+// independent, and keeping its micro-batch size for the job is what keeps its draws the same
+// in every shape. A model that declares itself independent is checked: a training forward of a
+// segment that moved the generator throws MicroBatchDependence.
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -21,6 +28,13 @@
 namespace mitra::worker {
 
 struct HeldState;
+
+// A model declared micro_batch_independent whose segment draws random numbers: bad input, with
+// the fix in the message.
+class MicroBatchDependence : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct NamedTensor {
   std::string name;  // "<segment>.<name>"
@@ -42,6 +56,8 @@ class Stage {
   Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
         uint64_t seed, HeldState* held = nullptr, int64_t held_step = -1);
 
+  // Throws MicroBatchDependence (training mode, a model declared micro-batch independent) when
+  // a segment's forward drew random numbers.
   cutpoint::Activations Forward(const cutpoint::Activations& inputs, const ForwardKey& key);
 
   // Training or evaluation mode for every module of every segment (torch's train()/eval()).
@@ -73,6 +89,8 @@ class Stage {
   int index_, first_, end_;
   uint64_t seed_;
   bool training_ = true;
+  bool check_draws_;  // the model declares itself micro-batch independent
+  std::vector<std::string> names_;  // of the segments
   std::vector<std::shared_ptr<cutpoint::Segment>> segments_;
   std::vector<bool> adopted_;
   std::vector<NamedTensor> parameters_;

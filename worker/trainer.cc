@@ -158,6 +158,9 @@ int Trainer::Run(Result<Placement> placement) {
     try {
       if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, current);
       ended = Train(current, &step_times);
+    } catch (const MicroBatchDependence& e) {
+      spdlog::error("rank {}: {}", current.rank, e.what());
+      return 2;  // bad input: the message says what to change
     } catch (const PeerError& e) {
       if (!current.park) {
         spdlog::error("rank {}: {}; stopping", current.rank, e.what());

@@ -134,7 +134,10 @@ cutpoint::ModelSpec MakeGptSpec(const GptConfig& config) {
     return per_token.view({targets.size(0), targets.size(1)}).mean(1).sum();
   };
   spec.tokens_per_sample = config.context;
-  spec.micro_batch_independent = true;
+  // LayerNorm only: every sample is computed on its own. Dropout draws its masks for a whole
+  // micro-batch at once: with it, the micro-batch size is kept for the job, so that every shape
+  // draws the same.
+  spec.micro_batch_independent = config.dropout == 0;
   return spec;
 }
 

@@ -119,7 +119,10 @@ def gpt_spec(c):
 
     spec.loss = loss
     spec.tokens_per_sample = c.context
-    spec.micro_batch_independent = True  # LayerNorm only: every sample is computed on its own
+    # LayerNorm only: every sample is computed on its own. Dropout draws its masks for a whole
+    # micro-batch at once: with it, the micro-batch size is kept for the job, so that every
+    # shape draws the same.
+    spec.micro_batch_independent = c.dropout == 0
     return spec
 
 

@@ -41,7 +41,7 @@ def loss(outputs, batch):
 spec = mitra.ModelSpec.from_sequential(build, names=["embed", "body", "head"], input="tokens")
 spec.loss = loss
 spec.tokens_per_sample = CONTEXT
-spec.micro_batch_independent = True  # no BatchNorm: each sample is computed on its own
+spec.micro_batch_independent = True  # no BatchNorm, no dropout: each sample is computed on its own
 
 if __name__ == "__main__":
     raise SystemExit(mitra.Trainer(spec, Fortunes(), batch_size=32, lr=1e-3, max_steps=200).run())

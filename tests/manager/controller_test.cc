@@ -471,6 +471,29 @@ RankExited ExitedWith(int64_t generation, int rank, int code, std::vector<std::s
   return RankExited{generation, rank, launcher::ExitStatus{code, 0}, ExcerptOf({}, lines)};
 }
 
+// A rank refuses its input in its first step (a model declared micro-batch independent that
+// draws random numbers): its peer loses it and parks before the manager sees the exit. The
+// exit is the cause all the same: the job ends with it rather than relaunching.
+TEST_F(ControllerTest, ExitCodeTwoAfterAPeerParkedUnaskedStillEndsTheJob) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
+  for (int r = 0; r < 2; ++r) {
+    RankReport ready{0, r, RankReport::Kind::kReady, 0};
+    ready.can_park = true;
+    Feed(ready);
+  }
+  Feed(RankReport{0, 1, RankReport::Kind::kParked, -1});
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+  Feed(ExitedWith(0, 0, 2, {"[2025-01-01 12:00:00.000] [error] rank 0: segment 'body' draws "
+                            "random numbers in training"}));
+  EXPECT_TRUE(All<LaunchAction>().empty());
+  ASSERT_EQ(All<FinishAction>().size(), 1u);
+  const FinishAction finish = All<FinishAction>()[0];
+  EXPECT_EQ(finish.outcome, FinishAction::Outcome::kBadConfiguration);
+  EXPECT_NE(finish.reason.find("segment 'body' draws random numbers"), std::string::npos)
+      << finish.reason;
+}
+
 TEST_F(ControllerTest, ExitCodeTwoBeforeTheJobsFirstStepEndsTheJobAtOnce) {
   Feed(StartInput{List("localhost slots=2\n"), {}});
   for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});

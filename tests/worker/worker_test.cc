@@ -203,6 +203,34 @@ TEST(MicroBatchIndependence, IsRefusedForAModelWithBatchNormNamingTheModule) {
                   .independence.ok());
 }
 
+// Dropout draws a micro-batch's masks at once: a model that declares itself micro-batch
+// independent and draws random numbers in training is refused at its first training forward,
+// naming the segment and the fix. Evaluation (no dropout) and a model without draws pass.
+TEST(MicroBatchIndependence, IsRefusedForAModelThatDrawsRandomNumbersNamingTheSegment) {
+  auto config = *examples::GptConfig::Named("tiny");
+  const cutpoint::Activations batch{{"tokens", torch::randint(0, 256, {2, 32}, torch::kInt64)}};
+  EXPECT_TRUE(examples::MakeGptSpec(config).micro_batch_independent);
+  config.dropout = 0.1;
+  auto spec = examples::MakeGptSpec(config);
+  EXPECT_FALSE(spec.micro_batch_independent) << "the example declares what it is";
+  spec.micro_batch_independent = true;  // as a program might, wrongly
+  Stage stage(spec, *cutpoint::MakePartition("2,2", 4, 2), 0, 7);
+  try {
+    stage.Forward(batch, {0, 0});
+    ADD_FAILURE() << "a declared independent model with dropout trained";
+  } catch (const MicroBatchDependence& e) {
+    EXPECT_NE(std::string(e.what()).find("segment '" + spec.segments[1].name + "' draws random"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("remove the declaration"), std::string::npos);
+  }
+  stage.SetTraining(false);
+  EXPECT_NO_THROW(stage.Forward(batch, {0, 0}));
+  config.dropout = 0;
+  Stage plain(examples::MakeGptSpec(config), *cutpoint::MakePartition("2,2", 4, 2), 0, 7);
+  EXPECT_NO_THROW(plain.Forward(batch, {0, 0}));
+}
+
 // Two steps of `options` on fresh parameters, given the same gradients each time.
 std::vector<torch::Tensor> Params() {
   torch::manual_seed(3);
