@@ -324,7 +324,6 @@ TEST_F(ElasticGpt, AKilledWorkerIsHealedFromItsReplicaWithoutTrainingAStepAgain)
   const testing::MitraResult r = mitra->Wait(180);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.out.find("recovery done: training again in 2 x 2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("state: 3 kept, 1 from peers"), std::string::npos) << r.out;
   EXPECT_TRUE(testing::EventsNamed(run_dir_, "checkpoint").size() <= 2u);  // the heal's, the end's
   // Steps trained again: records of a step beyond its first.
   std::map<int64_t, int> trained;
@@ -335,6 +334,12 @@ TEST_F(ElasticGpt, AKilledWorkerIsHealedFromItsReplicaWithoutTrainingAStepAgain)
   int again = 0;
   for (const auto& [step, times] : trained) again += times - 1;
   EXPECT_LE(again, 1) << "steps trained again after the heal";
+  // In that window a survivor that passed the all-reduce holds the step after the one the
+  // others hold: its stage then comes from its replica, like the killed rank's (whether the
+  // step trained again shows depends on which rank passed: rank 0 records the steps).
+  EXPECT_TRUE(r.out.find("state: 3 kept, 1 from peers") != std::string::npos ||
+              r.out.find("state: 2 kept, 2 from peers") != std::string::npos)
+      << r.out;
   testing::ExpectSameTraining(kLongJob, run_dir_, trace_, /*consecutive=*/false);
   ExpectNoProcessLeft(run_dir_);
 }
