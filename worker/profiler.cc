@@ -1,6 +1,7 @@
 #include "worker/profiler.h"
 
 #include <malloc.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "planner/profile.h"
+#include "planner/sharing.h"
 #include "worker/backend.h"
 #include "worker/comm.h"
 #include "worker/report.h"
@@ -267,6 +269,23 @@ class Workload {
     }
     return Seconds(start);
   }
+  // Iterations per second over a window of `window_s` seconds: it runs until an iteration ends
+  // past the window (so that processes measuring together compete for the whole of it) and
+  // counts those that ended within it (the first one when none did).
+  double Rate(double window_s) {
+    const auto start = Clock::now();
+    int counted = 0;
+    double counted_s = 0;
+    for (;;) {
+      Run(1);
+      const double elapsed = Seconds(start);
+      if (elapsed > window_s && counted > 0) break;
+      ++counted;
+      counted_s = elapsed;
+      if (elapsed > window_s) break;
+    }
+    return counted / counted_s;
+  }
 
  private:
   const cutpoint::ModelSpec& spec_;
@@ -283,6 +302,20 @@ class Protocol {
     std::vector<torch::Tensor> one{torch::zeros({1})};
     comm_.Wait(comm_.global().allreduce(one), "the profile's barrier");
   }
+
+  // Every rank's `mine`, by rank, on every rank.
+  std::vector<double> Gather(double mine) {
+    std::vector<torch::Tensor> all{torch::zeros({placement_.world_size()}, torch::kFloat64)};
+    all[0][placement_.rank] = mine;
+    comm_.Wait(comm_.global().allreduce(all), "the profile's all-reduce");
+    return std::vector<double>(all[0].data_ptr<double>(),
+                               all[0].data_ptr<double>() + placement_.world_size());
+  }
+  double Max(double mine) {
+    const std::vector<double> all = Gather(mine);
+    return *std::max_element(all.begin(), all.end());
+  }
+  bool Any(bool mine) { return Max(mine ? 1 : 0) > 0; }
 
   // One-way seconds of `bytes` between rank 0 and `peer`: half the median round trip (both
   // call it).
@@ -383,6 +416,79 @@ class Protocol {
   const Placement& placement_;
 };
 
+// The CPUs this process may run on (its affinity), which its machine's processes share.
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
+}
+
+// Rounds of a sharing measurement, and measurements of one k before an impossible figure is
+// replaced by its bound (planner/sharing.h).
+constexpr int kSharingRounds = 3;
+constexpr int kSharingAttempts = 3;
+
+// MachineProfile::speed of this rank's machine, measured by all of the job's ranks together
+// (each machine's first `k` processes compute, every one measuring its own rate; the others
+// wait). Machines measure at once: they share no CPU.
+std::vector<double> MeasureSharing(Protocol& protocol, Workload& load, const Settings& s,
+                                   int first, int rank) {
+  const int slots = s.slots[s.machine];
+  const int most = *std::max_element(s.slots.begin(), s.slots.end());
+  const int cores = UsableCpus();
+  const bool leader = rank == first;
+  // Each window holds at least 3 iterations of the slowest process alone.
+  const auto start = Clock::now();
+  load.Run(1);
+  const double window = std::max(0.25, 3 * protocol.Max(Seconds(start)));
+  double alone_rate = 0;
+  std::vector<double> speeds;
+  for (int k = 1; k <= most; ++k) {
+    const bool computes = rank - first < k && k <= slots;
+    const int measured = std::min(k, slots);  // this machine's processes that compute
+    double speed = 1;
+    std::string impossible;
+    for (int attempt = 0; attempt < kSharingAttempts; ++attempt) {
+      std::vector<std::vector<double>> rounds;
+      for (int r = 0; r < kSharingRounds; ++r) {
+        protocol.Barrier();
+        const std::vector<double> rates = protocol.Gather(computes ? load.Rate(window) : 0);
+        rounds.emplace_back(rates.begin() + first, rates.begin() + first + measured);
+      }
+      if (k == 1) {
+        std::vector<double> alone;
+        for (const auto& round : rounds) alone.push_back(round[0]);
+        alone_rate = Median(alone);
+      }
+      if (k <= slots) {
+        speed = k == 1 ? 1.0 : planner::SharedSpeed(rounds, alone_rate);
+        impossible =
+            planner::ImpossibleSharing(speed, k, cores, speeds.empty() ? 1.0 : speeds.back());
+        if (leader && !impossible.empty()) {
+          spdlog::warn("{} with {} computing: impossible figure, measuring again: {}",
+                       s.machines[s.machine], k, impossible);
+        }
+      }
+      if (!protocol.Any(!impossible.empty())) break;
+    }
+    if (k > slots) continue;
+    if (!impossible.empty()) {
+      speed = planner::BoundedSharing(k, cores, speeds.empty() ? 1.0 : speeds.back());
+      if (leader) {
+        spdlog::warn("{} with {} computing: no possible figure in {} measurements; using the "
+                     "fastest possible, {:.2f}", s.machines[s.machine], k, kSharingAttempts, speed);
+      }
+    }
+    speeds.push_back(speed);
+  }
+  if (leader) {
+    spdlog::info("{}: {} CPUs; speed per process with 1..{} computing: {:.3f}",
+                 s.machines[s.machine], cores, slots, fmt::join(speeds, ", "));
+  }
+  return speeds;
+}
+
 }  // namespace
 
 int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
@@ -401,7 +507,6 @@ int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
   int first = 0;  // this machine's first rank
   for (int m = 0; m < s.machine; ++m) first += s.slots[m];
   const bool leader = placement.rank == first;
-  const int local = placement.rank - first;
 
   // 1. Compute, one process per machine.
   planner::MachineProfile machine;
@@ -414,19 +519,10 @@ int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
   protocol.Barrier();
 
   // 2. The speed of each process while k of a machine's processes compute.
-  const int64_t middle = s.micro_batches[s.micro_batches.size() / 2];
-  const int most = *std::max_element(s.slots.begin(), s.slots.end());
-  Workload load(spec, dataset, options.seed, middle);
+  Workload load(spec, dataset, options.seed, s.micro_batches[s.micro_batches.size() / 2]);
   load.Run(1);  // warm-up
-  double alone = 0;
-  for (int k = 1; k <= most; ++k) {
-    protocol.Barrier();
-    if (local < k && k <= s.slots[s.machine]) {
-      const double seconds = load.Run(s.repeats);
-      if (k == 1) alone = seconds;
-      if (leader) machine.speed.push_back(alone > 0 ? alone / seconds : 1.0);
-    }
-  }
+  const std::vector<double> speed = MeasureSharing(protocol, load, s, first, placement.rank);
+  if (leader) machine.speed = speed;
   protocol.Barrier();
 
   // 3. Messages and collectives.
