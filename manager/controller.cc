@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "common/overloaded.h"
 #include "common/strings.h"
@@ -186,6 +187,7 @@ void Controller::OnReport(const RankReport& in) {
     case RankReport::Kind::kStep:
       last_step_ = std::max(last_step_, in.step);
       last_step_s_ = in.seconds;
+      CheckProfile(in.seconds);
       if (!gen_.first_step_seen) {
         gen_.first_step_seen = true;
         trained_ = true;
@@ -260,6 +262,7 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
   request.segments = options_.segments;
   request.global_batch = options_.global_batch;
   request.chunk_size = options_.chunk_size;
+  request.corrections = corrections_;
   Result<GridPlan> plan = policy_->Plan(request);
   if (!plan.ok()) {
     *why = plan.status().message();
@@ -269,6 +272,32 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
     return std::nullopt;
   }
   return std::make_pair(std::move(*plan), std::move(machines));
+}
+
+void Controller::CheckProfile(double step_s) {
+  const std::optional<ProfileCheck::Verdict> v = gen_.profile_check.Observe(step_s);
+  if (!v) return;
+  ProfileCheckFact fact{gen_.number, gen_.ShapeText(), v->predicted_s, v->measured_s, v->ratio, {}};
+  if (v->disagrees) {
+    std::map<int, int> busy;  // machine index -> the generation's ranks on it
+    for (const RankState& r : gen_.ranks) ++busy[r.machine];
+    for (const auto& [machine, ranks] : busy) {
+      const std::string address = gen_.machines[machine].Address();
+      auto same = std::find_if(corrections_.begin(), corrections_.end(),
+                               [&](const planner::SpeedCorrection& c) {
+                                 return c.address == address && c.busy == ranks;
+                               });
+      // The prediction was made with the earlier correction: the two compound.
+      if (same == corrections_.end()) {
+        corrections_.push_back({address, ranks, v->ratio});
+        same = corrections_.end() - 1;
+      } else {
+        same->factor *= v->ratio;
+      }
+      fact.corrections.push_back(*same);
+    }
+  }
+  Tell(fact);
 }
 
 bool Controller::DiffersFromCurrent(const GridPlan& desired,

@@ -387,6 +387,9 @@ class Controller {
   void NoteRanksExited();
   // The first step after a morph or recovery, at `step`: the downtime and its split.
   void TellTrainingAgain(int64_t step);
+  // A step of rank 0's, against the plan's prediction: a disagreement corrects the profile
+  // the next plans use (corrections_).
+  void CheckProfile(double step_s);
   void Finish(FinishAction::Outcome outcome, const std::string& reason);
   // States a fact: narrated (narration.h) into a RecordAction of this generation.
   void Tell(const Fact& fact);
@@ -413,6 +416,8 @@ class Controller {
   Generation gen_;  // the current (or last) generation, with its deadlines
   int64_t last_step_ = 0;
   double last_step_s_ = 0;  // the last step's time, as rank 0 reported it
+  // What running generations measured against the profile (ProfileCheck), for every plan.
+  std::vector<planner::SpeedCorrection> corrections_;
   bool trained_ = false;        // some generation of this manager trained a step
   bool training_done_ = false;  // every rank reported `stopped` at the last step
   // The change that ended the previous generation, kept for the next one's first-step record.

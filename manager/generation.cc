@@ -25,6 +25,7 @@ Generation Generation::Launched(int64_t number, planner::GridPlan plan,
     g.ranks[r].running = true;
     g.ranks[r].last_heard = now;
   }
+  g.profile_check = ProfileCheck(plan.predicted_step_s);
   g.plan = std::move(plan);
   g.machines = std::move(machines);
   return g;

@@ -15,6 +15,7 @@
 
 #include "manager/machine_list.h"
 #include "manager/parked_workers.h"
+#include "manager/profile_check.h"
 #include "planner/grid.h"
 
 namespace mitra::manager {
@@ -68,6 +69,7 @@ struct Generation {
 
   double stop_signalled = 0;  // SIGUSR1 sent (else the launch): what `stopped` is timed from
   bool first_step_seen = false;
+  ProfileCheck profile_check;  // its steps against the plan's prediction
   int64_t stopped_step = -1;  // the step every rank reported in `stopped`, if they agree
   bool stopped_steps_agree = true;
   bool exit_noted = false;  // the time its last rank exited has been noted

@@ -121,6 +121,36 @@ Narration HostKeptOut(const HostKeptOutFact& f) {
   return Told("host_failed", fields, line, true);
 }
 
+Narration ProfileChecked(const ProfileCheckFact& f) {
+  std::string corrections = "[";
+  for (const planner::SpeedCorrection& c : f.corrections) {
+    if (corrections.size() > 1) corrections += ",";
+    corrections += JsonObject()
+                       .SetString("machine", c.address)
+                       .SetInt("busy", c.busy)
+                       .SetNumber("factor", c.factor)
+                       .ToJson();
+  }
+  JsonObject fields;
+  fields.SetInt("generation", f.generation)
+      .SetString("shape", f.shape)
+      .SetNumber("predicted_step_s", f.predicted_s)
+      .SetNumber("measured_step_s", f.measured_s)
+      .SetNumber("ratio", f.ratio)
+      .Set("corrections", JsonValue::Raw(corrections + "]"));
+  if (f.corrections.empty()) return Told("profile_check", fields);
+  char figures[160];
+  std::snprintf(figures, sizeof figures, "steps of %s take %.3f s, %.2f times the %.3f s the profile predicted",
+                f.shape.c_str(), f.measured_s, f.ratio, f.predicted_s);
+  std::vector<std::string> machines;
+  for (const planner::SpeedCorrection& c : f.corrections) {
+    machines.push_back(c.address + " with " + std::to_string(c.busy) + " busy");
+  }
+  return Told("profile_check", fields,
+              "mitra: " + std::string(figures) + ": the next plans correct its speed of " +
+                  Join(machines, ", "));
+}
+
 Narration Failure(const FailureFact& f) {
   records::Failure record;
   record.reason = f.during_regroup
@@ -334,6 +364,7 @@ Narration Narrate(const Fact& fact) {
           },
           [](const MorphFact& f) { return Morphing(f); },
           [](const FailureFact& f) { return Failure(f); },
+          [](const ProfileCheckFact& f) { return ProfileChecked(f); },
       },
       fact);
 }

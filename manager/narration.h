@@ -16,6 +16,7 @@
 #include "common/json.h"
 #include "manager/parked_workers.h"
 #include "planner/grid.h"
+#include "planner/shape_policy.h"
 
 namespace mitra::manager {
 
@@ -205,6 +206,17 @@ struct LaunchedFact {
   bool held_partial = false;
 };
 
+// A planned generation's steps measured against the planner's prediction (ProfileCheck);
+// `corrections` (when they disagree): the profile's speeds the next plans divide.
+struct ProfileCheckFact {
+  int64_t generation = 0;
+  std::string shape;  // "1 x 2"
+  double predicted_s = 0;
+  double measured_s = 0;
+  double ratio = 1;
+  std::vector<planner::SpeedCorrection> corrections;
+};
+
 // A planned morph resumes from an older checkpoint than the step every rank stopped after.
 struct StepLostFact {
   int64_t expected_step = 0;
@@ -215,7 +227,7 @@ using Fact = std::variant<LaunchedFact, StepLostFact, ListChangedFact, DrainFact
                           RankStoppedFact, StartFailedFact, HostHealthyFact, HostKeptOutFact,
                           StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
                           AbandonFact, WaitingFact, WarmUpFact, StandbyFailedFact, MorphFact,
-                          FailureFact>;
+                          FailureFact, ProfileCheckFact>;
 
 // A fact as told: the event and its fields for events.jsonl, and the terminal's line ("": none;
 // on stderr when `error`).

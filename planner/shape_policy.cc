@@ -27,9 +27,28 @@ Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
   return PlanGrid(grid);
 }
 
+Profile Corrected(const Profile& profile, const std::vector<SpeedCorrection>& corrections) {
+  Profile out = profile;
+  for (const SpeedCorrection& c : corrections) {
+    // The machine whose figures the plan uses for `address` (Profile::Machine).
+    MachineProfile* m = out.machines.empty() ? nullptr : &out.machines.front();
+    for (MachineProfile& candidate : out.machines) {
+      if (candidate.address == c.address) m = &candidate;
+    }
+    if (m == nullptr || c.busy < 1 || c.busy > static_cast<int>(m->speed.size()) ||
+        !(c.factor > 0)) {
+      continue;
+    }
+    m->speed[c.busy - 1] /= c.factor;
+  }
+  return out;
+}
+
 Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
+  const Profile corrected =
+      request.corrections.empty() ? Profile() : Corrected(*profile_, request.corrections);
   PlanRequest plan;
-  plan.profile = profile_.get();
+  plan.profile = request.corrections.empty() ? profile_.get() : &corrected;
   plan.global_batch = request.global_batch;
   plan.chunk_size = request.chunk_size;
   plan.chunk_kept = request.chunk_kept;

@@ -18,13 +18,29 @@
 
 namespace mitra::planner {
 
+// What a running job measured against the profile: on the machine `address`, with `busy` of
+// its processes in the job, steps took `factor` times what the profile predicted. The plan
+// divides that machine's speed with `busy` computing (MachineProfile::speed) by `factor`: a
+// step's time is mostly computation, which the speed scales.
+struct SpeedCorrection {
+  std::string address;
+  int busy = 1;
+  double factor = 1;
+};
+
 struct ShapeRequest {
   std::vector<MachineSlots> machines;  // the usable machines, in list order
   int segments = 0;                    // the program's segment count
   int64_t global_batch = 0;            // B: the same in every shape
   int chunk_size = 0;                  // > 0: fixed for the job; 0: chosen for each shape
   bool chunk_kept = false;             // the chunk chosen now stays (GridRequest::chunk_kept)
+  std::vector<SpeedCorrection> corrections;  // PlannedShapePolicy only
 };
+
+// `profile` with `corrections` applied, each to the machine the plan takes for its address
+// (Profile::Machine: the list's typical machine when that one was not profiled); one for a
+// number of processes the profile did not measure is ignored.
+Profile Corrected(const Profile& profile, const std::vector<SpeedCorrection>& corrections);
 
 // Implementations are pure and thread-compatible.
 class ShapePolicy {
@@ -45,8 +61,9 @@ class FixedStagesPolicy : public ShapePolicy {
   int stages_;
 };
 
-// The planner's fastest shape on the usable machines, re-planned at every launch. The plan
-// carries the schedule, partition and prediction to the workers and the records.
+// The planner's fastest shape on the usable machines, re-planned at every launch, from the
+// profile as the request's corrections leave it. The plan carries the schedule, partition and
+// prediction to the workers and the records.
 class PlannedShapePolicy : public ShapePolicy {
  public:
   explicit PlannedShapePolicy(std::shared_ptr<const Profile> profile)

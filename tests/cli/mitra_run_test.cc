@@ -131,11 +131,22 @@ TEST_F(MitraRunTest, WithoutNstagesThePlannerChoosesEveryShapeFromAProfileKeptIn
   EXPECT_TRUE(Contains(Log(0), "MITRA_PARTITION=4\n")) << Log(0);
 
   // Started again: the profile kept in the run directory is used.
-  const MitraResult again = Run(Args({"--batch-size", "8", "--max-steps", "5"}));
+  const MitraResult again = Run(Args({"--batch-size", "8", "--max-steps", "30"}));
   ASSERT_EQ(again.exit_code, 0) << again.output();
   EXPECT_TRUE(Contains(again.out, "mitra: planning from " + RunDir() + "/profile/profile.json"))
       << again.out;
   EXPECT_FALSE(Contains(again.out, "profiling")) << again.out;
+  // Its steps (20 ms, --step-ms) against the made-up profile's prediction (about 39 ms): the
+  // profile is corrected for the next plans, and the run says so.
+  const std::vector<JsonObject> checks = EventsNamed(RunDir(), "profile_check");
+  ASSERT_EQ(checks.size(), 1u) << again.out;
+  EXPECT_EQ(checks[0].GetNumber("predicted_step_s"),
+            EventsNamed(RunDir(), "launch").back().GetNumber("predicted_step_s"));
+  EXPECT_NEAR(checks[0].GetNumber("measured_step_s").value_or(0), 0.02, 1e-9);
+  EXPECT_TRUE(Contains(checks[0].ToJson(), "\"machine\":\"localhost\",\"busy\":4"))
+      << checks[0].ToJson();
+  EXPECT_TRUE(Contains(again.out, "the next plans correct its speed of localhost with 4 busy"))
+      << again.out;
 }
 
 TEST_F(MitraRunTest, AProfileOfAnotherModelIsRefused) {

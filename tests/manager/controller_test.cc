@@ -5,9 +5,12 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "manager/profile_check.h"
 #include "records/records.h"
 #include "tests/manager/controller_fixture.h"
 #include "tests/manager/machine_lists.h"
@@ -251,6 +254,76 @@ TEST_F(ControllerTest, TheShapeComesFromThePolicy) {
   Feed(StartInput{List("localhost slots=3\n"), {}});
   EXPECT_EQ(OnlyLaunch().plan.stages, 1);
   EXPECT_EQ(OnlyLaunch().plan.replicas, 3);
+}
+
+// One stage, every shape predicted at 0.1 s a step; remembers the corrections it was asked with.
+class PredictingPolicy : public ShapePolicy {
+ public:
+  Result<GridPlan> Plan(const ShapeRequest& request) const override {
+    *asked_with = request.corrections;
+    Result<GridPlan> plan = FixedStagesPolicy(1).Plan(request);
+    if (plan.ok()) plan->predicted_step_s = 0.1;
+    return plan;
+  }
+  std::shared_ptr<std::vector<planner::SpeedCorrection>> asked_with =
+      std::make_shared<std::vector<planner::SpeedCorrection>>();
+};
+
+class ControllerProfileCheckTest : public ControllerTest {
+ protected:
+  void SetUp() override {
+    ControllerOptions o = Options();
+    o.policy = policy_;
+    Make(o);
+    Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+    for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
+    for (int r = 0; r < 2; ++r) Feed(RankReport{0, r, RankReport::Kind::kReady, 0});
+  }
+  // Rank 0 reports `steps` steps of `seconds` each; the record of the check, if any came.
+  std::optional<RecordAction> Steps(int steps, double seconds) {
+    std::optional<RecordAction> check;
+    for (int i = 0; i < steps; ++i) {
+      RankReport step{0, 0, RankReport::Kind::kStep, ++step_};
+      step.seconds = seconds;
+      Feed(step);
+      for (const RecordAction& r : All<RecordAction>()) {
+        if (r.event == "profile_check") check = r;
+      }
+    }
+    return check;
+  }
+  std::shared_ptr<PredictingPolicy> policy_ = std::make_shared<PredictingPolicy>();
+  int64_t step_ = 0;
+};
+
+TEST_F(ControllerProfileCheckTest, StepsAsPredictedAreRecordedAndCorrectNothing) {
+  EXPECT_FALSE(Steps(ProfileCheck::kWarmUpSteps + ProfileCheck::kMeasuredSteps - 1, 0.105));
+  const std::optional<RecordAction> check = Steps(1, 0.105);
+  ASSERT_TRUE(check);
+  EXPECT_EQ(check->line, "");
+  EXPECT_EQ(check->fields.ToJson().find("\"corrections\":[]") != std::string::npos, true)
+      << check->fields.ToJson();
+  EXPECT_FALSE(Steps(30, 0.105)) << "checked once per generation";
+  Feed(MachinesChanged{List("127.0.0.2 slots=1\n")});
+  EXPECT_TRUE(policy_->asked_with->empty());
+}
+
+TEST_F(ControllerProfileCheckTest, SlowerStepsCorrectTheSpeedTheNextPlansUse) {
+  // The warm-up's slow steps do not count; the median ignores one outlier.
+  Steps(ProfileCheck::kWarmUpSteps, 1.0);
+  Steps(1, 5.0);
+  const std::optional<RecordAction> check = Steps(ProfileCheck::kMeasuredSteps - 1, 0.15);
+  ASSERT_TRUE(check);
+  EXPECT_NE(check->line.find("steps of 1 x 2 take 0.150 s, 1.50 times the 0.100 s the profile "
+                             "predicted: the next plans correct its speed of 127.0.0.2 with 2 busy"),
+            std::string::npos)
+      << check->line;
+  Feed(MachinesChanged{List("127.0.0.2 slots=1\n")});
+  ASSERT_EQ(policy_->asked_with->size(), 1u);
+  const planner::SpeedCorrection& c = policy_->asked_with->front();
+  EXPECT_EQ(c.address, "127.0.0.2");
+  EXPECT_EQ(c.busy, 2);
+  EXPECT_NEAR(c.factor, 1.5, 1e-12);
 }
 
 TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {

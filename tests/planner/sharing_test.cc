@@ -4,6 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+
+#include "planner/shape_policy.h"
+#include "tests/planner/uniform_profile.h"
+
 namespace mitra::planner {
 namespace {
 
@@ -39,6 +44,41 @@ TEST(Sharing, TheBoundUsedAfterRepeatedImpossibleFiguresIsTheFastestPossible) {
   EXPECT_DOUBLE_EQ(BoundedSharing(2, 8, 0.9), 0.9);
   EXPECT_DOUBLE_EQ(BoundedSharing(1, 2, 1), 1);
   EXPECT_DOUBLE_EQ(BoundedSharing(4, 0, 0.7), 0.7);  // CPUs unknown
+}
+
+// A running job that measured its steps slower than predicted corrects the speed the next plans
+// take for that machine and load: two processes that share the machine well are planned as two
+// replicas; measured at half that speed, the plan no longer takes them.
+TEST(SpeedCorrection, TheNextPlanUsesTheCorrectedSpeed) {
+  Profile uniform = Uniform(4, 0.01, 0.02, 1000, {1.0, 0.95});
+  for (SegmentCost& c : uniform.machines[0].segments[0].costs) {  // work grows with the samples
+    c.forward_s *= c.micro_batch;
+    c.forward_nograd_s *= c.micro_batch;
+    c.backward_s *= c.micro_batch;
+  }
+  for (SegmentProfile& segment : uniform.machines[0].segments) {
+    segment.costs = uniform.machines[0].segments[0].costs;
+  }
+  const auto profile = std::make_shared<const Profile>(uniform);
+  const PlannedShapePolicy policy(profile);
+  ShapeRequest request;
+  request.machines = {{"m0", 2}};
+  request.segments = 4;
+  request.global_batch = 8;
+  Result<GridPlan> before = policy.Plan(request);
+  ASSERT_TRUE(before.ok()) << before.status().message();
+  EXPECT_EQ(before->stages * 10 + before->replicas, 12);
+  request.corrections = {{"m0", 2, 2.5}};
+  Result<GridPlan> after = policy.Plan(request);
+  ASSERT_TRUE(after.ok()) << after.status().message();
+  EXPECT_EQ(after->stages * after->replicas, 1) << after->stages << " x " << after->replicas;
+  EXPECT_GT(after->predicted_step_s, before->predicted_step_s);
+  // The profile itself is unchanged; a correction for a load it did not measure is ignored.
+  EXPECT_EQ(profile->machines[0].speed[1], 0.95);
+  EXPECT_EQ(Corrected(*profile, {{"m0", 3, 2.0}}).machines[0].speed,
+            (std::vector<double>{1.0, 0.95}));
+  EXPECT_EQ(Corrected(*profile, {{"elsewhere", 1, 2.0}}).machines[0].speed,
+            (std::vector<double>{0.5, 0.95}));  // the typical machine, as plans take it
 }
 
 }  // namespace
