@@ -33,8 +33,10 @@ std::string Plural(int64_t n, const std::string& word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
+// `written_chunk`: the micro-batch size of the checkpoint the job resumes from (0: none).
 void PrintPlan(RunContext& c, const manager::MachineList& machines, const planner::GridPlan& plan,
-               const run::ProgramDescription& description, const run::RunDir& run_dir) {
+               const run::ProgramDescription& description, int64_t written_chunk,
+               const run::RunDir& run_dir) {
   std::vector<std::string> names;
   for (const manager::Machine& m : machines.machines) {
     names.push_back(m.Address() + " (" + Plural(m.slots, "slot") + ")");
@@ -56,8 +58,15 @@ void PrintPlan(RunContext& c, const manager::MachineList& machines, const planne
       << "; batch " << plan.global_batch << " = " << per_replica
       << " per replica; micro-batches of " << plan.chunk_size
       << (description.micro_batch_independent ? "" : " (kept for the job: the model's results "
-                                                      "depend on its micro-batches)")
-      << "\n";
+                                                      "depend on its micro-batches)");
+  // A micro-batch independent model may take another size than its checkpoint's: the same
+  // function, the sums in another order. Said, so that a changed size is never a surprise.
+  if (description.micro_batch_independent && written_chunk > 0 &&
+      written_chunk != plan.chunk_size) {
+    out << " (the checkpoint's were of " << written_chunk
+        << "; the model is micro-batch independent: only the rounding changes)";
+  }
+  out << "\n";
   if (plan.idle_slots > 0) {
     out << "mitra: " << Plural(plan.idle_slots, "slot") << " left idle (" << plan.total_slots
         << " slots, " << plan.stages << " x " << plan.replicas << " uses " << plan.world_size();
@@ -228,6 +237,7 @@ Result<ProgramPlan> DescribeAndPlan(const RunOptions& options, const CheckedInpu
       FindResumePoint(c, inputs.checkpoint_dir, out.description, options, &out.reported);
   if (!resume.ok()) return resume.status();
   out.resume_step = *resume ? (*resume)->step : 0;
+  out.resume_chunk_size = *resume ? (*resume)->manifest.chunk_size : 0;
   // A planned job keeps a chunk only once it is known: given, or from the checkpoint; else
   // its first plan's (PlanFirstShape).
   out.chunk_size = KeptChunkSize(c, options, out.description, *resume, *plan);
@@ -398,7 +408,7 @@ int RunCommand(const RunOptions& options, RunContext& c) {
     *c.err << "mitra run: " << policy.status().message() << std::endl;
     return kExitFailed;
   }
-  PrintPlan(c, inputs->machines, plan->plan, plan->description, run_dir);
+  PrintPlan(c, inputs->machines, plan->plan, plan->description, plan->resume_chunk_size, run_dir);
   const records::Job job = JobOf(options, *inputs, c);
   RecordStart(*prepared->journal, job, *inputs, *plan);
 

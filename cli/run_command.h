@@ -101,6 +101,7 @@ struct ProgramPlan {
   // The grid on every listed machine (a planned job's first shape comes from PlanFirstShape).
   planner::GridPlan plan;
   int64_t resume_step = 0;  // the newest complete checkpoint's step; 0: a fresh start
+  int64_t resume_chunk_size = 0;  // the micro-batch size that checkpoint was written with
   // The micro-batch size kept for the job when the model's results depend on it; 0: each
   // shape takes its own default.
   int chunk_size = 0;

@@ -151,6 +151,31 @@ std::string MorphName(const ::testing::TestParamInfo<Morph>& info) {
   return name;
 }
 
+// Without --chunk-size each shape takes its own micro-batch for a micro-batch independent model
+// (the GPT): a resume in another shape says so, next to the shape.
+TEST(MicroBatchAtAResume, AChangedSizeIsSaidForAMicroBatchIndependentModel) {
+  TempDir tmp;
+  const std::string run_dir = tmp.Path("run");
+  auto run = [&](int slots, int stages, int steps) {
+    const std::string machines =
+        tmp.Write("machines.txt", "localhost slots=" + std::to_string(slots) + "\n");
+    std::vector<std::string> args{"run", "--machines", machines, "--batch-size", "16",
+                                  "--nstages", std::to_string(stages), "--max-steps",
+                                  std::to_string(steps), "--run-dir", run_dir, "--"};
+    for (const std::string& a : GptArgs()) args.push_back(a);
+    return testing::RunProgram(MITRA_BINARY, args, tmp.path(), 180);
+  };
+  const testing::MitraResult a = run(1, 1, 2);
+  ASSERT_EQ(a.exit_code, 0) << a.output();
+  EXPECT_NE(a.out.find("micro-batches of 16\n"), std::string::npos) << a.out;
+  const testing::MitraResult b = run(4, 2, 3);
+  ASSERT_EQ(b.exit_code, 0) << b.output();
+  EXPECT_NE(b.out.find("micro-batches of 1 (the checkpoint's were of 16; the model is "
+                       "micro-batch independent: only the rounding changes)"),
+            std::string::npos)
+      << b.out;
+}
+
 class Continuation : public ::testing::TestWithParam<Morph> {};
 
 TEST_P(Continuation, ResumedJobEqualsTheUninterruptedOne) {
