@@ -10,6 +10,10 @@ Trains the `bench` GPT (batch 32, micro-batch 8, one intra-op thread per process
            C++ runtime; PYTHONPATH=<build>/python is set for the workers)
   pytorch  bench/python/gpt_bench.py: the same model in PyTorch, single process and DDP (2);
            single: batch 32 as 4 micro-batches of 8 with gradient accumulation, as mitra
+  mitra_1x2_zero  `mitra run` 1x2 with --zero 1 (ZeRO-1: each replica keeps and updates half
+           of the optimizer state); the summary's "optimizer_state_bytes" gives the most any
+           rank held of 1x2 with and without it, as each process measured its own tensors
+           (its `optimizer_state` record), and their ratio
 Each configuration runs --repeats times, interleaved, and the median tokens/s is kept, so
 slow phases of a shared machine hit every configuration alike. Prints one JSON object per
 measurement and a final JSON summary with the ratios:
@@ -19,6 +23,7 @@ measurement and a final JSON summary with the ratios:
   pytorch_ddp / pytorch                              about one core on a 2-vCPU machine)
   python_1x1 / mitra_1x1, python_1x1 / pytorch      (targets >= 0.95 and >= 1.0)
   python_1x2 / mitra_1x2, python_2x1 / mitra_2x1    (against the C++ program; >= 0.95 too)
+  mitra_1x2_zero / mitra_1x2                         (target >= 0.95; bytes ratio <= 0.55)
 For the python ratios, "paired_ratios" also gives the median over repeats of the ratio of the
 two runs of the same repeat (run one after the other), which a change of load between repeats
 disturbs less.
@@ -26,7 +31,8 @@ disturbs less.
   bench/throughput.py [--build build] [--steps 20] [--repeats 3] [--only CONFIGS]
 
 --only takes configuration names and groups, comma-separated: "python" is the Python
-comparison alone (mitra_*, python_* and pytorch), "cpp" the original seven.
+comparison alone (mitra_*, python_* and pytorch), "cpp" the original seven, "zero" 1x2 with
+and without ZeRO-1.
 """
 import argparse
 import json
@@ -70,7 +76,22 @@ def pytorch(args, mode):
     return last_json(run(cmd))["tokens_per_s"]
 
 
-def mitra(args, stages, slots, python=False):
+OPTIMIZER_BYTES = {}  # configuration -> the most optimizer-state bytes a rank held, last run
+
+
+def optimizer_bytes(run_dir):
+    """The most optimizer-state bytes any rank of generation 0 reported holding."""
+    most = 0
+    logs = os.path.join(run_dir, "logs", "gen-0")
+    for name in os.listdir(logs):
+        with open(os.path.join(logs, name), errors="replace") as f:
+            for line in f:
+                if '"event":"optimizer_state"' in line:
+                    most = max(most, json.loads(line.split("@mitra ", 1)[1])["bytes"])
+    return most
+
+
+def mitra(args, stages, slots, python=False, zero=False, name=None):
     if python:  # the Python twin, with the package from the build tree
         program = ["/usr/bin/python3", f"{ROOT}/examples/python/gpt_train.py"]
         paths = [os.path.join(os.path.abspath(args.build), "python")]
@@ -85,10 +106,13 @@ def mitra(args, stages, slots, python=False):
         run_dir = os.path.join(tmp, "run")
         run([f"{args.build}/bin/mitra", "run", "--machines", machines, "--batch-size", "32",
              "--nstages", str(stages), "--chunk-size", "8",
-             "--max-steps", str(args.warmup + args.steps), "--run-dir", run_dir, "--",
+             "--max-steps", str(args.warmup + args.steps), "--run-dir", run_dir,
+             *(["--zero", "1"] if zero else []), "--",
              *program, "--model", "bench"], env=env)
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             steps = [json.loads(line) for line in f if line.strip()]
+        if name:
+            OPTIMIZER_BYTES[name] = optimizer_bytes(run_dir)
     timed = [s for s in steps if s["step"] > args.warmup]
     return sum(s["samples"] * 128 for s in timed) / sum(s["step_time_s"] for s in timed)
 
@@ -98,6 +122,7 @@ GROUPS = {
             "pytorch_ddp"],
     "python": ["mitra_1x1", "python_1x1", "pytorch", "mitra_1x2", "python_1x2", "mitra_2x1",
                "python_2x1"],
+    "zero": ["mitra_1x2", "mitra_1x2_zero"],
 }
 
 RATIOS = [  # (numerator, denominator)
@@ -111,6 +136,7 @@ RATIOS = [  # (numerator, denominator)
     ("python_1x1", "pytorch"),
     ("python_1x2", "mitra_1x2"),
     ("python_2x1", "mitra_2x1"),
+    ("mitra_1x2_zero", "mitra_1x2"),
 ]
 
 
@@ -132,7 +158,8 @@ def main():
         "mitra_1x1": lambda: mitra(args, 1, 1),
         "python_1x1": lambda: mitra(args, 1, 1, python=True),
         "pytorch": lambda: pytorch(args, "single"),
-        "mitra_1x2": lambda: mitra(args, 1, 2),
+        "mitra_1x2": lambda: mitra(args, 1, 2, name="mitra_1x2"),
+        "mitra_1x2_zero": lambda: mitra(args, 1, 2, zero=True, name="mitra_1x2_zero"),
         "python_1x2": lambda: mitra(args, 1, 2, python=True),
         "mitra_2x1": lambda: mitra(args, 2, 2),
         "python_2x1": lambda: mitra(args, 2, 2, python=True),
@@ -172,6 +199,12 @@ def main():
     }
     if paired:
         summary["paired_ratios"] = paired
+    if "mitra_1x2_zero" in OPTIMIZER_BYTES and "mitra_1x2" in OPTIMIZER_BYTES:
+        summary["optimizer_state_bytes"] = {
+            "mitra_1x2": OPTIMIZER_BYTES["mitra_1x2"],
+            "mitra_1x2_zero": OPTIMIZER_BYTES["mitra_1x2_zero"],
+            "ratio": round(OPTIMIZER_BYTES["mitra_1x2_zero"] / OPTIMIZER_BYTES["mitra_1x2"], 3),
+        }
     print(json.dumps(summary))
 
 

@@ -171,6 +171,7 @@ run::LaunchSettings SettingsFor(const RunOptions& options, const CheckedInputs& 
   settings.placement.keep_checkpoints = options.keep_checkpoints;
   settings.placement.threads = inputs.threads;
   settings.placement.precision = options.precision;
+  settings.placement.zero = static_cast<int>(options.zero);
   settings.placement.timeout_s = inputs.timeout_s;
   settings.placement.run_dir = inputs.run_dir;
   return settings;

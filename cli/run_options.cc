@@ -25,6 +25,7 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Text("--run-dir", &o.run_dir, "a directory name", "mitra-run");
   flags.Whole("--threads", 1, &o.threads, "4");
   flags.Text("--precision", &o.precision, "fp32, bf16 or fp16", "bf16");
+  flags.Whole("--zero", 0, &o.zero, "1", 1);
   flags.Seconds("--timeout", &o.timeout_s, "30");
   flags.Seconds("--stop-timeout", &o.stop_timeout_s, "120");
   flags.Text("--checkpoint-dir", &o.checkpoint_dir, "a directory name", "checkpoints");
@@ -227,6 +228,8 @@ std::string RunUsage() {
          "  --precision P         MITRA_PRECISION for the workers: fp32, bf16 (autocast, fp32\n"
          "                        master weights) or fp16 (a GPU only; dynamic loss scaling)\n"
          "                        (default: the program's own)\n"
+         "  --zero 0|1            MITRA_ZERO for the workers: 1 shards the optimizer state\n"
+         "                        over each stage's replicas (ZeRO-1) (default: the program's)\n"
          "  --stop-timeout S      seconds a stop may take before the workers are killed "
          "(default 60)\n"
          "  --max-restarts N      unplanned restarts (failures) allowed within 10 minutes\n"

@@ -34,6 +34,7 @@ struct RunOptions {
   int keep_checkpoints = 3;           // --keep-checkpoints
   int threads = 0;                    // --threads: 0 = MITRA_THREADS from the environment, else 1
   std::string precision;              // --precision fp32|bf16|fp16: MITRA_PRECISION; "" = the program's
+  int64_t zero = -1;                  // --zero 0|1: MITRA_ZERO (ZeRO-1); -1 = the program's own
   double timeout_s = 0;        // --timeout: 0 = MITRA_TIMEOUT_S from the environment, else 30
   double stop_timeout_s = 60;  // --stop-timeout: how long a stop may take before kill
   int max_restarts = 5;        // --max-restarts: unplanned restarts allowed within 10 minutes

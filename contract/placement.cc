@@ -163,6 +163,12 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
   if (!p.device.empty()) {
     if (Status s = CheckDevice(p.device, kDevice); !s.ok()) return s;
   }
+  if (const std::string* v = Find(env, kZero)) {
+    if (*v != "0" && *v != "1") {
+      return Status::InvalidArgument("MITRA_ZERO='" + *v + "' is not 0 or 1");
+    }
+    p.zero = *v == "1";
+  }
   if (const std::string* v = Find(env, kRecompute)) {
     if (*v != "0" && *v != "1") {
       return Status::InvalidArgument("MITRA_RECOMPUTE='" + *v + "' is not 0 or 1");
@@ -209,6 +215,7 @@ Environment Placement::ToEnvironment() const {
   if (keep_checkpoints >= 0) env[kKeepCheckpoints] = std::to_string(keep_checkpoints);
   if (!schedule.empty()) env[kSchedule] = schedule;
   if (recompute >= 0) env[kRecompute] = recompute ? "1" : "0";
+  if (zero >= 0) env[kZero] = zero ? "1" : "0";
   if (!partition.empty()) env[kPartition] = partition;
   if (!step_trace.empty()) env[kStepTrace] = step_trace;
   if (park) env[kPark] = "1";

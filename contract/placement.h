@@ -53,6 +53,7 @@ struct Placement {
   // --precision` asked for; empty: the program's own settings.
   std::string precision;
   std::string device;
+  int zero = -1;  // MITRA_ZERO: -1 unset (the program's own), else 0 or 1 (ZeRO-1)
 
   int stage() const { return stage_map.PositionOf(rank).stage; }
   int replica() const { return stage_map.PositionOf(rank).replica; }

@@ -37,6 +37,8 @@ inline constexpr char kPark[] = "MITRA_PARK";
 inline constexpr char kStandby[] = "MITRA_STANDBY";
 inline constexpr char kPrecision[] = "MITRA_PRECISION";
 inline constexpr char kDevice[] = "MITRA_DEVICE";
+// "1": shard the optimizer state over each stage's replicas (ZeRO-1); "0": do not.
+inline constexpr char kZero[] = "MITRA_ZERO";
 
 // Requests instead of training.
 inline constexpr char kDescribe[] = "MITRA_DESCRIBE";
@@ -60,7 +62,7 @@ inline constexpr const char* kManagedVariables[] = {
     kRecompute,      kPartition,       kStepTrace,         kPark,           kStandby,
     kDescribe,       kProfile,
     kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
-    kPrecision,      kDevice,
+    kPrecision,      kDevice,          kZero,
 };
 
 }  // namespace mitra::contract

@@ -161,6 +161,7 @@ void Controller::OnReport(const RankReport& in) {
   switch (in.kind) {
     case RankReport::Kind::kReady:
       r.can_park = in.can_park;
+      r.can_hold = in.can_hold;
       if (!gen_.MarkReady(in.rank)) return;
       if (gen_.AllReady()) {
         gen_.all_ready_at = now_;

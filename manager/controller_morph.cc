@@ -233,6 +233,12 @@ bool Controller::KeptWorkersWouldHoldEveryStage() {
   std::string unused;
   const auto desired = DesiredPlan(&unused);
   if (!desired || !gen_.live) return false;
+  // A rank that cannot hold its stage's whole state (ZeRO-1 shards the optimizer's) parks
+  // holding nothing: the state must reach storage.
+  if (std::any_of(gen_.ranks.begin(), gen_.ranks.end(),
+                  [](const RankState& r) { return !r.can_hold; })) {
+    return false;
+  }
   // The running ranks as the workers they would be once parked, each holding its stage (as
   // stage s of S: segments [s, s + 1) of S suffice to tell whole from not).
   ParkedWorkers would_park;

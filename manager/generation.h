@@ -29,6 +29,7 @@ struct RankState {
   bool heartbeats = false;  // has sent a heartbeat: hang detection is on
   bool stopped = false;     // printed `stopped`: may keep working, no heartbeats expected
   bool can_park = false;    // said so when ready: a morph may ask it to park (SIGUSR2)
+  bool can_hold = true;     // said so when ready: parked, it holds its stage's whole state
   bool parked = false;      // parked: no longer running, its process waits for a placement
   bool killed = false;      // sent SIGKILL: a `parked` that crosses the signal keeps nothing
   bool finished = false;    // ... at the job's last step

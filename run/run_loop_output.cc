@@ -78,6 +78,7 @@ std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int r
   if (kind == "ready") {
     report.kind = Kind::kReady;
     report.can_park = record.Find("park") != nullptr && record.Find("park")->bool_value();
+    report.can_hold = record.Find("hold") == nullptr || record.Find("hold")->bool_value();
   } else if (kind == "parked") {
     report.kind = Kind::kParked;
     report.step = step;

@@ -443,7 +443,8 @@ Status Checkpointer::RestoreSegments(int64_t step, const std::vector<int>& segme
       return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " + file +
                              " (the checkpoint is incomplete)");
     }
-    if (Status s = RestoreSegment(path, *entry, i, same_optimizer); !s.ok()) return s;
+    const bool optimizer_state = same_optimizer && runtime_.KeepsOptimizerStateOf(i);
+    if (Status s = RestoreSegment(path, *entry, i, optimizer_state); !s.ok()) return s;
   }
   return trainer_state ? RestoreTrainerState(path, *manifest) : Status::Ok();
 }

@@ -47,6 +47,7 @@ Result<RuntimeOptions> WithPlacement(RuntimeOptions options, const Placement& pl
     options.schedule = *kind;
   }
   if (placement.recompute >= 0) options.recompute = placement.recompute == 1;
+  if (placement.zero >= 0) options.zero = placement.zero;
   if (!placement.partition.empty()) {
     auto method = cutpoint::ParsePartitionMethod(placement.partition);
     if (!method.ok()) return bad("MITRA_PARTITION", method.status());
@@ -143,8 +144,16 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (!tied.ok()) return tied.status();
   rt->tied_ = std::make_unique<TiedWeights>(std::move(*tied));
 
+  if (opts.zero != 0 && opts.zero != 1) {
+    return Status::InvalidArgument("--zero " + std::to_string(opts.zero) +
+                                   ": mitra shards optimizer state only (ZeRO stage 1): use 0 or 1");
+  }
+  rt->sharded_ = opts.zero == 1 && replicas > 1;
   std::vector<torch::Tensor> params;
-  for (const auto& p : rt->stage_->parameters()) params.push_back(p.tensor);
+  for (size_t i = 0; i < rt->stage_->parameters().size(); ++i) {
+    if (!rt->KeepsOptimizerStateOf(rt->stage_->SegmentOfParameter(i))) continue;
+    params.push_back(rt->stage_->parameters()[i].tensor);
+  }
   auto optimizer = MakeOptimizer(opts.optimizer, params);
   if (!optimizer.ok()) return optimizer.status();
   rt->optimizer_ = std::move(*optimizer);
@@ -221,7 +230,8 @@ Status Runtime::AdoptOptimizerState(HeldState& held) {
   const std::vector<NamedTensor>& params = stage_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const NamedTensor& p = params[i];
-    if (!stage_->Adopted(stage_->SegmentOfParameter(i))) continue;
+    const int segment = stage_->SegmentOfParameter(i);
+    if (!stage_->Adopted(segment) || !KeepsOptimizerStateOf(segment)) continue;
     auto state = held.optimizer_state.find(p.name);
     if (state == held.optimizer_state.end()) continue;
     if (Status s = optimizer_->SetState(p.tensor, state->second); !s.ok()) {
@@ -232,8 +242,50 @@ Status Runtime::AdoptOptimizerState(HeldState& held) {
   return Status::Ok();
 }
 
+bool Runtime::KeepsOptimizerStateOf(int segment) const {
+  if (!sharded_) return true;
+  return (segment - stage_->first_segment()) % placement_.num_replicas() == placement_.replica();
+}
+
+int64_t Runtime::OptimizerStateBytes() const {
+  int64_t bytes = 0;
+  for (const NamedTensor& p : stage_->parameters()) {
+    for (const auto& [name, t] : optimizer_->State(p.tensor)) {
+      bytes += static_cast<int64_t>(t.numel() * t.element_size());
+    }
+  }
+  return bytes;
+}
+
+void Runtime::ShareUpdatedParameters() {
+  torch::NoGradGuard no_grad;
+  const std::vector<NamedTensor>& params = stage_->parameters();
+  for (int owner = 0; owner < placement_.num_replicas(); ++owner) {
+    std::vector<torch::Tensor> share, flat_views;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const int local = stage_->SegmentOfParameter(i) - stage_->first_segment();
+      if (local % placement_.num_replicas() != owner) continue;
+      share.push_back(params[i].tensor.detach());
+      flat_views.push_back(share.back().reshape({-1}));
+    }
+    if (share.empty()) continue;
+    std::vector<torch::Tensor> flat{torch::cat(flat_views)};  // the owner's values; others': overwritten
+    c10d::BroadcastOptions options;
+    options.rootRank = owner;
+    comm_->Wait(comm_->data_parallel()->broadcast(flat, options),
+                "sending replica " + std::to_string(owner) + "'s updated parameters (ZeRO-1)");
+    if (owner == placement_.replica()) continue;
+    int64_t offset = 0;
+    for (torch::Tensor& t : share) {
+      t.copy_(flat[0].narrow(0, offset, t.numel()).view(t.sizes()));
+      offset += t.numel();
+    }
+  }
+}
+
 HeldState Runtime::Release() {
   HeldState held;
+  if (sharded_) return held;
   held.step = completed_steps_;
   held.first_segment = stage_->first_segment();
   held.end_segment = stage_->end_segment();
@@ -314,6 +366,7 @@ StepResult Runtime::Update(int64_t step, const torch::Tensor& totals) {
   if (!result.skipped) {
     if (before_update_) std::exchange(before_update_, nullptr)();
     optimizer_->Step(result.lr);
+    if (sharded_) ShareUpdatedParameters();
   }
   return result;
 }

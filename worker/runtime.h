@@ -72,6 +72,11 @@ struct RuntimeOptions {
   SamplerKind sampler = SamplerKind::kShuffled;  // data.h
   SamplerFactory custom_sampler;  // the program's own sampler, used instead when set
   int64_t bucket_elements = 1 << 18;  // data-parallel bucket size (elements)
+  // 1: ZeRO stage 1. With several replicas, each replica of a stage keeps and updates the
+  // optimizer state of its share of the stage's segments only (segment i of the stage: replica
+  // i mod D, the one that checkpoints it), then sends the updated parameters to the others
+  // (docs/runtime.md#zero-1). 0: every replica keeps all of it.
+  int zero = 0;
   // When set, the runtime writes a chrome trace of one step (the third this process trains,
   // after warm-up) to this file (worker/step_trace.h).
   std::string trace_path;
@@ -148,7 +153,17 @@ class Runtime {
   // Ends the runtime's use of its state and hands it over, as it is after completed_steps()
   // steps: the stage's segments, their optimizer state and the trainer state. The runtime
   // must not train after this.
+  // Under ZeRO-1 with several replicas no rank keeps a segment's whole optimizer state: it
+  // hands over no segment (a morph or a recovery then resumes from the checkpoint).
   HeldState Release();
+
+  // Whether Release() hands over the stage's whole state: not under ZeRO-1 with replicas.
+  bool HoldsWholeState() const { return !sharded_; }
+  // Whether this rank keeps the optimizer state of `segment` (one of its stage's): always,
+  // except under ZeRO-1 with several replicas, where it keeps its share's only.
+  bool KeepsOptimizerStateOf(int segment) const;
+  // The bytes of the optimizer state this rank holds (its tensors, as they are now).
+  int64_t OptimizerStateBytes() const;
 
   // Forward-only pass in evaluation mode over samples [0, n) of `dataset` (n = its size, or
   // `max_samples` when that is smaller and > 0), in micro-batches of `chunk_size` (0: the
@@ -189,6 +204,9 @@ class Runtime {
   // After the step's all-reduce (`totals`: squared norm, loss, stop and hold wishes): the
   // result, the loss scale's and clipping's factor on the gradients, the optimizer step.
   StepResult Update(int64_t step, const torch::Tensor& totals);
+  // ZeRO-1: each replica's share of the updated parameters, from it to the stage's other
+  // replicas (one broadcast per replica, of its share's parameters packed together).
+  void ShareUpdatedParameters();
   // Gives the optimizer the state `held` keeps of the segments the stage took from it.
   Status AdoptOptimizerState(HeldState& held);
   cutpoint::Activations MicroBatch(int64_t step, int micro_batch);
@@ -218,6 +236,7 @@ class Runtime {
   int64_t steps_run_ = 0;                // by this process
   int64_t completed_steps_ = 0;          // see completed_steps()
   bool restored_ = false;                // see MarkRestored()
+  bool sharded_ = false;  // ZeRO-1 with several replicas: see KeepsOptimizerStateOf()
   std::vector<torch::Tensor> step_buffers_;  // the buffers as the step in flight found them
 };
 

@@ -261,6 +261,7 @@ Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
   for (const auto& [param, tensors] : state) {
     auto it = live.find("param/" + param);
     if (it == live.end()) return Status::Internal(what + ": state for an unknown parameter " + param);
+    if (!rt.KeepsOptimizerStateOf(segment)) continue;  // another replica's share (ZeRO-1)
     if (Status s = rt.optimizer().SetState(it->second, tensors); !s.ok()) return s;
   }
   return bytes;

@@ -224,6 +224,7 @@ void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
       .Add("replicas", placement.num_replicas())
       .Add("generation", placement.generation)
       .Add("park", placement.park)
+      .Add("hold", rt.HoldsWholeState())
       .Emit();
   if (placement.rank != 0) return;
   const std::string settings = rt.DescribeSettings();
@@ -350,6 +351,15 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
     ++step;
     if (times != nullptr) times->Add(step, r.compute_s, r.wait_s);
     ReportStep(placement, rt, step, r, seconds);
+    if (step == resumed.step + 1) {
+      // Its optimizer state exists from the first update on: what this process holds (ZeRO-1
+      // shards it over the stage's replicas).
+      Record("optimizer_state")
+          .Add("rank", placement.rank)
+          .Add("bytes", rt.OptimizerStateBytes())
+          .Add("sharded", !rt.HoldsWholeState())
+          .Emit();
+    }
     if (eval.dataset && ((eval.every > 0 && step % eval.every == 0) ||
                          (step == max_steps && !r.stop))) {
       Evaluate(rt, step);

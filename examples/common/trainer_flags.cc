@@ -148,6 +148,8 @@ void AddTrainerFlags(CLI::App& app, worker::TrainerOptions* options,
   AddNamed(app, "--partition", &rt.partition, &cutpoint::ParsePartitionMethod,
            cutpoint::PartitionMethodName(rt.partition),
            "segments per stage: uniform, params (balances the parameters) or counts like 1,4,4,3");
+  AddWhole(app, "--zero", &rt.zero, 0,
+           "1: each replica keeps the optimizer state of its share of the stage only (ZeRO-1)");
 
   // The update.
   std::vector<std::string> known = {"sgd", "adam", "adamw"};  // worker/optimizer.h's own

@@ -23,6 +23,7 @@ _DESCRIPTIONS = {
     "device": "cpu | cuda (default {})",
     "loss_scale": "dynamic loss scaling from this scale (fp16 does it from {} anyway)",
     "bucket_elements": "data-parallel gradient bucket size in elements (default {})",
+    "zero": "1: each replica keeps the optimizer state of its share of the stage only (ZeRO-1; default {})",
     # the update
     "optimizer": "sgd | adam | adamw (default {}), or a factory params -> mitra.Optimizer",
     "lr": "peak learning rate (default {})",

@@ -91,6 +91,7 @@ void ReadRuntime(Options& o, worker::RuntimeOptions& rt) {
   o.Read("cosine_steps", &rt.lr.total_steps);
   o.Read("min_lr_ratio", &rt.lr.min_ratio);
   o.Read("bucket_elements", &rt.bucket_elements);
+  o.Read("zero", &rt.zero);
   o.Read("trace", &rt.trace_path);
   ReadNameOrFactory(
       o, "sampler",
@@ -140,6 +141,7 @@ py::dict TrainerDefaults() {
   d["device"] = contract::DeviceKindName(rt.device);
   d["loss_scale"] = rt.loss_scaler.initial_scale;  // when fp16 turns scaling on
   d["bucket_elements"] = rt.bucket_elements;
+  d["zero"] = rt.zero;
   d["optimizer"] = rt.optimizer.name;
   d["lr"] = rt.lr.base;
   d["warmup"] = rt.lr.warmup_steps;

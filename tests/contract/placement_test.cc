@@ -31,6 +31,7 @@ Placement Planned() {
   p.keep_checkpoints = 2;
   p.schedule = "1f1b";
   p.recompute = 1;
+  p.zero = 1;
   p.partition = "3,5";
   p.step_trace = "/runs/a/rank-3.trace.json";
   return p;
@@ -63,6 +64,7 @@ TEST(Placement, WhatTheManagerWritesTheWorkerReadsBack) {
   EXPECT_EQ(read->keep_checkpoints, 2);
   EXPECT_EQ(read->schedule, "1f1b");
   EXPECT_EQ(read->recompute, 1);
+  EXPECT_EQ(read->zero, 1);
   EXPECT_EQ(read->partition, "3,5");
   EXPECT_EQ(read->step_trace, "/runs/a/rank-3.trace.json");
   EXPECT_EQ(read->ToEnvironment(), sent.ToEnvironment());
@@ -77,6 +79,7 @@ TEST(Placement, AProgramStartedByHandRunsAloneWithAFreePort) {
   EXPECT_EQ(p->heartbeat_s, 1);
   EXPECT_EQ(p->checkpoint_every, -1);  // the program's own setting
   EXPECT_EQ(p->recompute, -1);
+  EXPECT_EQ(p->zero, -1);
 }
 
 TEST(Placement, MalformedVariablesAreNamed) {
@@ -93,6 +96,7 @@ TEST(Placement, MalformedVariablesAreNamed) {
   EXPECT_TRUE(Contains(error("MITRA_TIMEOUT_S", "0"), "not a positive number of seconds"));
   EXPECT_TRUE(Contains(error("MITRA_HEARTBEAT_S", "soon"), "MITRA_HEARTBEAT_S='soon'"));
   EXPECT_TRUE(Contains(error("MITRA_RECOMPUTE", "yes"), "is not 0 or 1"));
+  EXPECT_TRUE(Contains(error("MITRA_ZERO", "2"), "MITRA_ZERO='2' is not 0 or 1"));
   EXPECT_TRUE(Contains(error("MITRA_STAGE_TO_RANK_MAP", "0,1;2"), "stage-to-rank map"));
   env.erase("MITRA_STAGE_TO_RANK_MAP");
   EXPECT_TRUE(Contains(error("MITRA_RANK", "0"), "start workers with `mitra run`"));

@@ -169,6 +169,25 @@ TEST_F(ControllerRegroupTest, AGrowWhoseNewWorkersAreLateMorphsWithoutThem) {
   EXPECT_EQ(launch.kept.size(), 3u);  // one rank starts a process
 }
 
+TEST_F(ControllerRegroupTest, RanksThatCannotHoldTheirStageCheckpointBeforeAMorph) {
+  // As above, but the ranks said `"hold":false` when ready (ZeRO-1: each replica keeps only its
+  // share of the optimizer state): parked, they would hold no stage whole.
+  Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
+  const int64_t g = controller_->generation();
+  for (int r = 0; r < 4; ++r) Feed(RankStarted{g, r, 100 + r});
+  for (int r = 0; r < 4; ++r) {
+    RankReport ready{g, r, RankReport::Kind::kReady, 0};
+    ready.can_park = true;
+    ready.can_hold = false;
+    Feed(ready);
+    Feed(RankReport{g, r, RankReport::Kind::kHeartbeat, 0});
+  }
+  Feed(RankReport{g, 0, RankReport::Kind::kStep, 5});
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  EXPECT_EQ(SignalsOf(SIGUSR2), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(SignalsOf(SIGURG).empty());
+}
+
 TEST_F(ControllerRegroupTest, AMorphThatKeepsNoHolderOfAStageCheckpointsFirst) {
   // 2 x 1 over two machines; 127.0.0.3 leaves with stage 1's only replica (and too few slots
   // remain: the job waits). Its state must reach storage before it goes.

@@ -101,8 +101,9 @@ Trajectory PlainLoop(int64_t offset = 0) {
 }
 
 // The 2 x 2 job: every rank's StepResult and the tensors of its stage after each step, merged
-// by name (a rank holds half the parameters; its replica holds the same values).
-std::vector<Trajectory> RunJob() {
+// by name (a rank holds half the parameters; its replica holds the same values). `zero`:
+// RuntimeOptions::zero; `optimizer_bytes`, when given: each rank's optimizer state at the end.
+std::vector<Trajectory> RunJob(int zero = 0, std::vector<int64_t>* optimizer_bytes = nullptr) {
   std::vector<Trajectory> ranks(4, Trajectory(kSteps));
   auto port = PickFreeTcpPort("127.0.0.1");
   EXPECT_TRUE(port.ok()) << port.status().message();
@@ -114,6 +115,7 @@ std::vector<Trajectory> RunJob() {
     options.global_batch = kBatch;
     options.chunk_size = 2;
     options.seed = kSeed;
+    options.zero = zero;
     options.custom_sampler = [](int64_t size, uint64_t) {
       return std::make_unique<InOrder>(size);
     };
@@ -130,6 +132,11 @@ std::vector<Trajectory> RunJob() {
         state.grads[p.name] = p.tensor.grad().clone();
         state.params[p.name] = p.tensor.detach().clone();
       }
+    }
+    if (optimizer_bytes != nullptr) {
+      std::lock_guard<std::mutex> lock(mu);
+      optimizer_bytes->resize(4);
+      (*optimizer_bytes)[rank] = (*runtime)->OptimizerStateBytes();
     }
   });
   return ranks;
@@ -167,6 +174,30 @@ TEST(Runtime, TwoStagesTimesTwoReplicasTrainAsOneThreadRunningTheWholeModel) {
     for (const auto& [name, param] : ranks[rank][0].params) seen.insert(name);
   }
   EXPECT_EQ(seen.size(), expected[0].params.size()) << "some parameters are held by no rank";
+}
+
+// ZeRO-1: each replica updates and keeps the optimizer state of half its stage's segments and
+// sends the others the parameters it updated. The arithmetic is the same as without: the same
+// tolerances hold, and each rank holds half the optimizer state (the tiny model's segments are
+// all of one size).
+TEST(Runtime, UnderZeroOneEachReplicaKeepsHalfTheOptimizerStateAndTrainsTheSame) {
+  const Trajectory expected = PlainLoop();
+  std::vector<int64_t> whole, sharded;
+  const std::vector<Trajectory> without = RunJob(0, &whole);
+  const std::vector<Trajectory> ranks = RunJob(1, &sharded);
+  for (int rank = 0; rank < 4; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const auto [before, after] = Differences(ranks[rank], expected);
+    EXPECT_LE(before, kBeforeUpdate);
+    EXPECT_LE(after, kAfterUpdate);
+    // The replicas agree: what one updated, the other received.
+    const int replica = rank ^ 2;  // 2 x 2: stage s on ranks s and s + 2
+    for (const auto& [name, param] : ranks[rank].back().params) {
+      EXPECT_TRUE(torch::equal(param, ranks[replica].back().params.at(name))) << name;
+    }
+    ASSERT_GT(whole[rank], 0);
+    EXPECT_EQ(2 * sharded[rank], whole[rank]);
+  }
 }
 
 // The same comparison fails for a job that trained on other samples (the batch shifted by
