@@ -94,6 +94,26 @@ TEST_F(ElasticGpt, ShrinkingTheMachineListMorphsWithoutLosingAStep) {
   ExpectNoProcessLeft(run_dir_);
 }
 
+// ZeRO-1: no rank holds its stage's whole optimizer state, so the shrink checkpoints first
+// (SIGUSR2) and the kept workers resume from it; the job trains as the uninterrupted one (the
+// update is computed once and sent, the same arithmetic).
+TEST_F(ElasticGpt, AZeroOneJobShrinksThroughACheckpointAndTrainsTheSame) {
+  auto mitra = Start("localhost slots=4\n", 2, {"--zero", "1"});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("keeping their state in memory"), std::string::npos) << r.out;
+  const auto morphs = testing::EventsNamed(run_dir_, "morph");
+  ASSERT_FALSE(morphs.empty());
+  EXPECT_EQ(morphs[0].GetString("state"), "checkpoint");
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoProcessLeft(run_dir_);
+}
+
 TEST_F(ElasticGpt, WithoutRegroupingAShrinkRestartsEveryWorkerAndTrainsTheSame) {
   auto mitra = Start("localhost slots=4\n", 2, {"--no-regroup"});
   ASSERT_TRUE(mitra);
