@@ -58,6 +58,7 @@ std::string CandidateJson(const planner::PlannedShape& s) {
       << ",\"chunk_size\":" << c.chunk_size
       << ",\"schedule\":" << Quote(planner::ScheduleName(c.schedule))
       << ",\"recompute\":" << (c.recompute ? "true" : "false")
+      << ",\"zero\":" << (c.zero && c.replicas > 1 ? 1 : 0)
       << ",\"partition\":" << Quote(c.PartitionText()) << ",\"idle_slots\":" << s.idle_slots
       << ",\"predicted_step_s\":" << s.prediction.step_s
       << ",\"predicted_memory_bytes\":" << s.prediction.max_memory_bytes

@@ -321,6 +321,7 @@ Result<std::shared_ptr<const planner::ShapePolicy>> PlanFirstShape(
   first.segments = plan->description.segments;
   first.global_batch = options.batch_size;
   first.chunk_size = plan->chunk_size;
+  first.zero = static_cast<int>(options.zero);
   first.chunk_kept = !plan->description.micro_batch_independent;
   Result<planner::GridPlan> chosen = policy->Plan(first);
   if (!chosen.ok()) {
@@ -344,6 +345,7 @@ manager::ControllerOptions ControllerOptionsFor(
   o.segments = plan.description.segments;
   o.global_batch = options.batch_size;
   o.chunk_size = plan.chunk_size;
+  o.zero = static_cast<int>(options.zero);
   o.max_steps = options.max_steps;
   o.stop_timeout_s = options.stop_timeout_s;
   o.finish_timeout_s = std::max(60.0, 2 * inputs.timeout_s);

@@ -264,6 +264,7 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
   request.global_batch = options_.global_batch;
   request.chunk_size = options_.chunk_size;
   request.corrections = corrections_;
+  request.zero = options_.zero;
   Result<GridPlan> plan = policy_->Plan(request);
   if (!plan.ok()) {
     *why = plan.status().message();

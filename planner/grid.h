@@ -67,6 +67,7 @@ struct GridPlan {
   // What a planner chose besides the shape (planner/planner.h); unset: the program's own.
   std::optional<ScheduleKind> schedule;
   bool recompute = false;
+  bool zero = false;  // ZeRO-1 (a planned shape: MITRA_ZERO)
   std::string partition;  // segments per stage, "1,4,4,3"
   double predicted_step_s = 0;  // 0: not predicted
   int64_t predicted_memory_bytes = 0;

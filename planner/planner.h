@@ -29,6 +29,7 @@ struct PlanRequest {
   int64_t chunk_size = 0;  // > 0: the job's micro-batch is fixed; only it is tried
   bool chunk_kept = false;  // the chosen micro-batch stays for the job (GridRequest::chunk_kept)
   int stages = 0;          // > 0: only this P
+  int zero = -1;           // ZeRO-1: 0 never, 1 always (D > 1), -1 where a shape needs it to fit
   std::vector<ScheduleKind> schedules = {ScheduleKind::k1F1B, ScheduleKind::kGPipe,
                                          ScheduleKind::kVaruna};
   // How many of the best shapes must be exact: shapes whose lower bound (their busiest stage's

@@ -118,6 +118,14 @@ std::vector<int> StagePartition(const Profile& profile,
   return BalancedPartition(cost, speed);
 }
 
+// ZeRO-1 with `d` replicas: as the request fixes it, else without and then with (an option with
+// it is simulated only when the shape does not fit without: SearchShapes).
+std::vector<bool> ZeroChoices(const PlanRequest& request, int d) {
+  if (d == 1 || request.zero == 0) return {false};
+  if (request.zero == 1) return {true};
+  return {false, true};
+}
+
 std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int slots) {
   const Profile& profile = *request.profile;
   const int64_t batch = request.global_batch;
@@ -141,14 +149,17 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
             const bool varuna = schedule == ScheduleKind::kVaruna;
             if (recompute && (p == 1 || varuna)) continue;
             const bool discards = recompute || varuna;
-            ShapeOption& option = options.emplace_back();
-            option.candidate.stages = p;
-            option.candidate.replicas = d;
-            option.candidate.chunk_size = chunk;
-            option.candidate.schedule = schedule;
-            option.candidate.recompute = recompute;
-            option.candidate.partition = partition;
-            option.bound = LowerBound(best, partition, discards, per_replica, fastest);
+            for (bool zero : ZeroChoices(request, d)) {
+              ShapeOption& option = options.emplace_back();
+              option.candidate.stages = p;
+              option.candidate.replicas = d;
+              option.candidate.chunk_size = chunk;
+              option.candidate.schedule = schedule;
+              option.candidate.recompute = recompute;
+              option.candidate.zero = zero;
+              option.candidate.partition = partition;
+              option.bound = LowerBound(best, partition, discards, per_replica, fastest);
+            }
           }
         }
       }

@@ -52,6 +52,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   plan.global_batch = request.global_batch;
   plan.chunk_size = request.chunk_size;
   plan.chunk_kept = request.chunk_kept;
+  plan.zero = request.zero;
   plan.machines = request.machines;
   if (profile_->num_segments() != request.segments) {
     return Status::InvalidArgument("the profile holds " + std::to_string(profile_->num_segments()) +
@@ -73,6 +74,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   if (!out.ok()) return out.status();
   out->schedule = best.candidate.schedule;
   out->recompute = best.candidate.recompute;
+  out->zero = best.candidate.zero && out->replicas > 1;
   out->partition = best.candidate.PartitionText();
   out->predicted_step_s = best.prediction.step_s;
   out->predicted_memory_bytes = best.prediction.max_memory_bytes;

@@ -38,7 +38,9 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
     if (option.bound >= kth_best.Get()) break;
     const Candidate& c = option.candidate;
     const auto shape = std::make_tuple(c.stages, c.replicas, c.chunk_size, c.schedule);
-    if (c.recompute && fitted.count(shape)) continue;
+    // Recomputation and ZeRO-1 only for a shape that fits no cheaper way (the options of one
+    // shape come in that order: ZeRO-1 before recomputation, which bounds above).
+    if ((c.recompute || (c.zero && request.zero != 1)) && fitted.count(shape)) continue;
     const int world = c.stages * c.replicas;
     auto machines = placed.find(world);
     if (machines == placed.end()) {
@@ -57,7 +59,7 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
       ++result.too_big;
       continue;
     }
-    if (!c.recompute) fitted.insert(shape);
+    fitted.insert(shape);
     PlannedShape planned;
     planned.candidate = c;
     planned.idle_slots = slots - world;

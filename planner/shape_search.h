@@ -33,8 +33,9 @@ bool FitsMemory(const Profile& profile, const std::vector<MachineSlots>& machine
                 const std::vector<int64_t>& memory_bytes);
 
 // Simulates `options` (sorted by bound) for a checked `request` on `slots` slots: the shapes that
-// fit, unranked, with PlanResult's counts but `considered`. An option with recomputation only
-// when the same shape without it does not fit. A simulation's error is returned as is.
+// fit, unranked, with PlanResult's counts but `considered`. An option with recomputation or
+// ZeRO-1 (unless the request asks for it) only when the same shape without it does not fit. A
+// simulation's error is returned as is.
 Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<ShapeOption>& options,
                                 int slots);
 

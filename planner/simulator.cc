@@ -161,14 +161,15 @@ double BubbleFraction(const std::vector<RankSpec>& specs, const std::vector<Time
   return span > 0 ? std::max(0.0, 1.0 - busy / (static_cast<double>(specs.size()) * span)) : 0.0;
 }
 
-// A rank's memory besides activations: parameters, their gradients, optimizer state and buffers,
-// and with D > 1 the data-parallel buckets.
-int64_t FixedBytes(const RankSpec& spec, int D) {
+// A rank's memory besides activations: parameters, their gradients, optimizer state (under
+// ZeRO-1 its share's only) and buffers, and with D > 1 the data-parallel buckets.
+int64_t FixedBytes(const RankSpec& spec, int D, bool zero) {
   int64_t fixed = 0;
   for (int s = spec.first_segment; s < spec.end_segment; ++s) {
     const SegmentProfile& seg = spec.profile->segments[s];
-    fixed += 2 * seg.parameter_bytes + seg.buffer_bytes + seg.optimizer_bytes +
-             (D > 1 ? seg.parameter_bytes : 0);
+    const bool keeps_state = !zero || detail::KeepsOptimizerState(spec, D, s);
+    fixed += 2 * seg.parameter_bytes + seg.buffer_bytes +
+             (keeps_state ? seg.optimizer_bytes : 0) + (D > 1 ? seg.parameter_bytes : 0);
   }
   return fixed;
 }
@@ -176,8 +177,8 @@ int64_t FixedBytes(const RankSpec& spec, int D) {
 // Prediction::memory_bytes and max_memory_bytes: each simulated rank's fixed memory and the peak
 // of the activations its list keeps; a rank not simulated holds what the same stage of the first
 // simulated replica holds.
-void AccountMemory(const RankSet& ranks, const StageCosts& costs, int P, int D, int first_replica,
-                   Prediction* out) {
+void AccountMemory(const RankSet& ranks, const StageCosts& costs, int P, int D, bool zero,
+                   int first_replica, Prediction* out) {
   std::map<std::tuple<int, int64_t, const MachineProfile*>, int64_t> peak_of;
   std::vector<int64_t> spec_memory(ranks.specs.size());
   for (size_t i = 0; i < ranks.specs.size(); ++i) {
@@ -187,7 +188,7 @@ void AccountMemory(const RankSet& ranks, const StageCosts& costs, int P, int D, 
     if (found == peak_of.end()) {
       found = peak_of.emplace(key, detail::PeakActivationBytes(spec, costs)).first;
     }
-    spec_memory[i] = FixedBytes(spec, D) + found->second;
+    spec_memory[i] = FixedBytes(spec, D, zero) + found->second;
     out->max_memory_bytes = std::max(out->max_memory_bytes, spec_memory[i]);
   }
   const int R = P * D;
@@ -243,7 +244,7 @@ std::string Candidate::ScheduleText() const {
 std::string Candidate::ToString() const {
   std::ostringstream out;
   out << stages << " x " << replicas << ", micro-batch " << chunk_size << ", " << ScheduleText()
-      << ", partition " << PartitionText();
+      << (zero && replicas > 1 ? ", ZeRO-1" : "") << ", partition " << PartitionText();
   return out.str();
 }
 
@@ -267,7 +268,7 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   Prediction out;
   out.step_s = synced + rank0.update_s - rank0.start;
   out.bubble_fraction = BubbleFraction(ranks.specs, timeline);
-  AccountMemory(ranks, costs, c.stages, c.replicas, replicas.front(), &out);
+  AccountMemory(ranks, costs, c.stages, c.replicas, c.zero, replicas.front(), &out);
   if (in.trace) RecordTrace(ranks, timeline, ready, synced, &out);
   return out;
 }

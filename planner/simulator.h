@@ -43,6 +43,9 @@ struct Candidate {
   int64_t chunk_size = 1;
   ScheduleKind schedule = ScheduleKind::k1F1B;
   bool recompute = false;
+  // ZeRO-1 (with D > 1): each replica keeps and updates the optimizer state of its share of the
+  // stage's segments (i mod D), then broadcasts its share's parameters (docs/runtime.md).
+  bool zero = false;
   std::vector<int> partition;     // segments per stage, as --partition takes them
 
   std::string PartitionText() const;  // "1,4,4,3"

@@ -27,15 +27,23 @@ std::vector<int> MachineLoads(const std::vector<RankSpec>& specs, size_t machine
 }
 
 // Each rank's update at its machine's full load, and its start: where its update ends less
-// where the earliest one does.
-void SetUpdatesAndStarts(RankSet* ranks) {
+// where the earliest one does. Under ZeRO-1 a rank updates its share of the segments, then the
+// stage's replicas broadcast their shares: together one stage's parameters over D processes,
+// costed as half an all-reduce of them (a broadcast moves the bytes once, a ring all-reduce
+// about twice).
+void SetUpdatesAndStarts(const SimulationInput& in, RankSet* ranks) {
+  const int D = in.candidate.replicas;
+  const bool zero = in.candidate.zero && D > 1;
   double earliest = kInf;
   for (RankSpec& spec : ranks->specs) {
     double work = 0;
+    int64_t stage_bytes = 0;
     for (int s = spec.first_segment; s < spec.end_segment; ++s) {
-      work += spec.profile->segments[s].update_s;
+      if (!zero || KeepsOptimizerState(spec, D, s)) work += spec.profile->segments[s].update_s;
+      stage_bytes += spec.profile->segments[s].parameter_bytes;
     }
     spec.update_s = work / spec.profile->SpeedAt(ranks->machine_load[spec.machine]);
+    if (zero) spec.update_s += in.profile->AllreduceSeconds(D, stage_bytes) / 2;
     earliest = std::min(earliest, spec.update_s);
   }
   for (RankSpec& spec : ranks->specs) spec.start = spec.update_s - earliest;
@@ -89,7 +97,7 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
     }
   }
   out.machine_load = MachineLoads(out.specs, out.addresses.size(), in.rank_machines);
-  SetUpdatesAndStarts(&out);
+  SetUpdatesAndStarts(in, &out);
   return out;
 }
 

@@ -39,6 +39,12 @@ struct RankSet {
   std::vector<int> machine_load;
 };
 
+// Whether the rank of `spec` keeps (and updates) segment `segment`'s optimizer state under
+// ZeRO-1 with `replicas` replicas: segment i of its stage belongs to replica i mod D.
+inline bool KeepsOptimizerState(const RankSpec& spec, int replicas, int segment) {
+  return replicas <= 1 || (segment - spec.first_segment) % replicas == spec.replica;
+}
+
 // The specs of every rank of `replicas` (ascending): their instruction lists, micro-batches and
 // machines' loads, and each rank's update and start: each update runs while every rank of its
 // machine updates too, and each step begins where the previous step's update ended (the step's

@@ -28,6 +28,7 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   if (plan.schedule) {
     p.schedule = planner::ScheduleName(*plan.schedule);
     p.recompute = plan.recompute ? 1 : 0;
+    p.zero = plan.zero ? 1 : 0;
   }
   p.partition = plan.partition;
   if (!settings.trace_dir.empty()) {

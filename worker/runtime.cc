@@ -502,6 +502,7 @@ std::string Runtime::DescribeSettings() const {
   out << "; batch " << options_.global_batch << " in micro-batches of " << options_.chunk_size
       << (spec_.micro_batch_independent ? "" : " (fixed for the job)") << "; schedule "
       << planner::ScheduleName(options_.schedule) << (options_.recompute ? " with recompute" : "")
+      << (sharded_ ? "; optimizer state sharded over the replicas (ZeRO-1)" : "")
       << "; sampler "
       << (options_.custom_sampler ? "the program's own" : SamplerKindName(options_.sampler))
       << "; seed " << options_.seed;

@@ -95,6 +95,22 @@ TEST(Simulator, TheAllReduceOverlapsTheLastBackward) {
   EXPECT_NEAR(Simulate(in)->step_s, 0.03 + 0.01 + std::max(0.05, 0.02 + 0.05 / 4), 1e-9);
 }
 
+TEST(Simulator, UnderZeroOneEachReplicaUpdatesItsShareThenTheSharesAreBroadcast) {
+  Profile p = Uniform(2, 0.01, 0.02);
+  for (SegmentProfile& segment : p.machines[0].segments) {
+    segment.update_s = 0.1;
+    segment.optimizer_bytes = 800;
+  }
+  p.allreduce = {Allreduce(0.0, 800 / 0.06)};  // the stage's 800 parameter bytes: 60 ms
+  auto in = Input(p, 1, 2, 4, 1, ScheduleKind::k1F1B);
+  const Prediction whole = *Simulate(in);
+  in.candidate.zero = true;
+  const Prediction sharded = *Simulate(in);
+  // One segment's update instead of two, and half an all-reduce of the stage's parameters.
+  EXPECT_NEAR(sharded.step_s - whole.step_s, -0.1 + 0.06 / 2, 1e-9);
+  EXPECT_EQ(whole.max_memory_bytes - sharded.max_memory_bytes, 800);
+}
+
 TEST(Simulator, WritesAChromeTraceOfTheStep) {
   const Profile p = Uniform(2, 0.01, 0.02);
   auto in = Input(p, 2, 1, 2, 1, ScheduleKind::k1F1B);
@@ -161,6 +177,54 @@ TEST(Planner, EveryCandidateIsAShapeTheRuntimeAcceptsAndFitsMemory) {
     EXPECT_EQ(launched->replicas, c.replicas) << c.ToString();
     EXPECT_TRUE(launched->idle_reason.empty()) << c.ToString();
   }
+}
+
+// A machine whose memory holds one copy of the optimizer state but not two: two replicas fit
+// only with ZeRO-1 (each keeps half), and they are faster than one process, so the plan shards
+// the state. Asked not to (--zero 0), the planner drops the shape; ZeRO-1 is never chosen where
+// the state fits without it.
+TEST(Planner, ZeroOneIsChosenWhereAShapeFitsOnlyWithIt) {
+  Profile p = Uniform(4, 0.01, 0.02, 1000, {1.0, 0.95});
+  for (SegmentProfile& segment : p.machines[0].segments) {
+    segment.optimizer_bytes = 1000000;
+    for (SegmentCost& c : segment.costs) {  // work grows with the samples
+      c.forward_s *= c.micro_batch;
+      c.forward_nograd_s *= c.micro_batch;
+      c.backward_s *= c.micro_batch;
+    }
+  }
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 8;
+  request.machines = {{"m0", 2}};
+  request.stages = 1;
+  request.keep = 0;
+  Result<PlanResult> roomy = PlanShapes(request);
+  ASSERT_TRUE(roomy.ok()) << roomy.status().message();
+  EXPECT_EQ(roomy->candidates.front().candidate.replicas, 2);
+  EXPECT_FALSE(roomy->candidates.front().candidate.zero) << "chosen where the state fits";
+
+  p.machines[0].memory_bytes = 5000000;  // one process's state (4 MB) and its activations
+  Result<PlanResult> tight = PlanShapes(request);
+  ASSERT_TRUE(tight.ok()) << tight.status().message();
+  const Candidate& best = tight->candidates.front().candidate;
+  EXPECT_EQ(best.replicas, 2);
+  EXPECT_TRUE(best.zero);
+  EXPECT_NE(best.ToString().find(", ZeRO-1, "), std::string::npos) << best.ToString();
+  EXPECT_LT(tight->candidates.front().prediction.max_memory_bytes, 2500000);
+  // This profile's update and broadcasts cost nothing: as fast as without, faster than 1 x 1.
+  EXPECT_NEAR(tight->candidates.front().prediction.step_s,
+              roomy->candidates.front().prediction.step_s, 1e-12);
+  for (const PlannedShape& s : tight->candidates) {
+    if (s.candidate.replicas == 1) {
+      EXPECT_GT(s.prediction.step_s, tight->candidates.front().prediction.step_s);
+    }
+  }
+
+  request.zero = 0;
+  Result<PlanResult> refused = PlanShapes(request);
+  ASSERT_TRUE(refused.ok()) << refused.status().message();
+  for (const PlannedShape& s : refused->candidates) EXPECT_EQ(s.candidate.replicas, 1);
 }
 
 TEST(Planner, AFixedMicroBatchOrDepthIsKept) {
