@@ -415,6 +415,7 @@ Result<planner::SimulationInput> SimulationOf(const RecordedRun& run,
   if (!schedule.ok()) return schedule.status();
   in.candidate.schedule = *schedule;
   in.candidate.recompute = run.settings.recompute.value_or(false);
+  in.candidate.zero = run.settings.zero.value_or(false);
   std::string partition = *run.settings.partition;
   std::replace(partition.begin(), partition.end(), ',', ' ');
   std::istringstream counts(partition);

@@ -132,11 +132,12 @@ struct Settings {
   std::string text;  // what the terminal shows
   std::optional<std::string> schedule, partition;
   std::optional<bool> recompute;
+  std::optional<bool> zero;  // the optimizer state sharded over the replicas (ZeRO-1)
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
     f("generation", r.generation), f("text", r.text), f("schedule", r.schedule);
-    f("partition", r.partition), f("recompute", r.recompute);
+    f("partition", r.partition), f("recompute", r.recompute), f("zero", r.zero);
   }
 };
 

@@ -233,6 +233,7 @@ void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
       .Add("text", settings)
       .Add("schedule", planner::ScheduleName(opts.schedule))
       .Add("recompute", opts.recompute)
+      .Add("zero", !rt.HoldsWholeState())
       .Add("partition", rt.partition().ToString())
       .Add("chunk_size", opts.chunk_size)
       .Emit();
