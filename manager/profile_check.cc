@@ -1,6 +1,6 @@
 #include "manager/profile_check.h"
 
-#include <algorithm>
+#include "common/median.h"
 
 namespace mitra::manager {
 
@@ -10,11 +10,9 @@ std::optional<ProfileCheck::Verdict> ProfileCheck::Observe(double step_s) {
   }
   times_.push_back(step_s);
   if (times_.size() < kMeasuredSteps) return std::nullopt;
-  std::vector<double> sorted = times_;
-  std::nth_element(sorted.begin(), sorted.begin() + kMeasuredSteps / 2, sorted.end());
   Verdict v;
   v.predicted_s = predicted_s_;
-  v.measured_s = sorted[kMeasuredSteps / 2];
+  v.measured_s = Median(times_);
   v.ratio = v.measured_s / predicted_s_;
   v.disagrees = v.ratio > kDisagreement || v.ratio < 1 / kDisagreement;
   return v;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/median.h"
+
 namespace mitra::manager {
 
 StragglerDetector::StragglerDetector(StragglerOptions options, std::vector<int> stage_of_rank)
@@ -21,13 +23,7 @@ std::optional<double> StragglerDetector::PeerMedian(int rank) {
     if (peer != rank && ranks_[peer].compute_s >= 0) scratch_.push_back(ranks_[peer].compute_s);
   }
   if (scratch_.empty()) return std::nullopt;
-  const size_t middle = scratch_.size() / 2;
-  std::nth_element(scratch_.begin(), scratch_.begin() + middle, scratch_.end());
-  double median = scratch_[middle];
-  if (scratch_.size() % 2 == 0) {  // the mean of the two middle ones
-    median = (median + *std::max_element(scratch_.begin(), scratch_.begin() + middle)) / 2;
-  }
-  return median;
+  return MedianInPlace(scratch_);
 }
 
 std::optional<Straggler> StragglerDetector::Observe(int rank, int steps, double compute_s) {

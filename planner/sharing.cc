@@ -4,14 +4,10 @@
 #include <cstdio>
 #include <numeric>
 
+#include "common/median.h"
+
 namespace mitra::planner {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 std::string Figure(double x) {
   char text[32];
@@ -28,7 +24,7 @@ double SharedSpeed(const std::vector<std::vector<double>>& rounds, double alone_
     const double mean = std::accumulate(rates.begin(), rates.end(), 0.0) / rates.size();
     figures.push_back(mean / alone_rate);
   }
-  return figures.empty() ? 0 : Median(figures);
+  return Median(figures);
 }
 
 std::string ImpossibleSharing(double speed, int k, int cores, double fewer) {

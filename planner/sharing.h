@@ -18,9 +18,9 @@
 namespace mitra::planner {
 
 // A figure may exceed a bound by this fraction before it is refused: a round's windows start
-// at one barrier but end up to one iteration apart (a window holds at least 3), which moves a
-// rate by up to about a third of a round's spread; measured spreads between rounds on a quiet
-// machine stay within a few percent.
+// at one barrier, but a rate counts whole iterations (at least 3 in a window) and processes
+// reach the window's end mid-iteration; the figures of five profiles spread by up to 0.052
+// (bench/profile_sharing.py, docs/performance.md).
 inline constexpr double kSharingTolerance = 0.1;
 
 // The speed of each of k processes computing at once: the median over `rounds` (each holds the

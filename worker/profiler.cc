@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "common/median.h"
 #include "planner/profile.h"
 #include "planner/sharing.h"
 #include "worker/backend.h"
@@ -67,11 +68,6 @@ Result<Settings> ReadSettings(const Placement& placement, int64_t batch) {
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 // Heap bytes in use (the worker keeps large blocks in the heap: Trainer's malloc tuning).
@@ -275,15 +271,15 @@ class Workload {
   double Rate(double window_s) {
     const auto start = Clock::now();
     int counted = 0;
-    double counted_s = 0;
-    for (;;) {
+    double counted_s = 0, elapsed = 0;
+    do {
       Run(1);
-      const double elapsed = Seconds(start);
-      if (elapsed > window_s && counted > 0) break;
-      ++counted;
-      counted_s = elapsed;
-      if (elapsed > window_s) break;
-    }
+      elapsed = Seconds(start);
+      if (elapsed <= window_s || counted == 0) {
+        ++counted;
+        counted_s = elapsed;
+      }
+    } while (elapsed <= window_s);
     return counted / counted_s;
   }
 

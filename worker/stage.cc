@@ -52,7 +52,7 @@ uint64_t ForwardSeed(uint64_t seed, const ForwardKey& key, int segment) {
 Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
              uint64_t seed, HeldState* held, int64_t held_step)
     : index_(stage), first_(partition.FirstSegment(stage)), end_(partition.EndSegment(stage)),
-      seed_(seed), check_draws_(spec.micro_batch_independent) {
+      seed_(seed), check_draws_(end_ - first_, spec.micro_batch_independent) {
   for (int i = first_; i < end_; ++i) {
     names_.push_back(spec.segments[i].name);
     std::shared_ptr<cutpoint::Segment> kept = held ? held->Take(i, held_step) : nullptr;
@@ -74,10 +74,11 @@ cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const 
   cutpoint::Activations acts = inputs;
   for (size_t i = 0; i < segments_.size(); ++i) {
     generator.Seed(ForwardSeed(seed_, key, first_ + static_cast<int>(i)));
-    if (!check_draws_ || !training_) {
+    if (!check_draws_[i] || !training_) {
       acts = segments_[i]->Forward(acts);
       continue;
     }
+    check_draws_[i] = false;
     const torch::Tensor seeded = generator.State();
     acts = segments_[i]->Forward(acts);
     if (!torch::equal(generator.State(), seeded)) {

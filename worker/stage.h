@@ -13,8 +13,8 @@
 // A segment that draws random numbers (dropout) draws them for its whole micro-batch at once,
 // so its draws depend on how the samples are grouped: such a model is not micro-batch
 // independent, and keeping its micro-batch size for the job is what keeps its draws the same
-// in every shape. A model that declares itself independent is checked: a training forward of a
-// segment that moved the generator throws MicroBatchDependence.
+// in every shape. A model that declares itself independent is checked, once per segment: a first
+// training forward of a segment that moved the generator throws MicroBatchDependence.
 #pragma once
 
 #include <memory>
@@ -57,7 +57,7 @@ class Stage {
         uint64_t seed, HeldState* held = nullptr, int64_t held_step = -1);
 
   // Throws MicroBatchDependence (training mode, a model declared micro-batch independent) when
-  // a segment's forward drew random numbers.
+  // a segment's first training forward drew random numbers.
   cutpoint::Activations Forward(const cutpoint::Activations& inputs, const ForwardKey& key);
 
   // Training or evaluation mode for every module of every segment (torch's train()/eval()).
@@ -89,7 +89,9 @@ class Stage {
   int index_, first_, end_;
   uint64_t seed_;
   bool training_ = true;
-  bool check_draws_;  // the model declares itself micro-batch independent
+  // By segment: its first training forward is still to be checked for random draws (the model
+  // declares itself micro-batch independent).
+  std::vector<bool> check_draws_;
   std::vector<std::string> names_;  // of the segments
   std::vector<std::shared_ptr<cutpoint::Segment>> segments_;
   std::vector<bool> adopted_;

@@ -9,9 +9,10 @@ namespace {
 TEST(ProfileCheck, AnswersOnceWithTheMedianAfterTheWarmUp) {
   ProfileCheck check(0.2);
   for (int i = 0; i < ProfileCheck::kWarmUpSteps; ++i) EXPECT_FALSE(check.Observe(9.0));
-  for (int i = 0; i < ProfileCheck::kMeasuredSteps - 1; ++i) {
+  for (int i = 0; i < ProfileCheck::kMeasuredSteps - 2; ++i) {
     EXPECT_FALSE(check.Observe(i % 2 == 0 ? 0.18 : 0.22));
   }
+  EXPECT_FALSE(check.Observe(0.2));
   const auto verdict = check.Observe(0.2);
   ASSERT_TRUE(verdict);
   EXPECT_DOUBLE_EQ(verdict->measured_s, 0.2);
