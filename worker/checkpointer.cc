@@ -466,8 +466,9 @@ Status ReadSegmentFile(const std::string& dir, const checkpoint::FileEntry& entr
                                          (t ? "of another shape or type (" + t->ShapeString() + ")"
                                             : std::string("missing")));
     }
-    // Read in place; a non-contiguous tensor (never, for nn modules) via a copy.
-    into[name] = tensor.is_contiguous() ? tensor : checkpoint::EmptyFor(*t);
+    // Read in place; a non-contiguous tensor (never, for nn modules) or one in a GPU's memory
+    // via a copy in host memory.
+    into[name] = tensor.is_contiguous() && tensor.is_cpu() ? tensor : checkpoint::EmptyFor(*t);
   }
   // The rest is optimizer state, "<state>/<parameter>", of parameters of this segment.
   for (const checkpoint::TensorRecord& t : entry.tensors) {
@@ -514,7 +515,8 @@ Status Checkpointer::RestoreSegment(const std::string& path, const checkpoint::F
   Status read = ReadSegmentFile(path, entry, live, with_optimizer_state ? &state : nullptr);
   if (!read.ok()) return read;
   for (const auto& [local, tensors] : state) {
-    if (Status s = runtime_.optimizer().SetState(live.at("param/" + local), tensors); !s.ok()) {
+    const torch::Tensor& param = live.at("param/" + local);
+    if (Status s = runtime_.optimizer().SetState(param, OnDeviceOf(param, tensors)); !s.ok()) {
       return AnotherModel(path, entry.name, "parameter '" + local + "': " + s.message());
     }
   }

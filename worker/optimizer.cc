@@ -1,6 +1,8 @@
 #include "mitra/worker/optimizer.h"
 
 #include <sstream>
+#include <type_traits>
+#include <utility>
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
@@ -15,9 +17,20 @@ std::string Number(double x) {
   return out.str();
 }
 
-// LibTorch keys an optimizer's state by the parameter's TensorImpl address.
-std::string StateKey(const torch::Tensor& param) {
-  return c10::guts::to_string(param.unsafeGetTensorImpl());
+// LibTorch keys an optimizer's state by the parameter's TensorImpl: its address as text in
+// 1.x, the address itself in 2.x.
+using StateKeyType =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+template <typename Key = StateKeyType>  // a template, so that the other branch is discarded
+Key StateKey(const torch::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream out;
+    out << param.unsafeGetTensorImpl();
+    return out.str();
+  } else {
+    return static_cast<Key>(param.unsafeGetTensorImpl());
+  }
 }
 
 Status Check(const std::map<std::string, torch::Tensor>& state, const std::string& name,
@@ -133,6 +146,12 @@ class AdamFamily : public LibTorchOptimizer<TorchOptimizer, ParamState> {
 };
 
 }  // namespace
+
+std::map<std::string, torch::Tensor> OnDeviceOf(const torch::Tensor& param,
+                                                std::map<std::string, torch::Tensor> state) {
+  for (auto& [name, tensor] : state) tensor = tensor.to(param.device());
+  return state;
+}
 
 Result<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& o,
                                                  const std::vector<torch::Tensor>& parameters) {

@@ -51,6 +51,11 @@ class Optimizer {
   virtual int StateTensorsPerParameter() const { return 0; }
 };
 
+// `state` (as SetState takes it) moved to the device of `param`: a checkpoint and a peer give
+// it in host memory.
+std::map<std::string, torch::Tensor> OnDeviceOf(const torch::Tensor& param,
+                                                std::map<std::string, torch::Tensor> state);
+
 using OptimizerFactory =
     std::function<std::unique_ptr<Optimizer>(const std::vector<torch::Tensor>& parameters)>;
 

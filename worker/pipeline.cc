@@ -54,7 +54,7 @@ class Executor {
         }
         Forward(mb, ins.micro_batch);
         if (metrics_ == nullptr) {
-          loss_sum_ += last_ ? mb.loss.item<double>() : 0.0;
+          if (last_) AddLoss(mb.loss);
         } else if (last_) {
           Accumulate(mb);
           mb = MicroBatchState();
@@ -102,7 +102,9 @@ class Executor {
     }
   }
 
-  double loss_sum() const { return loss_sum_; }
+  // Summed in double on the stage's device and read once, at the end of the step: reading each
+  // micro-batch's loss would wait for a GPU to finish its forward before the backward is queued.
+  double loss_sum() const { return loss_sum_.defined() ? loss_sum_.item<double>() : 0.0; }
   const std::vector<double>& sums() const { return sums_; }
 
  private:
@@ -151,7 +153,11 @@ class Executor {
   std::vector<MicroBatchState> mbs_;
   const MicroBatchFn& micro_batch_;
   const std::vector<MetricFn>* metrics_;
-  double loss_sum_ = 0;
+  void AddLoss(const torch::Tensor& loss) {
+    const torch::Tensor value = loss.detach().to(torch::kFloat64);
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + value : value;
+  }
+  torch::Tensor loss_sum_;
   std::vector<double> sums_;  // evaluation: loss, then each metric
 };
 

@@ -67,7 +67,7 @@ Status CheckPrecisionOn(Precision precision, c10::DeviceType device) {
   return Status::Ok();
 }
 
-Result<c10::Device> LocalDevice(DeviceKind device, int local_rank) {
+Result<c10::Device> LocalDevice(DeviceKind device, int local_rank, bool share_gpus) {
   if (device == DeviceKind::kCpu) return c10::Device(c10::DeviceType::CPU);
   if (!torch::cuda::is_available()) {
     return Status::InvalidArgument(
@@ -76,11 +76,14 @@ Result<c10::Device> LocalDevice(DeviceKind device, int local_rank) {
         "scripts/gpu-build, or use --device cpu");
   }
   const int64_t gpus = static_cast<int64_t>(torch::cuda::device_count());
+  if (share_gpus) {
+    return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(local_rank % gpus));
+  }
   if (local_rank >= gpus) {
     return Status::InvalidArgument(
         "local rank " + std::to_string(local_rank) + " has no GPU of its own (" +
         std::to_string(gpus) + " visible): give the machine slots=" + std::to_string(gpus) +
-        " or fewer in the machine list");
+        " or fewer in the machine list, or let ranks share GPUs (--share-gpus)");
   }
   return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(local_rank));
 }

@@ -35,8 +35,9 @@ Status CheckPrecisionOn(Precision precision, c10::DeviceType device);
 // The device a stage of `local_rank` computes on: the CPU, or for kCuda the GPU of
 // `local_rank` among the visible ones (CUDA_VISIBLE_DEVICES is the CUDA runtime's business).
 // cuda is refused on a build without CUDA, or when the machine has fewer GPUs than local
-// ranks, with what to do.
-Result<c10::Device> LocalDevice(DeviceKind device, int local_rank);
+// ranks, with what to do; `share_gpus` instead gives local rank r the GPU r mod GPUs (ranks that
+// share a GPU share its memory and compute: for tests and small models on a one-GPU machine).
+Result<c10::Device> LocalDevice(DeviceKind device, int local_rank, bool share_gpus = false);
 
 // Autocast for one forward, as an RAII scope: enters on construction and restores the previous
 // autocast state on destruction (nests like Python's torch.autocast). Does nothing, and costs a

@@ -78,7 +78,7 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
   if (Status s = spec.Validate(); !s.ok()) return s;
   Result<RuntimeOptions> options = WithPlacement(program_options, placement);
   if (!options.ok()) return options.status();
-  auto device = LocalDevice(options->device, placement.local_rank);
+  auto device = LocalDevice(options->device, placement.local_rank, options->share_gpus);
   if (!device.ok()) return device.status();
   if (Status s = CheckPrecisionOn(options->precision, device->type()); !s.ok()) return s;
   if (options->backend == Backend::kNccl && !device->is_cuda()) {
@@ -409,13 +409,17 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
 
   // One all-reduce per step carries the squared gradient norm (replica 0 of every stage, tied
   // copies once), the loss (last stages) and the stop wishes (everyone).
+  // Each norm squared and summed in double on the stage's device, read once: one wait for a
+  // GPU per step instead of one per parameter (the same sums, in the same order).
   double squared_norm = 0;
   if (placement_.replica() == 0) {
+    torch::Tensor sum;
     for (const auto& p : stage_->parameters()) {
       if (!p.tensor.grad().defined() || tied_->IsSecondaryCopy(p.name)) continue;
-      const double n = p.tensor.grad().norm().item<double>();
-      squared_norm += n * n;
+      const torch::Tensor n = p.tensor.grad().norm().to(torch::kFloat64);
+      sum = sum.defined() ? sum + n * n : n * n;
     }
+    if (sum.defined()) squared_norm = sum.item<double>();
   }
   const StopWish wish = stop_requested();
   auto totals = torch::tensor({squared_norm, loss, wish != StopWish::kNone ? 1.0 : 0.0,

@@ -62,6 +62,7 @@ struct RuntimeOptions {
   // costs nothing extra; fp16 needs cuda, which is the GPU of the local rank.
   contract::Precision precision = contract::Precision::kFp32;
   contract::DeviceKind device = contract::DeviceKind::kCpu;
+  bool share_gpus = false;          // cuda: local rank r computes on GPU r mod GPUs
   LossScalerOptions loss_scaler;    // dynamic loss scaling: always on for fp16
   uint64_t seed = 1234;             // model initialisation, sample order, random numbers
   int64_t global_batch = 32;        // overridden by the placement when the manager sets it

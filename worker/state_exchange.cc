@@ -114,10 +114,13 @@ Payload SegmentPayload(Runtime& rt, HeldState* held, int segment) {
       if (qualified.rfind(prefix, 0) == 0) state[qualified.substr(prefix.size())] = s;
     }
   }
-  for (const auto& [key, t] : live) payload.emplace_back(key, t.detach().contiguous());
+  // In host memory: the messages are packed and sent as bytes there (Gloo moves host memory; a
+  // GPU stage's tensors are copied out, a CPU stage's are sent from where they are).
+  const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU).contiguous(); };
+  for (const auto& [key, t] : live) payload.emplace_back(key, host(t));
   for (const auto& [param, tensors] : state) {
     for (const auto& [state_name, t] : tensors) {
-      payload.emplace_back(state_name + "/" + param, t.detach().contiguous());
+      payload.emplace_back(state_name + "/" + param, host(t));
     }
   }
   return payload;
@@ -221,8 +224,10 @@ Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
       std::string(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()), text.numel()));
   const std::map<std::string, torch::Tensor> live =
       SegmentTensors(rt.stage(), SegmentName(rt, segment));
-  // Where each tensor goes: the live parameter or buffer, or new optimizer state.
+  // Where each tensor goes: the live parameter or buffer (a GPU stage's through a host buffer,
+  // copied in once received), or new optimizer state (moved to its parameter's device).
   std::vector<torch::Tensor> into(specs.size());
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> to_device;  // (host buffer, live tensor)
   std::map<std::string, std::map<std::string, torch::Tensor>> state;
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& spec = specs[i];
@@ -233,6 +238,10 @@ Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
                                 "this rank and " + comm.Describe(from));
       }
       into[i] = it->second;
+      if (!it->second.is_cpu()) {
+        into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
+        to_device.emplace_back(into[i], it->second);
+      }
     } else {
       into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
       const size_t slash = spec.name.find('/');
@@ -258,11 +267,14 @@ Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
     }
     bytes += packed.numel();
   }
+  for (auto& [buffer, tensor] : to_device) tensor.copy_(buffer);
   for (const auto& [param, tensors] : state) {
     auto it = live.find("param/" + param);
     if (it == live.end()) return Status::Internal(what + ": state for an unknown parameter " + param);
     if (!rt.KeepsOptimizerStateOf(segment)) continue;  // another replica's share (ZeRO-1)
-    if (Status s = rt.optimizer().SetState(it->second, tensors); !s.ok()) return s;
+    if (Status s = rt.optimizer().SetState(it->second, OnDeviceOf(it->second, tensors)); !s.ok()) {
+      return s;
+    }
   }
   return bytes;
 }

@@ -502,9 +502,11 @@ void Trainer::Evaluate(Runtime& rt, int64_t step) {
 }
 
 void SaveParameters(const Stage& stage, const std::string& path) {
+  // CPU copies, so that the file loads anywhere (torch.load without map_location).
+  const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); };
   c10::Dict<std::string, torch::Tensor> dict;
-  for (const auto& p : stage.parameters()) dict.insert(p.name, p.tensor.detach().clone());
-  for (const auto& b : stage.buffers()) dict.insert(b.name, b.tensor.detach().clone());
+  for (const auto& p : stage.parameters()) dict.insert(p.name, host(p.tensor));
+  for (const auto& b : stage.buffers()) dict.insert(b.name, host(b.tensor));
   const std::vector<char> bytes = torch::pickle_save(dict);
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));

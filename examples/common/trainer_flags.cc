@@ -184,6 +184,8 @@ void AddTrainerFlags(CLI::App& app, worker::TrainerOptions* options,
   AddNamed(app, "--device", &rt.device, &contract::ParseDeviceKind,
            contract::DeviceKindName(rt.device),
            "cpu or cuda (the local rank's GPU; a CUDA build, scripts/gpu-build)");
+  AddSwitch(app, "--share-gpus", &rt.share_gpus,
+            "cuda: local rank r computes on GPU r mod GPUs (more ranks than GPUs)");
   Add(app, "--loss-scale", "X",
       rt.loss_scaler.enabled ? NumberText(rt.loss_scaler.initial_scale) : "off",
       "dynamic loss scaling from X (fp16 does it from " + NumberText(rt.loss_scaler.initial_scale) +

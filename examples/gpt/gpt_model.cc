@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 namespace mitra::examples {
 namespace {
@@ -26,7 +27,7 @@ class Embed : public cutpoint::Segment {
   }
   Activations Forward(const Activations& in) override {
     const torch::Tensor& tokens = in.at("tokens");
-    auto positions = torch::arange(tokens.size(1), torch::kInt64);
+    auto positions = torch::arange(tokens.size(1), tokens.options().dtype(torch::kInt64));
     return {{"hidden", wte_(tokens) + wpe_(positions)}};
   }
 
@@ -61,10 +62,17 @@ class Block : public cutpoint::Segment {
     const int64_t b = x.size(0), t = x.size(1), c = x.size(2), hd = c / heads_;
     auto qkv = qkv_(x).view({b, t, 3, heads_, hd}).permute({2, 0, 3, 1, 4});  // 3,b,h,t,hd
     auto q = qkv[0], k = qkv[1], v = qkv[2];
+#if TORCH_VERSION_MAJOR >= 2
+    // LibTorch 2.x: one fused kernel (flash or memory-efficient attention on a GPU), the same
+    // causal softmax(q k^T / sqrt(hd)) v as below.
+    auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                              /*is_causal=*/true);
+#else
     auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(hd));
-    auto mask = torch::ones({t, t}, torch::kBool).triu(1);
+    auto mask = torch::ones({t, t}, x.options().dtype(torch::kBool)).triu(1);
     scores = scores.masked_fill(mask, -std::numeric_limits<float>::infinity());
     auto y = torch::matmul(torch::softmax(scores, -1), v);  // b,h,t,hd
+#endif
     return proj_(y.transpose(1, 2).reshape({b, t, c}));
   }
 
@@ -105,6 +113,14 @@ Result<GptConfig> GptConfig::Named(const std::string& name) {
     c.mlp_width = 4096;
     return c;
   }
+  if (name == "350m") {  // ~352 M parameters in GPT-2 medium's layout: for bench/gpu.py
+    c.context = 1024;
+    c.width = 1024;
+    c.heads = 16;
+    c.layers = 28;
+    c.mlp_width = 4096;
+    return c;
+  }
   if (name == "tiny") {
     c.context = 32;
     c.width = 32;
@@ -113,7 +129,8 @@ Result<GptConfig> GptConfig::Named(const std::string& name) {
     c.mlp_width = 128;
     return c;
   }
-  return Status::InvalidArgument("unknown model '" + name + "' (expected tiny, bench or large)");
+  return Status::InvalidArgument("unknown model '" + name +
+                                 "' (expected tiny, bench, large or 350m)");
 }
 
 cutpoint::ModelSpec MakeGptSpec(const GptConfig& config) {

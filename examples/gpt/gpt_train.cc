@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
                "`mitra run`",
                "gpt_train"};
   mitra::examples::AddText(app, "--model", &model, "NAME",
-                           "tiny, bench or large (large: ~101 M parameters)");
+                           "tiny, bench, large (~101 M parameters) or 350m (~352 M, for a GPU)");
   mitra::examples::AddText(app, "--data", &data, "PATH", "text file or directory");
   mitra::examples::AddNumber(app, "--dropout", &dropout, 0,
                              "dropout after attention and MLP, below 1");
