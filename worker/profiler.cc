@@ -489,6 +489,14 @@ std::vector<double> MeasureSharing(Protocol& protocol, Workload& load, const Set
 
 int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
                const RuntimeOptions& options, const Placement& placement) {
+  // Segments are measured in host memory on the CPU: a GPU job's profile would measure another
+  // machine (and a large model for hours).
+  if (options.device != contract::DeviceKind::kCpu || placement.device == "cuda") {
+    spdlog::error("mitra profile measures segments on the CPU only, and this program computes "
+                  "on a GPU (--device cuda): give mitra run --nstages P (and --chunk-size) for a "
+                  "job on GPUs");
+    return 2;
+  }
   auto settings = ReadSettings(placement, std::max<int64_t>(1, placement.global_batch > 0
                                                                    ? placement.global_batch
                                                                    : options.global_batch));

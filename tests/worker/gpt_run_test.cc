@@ -66,6 +66,22 @@ TEST(MitraRunGpt, AJobAlreadyAtMaxStepsStartsNothing) {
   EXPECT_EQ(testing::EventsNamed(run_dir, "launch").size(), 1u);
 }
 
+// The profiler measures segments on the CPU: a job computing on GPUs is told to give its shape
+// instead of being planned from another machine's figures (or profiling a large model for hours).
+TEST(MitraRunGpt, APlannedJobOnAGpuIsRefusedWithTheFix) {
+  TempDir tmp;
+  const std::string machines = tmp.Write("machines.txt", "localhost slots=1\n");
+  const auto r = testing::RunProgram(
+      MITRA_BINARY,
+      {"run", "--machines", machines, "--batch-size", "8", "--max-steps", "1", "--run-dir",
+       tmp.Path("run"), "--", MITRA_GPT_TRAIN, "--model", "tiny", "--device", "cuda"},
+      tmp.path(), 120);
+  EXPECT_NE(r.exit_code, 0) << r.output();
+  EXPECT_NE(r.output().find("mitra profile measures segments on the CPU only"), std::string::npos)
+      << r.output();
+  EXPECT_NE(r.output().find("give mitra run --nstages P"), std::string::npos) << r.output();
+}
+
 TEST(MitraRunGpt, ResumingWithOtherSettingsIsNeverSilent) {
   TempDir tmp;
   const std::string run_dir = tmp.Path("run");
