@@ -1,0 +1,198 @@
+#!/usr/bin/env python3
+"""mitra against PyTorch eager on one GPU: a GPT of ~352 M parameters in bf16, 1 x 1.
+
+The model is gpt_train's `--model 350m` (byte vocabulary, context 1024, width 1024, 16 heads,
+28 pre-LN blocks with an MLP of 4096, learned positions, the head tied to the token embedding,
+causal scaled-dot-product attention); PyTorch's copy below computes the same with the same
+optimizer (AdamW, lr 3e-4, weight decay 0.01, clipping the global norm at 1), bf16 autocast
+over fp32 weights, and the same batch in the same micro-batches with gradient accumulation.
+Both read the same text (--data), 1025-byte samples in a random order.
+
+Printed last, one JSON object: tokens/s of each, their ratio (mitra / pytorch), and the model
+FLOPs utilisation of each: tokens/s x FLOPs per token / the GPU's peak, FLOPs per token =
+6 N + 12 L T d (N the parameters of the matrix products, the tied head included; L layers,
+T context, d width: the usual count, causal attention counted whole), the peak the datasheet's
+dense bf16 figure for the GPUs named below, and also the 8192^3 bf16 matrix product measured
+here (`matmul_tflops`). Step times are medians over the timed steps after --warmup steps.
+
+  python3 bench/gpu.py --build build-gpu --data /usr/share/games/fortunes
+"""
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+VOCAB, CONTEXT, WIDTH, HEADS, LAYERS, MLP = 256, 1024, 1024, 16, 28, 4096
+# Dense bf16 tensor-core peaks from NVIDIA's datasheets (SXM parts), FLOP/s.
+DATASHEET_PEAK = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
+
+
+def log(text):
+    print(text, file=sys.stderr, flush=True)
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(WIDTH)
+        self.qkv = nn.Linear(WIDTH, 3 * WIDTH)
+        self.proj = nn.Linear(WIDTH, WIDTH)
+        self.ln2 = nn.LayerNorm(WIDTH)
+        self.fc = nn.Linear(WIDTH, MLP)
+        self.out = nn.Linear(MLP, WIDTH)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        qkv = self.qkv(self.ln1(x)).view(b, t, 3, HEADS, c // HEADS).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return x + self.out(F.gelu(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(VOCAB, WIDTH)
+        self.wpe = nn.Embedding(CONTEXT, WIDTH)
+        self.blocks = nn.ModuleList(Block() for _ in range(LAYERS))
+        self.ln_f = nn.LayerNorm(WIDTH)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+            if isinstance(m, nn.Linear):
+                nn.init.zeros_(m.bias)
+
+    def forward(self, tokens):
+        x = self.wte(tokens) + self.wpe(torch.arange(tokens.size(1), device=tokens.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_f(x) @ self.wte.weight.t()
+
+
+def read_text(path):
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs
+        if not f.endswith((".dat", ".u8")))
+    return b"".join(open(f, "rb").read() for f in files if os.path.isfile(f))
+
+
+def flops_per_token():
+    matrix_params = LAYERS * 12 * WIDTH * WIDTH + VOCAB * WIDTH  # blocks' products + the head
+    return 6 * matrix_params + 12 * LAYERS * CONTEXT * WIDTH
+
+
+def pytorch_eager(args):
+    torch.manual_seed(args.seed)
+    device = torch.device("cuda")
+    data = torch.frombuffer(bytearray(read_text(args.data)), dtype=torch.uint8).long()
+    samples = (data.numel() - 1) // CONTEXT
+    model = Gpt().to(device)
+    params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+    order = torch.randperm(samples, generator=torch.Generator().manual_seed(args.seed))
+    times, losses = [], []
+    for step in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        ids = order[(torch.arange(args.batch) + step * args.batch) % samples]
+        rows = torch.stack([data[i * CONTEXT:i * CONTEXT + CONTEXT + 1] for i in ids.tolist()])
+        rows = rows.to(device, non_blocking=True)
+        total = 0.0
+        for m in range(0, args.batch, args.chunk):
+            x, y = rows[m:m + args.chunk, :-1], rows[m:m + args.chunk, 1:]
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1))
+            (loss * x.size(0) / args.batch).backward()
+            total += loss.detach() * x.size(0) / args.batch
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(total.item())  # synchronizes
+        times.append(time.perf_counter() - start)
+        log(f"pytorch step {step + 1} loss {losses[-1]:.4f} {times[-1]:.3f} s")
+    step_s = statistics.median(times[args.warmup:])
+    return {"params": params, "step_time_s": step_s,
+            "tokens_per_s": args.batch * CONTEXT / step_s, "last_loss": losses[-1],
+            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def mitra(args):
+    cmd = [os.path.join(args.build, "bin", "gpt_train"), "--model", "350m", "--data", args.data,
+           "--device", "cuda", "--precision", "bf16", "--batch-size", str(args.batch),
+           "--chunk-size", str(args.chunk), "--steps", str(args.warmup + args.steps),
+           "--seed", str(args.seed)]
+    log("$ " + " ".join(cmd))
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    steps = [json.loads(l[len("@mitra "):]) for l in p.stdout.splitlines()
+             if l.startswith("@mitra ") and '"event":"step"' in l]
+    if p.returncode != 0 or len(steps) < args.warmup + args.steps:
+        log(p.stdout[-4000:])
+        raise SystemExit(f"gpu.py: gpt_train exited {p.returncode} after {len(steps)} steps")
+    for s in steps:
+        log(f"mitra step {s['step']} loss {s['loss']:.4f} {s['step_time_s']:.3f} s")
+    step_s = statistics.median(s["step_time_s"] for s in steps[args.warmup:])
+    return {"step_time_s": step_s, "tokens_per_s": args.batch * CONTEXT / step_s,
+            "last_loss": steps[-1]["loss"]}
+
+
+def matmul_tflops():
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(10):
+        a @ b
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * 8192**3 * 10 / (start.elapsed_time(end) / 1000) / 1e12
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build-gpu")
+    parser.add_argument("--data", default="/usr/share/games/fortunes")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--chunk", type=int, default=16)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--only", choices=["pytorch", "mitra"], default=None)
+    args = parser.parse_args()
+    name = torch.cuda.get_device_name()
+    peak = next((v for k, v in DATASHEET_PEAK.items() if k in name), None)
+    result = {"bench": "gpu_gpt_350m_bf16", "gpu": name, "batch": args.batch,
+              "chunk": args.chunk, "steps": args.steps, "warmup": args.warmup,
+              "flops_per_token": flops_per_token(), "matmul_tflops": round(matmul_tflops(), 1),
+              "datasheet_peak_tflops": peak and peak / 1e12}
+    runs = {}
+    if args.only != "mitra":
+        runs["pytorch"] = pytorch_eager(args)
+        torch.cuda.empty_cache()
+    if args.only != "pytorch":
+        runs["mitra"] = mitra(args)
+    for key, run in runs.items():
+        achieved = run["tokens_per_s"] * flops_per_token()
+        run["achieved_tflops"] = round(achieved / 1e12, 1)
+        run["mfu"] = peak and round(achieved / peak, 3)
+        run["mfu_of_measured_matmul"] = round(achieved / (result["matmul_tflops"] * 1e12), 3)
+    result.update(runs)
+    if len(runs) == 2:
+        result["mitra_over_pytorch"] = round(
+            runs["mitra"]["tokens_per_s"] / runs["pytorch"]["tokens_per_s"], 3)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
