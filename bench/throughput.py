@@ -24,6 +24,7 @@ measurement and a final JSON summary with the ratios:
   python_1x1 / mitra_1x1, python_1x1 / pytorch      (targets >= 0.95 and >= 1.0)
   python_1x2 / mitra_1x2, python_2x1 / mitra_2x1    (against the C++ program; >= 0.95 too)
   mitra_1x2_zero / mitra_1x2                         (target >= 0.95; bytes ratio <= 0.55)
+  mitra_2x1_zb / mitra_1x2, mitra_2x1 / mitra_1x2    (zb-h1 and 1f1b at P = 2, M = 4; >= 0.93)
 For the python ratios, "paired_ratios" also gives the median over repeats of the ratio of the
 two runs of the same repeat (run one after the other), which a change of load between repeats
 disturbs less.
@@ -32,7 +33,7 @@ disturbs less.
 
 --only takes configuration names and groups, comma-separated: "python" is the Python
 comparison alone (mitra_*, python_* and pytorch), "cpp" the original seven, "zero" 1x2 with
-and without ZeRO-1.
+and without ZeRO-1, "zb" 1x2 against 2x1 in 1f1b and in zb-h1.
 """
 import argparse
 import json
@@ -91,7 +92,7 @@ def optimizer_bytes(run_dir):
     return most
 
 
-def mitra(args, stages, slots, python=False, zero=False, name=None):
+def mitra(args, stages, slots, python=False, zero=False, name=None, schedule=None):
     if python:  # the Python twin, with the package from the build tree
         program = ["/usr/bin/python3", f"{ROOT}/examples/python/gpt_train.py"]
         paths = [os.path.join(os.path.abspath(args.build), "python")]
@@ -108,7 +109,8 @@ def mitra(args, stages, slots, python=False, zero=False, name=None):
              "--nstages", str(stages), "--chunk-size", "8",
              "--max-steps", str(args.warmup + args.steps), "--run-dir", run_dir,
              *(["--zero", "1"] if zero else []), "--",
-             *program, "--model", "bench"], env=env)
+             *program, "--model", "bench", *(["--schedule", schedule] if schedule else [])],
+            env=env)
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             steps = [json.loads(line) for line in f if line.strip()]
         if name:
@@ -123,6 +125,7 @@ GROUPS = {
     "python": ["mitra_1x1", "python_1x1", "pytorch", "mitra_1x2", "python_1x2", "mitra_2x1",
                "python_2x1"],
     "zero": ["mitra_1x2", "mitra_1x2_zero"],
+    "zb": ["mitra_1x2", "mitra_2x1", "mitra_2x1_zb"],
 }
 
 RATIOS = [  # (numerator, denominator)
@@ -137,6 +140,9 @@ RATIOS = [  # (numerator, denominator)
     ("python_1x2", "mitra_1x2"),
     ("python_2x1", "mitra_2x1"),
     ("mitra_1x2_zero", "mitra_1x2"),
+    ("mitra_2x1", "mitra_1x2"),
+    ("mitra_2x1_zb", "mitra_1x2"),
+    ("mitra_2x1_zb", "mitra_2x1"),
 ]
 
 
@@ -162,6 +168,7 @@ def main():
         "mitra_1x2_zero": lambda: mitra(args, 1, 2, zero=True, name="mitra_1x2_zero"),
         "python_1x2": lambda: mitra(args, 1, 2, python=True),
         "mitra_2x1": lambda: mitra(args, 2, 2),
+        "mitra_2x1_zb": lambda: mitra(args, 2, 2, schedule="zb-h1"),
         "python_2x1": lambda: mitra(args, 2, 2, python=True),
         "pytorch_ddp": lambda: pytorch(args, "ddp"),
     }

@@ -15,7 +15,7 @@ install(TARGETS ${MITRA_INSTALL_TARGETS} EXPORT mitraTargets
 set(MITRA_PUBLIC_HEADERS
   common/status.h
   contract/placement.h contract/precision.h contract/stage_map.h
-  cutpoint/activations.h cutpoint/model.h cutpoint/partition.h
+  cutpoint/activations.h cutpoint/linear.h cutpoint/model.h cutpoint/partition.h
   planner/batch_split.h planner/schedule.h
   worker/backend.h worker/checkpoint_options.h worker/data.h worker/inference.h worker/lr_schedule.h
   worker/loss_scaler.h worker/optimizer.h worker/placement.h worker/runtime.h worker/stage.h worker/trainer.h)

@@ -92,7 +92,10 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
       }
       spec.list = list;
       for (size_t i = 0; i < spec.list.size(); ++i) {
-        if (spec.list[i].op == Op::kBackward) spec.final_backward = static_cast<int>(i);
+        const Op op = spec.list[i].op;
+        if (op == Op::kBackward || op == Op::kBackwardWeight) {
+          spec.final_backward = static_cast<int>(i);
+        }
       }
     }
   }
@@ -136,6 +139,10 @@ double StageCosts::Work(const RankSpec& r, Op op, int64_t size) const {
              ((r.first || r.last) ? r.profile->sample_s * static_cast<double>(size) : 0.0);
     case Op::kBackward:
       return c.backward;
+    case Op::kBackwardInput:  // the profile times whole backwards: half each, as for a Linear
+      return c.backward * kInputGradientShare;
+    case Op::kBackwardWeight:
+      return c.backward * (1 - kInputGradientShare);
     default:
       return 0;
   }
@@ -166,6 +173,7 @@ int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
         held += costs.GraphBytes(spec, size);
         break;
       case Op::kBackward:
+      case Op::kBackwardWeight:  // a B keeps what the W needs: counted held until the W
         held -= costs.GraphBytes(spec, size);
         break;
       case Op::kSendGradients:

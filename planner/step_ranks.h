@@ -53,6 +53,11 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas);
 
 // What a rank's instructions cost: its stage's segments at a micro-batch size, on its machine,
 // memoised (the same few sizes recur). Not thread-safe: lookups fill the memo.
+//
+// The profile times whole backwards; a zero-bubble schedule's B and W are costed as halves of
+// it (a Linear's input gradient and weight gradient are one matrix product each).
+inline constexpr double kInputGradientShare = 0.5;
+
 class StageCosts {
  public:
   explicit StageCosts(const Profile& profile) : profile_(profile) {}
@@ -77,7 +82,7 @@ class StageCosts {
 
 // The most activation memory the rank's list holds at once, replayed from the list: received
 // inputs until their gradients are sent back, autograd graphs from a forward or recomputation
-// until the backward.
+// until the backward (a split one's W).
 int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs);
 
 }  // namespace mitra::planner::detail

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "cutpoint/linear.h"
+
 namespace mitra::worker {
 namespace {
 
@@ -25,11 +27,12 @@ struct MicroBatchState {
 class Executor {
  public:
   // `metrics` non-null: an evaluation pass (forward only, sums of loss and metrics).
+  // `split`: the schedule runs each backward as a B and a W (cutpoint/linear.h).
   Executor(const PipelineContext& ctx, int num_micro_batches, const MicroBatchFn& micro_batch,
-           const std::vector<MetricFn>* metrics = nullptr)
-      : ctx_(ctx), first_(ctx.prev_rank < 0), last_(ctx.next_rank < 0),
-        mbs_(num_micro_batches), micro_batch_(micro_batch), metrics_(metrics),
-        sums_(metrics ? metrics->size() + 1 : 0, 0.0) {}
+           const std::vector<MetricFn>* metrics = nullptr, bool split = false)
+      : ctx_(ctx), first_(ctx.prev_rank < 0), last_(ctx.next_rank < 0), split_(split),
+        mbs_(num_micro_batches), weights_(num_micro_batches), micro_batch_(micro_batch),
+        metrics_(metrics), sums_(metrics ? metrics->size() + 1 : 0, 0.0) {}
 
   void Execute(const planner::Instruction& ins, bool final_backward) {
     MicroBatchState& mb = mbs_[ins.micro_batch];
@@ -89,6 +92,17 @@ class Executor {
         if (final_backward && ctx_.reducer) ctx_.reducer->Arm();
         Backward(mb);
         break;
+      case Op::kBackwardInput: {
+        // The reducer takes what B produces; the deferred weight gradients it finds unreduced
+        // at the step's end (GradReducer::Finish).
+        if (final_backward && ctx_.reducer) ctx_.reducer->Arm();
+        cutpoint::DeferWeightGradients defer(&weights_[ins.micro_batch]);
+        Backward(mb);
+        break;
+      }
+      case Op::kBackwardWeight:
+        weights_[ins.micro_batch].Run();
+        break;
       case Op::kSendGradients: {
         std::vector<torch::Tensor> grads;
         for (const auto& [name, t] : mb.inputs) {
@@ -110,6 +124,7 @@ class Executor {
  private:
   void Forward(MicroBatchState& mb, int micro_batch) {
     AutocastScope autocast(ctx_.precision, ctx_.device_type);
+    cutpoint::SplitBackward split(split_);
     mb.outputs = ctx_.stage->Forward(mb.inputs, {ctx_.step, ctx_.first_micro_batch + micro_batch});
     if (last_ && metrics_ == nullptr) {
       mb.loss = ctx_.spec->loss(mb.outputs, mb.batch) * ctx_.loss_scale;
@@ -149,8 +164,9 @@ class Executor {
   }
 
   const PipelineContext& ctx_;
-  bool first_, last_;
+  bool first_, last_, split_;
   std::vector<MicroBatchState> mbs_;
+  std::vector<cutpoint::WeightGradients> weights_;  // by micro-batch: what its B left for its W
   const MicroBatchFn& micro_batch_;
   const std::vector<MetricFn>* metrics_;
   void AddLoss(const torch::Tensor& loss) {
@@ -165,11 +181,14 @@ class Executor {
 
 double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::Instruction>& schedule,
                        int num_micro_batches, const MicroBatchFn& micro_batch) {
-  Executor executor(ctx, num_micro_batches, micro_batch);
   size_t last_backward = 0;
+  bool split = false;
   for (size_t i = 0; i < schedule.size(); ++i) {
-    if (schedule[i].op == Op::kBackward) last_backward = i;
+    const Op op = schedule[i].op;
+    if (op == Op::kBackward || op == Op::kBackwardInput) last_backward = i;
+    split = split || op == Op::kBackwardInput;
   }
+  Executor executor(ctx, num_micro_batches, micro_batch, /*metrics=*/nullptr, split);
   for (size_t i = 0; i < schedule.size(); ++i) {
     const auto start = StepTrace::Clock::now();
     executor.Execute(schedule[i], i == last_backward);

@@ -142,7 +142,7 @@ void AddTrainerFlags(CLI::App& app, worker::TrainerOptions* options,
 
   // The pipeline: a shape the planner chose brings its own (MITRA_SCHEDULE, ...).
   AddNamed(app, "--schedule", &rt.schedule, &planner::ParseScheduleKind,
-           planner::ScheduleName(rt.schedule), "gpipe, 1f1b or varuna");
+           planner::ScheduleName(rt.schedule), "gpipe, 1f1b, varuna or zb-h1");
   AddSwitch(app, "--recompute", &rt.recompute,
             "recompute activations in the backward (gpipe, 1f1b; varuna always does)");
   AddNamed(app, "--partition", &rt.partition, &cutpoint::ParsePartitionMethod,

@@ -12,7 +12,7 @@
 // own defaults, so no help text repeats a default. Named settings are parsed as they are read
 // (ParseScheduleKind, ParsePrecision, ...), so a bad one is refused before anything starts:
 //
-//   gpt_train: --schedule: unknown schedule 'zb-h1' (expected gpipe, 1f1b or varuna)
+//   gpt_train: --schedule: unknown schedule 'zb-v' (expected gpipe, 1f1b, varuna or zb-h1)
 //
 // The Add* functions write through the pointers they are given, during ParseFlagsOrExit only;
 // the destinations must outlive it.

@@ -5,12 +5,14 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include "mitra/cutpoint/linear.h"
+
 namespace mitra::examples {
 namespace {
 
 using cutpoint::Activations;
 
-void InitLinear(torch::nn::Linear& linear) {
+void InitLinear(cutpoint::Linear& linear) {
   torch::NoGradGuard no_grad;
   linear->weight.normal_(0.0, 0.02);
   if (linear->bias.defined()) linear->bias.zero_();
@@ -41,11 +43,11 @@ class Block : public cutpoint::Segment {
       : heads_(c.heads),
         dropout_(c.dropout),
         ln1_(register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
-        qkv_(register_module("qkv", torch::nn::Linear(c.width, 3 * c.width))),
-        proj_(register_module("proj", torch::nn::Linear(c.width, c.width))),
+        qkv_(register_module("qkv", cutpoint::Linear(c.width, 3 * c.width))),
+        proj_(register_module("proj", cutpoint::Linear(c.width, c.width))),
         ln2_(register_module("ln2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.width})))),
-        fc_(register_module("fc", torch::nn::Linear(c.width, c.mlp_width))),
-        out_(register_module("out", torch::nn::Linear(c.mlp_width, c.width))) {
+        fc_(register_module("fc", cutpoint::Linear(c.width, c.mlp_width))),
+        out_(register_module("out", cutpoint::Linear(c.mlp_width, c.width))) {
     for (auto* l : {&qkv_, &proj_, &fc_, &out_}) InitLinear(*l);
   }
 
@@ -79,9 +81,9 @@ class Block : public cutpoint::Segment {
   int64_t heads_;
   double dropout_;
   torch::nn::LayerNorm ln1_;
-  torch::nn::Linear qkv_, proj_;
+  cutpoint::Linear qkv_, proj_;  // their weight gradients can wait (schedule zb-h1)
   torch::nn::LayerNorm ln2_;
-  torch::nn::Linear fc_, out_;
+  cutpoint::Linear fc_, out_;
 };
 
 class Head : public cutpoint::Segment {

@@ -15,7 +15,7 @@ _DESCRIPTIONS = {
     "max_steps": "steps to train when mitra run gives no --max-steps (default {})",
     "seed": "initial weights, sample order and random numbers (default {})",
     # the pipeline (the manager's plan wins over these)
-    "schedule": "gpipe | 1f1b | varuna (default {})",
+    "schedule": "gpipe | 1f1b | varuna | zb-h1 (default {})",
     "recompute": "recompute activations in the backward (gpipe, 1f1b)",
     "partition": "uniform | params | explicit counts such as '1,4,4,3' (default {})",
     "backend": "gloo | nccl (default {})",

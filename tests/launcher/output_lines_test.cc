@@ -50,13 +50,13 @@ TEST(LineTail, KeepsTheLastLines) {
 TEST(LineTail, KeepsTheLatestErrorLinesThatScrolledOutOfTheTail) {
   LineTail tail(3, 2);
   for (const char* line : {"loading", "Error: first", "terminate called after throwing",
-                           "  what():  unknown schedule 'zb-h1'", "frame #0", "frame #1",
+                           "  what():  unknown schedule 'zb-v'", "frame #0", "frame #1",
                            "frame #2"}) {
     tail.Add(line);
   }
   EXPECT_EQ(tail.Lines(), (std::vector<std::string>{"frame #0", "frame #1", "frame #2"}));
   EXPECT_EQ(tail.EarlierErrors(), (std::vector<std::string>{"terminate called after throwing",
-                                                            "  what():  unknown schedule 'zb-h1'"}));
+                                                            "  what():  unknown schedule 'zb-v'"}));
 }
 
 TEST(IsErrorLine, KnowsExceptionsLoggersAndCrashes) {

@@ -570,7 +570,7 @@ TEST_F(ControllerTest, ExitCodeTwoAfterAPeerParkedUnaskedStillEndsTheJob) {
 TEST_F(ControllerTest, ExitCodeTwoBeforeTheJobsFirstStepEndsTheJobAtOnce) {
   Feed(StartInput{List("localhost slots=2\n"), {}});
   for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
-  Feed(ExitedWith(0, 1, 2, {"[2025-01-01 12:00:00.000] [error] rank 1: unknown schedule 'zb-h1'"}));
+  Feed(ExitedWith(0, 1, 2, {"[2025-01-01 12:00:00.000] [error] rank 1: unknown schedule 'zb-v'"}));
   EXPECT_TRUE(Recorded("failure"));
   EXPECT_EQ(SignalsOf(SIGKILL), std::vector<int>{0});
   EXPECT_TRUE(All<CheckHostAction>().empty()) << "the job ends: no machine is blamed";
@@ -579,7 +579,7 @@ TEST_F(ControllerTest, ExitCodeTwoBeforeTheJobsFirstStepEndsTheJobAtOnce) {
   ASSERT_EQ(All<FinishAction>().size(), 1u);
   const FinishAction finish = All<FinishAction>()[0];
   EXPECT_EQ(finish.outcome, FinishAction::Outcome::kBadConfiguration);
-  EXPECT_NE(finish.reason.find("exited with code 2: rank 1: unknown schedule 'zb-h1'"),
+  EXPECT_NE(finish.reason.find("exited with code 2: rank 1: unknown schedule 'zb-v'"),
             std::string::npos)
       << finish.reason;
 }

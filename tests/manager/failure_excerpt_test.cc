@@ -31,10 +31,10 @@ TEST(FailureExcerpt, TheMessageIsAnExceptionsWhatElseTheLastErrorElseTheLastLine
                            "ValueError: boom in the segment"})
                 .Message(),
             "ValueError: boom in the segment");
-  EXPECT_EQ(ExcerptOf({}, {"[2025-01-01 12:00:00.123] [error] rank 0: unknown schedule 'zb-h1'",
+  EXPECT_EQ(ExcerptOf({}, {"[2025-01-01 12:00:00.123] [error] rank 0: unknown schedule 'zb-v'",
                            "[2025-01-01 12:00:00.124] [info] bye"})
                 .Message(),
-            "rank 0: unknown schedule 'zb-h1'");
+            "rank 0: unknown schedule 'zb-v'");
   EXPECT_EQ(ExcerptOf({}, {"gpt_train: unknown option --foo", "usage: gpt_train [flags]", ""})
                 .Message(),
             "usage: gpt_train [flags]");

@@ -55,7 +55,7 @@ TEST(RestartBudget, WithoutRestartsTheFirstFailureSpendsIt) {
 
 TEST(RestartBudget, ExitCodeTwoBeforeTheJobsFirstStepIsABadConfiguration) {
   RestartBudget budget(RestartBudgetOptions{5, 600});
-  EXPECT_EQ(budget.Judge(Early(1, 2, {"unknown schedule 'zb-h1'"}, /*job_trained=*/false)),
+  EXPECT_EQ(budget.Judge(Early(1, 2, {"unknown schedule 'zb-v'"}, /*job_trained=*/false)),
             Verdict::kBadConfiguration);
   // Once the job has trained, exit code 2 (a bad placement line, say) is a failure like any.
   RestartBudget trained(RestartBudgetOptions{5, 600});

@@ -152,9 +152,9 @@ def test_unknown_options_and_a_missing_loss_are_refused_with_the_fix():
 
 
 def test_a_bad_name_is_refused_when_the_trainer_is_made_naming_the_choices():
-    with pytest.raises(ValueError, match=r"schedule: unknown schedule 'zb-h1' \(expected gpipe, "
-                                         r"1f1b or varuna\)"):
-        mitra.Trainer(mlp_spec(), Blobs(), schedule="zb-h1")
+    with pytest.raises(ValueError, match=r"schedule: unknown schedule 'zb-v' \(expected gpipe, "
+                                         r"1f1b, varuna or zb-h1\)"):
+        mitra.Trainer(mlp_spec(), Blobs(), schedule="zb-v")
     for key, value, says in [("partition", "1,x", "'x' is not a segment count"),
                              ("precision", "fp8", "expected fp32, bf16 or fp16"),
                              ("device", "tpu", "expected cpu or cuda"),
@@ -169,7 +169,7 @@ def test_the_options_defaults_are_the_runtimes_and_the_docs_list_them():
     assert (defaults["schedule"], defaults["partition"], defaults["precision"],
             defaults["sampler"], defaults["batch_size"]) == ("1f1b", "uniform", "fp32",
                                                               "shuffled", 32)
-    assert mitra.trainer.OPTIONS["schedule"] == "gpipe | 1f1b | varuna (default 1f1b)"
+    assert mitra.trainer.OPTIONS["schedule"] == "gpipe | 1f1b | varuna | zb-h1 (default 1f1b)"
     # docs/python.md's table of keywords is OPTIONS, word for word ('|' escaped in the table).
     with open(os.path.join(SOURCE_DIR, "docs", "python.md")) as f:
         section = f.read().split("### Trainer options")[1].split("\n#")[0]

@@ -145,10 +145,12 @@ void PrintTo(const Shape& s, std::ostream* os) {
 
 std::string Name(const ::testing::TestParamInfo<Shape>& info) {
   std::string name = std::to_string(info.param.stages) + "x" +
-                     std::to_string(info.param.replicas) + "_" + info.param.schedule;
-  for (const auto& e : info.param.extra) {
-    for (char c : e) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  }
+                     std::to_string(info.param.replicas) + "_";
+  const auto append = [&name](const std::string& word) {
+    for (char c : word) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  };
+  append(info.param.schedule);  // zb-h1 -> zb_h1: test names take letters, digits and '_'
+  for (const auto& e : info.param.extra) append(e);
   return name;
 }
 
@@ -205,7 +207,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 2, "1f1b", {"--recompute"}}, Shape{4, 1, "gpipe", {"--recompute"}},
                       Shape{2, 1, "1f1b", {"--partition", "3,1"}},
                       Shape{2, 1, "varuna", {"--partition", "params"}},
-                      Shape{1, 3, "1f1b", {}}),
+                      Shape{1, 3, "1f1b", {}},
+                      // Zero-bubble: the blocks' Linear weight gradients wait for W; the tied
+                      // embedding and the norms take theirs in B.
+                      Shape{2, 1, "zb-h1", {}}, Shape{2, 2, "zb-h1", {}},
+                      Shape{4, 1, "zb-h1", {}}, Shape{2, 2, "zb-h1", {"--recompute"}}),
     Name);
 
 }  // namespace

@@ -41,6 +41,12 @@ const cutpoint::ModelSpec& Spec() {
   return spec;
 }
 
+// The same model with layers whose weight gradients a zero-bubble schedule defers.
+const cutpoint::ModelSpec& SplittableSpec() {
+  static const cutpoint::ModelSpec spec = testing::TinyMlp(kSegments, /*splittable=*/true);
+  return spec;
+}
+
 cutpoint::Activations GlobalMicroBatch(int64_t j) {
   static const testing::TinyDataset data(64);
   return testing::TinyBatch(data, j * kMicroBatch, (j + 1) * kMicroBatch);
@@ -88,16 +94,18 @@ std::vector<StepOutcome> RunShape(const Shape& shape, const Feed& feed = RightFe
       *cutpoint::MakePartition("uniform", kSegments, shape.stages);
   std::vector<StepOutcome> replicas(shape.replicas);
   std::mutex mu;
+  const cutpoint::ModelSpec& spec =
+      shape.schedule == planner::ScheduleKind::kZbH1 ? SplittableSpec() : Spec();
   testing::RunWithComms(shape.stages, shape.replicas, [&](const Placement& p, Comm& comm) {
     const int s = p.stage(), d = p.replica();
-    Stage stage(Spec(), partition, s, /*seed=*/1);
+    Stage stage(spec, partition, s, /*seed=*/1);
     std::unique_ptr<GradReducer> reducer;
     if (comm.data_parallel() != nullptr) {
       reducer = std::make_unique<GradReducer>(stage.parameters(), comm.data_parallel(), &comm,
                                               /*bucket_elements=*/40);
     }
     PipelineContext ctx;
-    ctx.spec = &Spec();
+    ctx.spec = &spec;
     ctx.stage = &stage;
     ctx.comm = &comm;
     ctx.reducer = reducer.get();
@@ -155,7 +163,54 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 1, planner::ScheduleKind::kVaruna},
                       Shape{2, 1, planner::ScheduleKind::k1F1B, /*recompute=*/true},
                       Shape{3, 1, planner::ScheduleKind::k1F1B},
-                      Shape{2, 2, planner::ScheduleKind::k1F1B}));
+                      Shape{2, 2, planner::ScheduleKind::k1F1B},
+                      // Zero-bubble: the layers' weight gradients wait for their W.
+                      Shape{1, 1, planner::ScheduleKind::kZbH1},
+                      Shape{2, 1, planner::ScheduleKind::kZbH1},
+                      Shape{3, 1, planner::ScheduleKind::kZbH1},
+                      Shape{2, 1, planner::ScheduleKind::kZbH1, /*recompute=*/true},
+                      Shape{2, 2, planner::ScheduleKind::kZbH1}));
+
+// B leaves a splittable layer's weight gradients to W: none after B, all of them after W,
+// equal to those of the layer's plain backward.
+TEST(SplitBackward, BLeavesTheWeightGradientsToW) {
+  auto weight = torch::randn({3, 4}, torch::kFloat64).requires_grad_(true);
+  auto bias = torch::randn({3}, torch::kFloat64).requires_grad_(true);
+  auto x = torch::randn({5, 4}, torch::kFloat64).requires_grad_(true);
+  auto plain_weight = weight.detach().clone().requires_grad_(true);
+  auto plain_bias = bias.detach().clone().requires_grad_(true);
+  auto plain_x = x.detach().clone().requires_grad_(true);
+  torch::tanh(torch::addmm(plain_bias, plain_x, plain_weight.t())).sum().backward();
+
+  cutpoint::WeightGradients w;
+  {
+    cutpoint::SplitBackward split;
+    torch::Tensor y = torch::tanh(cutpoint::linear(x, weight, bias));
+    cutpoint::DeferWeightGradients defer(&w);
+    y.sum().backward();
+  }
+  ASSERT_TRUE(x.grad().defined());
+  EXPECT_LE(RelativeDifference(x.grad(), plain_x.grad()), kTolerance);
+  EXPECT_FALSE(weight.grad().defined()) << "B computed the weight gradient";
+  EXPECT_FALSE(bias.grad().defined()) << "B computed the bias gradient";
+  ASSERT_FALSE(w.empty());
+  w.Run();
+  ASSERT_TRUE(weight.grad().defined() && bias.grad().defined());
+  EXPECT_LE(RelativeDifference(weight.grad(), plain_weight.grad()), kTolerance);
+  EXPECT_LE(RelativeDifference(bias.grad(), plain_bias.grad()), kTolerance);
+  EXPECT_TRUE(w.empty());
+}
+
+// Outside a zero-bubble schedule's forward the layer is torch's own: no function of mitra's in
+// the graph, every gradient in the one backward.
+TEST(SplitBackward, WithoutTheScopeTheLayerIsTorchsLinear) {
+  auto weight = torch::randn({3, 4}, torch::kFloat64).requires_grad_(true);
+  auto x = torch::randn({5, 4}, torch::kFloat64);
+  torch::Tensor y = cutpoint::linear(x, weight, torch::Tensor());
+  EXPECT_EQ(y.grad_fn()->name().find("SplittableLinear"), std::string::npos) << y.grad_fn()->name();
+  y.sum().backward();
+  EXPECT_TRUE(weight.grad().defined());
+}
 
 // The same comparison fails for a pipeline that feeds a replica's first micro-batch twice
 // instead of its last: its loss and gradients are off by far more than the tolerance.

@@ -12,6 +12,7 @@
 
 #include <torch/torch.h>
 
+#include "mitra/cutpoint/linear.h"
 #include "mitra/cutpoint/model.h"
 #include "mitra/worker/data.h"
 
@@ -20,9 +21,11 @@ namespace mitra::testing {
 constexpr int64_t kTinyWidth = 6;
 
 // x -> tanh(x W^T + b), on the activation "x"; W and b are fixed functions of `salt`.
+// `splittable`: x W^T + b is cutpoint::linear, whose weight gradients a zero-bubble schedule
+// defers to its W instructions.
 class DenseSegment : public cutpoint::Segment {
  public:
-  explicit DenseSegment(int salt) {
+  explicit DenseSegment(int salt, bool splittable = false) : splittable_(splittable) {
     auto index = torch::arange(kTinyWidth * kTinyWidth, torch::kFloat64);
     weight_ = register_parameter(
         "weight", (0.5 * torch::sin(1.7 * index + 0.9 * salt + 0.3)).reshape({kTinyWidth, kTinyWidth}));
@@ -30,19 +33,23 @@ class DenseSegment : public cutpoint::Segment {
         "bias", 0.1 * torch::cos(torch::arange(kTinyWidth, torch::kFloat64) + salt));
   }
   cutpoint::Activations Forward(const cutpoint::Activations& inputs) override {
-    return {{"x", torch::tanh(torch::addmm(bias_, inputs.at("x"), weight_.t()))}};
+    const torch::Tensor& x = inputs.at("x");
+    return {{"x", torch::tanh(splittable_ ? cutpoint::linear(x, weight_, bias_)
+                                          : torch::addmm(bias_, x, weight_.t()))}};
   }
 
  private:
+  bool splittable_;
   torch::Tensor weight_, bias_;
 };
 
 // `segments` DenseSegments "l0", "l1", ...; the loss is the squared error of the last one's
 // "x" against the batch's "y", summed over the samples (as cutpoint::LossFn asks).
-inline cutpoint::ModelSpec TinyMlp(int segments) {
+inline cutpoint::ModelSpec TinyMlp(int segments, bool splittable = false) {
   cutpoint::ModelSpec spec;
   for (int i = 0; i < segments; ++i) {
-    spec.AddSegment("l" + std::to_string(i), [i] { return std::make_shared<DenseSegment>(i); });
+    spec.AddSegment("l" + std::to_string(i),
+                    [i, splittable] { return std::make_shared<DenseSegment>(i, splittable); });
   }
   spec.loss = [](const cutpoint::Activations& out, const cutpoint::Activations& batch) {
     return (out.at("x") - batch.at("y")).pow(2).sum();

@@ -19,10 +19,10 @@ testing::MitraResult RunFlags(const std::string& program, const std::vector<std:
 }
 
 TEST(TrainerFlags, AnUnknownScheduleExitsTwoNamingTheSchedules) {
-  const auto r = RunFlags(MITRA_GPT_TRAIN, {"--model", "tiny", "--schedule", "zb-h1"});
+  const auto r = RunFlags(MITRA_GPT_TRAIN, {"--model", "tiny", "--schedule", "zb-v"});
   EXPECT_EQ(r.exit_code, 2) << r.output();
   EXPECT_EQ(r.err,
-            "gpt_train: --schedule: unknown schedule 'zb-h1' (expected gpipe, 1f1b or varuna)\n");
+            "gpt_train: --schedule: unknown schedule 'zb-v' (expected gpipe, 1f1b, varuna or zb-h1)\n");
   EXPECT_EQ(r.out, "");
 }
 
@@ -33,11 +33,11 @@ TEST(TrainerFlags, MitraRunRefusesABadFlagBeforeStartingAnything) {
   const auto r = testing::RunProgram(
       MITRA_BINARY,
       {"run", "--machines", machines, "--batch-size", "8", "--run-dir", dir.Path("run"), "--",
-       MITRA_GPT_TRAIN, "--model", "tiny", "--schedule", "zb-h1"},
+       MITRA_GPT_TRAIN, "--model", "tiny", "--schedule", "zb-v"},
       dir.path(), 60);
   EXPECT_EQ(r.exit_code, 2) << r.output();
-  EXPECT_NE(r.output().find("gpt_train: --schedule: unknown schedule 'zb-h1' (expected gpipe, "
-                            "1f1b or varuna)"),
+  EXPECT_NE(r.output().find("gpt_train: --schedule: unknown schedule 'zb-v' (expected gpipe, "
+                            "1f1b, varuna or zb-h1)"),
             std::string::npos)
       << r.output();
   EXPECT_FALSE(std::filesystem::exists(dir.Path("run"))) << "a run directory was created";

@@ -1,0 +1,86 @@
+#include "cutpoint/linear.h"
+
+#include <torch/autograd.h>
+#include <torch/nn/functional/linear.h>
+
+namespace mitra::cutpoint {
+namespace {
+
+thread_local bool split_backward = false;
+thread_local WeightGradients* deferred = nullptr;
+
+// `gradient` added into `param`'s .grad, as autograd's accumulation would.
+void Accumulate(const torch::Tensor& param, const torch::Tensor& gradient) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor g = gradient.to(param.scalar_type());
+  if (param.grad().defined()) {
+    param.mutable_grad().add_(g);
+  } else {
+    param.mutable_grad() = g.clone(at::MemoryFormat::Contiguous);
+  }
+}
+
+// y = x W^T + b, with the gradients of W and b left for later while a B defers them.
+struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight, const torch::Tensor& bias) {
+    ctx->save_for_backward({input, weight, bias});
+    return torch::nn::functional::linear(input, weight, bias);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor input = saved[0], weight = saved[1], bias = saved[2];
+    const torch::Tensor grad = grads[0];
+    // Under autocast the forward multiplied in the lower precision of the output: so do these.
+    torch::Tensor grad_input;
+    if (ctx->needs_input_grad(0)) {
+      grad_input = grad.matmul(weight.to(grad.scalar_type())).to(input.scalar_type());
+    }
+    const bool for_weight = ctx->needs_input_grad(1), for_bias = ctx->needs_input_grad(2);
+    auto weights = [input, weight, bias, grad, for_weight, for_bias] {
+      const torch::Tensor g = grad.reshape({-1, grad.size(-1)});
+      const torch::Tensor x = input.reshape({-1, input.size(-1)}).to(grad.scalar_type());
+      if (for_weight) Accumulate(weight, g.t().mm(x));
+      if (for_bias) Accumulate(bias, g.sum(0));
+    };
+    if (WeightGradients* into = deferred) {
+      into->Add(std::move(weights));
+    } else {
+      weights();
+    }
+    return {grad_input, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+void WeightGradients::Run() {
+  for (auto& work : work_) work();
+  work_.clear();
+}
+
+SplitBackward::SplitBackward(bool on) : previous_(split_backward) { split_backward = on; }
+SplitBackward::~SplitBackward() { split_backward = previous_; }
+bool SplitBackward::active() { return split_backward; }
+
+DeferWeightGradients::DeferWeightGradients(WeightGradients* into) : previous_(deferred) {
+  deferred = into;
+}
+DeferWeightGradients::~DeferWeightGradients() { deferred = previous_; }
+WeightGradients* DeferWeightGradients::current() { return deferred; }
+
+torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
+                     const torch::Tensor& bias) {
+  if (!split_backward || !torch::GradMode::is_enabled()) {
+    return torch::nn::functional::linear(input, weight, bias);
+  }
+  return SplittableLinear::apply(input, weight, bias);
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& input) {
+  return linear(input, weight, bias);
+}
+
+}  // namespace mitra::cutpoint
