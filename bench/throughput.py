@@ -24,7 +24,10 @@ measurement and a final JSON summary with the ratios:
   python_1x1 / mitra_1x1, python_1x1 / pytorch      (targets >= 0.95 and >= 1.0)
   python_1x2 / mitra_1x2, python_2x1 / mitra_2x1    (against the C++ program; >= 0.95 too)
   mitra_1x2_zero / mitra_1x2                         (target >= 0.95; bytes ratio <= 0.55)
-  mitra_2x1_zb / mitra_1x2, mitra_2x1 / mitra_1x2    (zb-h1 and 1f1b at P = 2, M = 4; >= 0.93)
+  mitra_2x1_zb / mitra_1x2, mitra_2x1 / mitra_1x2    (zb-h1 and 1f1b at P = 2, M = 4; >= 0.93),
+                                                     with "theory_over_1x2": what the pipeline
+                                                     bubbles of each leave, from the traced F,
+                                                     B and W of the zb-h1 runs
 For the python ratios, "paired_ratios" also gives the median over repeats of the ratio of the
 two runs of the same repeat (run one after the other), which a change of load between repeats
 disturbs less.
@@ -92,6 +95,11 @@ def optimizer_bytes(run_dir):
     return most
 
 
+# Durations (s) of each kind of instruction in the step the zb-h1 runs traced, by name: "F",
+# "Bi", "W" (logs/gen-0/rank-R.trace.json, every rank's third step).
+TRACED = {}
+
+
 def mitra(args, stages, slots, python=False, zero=False, name=None, schedule=None):
     if python:  # the Python twin, with the package from the build tree
         program = ["/usr/bin/python3", f"{ROOT}/examples/python/gpt_train.py"]
@@ -115,8 +123,35 @@ def mitra(args, stages, slots, python=False, zero=False, name=None, schedule=Non
             steps = [json.loads(line) for line in f if line.strip()]
         if name:
             OPTIMIZER_BYTES[name] = optimizer_bytes(run_dir)
+        if schedule == "zb-h1":
+            collect_trace(run_dir)
     timed = [s for s in steps if s["step"] > args.warmup]
     return sum(s["samples"] * 128 for s in timed) / sum(s["step_time_s"] for s in timed)
+
+
+def collect_trace(run_dir):
+    logs = os.path.join(run_dir, "logs", "gen-0")
+    for f in sorted(os.listdir(logs)):
+        if not f.endswith(".trace.json"):
+            continue
+        with open(os.path.join(logs, f)) as fh:
+            trace = json.load(fh)
+        events = trace["traceEvents"] if isinstance(trace, dict) else trace
+        for e in events:
+            kind = e.get("name", "").rstrip("0123456789")
+            if e.get("ph") == "X" and kind in ("F", "Bi", "W"):
+                TRACED.setdefault(kind, []).append(e["dur"] / 1e6)
+
+
+def zb_theory(stages=2, micro_batches=4):
+    """The pipelines' efficiencies in theory, from the traced F, B and W of the zb-h1 runs
+    (medians over ranks and repeats): 1F1B idles (P-1) whole micro-batches of a stage's
+    M (F + B + W); ZB-H1 (P-1)(F + B - W) (Qi et al., 2024, at 1F1B's memory)."""
+    f, b, w = (statistics.median(TRACED[k]) for k in ("F", "Bi", "W"))
+    work = micro_batches * (f + b + w)
+    return {"f_s": round(f, 4), "b_s": round(b, 4), "w_s": round(w, 4),
+            "1f1b": round(work / (work + (stages - 1) * (f + b + w)), 3),
+            "zb_h1": round(work / (work + (stages - 1) * max(0.0, f + b - w)), 3)}
 
 
 GROUPS = {
@@ -212,6 +247,8 @@ def main():
             "mitra_1x2_zero": OPTIMIZER_BYTES["mitra_1x2_zero"],
             "ratio": round(OPTIMIZER_BYTES["mitra_1x2_zero"] / OPTIMIZER_BYTES["mitra_1x2"], 3),
         }
+    if TRACED:
+        summary["theory_over_1x2"] = zb_theory()
     print(json.dumps(summary))
 
 

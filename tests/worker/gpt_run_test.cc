@@ -245,6 +245,8 @@ INSTANTIATE_TEST_SUITE_P(
         Morph{2, 2, {}, 4, 2, {}},
         // A change of schedule, and of partition.
         Morph{2, 2, {"--schedule", "gpipe"}, 2, 2, {"--schedule", "varuna"}},
+        Morph{2, 2, {"--schedule", "1f1b"}, 4, 2, {"--schedule", "zb-h1"}},
+        Morph{4, 2, {"--schedule", "zb-h1"}, 4, 4, {"--schedule", "1f1b"}},
         Morph{2, 2, {"--partition", "1,3"}, 2, 2, {"--partition", "3,1"}},
         // ZeRO-1's checkpoint (each replica wrote its share's optimizer state) into a job
         // without it, in another shape, and the other way round.
