@@ -31,7 +31,7 @@ struct PlanRequest {
   int stages = 0;          // > 0: only this P
   int zero = -1;           // ZeRO-1: 0 never, 1 always (D > 1), -1 where a shape needs it to fit
   std::vector<ScheduleKind> schedules = {ScheduleKind::k1F1B, ScheduleKind::kGPipe,
-                                         ScheduleKind::kVaruna};
+                                         ScheduleKind::kVaruna, ScheduleKind::kZbH1};
   // How many of the best shapes must be exact: shapes whose lower bound (their busiest stage's
   // compute alone) cannot beat the keep-th best found are not simulated. 0: simulate all.
   int keep = 10;

@@ -127,6 +127,7 @@ SegmentCost Profile::CostAt(const MachineProfile& machine, int segment, int64_t 
   out.forward_nograd_s =
       Interpolate(points([](const SegmentCost& c) { return c.forward_nograd_s; }), x);
   out.backward_s = Interpolate(points([](const SegmentCost& c) { return c.backward_s; }), x);
+  out.weight_s = Interpolate(points([](const SegmentCost& c) { return c.weight_s; }), x);
   out.output_bytes = std::llround(
       Interpolate(points([](const SegmentCost& c) { return double(c.output_bytes); }), x));
   out.graph_bytes = std::llround(
@@ -192,6 +193,7 @@ json MachineToJson(const MachineProfile& m) {
                              {"forward_s", c.forward_s},
                              {"forward_nograd_s", c.forward_nograd_s},
                              {"backward_s", c.backward_s},
+                             {"weight_s", c.weight_s},
                              {"output_bytes", c.output_bytes},
                              {"graph_bytes", c.graph_bytes}});
     }
@@ -221,6 +223,7 @@ MachineProfile MachineFromJson(const json& jm) {  // throws json::exception
       c.forward_s = jc.at("forward_s").get<double>();
       c.forward_nograd_s = jc.at("forward_nograd_s").get<double>();
       c.backward_s = jc.at("backward_s").get<double>();
+      c.weight_s = jc.value("weight_s", 0.0);
       c.output_bytes = Whole<int64_t>(jc.at("output_bytes"));
       c.graph_bytes = Whole<int64_t>(jc.at("graph_bytes"));
       s.costs.push_back(c);
@@ -380,13 +383,14 @@ Result<Profile> Profile::FromJson(const std::string& text, const std::string& wh
 std::string Profile::SegmentsCsv() const {
   std::ostringstream out;
   out << "machine,segment,micro_batch,forward_s,forward_nograd_s,backward_s,output_bytes,"
-         "graph_bytes,parameters,update_s\n";
+         "graph_bytes,parameters,update_s,weight_s\n";
   for (const MachineProfile& m : machines) {
     for (const SegmentProfile& s : m.segments) {
       for (const SegmentCost& c : s.costs) {
         out << m.address << "," << s.name << "," << c.micro_batch << "," << c.forward_s << ","
             << c.forward_nograd_s << "," << c.backward_s << "," << c.output_bytes << ","
-            << c.graph_bytes << "," << s.parameters << "," << s.update_s << "\n";
+            << c.graph_bytes << "," << s.parameters << "," << s.update_s << "," << c.weight_s
+            << "\n";
       }
     }
   }

@@ -30,6 +30,9 @@ struct SegmentCost {
   double backward_s = 0;        // from its output's gradients (the last segment: from its loss)
   int64_t output_bytes = 0;     // the activations it hands on (what a stage boundary after it sends)
   int64_t graph_bytes = 0;      // memory its forward keeps until the backward
+  double weight_s = 0;          // of backward_s, what a zero-bubble schedule's W computes (the
+                                // weight gradients of cutpoint::Linear layers); 0 in profiles
+                                // written before it was measured
 };
 
 struct SegmentProfile {

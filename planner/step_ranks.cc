@@ -114,6 +114,7 @@ const StageCosts::Cost& StageCosts::Of(const RankSpec& r, int64_t size) const {
     c.forward += seg.forward_s;
     c.nograd += seg.forward_nograd_s;
     c.backward += seg.backward_s;
+    c.weight += seg.weight_s;
     c.graph_bytes += seg.graph_bytes;
   }
   if (r.first || r.last) {  // a first or last stage loads the micro-batch's samples
@@ -139,10 +140,10 @@ double StageCosts::Work(const RankSpec& r, Op op, int64_t size) const {
              ((r.first || r.last) ? r.profile->sample_s * static_cast<double>(size) : 0.0);
     case Op::kBackward:
       return c.backward;
-    case Op::kBackwardInput:  // the profile times whole backwards: half each, as for a Linear
-      return c.backward * kInputGradientShare;
+    case Op::kBackwardInput:
+      return c.backward - c.weight;
     case Op::kBackwardWeight:
-      return c.backward * (1 - kInputGradientShare);
+      return c.weight;
     default:
       return 0;
   }

@@ -52,12 +52,8 @@ inline bool KeepsOptimizerState(const RankSpec& spec, int replicas, int segment)
 RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas);
 
 // What a rank's instructions cost: its stage's segments at a micro-batch size, on its machine,
-// memoised (the same few sizes recur). Not thread-safe: lookups fill the memo.
-//
-// The profile times whole backwards; a zero-bubble schedule's B and W are costed as halves of
-// it (a Linear's input gradient and weight gradient are one matrix product each).
-inline constexpr double kInputGradientShare = 0.5;
-
+// memoised (the same few sizes recur). Not thread-safe: lookups fill the memo. A zero-bubble
+// schedule's W costs the segments' weight_s, its B the rest of the backward.
 class StageCosts {
  public:
   explicit StageCosts(const Profile& profile) : profile_(profile) {}
@@ -71,7 +67,7 @@ class StageCosts {
 
  private:
   struct Cost {
-    double forward = 0, nograd = 0, backward = 0;
+    double forward = 0, nograd = 0, backward = 0, weight = 0;
     int64_t input_bytes = 0, output_bytes = 0, graph_bytes = 0;
   };
   const Cost& Of(const RankSpec& r, int64_t size) const;

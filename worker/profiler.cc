@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "common/median.h"
+#include "cutpoint/linear.h"
 #include "planner/profile.h"
 #include "planner/sharing.h"
 #include "worker/backend.h"
@@ -151,7 +152,7 @@ planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Da
     for (int64_t i = 0; i < size; ++i) indices.push_back(i % dataset.Size());
     const Activations batch = Collate(dataset, indices);
     const int n = spec.num_segments();
-    std::vector<std::vector<double>> forward(n), nograd(n), backward(n);
+    std::vector<std::vector<double>> forward(n), nograd(n), backward(n), weights(n);
     std::vector<int64_t> graph(n, 0), output_bytes(n, 0);
     for (int r = 0; r <= s.repeats; ++r) {  // the first round warms up
       std::vector<Activations> outputs(n);
@@ -160,16 +161,27 @@ planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Da
         if (i > 0) in = AsReceived(outputs[i - 1]);
         const int64_t heap = HeapInUse();
         const auto start = Clock::now();
+        // Splittable, so that the backward is timed as its B and W (the sum: a whole backward).
+        cutpoint::SplitBackward split;
         outputs[i] = segments[i]->Forward(in);
         if (r == 0) continue;
         forward[i].push_back(Seconds(start));
         graph[i] = std::max(graph[i], HeapInUse() - heap);
         output_bytes[i] = Bytes(outputs[i]);
       }
-      for (int i = n - 1; i >= 0; --i) {  // backward, last segment first
+      for (int i = n - 1; i >= 0; --i) {  // backward, last segment first: B, then W
+        cutpoint::WeightGradients w;
         const auto start = Clock::now();
-        Backward(spec, i, outputs[i], batch, 1.0 / static_cast<double>(size));
-        if (r > 0) backward[i].push_back(Seconds(start));
+        {
+          cutpoint::DeferWeightGradients defer(&w);
+          Backward(spec, i, outputs[i], batch, 1.0 / static_cast<double>(size));
+        }
+        const auto b_end = Clock::now();
+        w.Run();
+        if (r > 0) {
+          backward[i].push_back(Seconds(start));
+          weights[i].push_back(Seconds(b_end));
+        }
       }
       torch::NoGradGuard no_grad;  // forward without graphs
       in = batch;
@@ -185,6 +197,7 @@ planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Da
       cost.forward_s = Median(forward[i]);
       cost.forward_nograd_s = Median(nograd[i]);
       cost.backward_s = Median(backward[i]);
+      cost.weight_s = std::min(Median(weights[i]), cost.backward_s);
       cost.output_bytes = output_bytes[i];
       cost.graph_bytes = std::max<int64_t>(graph[i], cost.output_bytes);
       m.segments[i].costs.push_back(cost);

@@ -48,6 +48,25 @@ TEST(Simulator, PipelineBubbleMatchesTheClosedFormForGPipeAndOneFOneB) {
   }
 }
 
+// ZB-H1 with F = B = W = u (a backward of 2u, half of it the weights'): a stage's M (F + B + W)
+// of work plus (P - 1)(F + B - W) of bubble (Qi et al., 2024), against 1F1B's (M + P - 1) 3u.
+TEST(Simulator, ZbH1BubbleMatchesTheClosedForm) {
+  const double u = 0.01;
+  for (auto [stages, micro_batches] : {std::pair{2, 4}, {2, 8}, {3, 6}, {4, 8}}) {
+    Profile p = Uniform(stages, u, 2 * u);
+    for (auto& seg : p.machines[0].segments) {
+      for (SegmentCost& c : seg.costs) c.weight_s = u;
+    }
+    const double m = micro_batches, pp = stages;
+    Result<Prediction> zb = Simulate(Input(p, stages, 1, micro_batches, 1, ScheduleKind::kZbH1));
+    ASSERT_TRUE(zb.ok()) << zb.status().message();
+    EXPECT_NEAR(zb->step_s, m * 3 * u + (pp - 1) * u, 1e-9) << "P" << stages << " M" << m;
+    Result<Prediction> one = Simulate(Input(p, stages, 1, micro_batches, 1, ScheduleKind::k1F1B));
+    ASSERT_TRUE(one.ok()) << one.status().message();
+    EXPECT_NEAR(one->step_s, (m + pp - 1) * 3 * u, 1e-9);
+  }
+}
+
 TEST(Simulator, ActivationMemoryFollowsTheSchedule) {
   const int64_t graph = 1000;
   const Profile p = Uniform(4, 0.01, 0.02, graph);
