@@ -17,7 +17,7 @@ bool IsComputeSpan(std::string_view name) {
   if (name.empty()) return false;
   const char op = name[0];
   const bool digit_next = name.size() > 1 && name[1] >= '0' && name[1] <= '9';
-  return op == 'F' || op == 'f' || op == 'B' || (op == 'R' && digit_next);
+  return op == 'F' || op == 'f' || op == 'B' || ((op == 'R' || op == 'W') && digit_next);
 }
 
 }  // namespace mitra::records

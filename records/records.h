@@ -39,8 +39,9 @@ std::string StepTraceName(int rank);                        // "rank-1.trace.jso
 std::string StepTraceFile(int64_t generation, int rank);    // "logs/gen-3/rank-1.trace.json"
 
 // Whether a span of a step trace (named as planner::OpName writes instructions: F3, f3, R3, B3,
-// Ra3, Rg3, Sa3, Sg3; and the phases "reduce", "update") is the rank's own compute: forwards,
-// recomputations, backwards and the update. The rest of the step is waiting for peers.
+// Bi3, W3, Ra3, Rg3, Sa3, Sg3; and the phases "reduce", "update") is the rank's own compute:
+// forwards, recomputations, backwards (whole, B or W) and the update. The rest of the step is
+// waiting for peers.
 bool IsComputeSpan(std::string_view name);
 
 // ---- events.jsonl: {"time":T,"event":NAME, ...the kind's fields} ----------------------------

@@ -354,7 +354,7 @@ TEST(RunDirReader, ReadsStateAndRankSteps) {
 TEST(StepTraces, OneNameForTheFileAndOneRuleForCompute) {
   EXPECT_EQ(StepTraceFile(3, 1), "logs/gen-3/rank-1.trace.json");
   EXPECT_EQ(GenerationLogDir(3) + "/" + StepTraceName(1), StepTraceFile(3, 1));
-  for (const char* compute : {"F0", "f12", "R3", "B1", "update"}) {
+  for (const char* compute : {"F0", "f12", "R3", "B1", "Bi2", "W3", "update"}) {
     EXPECT_TRUE(IsComputeSpan(compute)) << compute;
   }
   // Receives, sends and the reduction are waits: a recompute is R and a digit, a receive Ra/Rg.
