@@ -152,7 +152,8 @@ TEST(ModelState, RecomputationUpdatesEveryBufferOnce) {
        {std::vector<std::string>{"--schedule", "1f1b"},
         {"--schedule", "1f1b", "--recompute"},
         {"--schedule", "varuna"},
-        {"--schedule", "gpipe", "--recompute"}}) {
+        {"--schedule", "gpipe", "--recompute"},
+        {"--schedule", "zb-h1", "--recompute"}}) {
     const std::string dump = testing::MakeTempDir("mitra-recompute");
     auto args = ClassifierArgs({"--steps", "2", "--batch-size", "16", "--chunk-size", "4",
                             "--dump-params", dump, "--dropout", "0.3"});
@@ -200,7 +201,9 @@ void ExpectSameLossesInEveryShape(const std::string& program, const std::vector<
 }
 
 const std::vector<Shape> kShapes = {{1, 1, {}}, {2, 1, {}}, {1, 2, {}}, {2, 2, {}},
-                                    {2, 2, {"--schedule", "varuna"}}};
+                                    {2, 2, {"--schedule", "varuna"}},
+                                    {2, 2, {"--schedule", "zb-h1"}},
+                                    {2, 1, {"--schedule", "zb-h1", "--recompute"}}};
 
 TEST(Randomness, AGptWithDropoutTrainsTheSameInEveryShape) {
   ExpectSameLossesInEveryShape(
