@@ -64,11 +64,11 @@ class Block(nn.Module):
         super().__init__()
         self.heads, self.dropout = c.heads, c.dropout
         self.ln1 = nn.LayerNorm(c.width)
-        self.qkv = nn.Linear(c.width, 3 * c.width)
-        self.proj = nn.Linear(c.width, c.width)
+        self.qkv = mitra.Linear(c.width, 3 * c.width)
+        self.proj = mitra.Linear(c.width, c.width)
         self.ln2 = nn.LayerNorm(c.width)
-        self.fc = nn.Linear(c.width, c.mlp_width)
-        self.out = nn.Linear(c.mlp_width, c.width)
+        self.fc = mitra.Linear(c.width, c.mlp_width)
+        self.out = mitra.Linear(c.mlp_width, c.width)
         for linear in (self.qkv, self.proj, self.fc, self.out):
             _init_linear(linear)
 

@@ -25,11 +25,22 @@ from mitra.trainer import Trainer  # noqa: E402
 from mitra.inference import InferenceModel  # noqa: E402
 
 
+class Linear(torch.nn.Linear):
+    """torch.nn.Linear whose weight and bias gradients a zero-bubble schedule (zb-h1) computes in
+    its W instructions, after the input gradient has gone upstream (docs/runtime.md,
+    Schedules). Elsewhere it is torch.nn.Linear itself: the same graph and the same numbers."""
+
+    def forward(self, input):
+        if _mitra.splitting():
+            return _mitra.linear(input, self.weight, self.bias)
+        return torch.nn.functional.linear(input, self.weight, self.bias)
+
+
 def describe_requested():
     """True when the manager started this process only to describe the model (`mitra run`'s
     first look at a program): the program may then skip loading its data."""
     return _mitra.describe_requested()
 
 
-__all__ = ["CutPoint", "InferenceModel", "ModelSpec", "Optimizer", "TorchOptimizer", "Trainer",
-           "describe_requested", "sum_over_samples"]
+__all__ = ["CutPoint", "InferenceModel", "Linear", "ModelSpec", "Optimizer", "TorchOptimizer",
+           "Trainer", "describe_requested", "sum_over_samples"]

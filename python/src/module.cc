@@ -6,6 +6,7 @@
 #include <torch/python.h>
 #include <torch/version.h>
 
+#include "mitra/cutpoint/linear.h"
 #include "mitra/worker/inference.h"
 #include "mitra/worker/placement.h"
 #include "mitra/worker/trainer.h"
@@ -138,6 +139,15 @@ PYBIND11_MODULE(_mitra, m) {
     const Result<worker::Placement> placement = worker::Placement::FromEnvironment();
     return placement.ok() && !placement->standalone;
   }, "True when `mitra run` started this process (its place in the job is in the environment)");
+  m.def("splitting", [] { return cutpoint::SplitBackward::active() && torch::GradMode::is_enabled(); },
+        "True inside a training forward of a zero-bubble schedule (mitra.Linear splits there)");
+  m.def("linear",
+        [](const torch::Tensor& input, const torch::Tensor& weight,
+           const std::optional<torch::Tensor>& bias) {
+          return cutpoint::linear(input, weight, bias.value_or(torch::Tensor()));
+        },
+        py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(),
+        "input @ weight.T + bias, whose weight gradients a zero-bubble schedule's B leaves to W");
   m.def("trainer_defaults", &TrainerDefaults,
         "{keyword: default} of mitra.Trainer's options, from the C++ runtime's own");
   py::class_<PyTrainer>(m, "Trainer")
