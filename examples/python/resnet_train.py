@@ -73,7 +73,7 @@ def parse_args(argv):
                    help="global batch when run alone")
     p.add_argument("--chunk-size", type=int, default=d["chunk_size"],
                    help="micro-batch when run alone")
-    p.add_argument("--schedule", default=d["schedule"], help="gpipe | 1f1b | varuna")
+    p.add_argument("--schedule", default=d["schedule"], help="gpipe | 1f1b | varuna | zb-h1")
     p.add_argument("--partition", default=d["partition"], help="uniform | params | 2,1,3 ...")
     p.add_argument("--optimizer", default="sgd", help="sgd | adam | adamw")
     p.add_argument("--lr", type=float, default=0.05)
