@@ -43,6 +43,16 @@
    two moments and step count, buffers), and their rate against one TCP stream over loopback
    measured in the same run.
 
+5. chaos (mitra): the tiny GPT, 2 stages, batch 16 in micro-batches of 4, --chaos-steps steps
+   with --checkpoint-every 50, --spares 1 and --heartbeat-timeout 2 on `localhost slots=4`; after
+   every 60 steps one random change (seeded: --chaos-seed): the list edited to the other of
+   slots=4 / slots=2, a worker SIGKILLed, or a worker SIGSTOPped. Counted against the same job
+   run uninterrupted as 1 x 1: every step trained (its last record) and its loss, every step's
+   samples (MITRA_TRACE_SAMPLES), and for each change whether the kept workers held every
+   stage's state (the launch's held_step is its resume_step: "from memory") or the job went
+   back to a checkpoint, with the steps it trained again (the newest step trained before the
+   change less the step it resumed from).
+
 Prints one JSON object per measurement and a final JSON summary with medians and the targets:
 planned morph downtime (the last step of the old shape -> the first of the new) <= 1.0 s for
 shrink and grow when regrouping in place (beside it the ratio of the restart path's to it, and
@@ -54,13 +64,15 @@ step faster than torchrun's (ratio torchrun/mitra > 1). torchrun's floor for a l
 Every process it starts is killed (by process group, and by run directory) before it exits;
 every wait has a timeout.
 
-  bench/elastic.py [--build build] [--repeats 3] [--quick] [--parts recovery,morph,host,peers]
+  bench/elastic.py [--build build] [--repeats 3] [--quick]
+                   [--parts recovery,morph,host,peers,chaos] [--chaos-steps 900]
                    [--peers-models bench,large] [--keep]
 """
 import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -509,6 +521,118 @@ def peers_kill(args, model):
                 **state_record(fs)}
 
 
+def sample_trace(prefix):
+    """step -> the dataset indices of its global batch, replicas in order, as the newest
+    generation that began the step traced them (tests/worker/gpt_helpers.h reads the same)."""
+    seen = {}
+    folder, stem = os.path.dirname(prefix), os.path.basename(prefix) + ".gen-"
+    for name in os.listdir(folder):
+        if not name.startswith(stem):
+            continue
+        generation = int(re.match(r"\d+", name[len(stem):]).group())  # STEM.gen-G.rank-R
+        with open(os.path.join(folder, name)) as f:
+            for line in f:
+                words = line.split()
+                if len(words) >= 2:
+                    by_replica = seen.setdefault(int(words[0]), {}).setdefault(generation, {})
+                    by_replica[int(words[1])] = [int(w) for w in words[2:]]
+    out = {}
+    for step, generations in seen.items():
+        newest = generations[max(generations)]
+        out[step] = [i for replica in sorted(newest) for i in newest[replica]]
+    return out
+
+
+def chaos_job(args, tmp, name, slots, stages, extra=()):
+    run_dir, trace = os.path.join(tmp, name), os.path.join(tmp, name + ".samples")
+    machines = os.path.join(tmp, name + ".machines")
+    with open(machines, "w") as f:
+        f.write(f"localhost slots={slots}\n")
+    cmd = [f"{args.build}/bin/mitra", "run", "--machines", machines, "--batch-size", "16",
+           "--nstages", str(stages), "--chunk-size", "4", "--max-steps", str(args.chaos_steps),
+           "--run-dir", run_dir, *extra, "--", f"{args.build}/bin/gpt_train", "--model", "tiny",
+           "--seed", "11", "--lr", "1e-3"]
+    job = Job(cmd, os.path.join(tmp, name + ".out"), cwd=tmp, run_dir=run_dir,
+              env=dict(os.environ, MITRA_TRACE_SAMPLES=trace))
+    return job, run_dir, trace, machines
+
+
+def chaos(args):
+    tmp = tempfile.mkdtemp(prefix="mitra-chaos-")
+    jobs = []
+    try:
+        ref_job, ref_dir, ref_trace, _ = chaos_job(args, tmp, "uninterrupted", 1, 1)
+        jobs.append(ref_job)
+        wait_for("the uninterrupted job", lambda: ref_job.poll() is not None,
+                 args.chaos_steps * 2 + 120)
+        ref = {m["step"]: m["loss"] for m in read_jsonl(os.path.join(ref_dir, "metrics.jsonl"))
+               if "loss" in m}
+        job, run_dir, trace, machines = chaos_job(
+            args, tmp, "chaos", 4, 2, ["--checkpoint-every", "50", "--spares", "1",
+                                       "--heartbeat-timeout", "2", "--max-restarts", "40"])
+        jobs.append(job)
+        random = __import__("random").Random(args.chaos_seed)
+        slots, events = 4, []
+        metrics = lambda: read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+        newest = lambda: max((m["step"] for m in metrics() if "loss" in m), default=0)
+        for at in range(60, args.chaos_steps - 120, 60):
+            wait_for(f"step {at}", lambda: newest() >= at, 180, job)
+            launches = [e for e in read_jsonl(os.path.join(run_dir, "events.jsonl"))
+                        if e.get("event") == "launch"]
+            pids = [p for p in (launches[-1].get("pids", []) if launches else []) if p]
+            kind = random.choice(["list", "kill", "stop"])
+            if kind == "list":
+                slots = 2 if slots == 4 else 4
+                with open(machines + ".new", "w") as f:
+                    f.write(f"localhost slots={slots}\n")
+                os.replace(machines + ".new", machines)
+                events.append(f"list {slots}")
+            elif pids:
+                victim = random.choice(pids)
+                try:
+                    os.kill(victim, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+                    events.append(kind)
+                except ProcessLookupError:
+                    events.append(kind + " (gone)")
+        wait_for("the chaos job", lambda: job.poll() is not None, 900)
+        records = [m for m in metrics() if "loss" in m]
+        last = {}
+        for m in records:
+            last[m["step"]] = m["loss"]
+        launches = [e for e in read_jsonl(os.path.join(run_dir, "events.jsonl"))
+                    if e.get("event") == "launch"]
+        changes = []
+        for previous, launch in zip(launches, launches[1:]):
+            before = [m["step"] for m in records if m.get("generation", 0) < launch["generation"]]
+            resumed = launch.get("resume_step", 0)
+            changes.append({"generation": launch["generation"],
+                            "shape_before": f"{previous['stages']}x{previous['replicas']}",
+                            "from_memory": launch.get("held_step") is not None and
+                            launch.get("held_step") == resumed,
+                            "steps_retrained": max(before, default=0) - resumed})
+        memory = [c for c in changes if c["from_memory"]]
+        storage = [c for c in changes if not c["from_memory"]]
+        gaps = [abs(last[s] - ref[s]) for s in ref if s in last]
+        return {"bench": "chaos", "steps": args.chaos_steps, "seed": args.chaos_seed,
+                "exit_code": job.returncode, "events": events,
+                "every_step_trained": sorted(last) == list(range(1, args.chaos_steps + 1)),
+                "step_records": len(records),
+                "largest_loss_difference": max(gaps) if gaps else None,
+                "samples_as_uninterrupted": sample_trace(trace) == sample_trace(ref_trace),
+                "changes": len(changes), "from_memory": len(memory),
+                "from_checkpoint": len(storage),
+                "steps_retrained_from_memory": sum(c["steps_retrained"] for c in memory),
+                "most_retrained_from_memory": max((c["steps_retrained"] for c in memory),
+                                                  default=0),
+                "steps_retrained_from_checkpoint": sum(c["steps_retrained"] for c in storage),
+                # Where a change went back to a checkpoint: the shape it left (x1: no replica).
+                "from_checkpoint_shapes_before": [c["shape_before"] for c in storage]}
+    finally:
+        for j in jobs:
+            j.stop()
+        cleanup(tmp)
+
+
 def describe(args, model):
     env = dict(os.environ, MITRA_DESCRIBE="1")
     out = subprocess.run([f"{args.build}/bin/gpt_train", "--model", model], env=env,
@@ -834,13 +958,18 @@ def main():
     p.add_argument("--skip-ssh", action="store_true", help="leave out part 3 (same as "
                    "--parts recovery,morph)")
     p.add_argument("--parts", default="recovery,morph,host",
-                   help="which parts to run (default recovery,morph,host; peers: part 4)")
+                   help="which parts to run (default recovery,morph,host; peers: part 4; "
+                        "chaos: part 5)")
     p.add_argument("--peers-models", default="bench,large",
                    help="part peers: the GPT models (default bench,large)")
     p.add_argument("--peers-batch-size", type=int, default=8,
                    help="part peers: the global batch, in micro-batches of 4 (default 8)")
     p.add_argument("--peers-warm-steps", type=int, default=4,
                    help="part peers: steps of each shape before a change (default 4)")
+    p.add_argument("--chaos-steps", type=int, default=900,
+                   help="part chaos: steps of the job (default 900)")
+    p.add_argument("--chaos-seed", type=int, default=2026,
+                   help="part chaos: the seed of the changes' kinds and victims (default 2026)")
     p.add_argument("--keep", action="store_true",
                    help="keep the temporary run directories and logs (paths on stderr)")
     args = p.parse_args()
@@ -867,6 +996,9 @@ def main():
             emit(r)
     morphs = morph(args, "regroup") + morph(args, "restart") if "morph" in parts else []
     peers_result = peers(args) if "peers" in parts else None
+    chaos_result = chaos(args) if "chaos" in parts else None
+    if chaos_result:
+        emit(chaos_result)
     hosts = []
     if "host" in parts:
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -960,6 +1092,14 @@ def main():
     if peers_result:
         summary["peers"] = peers_result
         targets["peers"] = peers_targets(peers_result)
+    if chaos_result:
+        c = chaos_result
+        targets["chaos"] = {
+            "every_step_once_as_uninterrupted": c["every_step_trained"] and
+            c["samples_as_uninterrupted"] and (c["largest_loss_difference"] or 0) <= 4e-4,
+            "steps_retrained_from_memory": c["steps_retrained_from_memory"],
+            "met": c["exit_code"] == 0 and c["every_step_trained"] and
+            c["samples_as_uninterrupted"] and c["steps_retrained_from_memory"] == 0}
     emit(summary)
 
 
