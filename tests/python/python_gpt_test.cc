@@ -196,6 +196,7 @@ TEST_F(PythonElastic, AKilledWorkersPlaceIsTakenByAPythonSpare) {
   auto mitra = Start(job, "localhost slots=2\n", 2, {"--checkpoint-every", "1", "--spares", "1"});
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_TRUE(testing::SpareParked(run_dir_, 60)) << mitra->Stdout() << mitra->Stderr();
   const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_EQ(::kill(pids[1], SIGKILL), 0);

@@ -59,6 +59,20 @@ inline void RewriteFile(const TempDir& tmp, const std::string& name, const std::
   ASSERT_EQ(std::rename(staged.c_str(), tmp.Path(name).c_str()), 0);
 }
 
+// Whether the job's first spare (--spares) parked within `timeout_s`: its log holds its `parked`
+// record. A kill before that finds no spare to take the place (a Python spare imports torch
+// first: 0.6-0.8 s), and the recovery starts a process instead.
+inline bool SpareParked(const std::string& run_dir, double timeout_s) {
+  for (double waited = 0; waited < timeout_s; waited += 0.05) {
+    if (ReadFileOrEmpty(run_dir + "/logs/standby-0.log").find("\"event\":\"parked\"") !=
+        std::string::npos) {
+      return true;
+    }
+    ::usleep(50000);
+  }
+  return false;
+}
+
 // A test that runs one job under `mitra run`, its machine list, run directory and sample trace
 // (MITRA_TRACE_SAMPLES) in a temporary folder of its own.
 class ElasticRun : public ::testing::Test {

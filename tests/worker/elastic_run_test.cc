@@ -312,6 +312,7 @@ TEST_F(ElasticGpt, AKilledWorkersPlaceIsTakenByASpareAndItsPeerIsKept) {
                      kLongJob);
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_TRUE(testing::SpareParked(run_dir_, 60)) << mitra->Stdout() << mitra->Stderr();
   const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
@@ -334,6 +335,7 @@ TEST_F(ElasticGpt, AKilledWorkerIsHealedFromItsReplicaWithoutTrainingAStepAgain)
   auto mitra = Start("localhost slots=4\n", 2, {"--spares", "1"}, kLongJob);
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_TRUE(testing::SpareParked(run_dir_, 60)) << mitra->Stdout() << mitra->Stderr();
   const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
   ASSERT_EQ(pids.size(), 4u);
   // Rank 2 is stage 0's second replica: stage 0 holds the embedding the last stage's output
