@@ -41,4 +41,11 @@ SampleRange MicroBatchSamples(int64_t global_batch, int64_t chunk_size, int64_t 
 // never fewer micro-batches than replicas, and shares as even as those allow.
 int64_t ChunkSizeFor(int64_t global_batch, int replicas, int64_t per_replica);
 
+// The replica of a stage (whose segments start at `first_segment`) that owns `segment`: it
+// writes the segment's checkpoint file and, under ZeRO-1, keeps and updates its optimizer
+// state. The stage's segments alternate among its `replicas`.
+inline int ReplicaOwningSegment(int segment, int first_segment, int replicas) {
+  return (segment - first_segment) % replicas;
+}
+
 }  // namespace mitra::planner

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "planner/batch_split.h"
 #include "planner/profile.h"
 #include "planner/schedule.h"
 #include "planner/simulator.h"
@@ -42,7 +43,8 @@ struct RankSet {
 // Whether the rank of `spec` keeps (and updates) segment `segment`'s optimizer state under
 // ZeRO-1 with `replicas` replicas: segment i of its stage belongs to replica i mod D.
 inline bool KeepsOptimizerState(const RankSpec& spec, int replicas, int segment) {
-  return replicas <= 1 || (segment - spec.first_segment) % replicas == spec.replica;
+  return replicas <= 1 ||
+         ReplicaOwningSegment(segment, spec.first_segment, replicas) == spec.replica;
 }
 
 // The specs of every rank of `replicas` (ascending): their instruction lists, micro-batches and

@@ -135,10 +135,9 @@ std::string Checkpointer::Key(int64_t step, const std::string& what) const {
 }
 
 std::vector<int> Checkpointer::SegmentsThisRankWrites() const {
-  const Placement& p = runtime_.placement();
   std::vector<int> out;
   for (int i = runtime_.stage().first_segment(); i < runtime_.stage().end_segment(); ++i) {
-    if ((i - runtime_.stage().first_segment()) % p.num_replicas() == p.replica()) out.push_back(i);
+    if (runtime_.ReplicaOwning(i) == runtime_.placement().replica()) out.push_back(i);
   }
   return out;
 }

@@ -242,9 +242,13 @@ Status Runtime::AdoptOptimizerState(HeldState& held) {
   return Status::Ok();
 }
 
+int Runtime::ReplicaOwning(int segment) const {
+  return planner::ReplicaOwningSegment(segment, stage_->first_segment(), placement_.num_replicas());
+}
+
 bool Runtime::KeepsOptimizerStateOf(int segment) const {
   if (!sharded_) return true;
-  return (segment - stage_->first_segment()) % placement_.num_replicas() == placement_.replica();
+  return ReplicaOwning(segment) == placement_.replica();
 }
 
 int64_t Runtime::OptimizerStateBytes() const {
@@ -263,8 +267,7 @@ void Runtime::ShareUpdatedParameters() {
   for (int owner = 0; owner < placement_.num_replicas(); ++owner) {
     std::vector<torch::Tensor> share, flat_views;
     for (size_t i = 0; i < params.size(); ++i) {
-      const int local = stage_->SegmentOfParameter(i) - stage_->first_segment();
-      if (local % placement_.num_replicas() != owner) continue;
+      if (ReplicaOwning(stage_->SegmentOfParameter(i)) != owner) continue;
       share.push_back(params[i].tensor.detach());
       flat_views.push_back(share.back().reshape({-1}));
     }

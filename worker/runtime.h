@@ -160,6 +160,8 @@ class Runtime {
 
   // Whether Release() hands over the stage's whole state: not under ZeRO-1 with replicas.
   bool HoldsWholeState() const { return !sharded_; }
+  // The replica that owns `segment` (one of the stage's): planner::ReplicaOwningSegment.
+  int ReplicaOwning(int segment) const;
   // Whether this rank keeps the optimizer state of `segment` (one of its stage's): always,
   // except under ZeRO-1 with several replicas, where it keeps its share's only.
   bool KeepsOptimizerStateOf(int segment) const;
