@@ -9,14 +9,15 @@ namespace {
 thread_local bool split_backward = false;
 thread_local WeightGradients* deferred = nullptr;
 
-// `gradient` added into `param`'s .grad, as autograd's accumulation would.
+// `gradient` (a new tensor of its own: a product or a sum) added into `param`'s .grad, as
+// autograd's accumulation would; the first one becomes the .grad itself, as autograd's does.
 void Accumulate(const torch::Tensor& param, const torch::Tensor& gradient) {
   torch::NoGradGuard no_grad;
-  torch::Tensor g = gradient.to(param.scalar_type());
+  const torch::Tensor g = gradient.to(param.scalar_type());
   if (param.grad().defined()) {
     param.mutable_grad().add_(g);
   } else {
-    param.mutable_grad() = g.clone(at::MemoryFormat::Contiguous);
+    param.mutable_grad() = g;
   }
 }
 
@@ -63,19 +64,16 @@ void WeightGradients::Run() {
 
 SplitBackward::SplitBackward(bool on) : previous_(split_backward) { split_backward = on; }
 SplitBackward::~SplitBackward() { split_backward = previous_; }
-bool SplitBackward::active() { return split_backward; }
+bool SplitBackward::active() { return split_backward && torch::GradMode::is_enabled(); }
 
 DeferWeightGradients::DeferWeightGradients(WeightGradients* into) : previous_(deferred) {
   deferred = into;
 }
 DeferWeightGradients::~DeferWeightGradients() { deferred = previous_; }
-WeightGradients* DeferWeightGradients::current() { return deferred; }
 
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
                      const torch::Tensor& bias) {
-  if (!split_backward || !torch::GradMode::is_enabled()) {
-    return torch::nn::functional::linear(input, weight, bias);
-  }
+  if (!SplitBackward::active()) return torch::nn::functional::linear(input, weight, bias);
   return SplittableLinear::apply(input, weight, bias);
 }
 

@@ -40,6 +40,7 @@ class SplitBackward {
   ~SplitBackward();
   SplitBackward(const SplitBackward&) = delete;
   SplitBackward& operator=(const SplitBackward&) = delete;
+  // Whether a Linear's forward builds the splittable graph here: inside a scope, in grad mode.
   static bool active();
 
  private:
@@ -55,7 +56,6 @@ class DeferWeightGradients {
   ~DeferWeightGradients();
   DeferWeightGradients(const DeferWeightGradients&) = delete;
   DeferWeightGradients& operator=(const DeferWeightGradients&) = delete;
-  static WeightGradients* current();
 
  private:
   WeightGradients* previous_;

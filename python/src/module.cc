@@ -139,7 +139,7 @@ PYBIND11_MODULE(_mitra, m) {
     const Result<worker::Placement> placement = worker::Placement::FromEnvironment();
     return placement.ok() && !placement->standalone;
   }, "True when `mitra run` started this process (its place in the job is in the environment)");
-  m.def("splitting", [] { return cutpoint::SplitBackward::active() && torch::GradMode::is_enabled(); },
+  m.def("splitting", &cutpoint::SplitBackward::active,
         "True inside a training forward of a zero-bubble schedule (mitra.Linear splits there)");
   m.def("linear",
         [](const torch::Tensor& input, const torch::Tensor& weight,
