@@ -166,11 +166,7 @@ TEST_F(PythonElastic, AShrinkParksAndKeepsThePythonWorkersAndLosesNoStep) {
   ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
   auto mitra = Start(job, "localhost slots=4\n", 2);
   ASSERT_TRUE(mitra);
-  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
-  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
-  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  const testing::MitraResult r = ShrinkToTwoSlots(*mitra);
   EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
   testing::ExpectNoProcessLeft(run_dir_);

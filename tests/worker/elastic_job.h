@@ -85,6 +85,18 @@ class ElasticRun : public ::testing::Test {
                                tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
   }
 
+  // Shrinks a job started on `localhost slots=4` to `slots=2` after its second step: mitra
+  // run's result, checked to have ended well after a morph into 2 x 1.
+  MitraResult ShrinkToTwoSlots(MitraProcess& mitra) {
+    EXPECT_TRUE(mitra.WaitForStdout("step 2/", 120)) << mitra.Stdout() << mitra.Stderr();
+    RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
+    MitraResult r = mitra.Wait(180);
+    EXPECT_EQ(r.exit_code, 0) << r.output();
+    EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos)
+        << r.out;
+    return r;
+  }
+
   TempDir tmp_;
   std::string machines_;
   const std::string run_dir_ = tmp_.Path("run");

@@ -68,11 +68,7 @@ class ElasticGpt : public testing::ElasticRun {
 TEST_F(ElasticGpt, ShrinkingTheMachineListMorphsWithoutLosingAStep) {
   auto mitra = Start("localhost slots=4\n", 2);
   ASSERT_TRUE(mitra);
-  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
-  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
-  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  const testing::MitraResult r = ShrinkToTwoSlots(*mitra);
   // The two workers that stay were kept: no process started; and they kept their state, so no
   // checkpoint was written on the way.
   EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
@@ -100,11 +96,7 @@ TEST_F(ElasticGpt, ShrinkingTheMachineListMorphsWithoutLosingAStep) {
 TEST_F(ElasticGpt, AZeroOneJobShrinksThroughACheckpointAndTrainsTheSame) {
   auto mitra = Start("localhost slots=4\n", 2, {"--zero", "1"});
   ASSERT_TRUE(mitra);
-  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
-  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
-  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  const testing::MitraResult r = ShrinkToTwoSlots(*mitra);
   EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("keeping their state in memory"), std::string::npos) << r.out;
   const auto morphs = testing::EventsNamed(run_dir_, "morph");
@@ -117,11 +109,7 @@ TEST_F(ElasticGpt, AZeroOneJobShrinksThroughACheckpointAndTrainsTheSame) {
 TEST_F(ElasticGpt, WithoutRegroupingAShrinkRestartsEveryWorkerAndTrainsTheSame) {
   auto mitra = Start("localhost slots=4\n", 2, {"--no-regroup"});
   ASSERT_TRUE(mitra);
-  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
-  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
-  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  const testing::MitraResult r = ShrinkToTwoSlots(*mitra);
   EXPECT_EQ(r.out.find("kept"), std::string::npos) << r.out;
   EXPECT_TRUE(KeptRanks(run_dir_, 1).empty());
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
