@@ -37,7 +37,16 @@ struct Settings {
   int machine = 0;  // this rank's
 };
 
-Result<Settings> ReadSettings(const Placement& placement, int64_t batch) {
+Result<Settings> ReadSettings(const Placement& placement, const RuntimeOptions& options) {
+  // Segments are measured in host memory on the CPU: a GPU job's profile would measure another
+  // machine (and a large model for hours).
+  if (options.device != contract::DeviceKind::kCpu || placement.device == "cuda") {
+    return Status::InvalidArgument(
+        "mitra profile measures segments on the CPU only, and this program computes on a GPU "
+        "(--device cuda): give mitra run --nstages P (and --chunk-size) for a job on GPUs");
+  }
+  const int64_t batch = std::max<int64_t>(
+      1, placement.global_batch > 0 ? placement.global_batch : options.global_batch);
   Result<contract::ProfileRequest> request =
       contract::ProfileRequest::FromEnvironment(contract::ProcessEnvironment());
   if (!request.ok()) return request.status();
@@ -118,99 +127,94 @@ void Backward(const cutpoint::ModelSpec& spec, int segment, const Activations& o
   if (!roots.empty()) torch::autograd::backward(roots, grads);
 }
 
-// Step 1: every segment at every micro-batch size, this process alone on its machine.
-planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Dataset& dataset,
-                                       const RuntimeOptions& options, const Settings& s) {
-  planner::MachineProfile m;
-  m.address = s.machines[s.machine];
-  m.slots = s.slots[s.machine];
-  m.memory_bytes = MemoryAvailable();
-  m.segments.resize(spec.num_segments());
+// Seconds to load one sample: the largest micro-batch collated, the median of `repeats`.
+double SampleSeconds(const Dataset& dataset, const Settings& s) {
   const int64_t largest = s.micro_batches.back();
-  {  // loading samples
-    std::vector<double> times;
-    for (int r = 0; r < s.repeats; ++r) {
-      std::vector<int64_t> indices;
-      for (int64_t i = 0; i < largest; ++i) indices.push_back((r * largest + i) % dataset.Size());
-      const auto start = Clock::now();
-      (void)Collate(dataset, indices);
-      times.push_back(Seconds(start) / static_cast<double>(largest));
-    }
-    m.sample_s = Median(times);
-  }
-  // Segments are timed within passes over the whole chain, as a stage runs them: between two
-  // uses of a segment every other segment's weights and activations go through the caches, so
-  // a small micro-batch pays for fetching the weights as it does in training.
-  std::vector<std::shared_ptr<cutpoint::Segment>> segments;
-  for (int i = 0; i < spec.num_segments(); ++i) {
-    segments.push_back(cutpoint::BuildSegment(spec, i, options.seed));
-    segments.back()->train(true);
-    m.segments[i].name = spec.segments[i].name;
-  }
-  for (int64_t size : s.micro_batches) {
+  std::vector<double> times;
+  for (int r = 0; r < s.repeats; ++r) {
     std::vector<int64_t> indices;
-    for (int64_t i = 0; i < size; ++i) indices.push_back(i % dataset.Size());
-    const Activations batch = Collate(dataset, indices);
-    const int n = spec.num_segments();
-    std::vector<std::vector<double>> forward(n), nograd(n), backward(n), weights(n);
-    std::vector<int64_t> graph(n, 0), output_bytes(n, 0);
-    for (int r = 0; r <= s.repeats; ++r) {  // the first round warms up
-      std::vector<Activations> outputs(n);
-      Activations in = batch;
-      for (int i = 0; i < n; ++i) {  // forward, keeping every graph
-        if (i > 0) in = AsReceived(outputs[i - 1]);
-        const int64_t heap = HeapInUse();
-        const auto start = Clock::now();
-        // Splittable, so that the backward is timed as its B and W (the sum: a whole backward).
-        cutpoint::SplitBackward split;
-        outputs[i] = segments[i]->Forward(in);
-        if (r == 0) continue;
-        forward[i].push_back(Seconds(start));
-        graph[i] = std::max(graph[i], HeapInUse() - heap);
-        output_bytes[i] = Bytes(outputs[i]);
+    for (int64_t i = 0; i < largest; ++i) indices.push_back((r * largest + i) % dataset.Size());
+    const auto start = Clock::now();
+    (void)Collate(dataset, indices);
+    times.push_back(Seconds(start) / static_cast<double>(largest));
+  }
+  return Median(times);
+}
+
+// Every segment's costs at micro-batch `size`, timed within passes over the whole chain, as a
+// stage runs them: between two uses of a segment every other segment's weights and activations
+// go through the caches, so a small micro-batch pays for fetching the weights as it does in
+// training. Leaves the last pass's gradients in the parameters.
+std::vector<planner::SegmentCost> SegmentCosts(
+    const cutpoint::ModelSpec& spec, const std::vector<std::shared_ptr<cutpoint::Segment>>& segments,
+    const Dataset& dataset, int64_t size, int repeats) {
+  std::vector<int64_t> indices;
+  for (int64_t i = 0; i < size; ++i) indices.push_back(i % dataset.Size());
+  const Activations batch = Collate(dataset, indices);
+  const int n = spec.num_segments();
+  std::vector<std::vector<double>> forward(n), nograd(n), backward(n), weights(n);
+  std::vector<int64_t> graph(n, 0), output_bytes(n, 0);
+  for (int r = 0; r <= repeats; ++r) {  // the first round warms up
+    std::vector<Activations> outputs(n);
+    Activations in = batch;
+    for (int i = 0; i < n; ++i) {  // forward, keeping every graph
+      if (i > 0) in = AsReceived(outputs[i - 1]);
+      const int64_t heap = HeapInUse();
+      const auto start = Clock::now();
+      // Splittable, so that the backward is timed as its B and W (the sum: a whole backward).
+      cutpoint::SplitBackward split;
+      outputs[i] = segments[i]->Forward(in);
+      if (r == 0) continue;
+      forward[i].push_back(Seconds(start));
+      graph[i] = std::max(graph[i], HeapInUse() - heap);
+      output_bytes[i] = Bytes(outputs[i]);
+    }
+    for (int i = n - 1; i >= 0; --i) {  // backward, last segment first: B, then W
+      cutpoint::WeightGradients w;
+      const auto start = Clock::now();
+      {
+        cutpoint::DeferWeightGradients defer(&w);
+        Backward(spec, i, outputs[i], batch, 1.0 / static_cast<double>(size));
       }
-      for (int i = n - 1; i >= 0; --i) {  // backward, last segment first: B, then W
-        cutpoint::WeightGradients w;
-        const auto start = Clock::now();
-        {
-          cutpoint::DeferWeightGradients defer(&w);
-          Backward(spec, i, outputs[i], batch, 1.0 / static_cast<double>(size));
-        }
-        const auto b_end = Clock::now();
-        w.Run();
-        if (r > 0) {
-          backward[i].push_back(Seconds(start));
-          weights[i].push_back(Seconds(b_end));
-        }
-      }
-      torch::NoGradGuard no_grad;  // forward without graphs
-      in = batch;
-      for (int i = 0; i < n; ++i) {
-        const auto start = Clock::now();
-        in = segments[i]->Forward(in);
-        if (r > 0) nograd[i].push_back(Seconds(start));
+      const auto b_end = Clock::now();
+      w.Run();
+      if (r > 0) {
+        backward[i].push_back(Seconds(start));
+        weights[i].push_back(Seconds(b_end));
       }
     }
+    torch::NoGradGuard no_grad;  // forward without graphs
+    in = batch;
     for (int i = 0; i < n; ++i) {
-      planner::SegmentCost cost;
-      cost.micro_batch = size;
-      cost.forward_s = Median(forward[i]);
-      cost.forward_nograd_s = Median(nograd[i]);
-      cost.backward_s = Median(backward[i]);
-      cost.weight_s = std::min(Median(weights[i]), cost.backward_s);
-      cost.output_bytes = output_bytes[i];
-      cost.graph_bytes = std::max<int64_t>(graph[i], cost.output_bytes);
-      m.segments[i].costs.push_back(cost);
+      const auto start = Clock::now();
+      in = segments[i]->Forward(in);
+      if (r > 0) nograd[i].push_back(Seconds(start));
     }
   }
-  // Parameters, buffers, optimizer state, and the update: zeroing the gradients (at the step's
-  // start), their norm for clipping, the optimizer step; segment after segment, as the runtime
-  // does it over a stage.
-  const int n = spec.num_segments();
+  std::vector<planner::SegmentCost> costs(n);
+  for (int i = 0; i < n; ++i) {
+    planner::SegmentCost& cost = costs[i];
+    cost.micro_batch = size;
+    cost.forward_s = Median(forward[i]);
+    cost.forward_nograd_s = Median(nograd[i]);
+    cost.backward_s = Median(backward[i]);
+    cost.weight_s = std::min(Median(weights[i]), cost.backward_s);
+    cost.output_bytes = output_bytes[i];
+    cost.graph_bytes = std::max<int64_t>(graph[i], cost.output_bytes);
+  }
+  return costs;
+}
+
+// Each segment's parameters, buffers, optimizer state, and update: zeroing the gradients (at
+// the step's start), their norm for clipping, the optimizer step; segment after segment, as the
+// runtime does it over a stage. The gradients are those the segments' parameters hold.
+void MeasureUpdates(const std::vector<std::shared_ptr<cutpoint::Segment>>& segments,
+                    const RuntimeOptions& options, int repeats, planner::MachineProfile* m) {
+  const int n = static_cast<int>(segments.size());
   std::vector<std::vector<torch::Tensor>> params(n), grads(n);
   std::vector<std::unique_ptr<Optimizer>> optimizers(n);
   for (int i = 0; i < n; ++i) {
-    planner::SegmentProfile& seg = m.segments[i];
+    planner::SegmentProfile& seg = m->segments[i];
     seg.parameters = seg.parameter_bytes = seg.buffer_bytes = 0;
     for (const auto& p : segments[i]->parameters()) {
       params[i].push_back(p);
@@ -226,7 +230,7 @@ planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Da
   }
   std::vector<std::vector<double>> update(n);
   torch::NoGradGuard no_grad;
-  for (int r = 0; r <= s.repeats; ++r) {
+  for (int r = 0; r <= repeats; ++r) {
     for (int i = 0; i < n; ++i) {
       for (size_t k = 0; k < params[i].size(); ++k) {
         if (grads[i][k].defined()) params[i][k].mutable_grad() = grads[i][k].clone();
@@ -247,7 +251,7 @@ planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Da
     }
   }
   for (int i = 0; i < n; ++i) {
-    planner::SegmentProfile& seg = m.segments[i];
+    planner::SegmentProfile& seg = m->segments[i];
     seg.update_s = Median(update[i]);
     seg.optimizer_bytes = 0;
     if (!optimizers[i]) continue;
@@ -255,6 +259,29 @@ planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Da
       for (const auto& [name, t] : optimizers[i]->State(p)) seg.optimizer_bytes += t.numel() * t.element_size();
     }
   }
+}
+
+// Step 1: every segment at every micro-batch size, this process alone on its machine.
+planner::MachineProfile ProfileMachine(const cutpoint::ModelSpec& spec, const Dataset& dataset,
+                                       const RuntimeOptions& options, const Settings& s) {
+  planner::MachineProfile m;
+  m.address = s.machines[s.machine];
+  m.slots = s.slots[s.machine];
+  m.memory_bytes = MemoryAvailable();
+  m.sample_s = SampleSeconds(dataset, s);
+  m.segments.resize(spec.num_segments());
+  std::vector<std::shared_ptr<cutpoint::Segment>> segments;
+  for (int i = 0; i < spec.num_segments(); ++i) {
+    segments.push_back(cutpoint::BuildSegment(spec, i, options.seed));
+    segments.back()->train(true);
+    m.segments[i].name = spec.segments[i].name;
+  }
+  for (int64_t size : s.micro_batches) {
+    const std::vector<planner::SegmentCost> costs =
+        SegmentCosts(spec, segments, dataset, size, s.repeats);
+    for (size_t i = 0; i < costs.size(); ++i) m.segments[i].costs.push_back(costs[i]);
+  }
+  MeasureUpdates(segments, options, s.repeats, &m);
   return m;
 }
 
@@ -502,17 +529,7 @@ std::vector<double> MeasureSharing(Protocol& protocol, Workload& load, const Set
 
 int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
                const RuntimeOptions& options, const Placement& placement) {
-  // Segments are measured in host memory on the CPU: a GPU job's profile would measure another
-  // machine (and a large model for hours).
-  if (options.device != contract::DeviceKind::kCpu || placement.device == "cuda") {
-    spdlog::error("mitra profile measures segments on the CPU only, and this program computes "
-                  "on a GPU (--device cuda): give mitra run --nstages P (and --chunk-size) for a "
-                  "job on GPUs");
-    return 2;
-  }
-  auto settings = ReadSettings(placement, std::max<int64_t>(1, placement.global_batch > 0
-                                                                   ? placement.global_batch
-                                                                   : options.global_batch));
+  auto settings = ReadSettings(placement, options);
   if (!settings.ok()) {
     spdlog::error("{}", settings.status().message());
     return 2;
