@@ -206,77 +206,145 @@ void SendSegment(Comm& comm, const Payload& payload, int segment, int to,
   }
 }
 
-// Receives `segment` from `from` straight into this rank's parameters and buffers, and gives
-// its optimizer state to the optimizer. Returns the bytes received.
-Result<int64_t> ReceiveSegment(Runtime& rt, int segment, int from) {
-  Comm& comm = rt.comm();
-  const std::string what = "the state of segment " + SegmentName(rt, segment);
-  auto recv = [&](torch::Tensor t, size_t i) {
-    std::vector<torch::Tensor> one{t};
-    comm.Wait(comm.PostRecv(one, from, Tag(segment, i)),
-              "receiving " + what + " from " + comm.Describe(from));
-  };
-  torch::Tensor length = torch::empty({1}, torch::kInt64);
-  recv(length, 0);
-  torch::Tensor text = torch::empty({length.item<int64_t>()}, torch::kUInt8);
-  recv(text, 1);
-  const std::vector<TensorSpec> specs = ParseHeader(
-      std::string(reinterpret_cast<const char*>(text.data_ptr<uint8_t>()), text.numel()));
-  const std::map<std::string, torch::Tensor> live =
-      SegmentTensors(rt.stage(), SegmentName(rt, segment));
-  // Where each tensor goes: the live parameter or buffer (a GPU stage's through a host buffer,
-  // copied in once received), or new optimizer state (moved to its parameter's device).
-  std::vector<torch::Tensor> into(specs.size());
+// One segment on its way in: where each of its tensors goes (the live parameter or buffer, a
+// GPU stage's through a host buffer copied in once received, or new optimizer state) and the
+// messages posted for it.
+struct Incoming {
+  SegmentTransfer transfer;
+  std::string what;  // "the state of segment <name>"
+  torch::Tensor length, text;  // the header's
+  std::vector<TensorSpec> specs;
+  std::vector<torch::Tensor> into;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> to_device;  // (host buffer, live tensor)
-  std::map<std::string, std::map<std::string, torch::Tensor>> state;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const TensorSpec& spec = specs[i];
+  std::map<std::string, std::map<std::string, torch::Tensor>> state;  // parameter -> name ->
+  std::vector<torch::Tensor> messages;  // by message, from message 2 on
+};
+
+// A message this rank expects: into which tensor, from whom, and what it is (for errors).
+struct Expected {
+  torch::Tensor into;
+  int from = 0, tag = 0;
+  const std::string* what = nullptr;
+};
+
+// Posts every receive of `expected` and then waits for them all: the senders posted theirs
+// already, so the messages arrive together instead of one round trip each.
+void ReceiveTogether(Comm& comm, const std::vector<Expected>& expected) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (const Expected& e : expected) {
+    std::vector<torch::Tensor> one{e.into};
+    works.push_back(comm.PostRecv(one, e.from, e.tag));
+  }
+  for (size_t i = 0; i < works.size(); ++i) {
+    comm.Wait(works[i], "receiving " + *expected[i].what + " from " +
+                            comm.Describe(expected[i].from));
+  }
+}
+
+// Works out where the tensors the header `specs` names go in this rank's stage.
+Status PlaceIncoming(Runtime& rt, Incoming& in) {
+  const std::map<std::string, torch::Tensor> live =
+      SegmentTensors(rt.stage(), SegmentName(rt, in.transfer.segment));
+  in.into.resize(in.specs.size());
+  for (size_t i = 0; i < in.specs.size(); ++i) {
+    const TensorSpec& spec = in.specs[i];
     if (auto it = live.find(spec.name); it != live.end()) {
       if (it->second.sizes().vec() != spec.shape || it->second.scalar_type() != spec.dtype ||
           !it->second.is_contiguous()) {
-        return Status::Internal(what + ": " + spec.name + " differs in shape or type between "
-                                "this rank and " + comm.Describe(from));
+        return Status::Internal(in.what + ": " + spec.name + " differs in shape or type between "
+                                "this rank and " + rt.comm().Describe(in.transfer.from));
       }
-      into[i] = it->second;
+      in.into[i] = it->second.detach();
       if (!it->second.is_cpu()) {
-        into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
-        to_device.emplace_back(into[i], it->second);
+        in.into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
+        in.to_device.emplace_back(in.into[i], it->second);
       }
     } else {
-      into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
+      in.into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
       const size_t slash = spec.name.find('/');
-      state[spec.name.substr(slash + 1)][spec.name.substr(0, slash)] = into[i];
+      in.state[spec.name.substr(slash + 1)][spec.name.substr(0, slash)] = in.into[i];
     }
   }
-  int64_t bytes = 0;
+  // A message of one large tensor lands in it; smaller ones share a buffer unpacked later.
+  for (const std::vector<size_t>& group : Messages(in.specs)) {
+    const bool direct = group.size() == 1 && Bytes(in.specs[group[0]]) >= kDirectBytes;
+    in.messages.push_back(direct ? in.into[group[0]] : PackedBuffer(in.specs, group));
+  }
+  return Status::Ok();
+}
+
+// Unpacks the shared buffers, copies a GPU stage's tensors in and gives the optimizer its
+// state. Returns the bytes received.
+Result<int64_t> ApplyIncoming(Runtime& rt, Incoming& in) {
   torch::NoGradGuard no_grad;
-  size_t message = 2;
-  for (const std::vector<size_t>& group : Messages(specs)) {
-    if (group.size() == 1 && Bytes(specs[group[0]]) >= kDirectBytes) {
-      recv(into[group[0]].detach(), message++);
-      bytes += Bytes(specs[group[0]]);
-      continue;
-    }
-    torch::Tensor packed = PackedBuffer(specs, group);
-    recv(packed, message++);
+  int64_t bytes = 0;
+  const std::vector<std::vector<size_t>> groups = Messages(in.specs);
+  for (size_t m = 0; m < groups.size(); ++m) {
+    const torch::Tensor& message = in.messages[m];
+    bytes += message.numel() * message.element_size();
+    if (message.is_same(in.into[groups[m][0]])) continue;  // received in place
     int64_t offset = 0;
-    for (size_t i : group) {
-      const int64_t n = Bytes(specs[i]);
-      RawBytes(into[i].detach()).copy_(packed.narrow(0, offset, n));
+    for (size_t i : groups[m]) {
+      const int64_t n = Bytes(in.specs[i]);
+      RawBytes(in.into[i]).copy_(message.narrow(0, offset, n));
       offset += n;
     }
-    bytes += packed.numel();
   }
-  for (auto& [buffer, tensor] : to_device) tensor.copy_(buffer);
-  for (const auto& [param, tensors] : state) {
+  for (auto& [buffer, tensor] : in.to_device) tensor.copy_(buffer);
+  const std::map<std::string, torch::Tensor> live =
+      SegmentTensors(rt.stage(), SegmentName(rt, in.transfer.segment));
+  for (const auto& [param, tensors] : in.state) {
     auto it = live.find("param/" + param);
-    if (it == live.end()) return Status::Internal(what + ": state for an unknown parameter " + param);
-    if (!rt.KeepsOptimizerStateOf(segment)) continue;  // another replica's share (ZeRO-1)
+    if (it == live.end()) {
+      return Status::Internal(in.what + ": state for an unknown parameter " + param);
+    }
+    if (!rt.KeepsOptimizerStateOf(in.transfer.segment)) continue;  // another replica's (ZeRO-1)
     if (Status s = rt.optimizer().SetState(it->second, OnDeviceOf(it->second, tensors)); !s.ok()) {
       return s;
     }
   }
   return bytes;
+}
+
+// Receives every segment `transfers` sends to this rank, straight into its parameters and
+// buffers, in three rounds over all of them at once (the headers' lengths, the headers, the
+// tensors), so a segment costs no round trip of its own. Returns the bytes received.
+Result<int64_t> ReceiveSegments(Runtime& rt, const std::vector<SegmentTransfer>& transfers) {
+  Comm& comm = rt.comm();
+  std::vector<Incoming> incoming;
+  for (const SegmentTransfer& t : transfers) {
+    Incoming& in = incoming.emplace_back();
+    in.transfer = t;
+    in.what = "the state of segment " + SegmentName(rt, t.segment);
+  }
+  std::vector<Expected> lengths, texts, tensors;
+  for (Incoming& in : incoming) {
+    in.length = torch::empty({1}, torch::kInt64);
+    lengths.push_back({in.length, in.transfer.from, Tag(in.transfer.segment, 0), &in.what});
+  }
+  ReceiveTogether(comm, lengths);
+  for (Incoming& in : incoming) {
+    in.text = torch::empty({in.length.item<int64_t>()}, torch::kUInt8);
+    texts.push_back({in.text, in.transfer.from, Tag(in.transfer.segment, 1), &in.what});
+  }
+  ReceiveTogether(comm, texts);
+  for (Incoming& in : incoming) {
+    in.specs = ParseHeader(
+        std::string(reinterpret_cast<const char*>(in.text.data_ptr<uint8_t>()), in.text.numel()));
+    if (Status s = PlaceIncoming(rt, in); !s.ok()) return s;
+    for (size_t m = 0; m < in.messages.size(); ++m) {
+      tensors.push_back({in.messages[m], in.transfer.from, Tag(in.transfer.segment, m + 2),
+                         &in.what});
+    }
+  }
+  ReceiveTogether(comm, tensors);
+  int64_t received = 0;
+  for (Incoming& in : incoming) {
+    Result<int64_t> bytes = ApplyIncoming(rt, in);
+    if (!bytes.ok()) return bytes.status();
+    received += *bytes;
+  }
+  return received;
 }
 
 // Every rank's holding and rank 0's view of the checkpoint, in one all-gather.
@@ -399,13 +467,12 @@ Result<int64_t> Transfer(Runtime& rt, HeldState* held, const ResumePlan& plan) {
       SendSegment(comm, SegmentPayload(rt, held, t.segment), t.segment, t.to, &sends, &keep);
     }
   }
-  int64_t received = 0;
+  std::vector<SegmentTransfer> mine;
   for (const SegmentTransfer& t : plan.transfers) {
-    if (t.to != me) continue;
-    Result<int64_t> bytes = ReceiveSegment(rt, t.segment, t.from);
-    if (!bytes.ok()) return bytes.status();
-    received += *bytes;
+    if (t.to == me) mine.push_back(t);
   }
+  const Result<int64_t> received = ReceiveSegments(rt, mine);
+  if (!received.ok()) return received.status();
   for (auto& work : sends) comm.Wait(work, "sending state to a peer");
   return received;
 }
