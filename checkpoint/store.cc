@@ -140,6 +140,17 @@ Result<Found> FindNewestValid(FileSystem& fs, const std::string& dir,
   return Status::NotFound("no complete checkpoint in " + dir);
 }
 
+int64_t ResumeStep(FileSystem& fs, const std::string& dir, std::optional<int64_t> held_step,
+                   const std::function<Result<Found>()>& find_newest_valid) {
+  if (held_step) {
+    const std::vector<int64_t> steps = ListSteps(fs, dir);
+    if (steps.empty() || steps.front() <= *held_step) return *held_step;
+  }
+  const Result<Found> found = find_newest_valid();
+  const int64_t stored = found.ok() ? found->step : 0;
+  return held_step ? std::max(stored, *held_step) : stored;
+}
+
 Status Prune(FileSystem& fs, const std::string& dir, int keep) {
   if (keep < 1) return Status::Ok();
   const auto steps = ListSteps(fs, dir);

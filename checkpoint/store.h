@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,6 +72,15 @@ struct Found {
 Result<Found> FindNewestValid(FileSystem& fs, const std::string& dir,
                               std::vector<std::string>* skipped);
 Result<Found> FindNewestValid(const std::string& dir, std::vector<std::string>* skipped);
+
+// The step a job resumes from. `held_step`: the step whose state the workers it keeps hold in
+// memory, between them, for every segment (none: nothing is held). When no checkpoint listed in
+// `dir` is newer, that step, and storage is not read (verifying reads every byte: seconds for a
+// large model, on the path of every morph; a worker checks each file it does read). Otherwise
+// the step of `find_newest_valid` (FindNewestValid, 0 when NotFound), or the held step when
+// that is newer.
+int64_t ResumeStep(FileSystem& fs, const std::string& dir, std::optional<int64_t> held_step,
+                   const std::function<Result<Found>()>& find_newest_valid);
 
 // Keeps the newest `keep` complete checkpoints and removes older ones, and removes partial
 // directories older than the newest complete checkpoint. `keep` < 1 keeps everything.

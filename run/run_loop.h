@@ -126,8 +126,10 @@ class RunLoop {
   // (the checkpoint it resumes from, its log directory); one rank started or kept.
   void BeginGeneration(const manager::LaunchAction& launch);
   LaunchSettings GenerationSettings(const manager::LaunchAction& launch);
-  // The newest checkpoint's step that verifies (0: none); damaged ones are named once.
-  int64_t ResumeStep();
+  // The step a generation resumes from: `held_step` (the step the parked workers it keeps
+  // hold) when no checkpoint is newer, else the newest checkpoint that verifies (0: none);
+  // damaged ones are named once.
+  int64_t ResumeStep(std::optional<int64_t> held_step);
   // Starts `placement`'s rank (or hands it to its parked worker): RankStarted, with its pid in
   // `launched`, or RankStartFailed (also when `port`, the rendezvous port's lookup, failed).
   manager::ControllerInput StartRank(const manager::LaunchAction& launch,

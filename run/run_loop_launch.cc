@@ -27,10 +27,6 @@ void RunLoop::Launch(const manager::LaunchAction& launch) {
   const double begin = clock_->MonotonicSeconds();
   BeginGeneration(launch);
   LaunchSettings settings = GenerationSettings(launch);
-  // Parked workers that hold a newer step than storage, between them, resume from it.
-  if (launch.held_step && *launch.held_step > settings.placement.resume_step) {
-    settings.placement.resume_step = *launch.held_step;
-  }
   const manager::Machine& first = launch.machines[launch.plan.ranks[0].machine];
   const Result<int> port = RendezvousPort(first, launch.generation);
   settings.placement.rdzv_host = transports_->WorkerAddress(first);
@@ -65,7 +61,7 @@ void RunLoop::BeginGeneration(const manager::LaunchAction& launch) {
 LaunchSettings RunLoop::GenerationSettings(const manager::LaunchAction& launch) {
   LaunchSettings settings = options_.settings;
   settings.placement.generation = launch.generation;
-  settings.placement.resume_step = ResumeStep();
+  settings.placement.resume_step = ResumeStep(launch.held_step);
   if (mitra::Status s = run_dir_->Create(*fs_, launch.generation); !s.ok()) Warn(s);
   // Every worker traces one step into its log directory (`mitra plan --validate` reads them);
   // only local ones, where the manager reads their files (RankEnvironment).
@@ -73,16 +69,18 @@ LaunchSettings RunLoop::GenerationSettings(const manager::LaunchAction& launch) 
   return settings;
 }
 
-int64_t RunLoop::ResumeStep() {
-  std::vector<std::string> skipped;
-  const Result<checkpoint::Found> found =
-      options_.find_checkpoint
-          ? options_.find_checkpoint(options_.settings.placement.checkpoint_dir, &skipped)
-          : checkpoint::FindNewestValid(*fs_, options_.settings.placement.checkpoint_dir, &skipped);
-  for (const std::string& why : skipped) {
-    if (reported_.insert(why).second) *err_ << "mitra: " << why << "\n";  // once is enough
-  }
-  return found.ok() ? found->step : 0;
+int64_t RunLoop::ResumeStep(std::optional<int64_t> held_step) {
+  const std::string& dir = options_.settings.placement.checkpoint_dir;
+  return checkpoint::ResumeStep(*fs_, dir, held_step, [&] {
+    std::vector<std::string> skipped;
+    Result<checkpoint::Found> found = options_.find_checkpoint
+                                          ? options_.find_checkpoint(dir, &skipped)
+                                          : checkpoint::FindNewestValid(*fs_, dir, &skipped);
+    for (const std::string& why : skipped) {
+      if (reported_.insert(why).second) *err_ << "mitra: " << why << "\n";  // once is enough
+    }
+    return found;
+  });
 }
 
 manager::ControllerInput RunLoop::StartRank(const manager::LaunchAction& launch,

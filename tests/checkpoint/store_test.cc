@@ -177,6 +177,31 @@ TEST_F(CheckpointStore, NoCheckpointIsNotFound) {
   EXPECT_EQ(FindNewestValid(dir_, nullptr).status().code(), Status::Code::kNotFound);
 }
 
+TEST_F(CheckpointStore, AHeldStepNoCheckpointIsNewerThanIsResumedWithoutReadingStorage) {
+  Write(10);
+  Write(20);
+  {  // damaged: only a verification would notice
+    std::fstream f(StepDirectory(dir_, 20) + "/seg-b.pt",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('X');
+  }
+  int verified = 0;
+  const auto find = [&] {
+    ++verified;
+    return FindNewestValid(disk_, dir_, nullptr);
+  };
+  EXPECT_EQ(ResumeStep(disk_, dir_, 20, find), 20);
+  EXPECT_EQ(ResumeStep(disk_, dir_, 25, find), 25);
+  EXPECT_EQ(verified, 0);
+  // A newer checkpoint than the held step is verified: the damaged 20 is skipped for 10, and
+  // the held 15 is newer than that.
+  EXPECT_EQ(ResumeStep(disk_, dir_, 15, find), 15);
+  EXPECT_EQ(ResumeStep(disk_, dir_, 5, find), 10);
+  EXPECT_EQ(ResumeStep(disk_, dir_, std::nullopt, find), 10);
+  EXPECT_EQ(verified, 3);
+}
+
 TEST_F(CheckpointStore, PruneKeepsTheNewestAndDropsStalePartials) {
   for (int step : {10, 20, 30, 40}) Write(step);
   Write(5, /*commit=*/false);
