@@ -135,6 +135,12 @@ void Controller::TearDownAfterFailure(std::optional<int> rank, const std::string
     return;
   }
   if (rank && gen_.ranks[*rank].running) Signal(*rank, SIGKILL);  // hung, or never started
+  // The survivors give up the step in flight now (SIGALRM) instead of at their next message to
+  // the failed rank, which a long micro-batch may delay by seconds; each keeps the steps it
+  // completed.
+  for (size_t i = 0; i < gen_.ranks.size(); ++i) {
+    if (gen_.ranks[i].running && !gen_.ranks[i].killed) Signal(static_cast<int>(i), SIGALRM);
+  }
   // Then SIGKILL whoever has not parked.
   gen_.deadlines.kill = now_ + std::max(options_.park_grace_s, 1.5 * last_step_s_);
 }

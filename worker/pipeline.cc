@@ -190,6 +190,11 @@ double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::In
   }
   Executor executor(ctx, num_micro_batches, micro_batch, /*metrics=*/nullptr, split);
   for (size_t i = 0; i < schedule.size(); ++i) {
+    if (ctx.abandoned && ctx.abandoned()) {
+      throw PeerError("the step in flight was given up before " +
+                      std::string(planner::OpName(schedule[i].op)) +
+                      std::to_string(schedule[i].micro_batch) + ": a peer failed");
+    }
     const auto start = StepTrace::Clock::now();
     executor.Execute(schedule[i], i == last_backward);
     const auto end = StepTrace::Clock::now();

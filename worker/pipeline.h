@@ -42,6 +42,8 @@ struct PipelineContext {
   int64_t first_micro_batch = 0;   // global index of this replica's first micro-batch
   StepTrace* trace = nullptr;      // records every instruction when set
   double* wait_s = nullptr;        // when set, the sends' and receives' seconds are added here
+  // When set, asked before every instruction: true gives the step up (PeerError).
+  std::function<bool()> abandoned;
 };
 
 // Micro-batch `i` of this replica's share of the step (first and last stages only).

@@ -401,6 +401,7 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   if (scaler_) ctx.grad_scale = scaler_->scale();
   ctx.trace = trace.get();
   ctx.wait_s = &wait_s;
+  ctx.abandoned = [&] { return stop_requested() == StopWish::kAbandon; };
   const double loss = RunPipelineStep(ctx, schedule_, num_micro_batches(),
                                       [&](int mb) { return MicroBatch(step, mb); });
   phase("reduce", [&] {
@@ -425,6 +426,9 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
     if (sum.defined()) squared_norm = sum.item<double>();
   }
   const StopWish wish = stop_requested();
+  if (wish == StopWish::kAbandon) {
+    throw PeerError("the step in flight was given up before its all-reduce: a peer failed");
+  }
   auto totals = torch::tensor({squared_norm, loss, wish != StopWish::kNone ? 1.0 : 0.0,
                                wish == StopWish::kHold ? 1.0 : 0.0},
                               torch::kFloat64);

@@ -87,8 +87,11 @@ struct RuntimeOptions {
 };
 
 // What a rank wishes at the end of a step: to go on, to stop, or to stop and hold its state in
-// memory for the next generation (a morph that needs no checkpoint: worker/held_state.h).
-enum class StopWish { kNone, kStop, kHold };
+// memory for the next generation (a morph that needs no checkpoint: worker/held_state.h). Or,
+// at any time, to give up the step in flight because a peer failed (kAbandon, the manager's
+// word): the step throws PeerError before its next instruction, as it would at its next message
+// to the failed peer, and the rank keeps the state of the steps it completed.
+enum class StopWish { kNone, kStop, kHold, kAbandon };
 
 struct StepResult {
   double loss = 0;       // mean loss over the global batch
@@ -183,6 +186,8 @@ class Runtime {
   const cutpoint::Partition& partition() const { return partition_; }
   const RuntimeOptions& options() const { return options_; }
   int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
+  // The instructions this rank runs in every step (planner/schedule.h).
+  const std::vector<planner::Instruction>& schedule() const { return schedule_; }
   Optimizer& optimizer() { return *optimizer_; }
   const Optimizer& optimizer() const { return *optimizer_; }
   Comm& comm() { return *comm_; }

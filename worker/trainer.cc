@@ -31,12 +31,14 @@ namespace mitra::worker {
 namespace {
 
 // Set by the stop signals: kExitAfterStop (SIGUSR1, SIGINT), kParkAfterStop (SIGUSR2, a
-// morph: checkpoint, then park when the placement allows it, else exit) and kHoldAfterStop
+// morph: checkpoint, then park when the placement allows it, else exit), kHoldAfterStop
 // (SIGURG, a morph whose next generation takes the state from memory: park holding it, with no
-// checkpoint; contract/park.h).
+// checkpoint; contract/park.h) and kAbandonStep (SIGALRM, a peer failed: give up the step in
+// flight now and park with the steps completed, instead of at the next message to that peer).
 constexpr int kExitAfterStop = 1;
 constexpr int kParkAfterStop = 2;
 constexpr int kHoldAfterStop = 4;
+constexpr int kAbandonStep = 8;
 volatile std::sig_atomic_t g_stop_requested = 0;
 
 // How long a parked worker waits for its next placement. The manager hands it one, or lets it
@@ -45,14 +47,16 @@ volatile std::sig_atomic_t g_stop_requested = 0;
 constexpr double kParkTimeoutS = 300;
 
 extern "C" void OnStopSignal(int signal_number) {
-  const int kind = signal_number == SIGUSR2 ? kParkAfterStop
-                   : signal_number == SIGURG ? kHoldAfterStop
-                                             : kExitAfterStop;
+  const int kind = signal_number == SIGUSR2   ? kParkAfterStop
+                   : signal_number == SIGURG  ? kHoldAfterStop
+                   : signal_number == SIGALRM ? kAbandonStep
+                                              : kExitAfterStop;
   g_stop_requested = g_stop_requested | kind;
 }
 
 StopWish CurrentStopWish() {
   if (g_stop_requested == 0) return StopWish::kNone;
+  if (g_stop_requested & kAbandonStep) return StopWish::kAbandon;
   return g_stop_requested == kHoldAfterStop ? StopWish::kHold : StopWish::kStop;
 }
 
@@ -92,6 +96,7 @@ void InstallStopHandlers() {
   sigaction(SIGUSR1, &sa, nullptr);
   sigaction(SIGUSR2, &sa, nullptr);
   sigaction(SIGURG, &sa, nullptr);
+  sigaction(SIGALRM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
 }
 

@@ -348,8 +348,9 @@ TEST_F(ControllerRecoveryParkTest, SurvivorsOfAFailureParkAndTheRelaunchKeepsThe
   Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {}});
   RunParkingGeneration(5);
   Feed(RankExited{0, 3, launcher::ExitStatus{0, SIGKILL}});
-  // No SIGKILL for the survivors: their collectives fail and they park.
+  // No SIGKILL for the survivors: they give up the step in flight (SIGALRM) and park.
   EXPECT_TRUE(SignalsOf(SIGKILL).empty());
+  EXPECT_EQ(SignalsOf(SIGALRM), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(controller_->phase(), Phase::kRecovering);
   for (int r = 0; r < 3; ++r) Feed(RankReport{0, r, RankReport::Kind::kParked, -1});
   Feed(HostChecked{"127.0.0.3", true, ""});
@@ -438,6 +439,7 @@ TEST_F(ControllerRecoveryParkTest, AHungRankIsKilledAtOnceAndItsPeersMayPark) {
   Feed(RankReport{0, 0, RankReport::Kind::kHeartbeat, 0});  // rank 1 goes silent
   Advance(ControllerOptions().heartbeat_timeout_s - 0.5);     // it is; rank 0 is not
   EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{1}));
+  EXPECT_EQ(SignalsOf(SIGALRM), (std::vector<int>{0}));  // the survivor gives up its step
 }
 
 TEST_F(ControllerRecoveryParkTest, AfterALostMachineEveryoneIsKilledAtOnce) {

@@ -8,10 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -322,10 +325,16 @@ TEST_P(AReplicaDies, ItsSurvivorHoldsTheStepsItCompletedAndHealsANewReplicaExact
           // gradient reaches segment 1's output.
           backwards_before_death = 2;
           break;
-        case DeathPoint::kAfterTheGradientAllReduce:
-          // Asked right after the gradients are reduced, before the step's own all-reduce.
-          wish = [] () -> StopWish { throw RankDies(); };
+        case DeathPoint::kAfterTheGradientAllReduce: {
+          // Asked before each instruction (whether to give the step up), then right after the
+          // gradients are reduced, before the step's own all-reduce: dies at that last ask.
+          auto asks = std::make_shared<size_t>(0);
+          wish = [asks, instructions = (*rt)->schedule().size()]() -> StopWish {
+            if (++*asks > instructions) throw RankDies();
+            return StopWish::kNone;
+          };
           break;
+        }
         case DeathPoint::kAfterTheStep: break;
       }
       try {
@@ -361,6 +370,52 @@ INSTANTIATE_TEST_SUITE_P(StateExchange, AReplicaDies,
                                            DeathPoint::kAfterTheGradientAllReduce,
                                            DeathPoint::kAfterTheStep),
                          Name);
+
+// Told that a peer failed (the manager's SIGALRM: StopWish::kAbandon), a rank gives up the step
+// in flight before its next instruction instead of at its next message to that peer (a long
+// micro-batch later; here, with the peer alive and silent, not before the timeout), and holds
+// exactly the steps it completed: a new replica healed from it trains on bit for bit.
+TEST(StateExchange, ARankToldOfAFailureGivesUpTheStepInFlightAndHealsExactly) {
+  auto port = PickFreeTcpPort("127.0.0.1");
+  ASSERT_TRUE(port.ok());
+  auto dataset = std::make_shared<testing::TinyDataset>(64);
+  std::vector<HeldState> held(2);
+  std::atomic<bool> survivor_done{false};
+  std::string why;
+  int64_t completed = -1;
+  testing::RunRanks(2, [&](int rank) {
+    RuntimeOptions options;
+    options.global_batch = 8;
+    options.chunk_size = 2;  // F0 B0 F1 B1: given up before F1, with B0's gradients accumulated
+    options.seed = kSeed;
+    auto rt = Runtime::Create(Spec(), dataset,
+                              testing::LoopbackPlacement(1, 2, rank, *port, /*timeout_s=*/30),
+                              options);
+    ASSERT_TRUE(rt.ok()) << rt.status().message();
+    for (int64_t step = 0; step < 2; ++step) (*rt)->Step(step);
+    if (rank == 1) {  // alive, but never starts step 2
+      while (!survivor_done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return;
+    }
+    auto asks = std::make_shared<int>(0);
+    try {
+      (*rt)->Step(2, std::function<StopWish()>([asks] {
+        return ++*asks > 2 ? StopWish::kAbandon : StopWish::kNone;
+      }));
+    } catch (const PeerError& e) {
+      why = e.what();
+    }
+    completed = (*rt)->completed_steps();
+    held[0] = (*rt)->Release();
+    survivor_done = true;
+  });
+  EXPECT_NE(why.find("given up before F1"), std::string::npos) << why;
+  EXPECT_EQ(completed, 2);
+  EXPECT_EQ(Difference(StateOf(held[0]), Train(1, 2, 0, 2, {}).state), 0);
+  const Generation healed = Train(1, 2, 2, 4, std::move(held));
+  EXPECT_EQ(healed.summary.peer, 1);
+  EXPECT_EQ(Difference(healed.state, Train(1, 2, 0, 4, {}).state), 0);
+}
 
 // The wish to hold is combined in the step's all-reduce: held only when every rank that asked
 // to stop asked to hold (a rank whose signal has not come yet asks nothing); a plain stop on any
