@@ -117,6 +117,38 @@ bool DescribeRequested() { return IsSet(kDescribe); }
 bool ProfileRequested() { return IsSet(kProfile); }
 bool StandbyRequested() { return IsSet(kStandby); }
 
+std::string StandbyStage::ToString() const {
+  std::string text = std::to_string(stage) + "/" + std::to_string(stages);
+  return partition.empty() ? text : text + "/" + partition;
+}
+
+std::optional<StandbyStage> StandbyStage::Parse(const std::string& text) {
+  const size_t slash = text.find('/');
+  if (slash == std::string::npos) return std::nullopt;
+  const size_t second = text.find('/', slash + 1);
+  StandbyStage hint;
+  if (second != std::string::npos) hint.partition = text.substr(second + 1);
+  const std::string stage = text.substr(0, slash);
+  const std::string stages = text.substr(slash + 1, second == std::string::npos
+                                                        ? std::string::npos
+                                                        : second - slash - 1);
+  const auto whole = [](const std::string& s, int* out) {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    *out = std::stoi(s);
+    return true;
+  };
+  if (!whole(stage, &hint.stage) || !whole(stages, &hint.stages)) return std::nullopt;
+  if (hint.stage >= hint.stages) return std::nullopt;
+  return hint;
+}
+
+std::optional<StandbyStage> StandbyStageOfProcess() {
+  const char* v = std::getenv(kStandbyStage);
+  return v ? StandbyStage::Parse(v) : std::nullopt;
+}
+
 Result<Placement> Placement::FromEnvironment() { return FromEnvironment(ProcessEnvironment()); }
 
 Result<Placement> Placement::FromEnvironment(const Environment& env) {

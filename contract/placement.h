@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,19 @@ bool ProfileRequested();
 // True when the manager started the program ahead of a grow, to park until it is given a place
 // (MITRA_STANDBY=1, contract/park.h).
 bool StandbyRequested();
+
+// The stage a standby worker is meant for (MITRA_STANDBY_STAGE): stage `stage` of `stages`,
+// with `partition` as MITRA_PARTITION would give it ("": the program's own).
+struct StandbyStage {
+  int stage = 0, stages = 1;
+  std::string partition;
+
+  std::string ToString() const;  // the variable's value
+  // Nullopt when the text is not "S/P" or "S/P/<partition>" with 0 <= S < P: a hint, ignored.
+  static std::optional<StandbyStage> Parse(const std::string& text);
+};
+// This process's MITRA_STANDBY_STAGE; nullopt when unset or malformed.
+std::optional<StandbyStage> StandbyStageOfProcess();
 
 // The process's environment as a map.
 Environment ProcessEnvironment();

@@ -35,6 +35,10 @@ inline constexpr char kPark[] = "MITRA_PARK";
 // "1": a worker started ahead of a grow, with no place yet: it loads, parks at once and waits
 // for its placement on standard input.
 inline constexpr char kStandby[] = "MITRA_STANDBY";
+// "S/P", or "S/P/<partition>" when the planner chose one: the stage of a P-stage grid a standby
+// worker started for a grow is meant for. It builds that stage's segments while it waits; its
+// placement, when it comes, decides (contract/placement.h: StandbyStage).
+inline constexpr char kStandbyStage[] = "MITRA_STANDBY_STAGE";
 inline constexpr char kPrecision[] = "MITRA_PRECISION";
 inline constexpr char kDevice[] = "MITRA_DEVICE";
 // "1": shard the optimizer state over each stage's replicas (ZeRO-1); "0": do not.
@@ -62,7 +66,7 @@ inline constexpr const char* kManagedVariables[] = {
     kRecompute,      kPartition,       kStepTrace,         kPark,           kStandby,
     kDescribe,       kProfile,
     kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
-    kPrecision,      kDevice,          kZero,
+    kPrecision,      kDevice,          kZero,              kStandbyStage,
 };
 
 }  // namespace mitra::contract

@@ -201,6 +201,8 @@ void Controller::Morph(const std::string& why, const GridPlan& desired,
   for (const planner::RankPlacement* p : new_ranks) {
     const Machine& machine = machines[p->machine];
     StartStandbyAction start = standby_.Start(machine, p->local_rank);
+    start.stage = contract::StandbyStage{desired.stage_map.PositionOf(p->rank).stage,
+                                         desired.stages, desired.partition};
     ids.insert(start.id);
     fact.machines.push_back(machine.Address());
     actions_.push_back(std::move(start));

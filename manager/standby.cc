@@ -8,7 +8,7 @@ namespace mitra::manager {
 StartStandbyAction StandbyWorkers::Start(const Machine& machine, int local_rank) {
   const int id = next_id_++;
   starting_[id] = ParkedWorker{kStandbyGeneration, id, machine.Address(), local_rank};
-  return StartStandbyAction{id, machine, local_rank};
+  return StartStandbyAction{id, machine, local_rank, std::nullopt};
 }
 
 std::vector<StartStandbyAction> StandbyWorkers::KeepSpares(const std::vector<Machine>& machines) {

@@ -19,6 +19,7 @@
 
 #include "manager/machine_list.h"
 #include "manager/parked_workers.h"
+#include "mitra/contract/placement.h"
 #include "planner/grid.h"
 
 namespace mitra::manager {
@@ -33,6 +34,9 @@ struct StartStandbyAction {
   int id = 0;
   Machine machine;
   int local_rank = 0;  // the place it is meant for on its machine; -1: a spare
+  // The stage of the planned grid that place has (MITRA_STANDBY_STAGE): the worker builds its
+  // segments while it waits. None for a spare.
+  std::optional<contract::StandbyStage> stage;
 };
 
 class StandbyWorkers {

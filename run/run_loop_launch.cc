@@ -202,7 +202,7 @@ void RunLoop::StartStandby(const manager::StartStandbyAction& standby) {
   spec.program = options_.worker.program;
   spec.args = options_.worker.args;
   spec.environment = StandbyEnvironment(options_.worker.EnvironmentFor(machine.IsLocal()),
-                                        options_.settings.placement.run_dir);
+                                        options_.settings.placement.run_dir, standby.stage);
   spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
   spec.log_path = JoinPath(run_dir_->path(), "logs/standby-" + std::to_string(standby.id) + ".log");
   EventQueue* queue = queue_;

@@ -77,9 +77,11 @@ Environment DescribeEnvironment(const Environment& base) {
   return env;
 }
 
-Environment StandbyEnvironment(const Environment& base, const std::string& run_dir) {
+Environment StandbyEnvironment(const Environment& base, const std::string& run_dir,
+                               const std::optional<contract::StandbyStage>& stage) {
   Environment env = WithoutContract(base);
   env[contract::kStandby] = "1";
+  if (stage) env[contract::kStandbyStage] = stage->ToString();
   env[contract::kRunDir] = run_dir;  // how leftover workers of the run are found (orphans.h)
   return env;
 }

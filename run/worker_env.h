@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -77,7 +78,9 @@ struct WorkerProgram {
 Environment DescribeEnvironment(const Environment& base);
 
 // `base` without the contract's variables, plus MITRA_STANDBY=1 and the run directory: a worker
-// started ahead of a grow, told its place later (contract/park.h).
-Environment StandbyEnvironment(const Environment& base, const std::string& run_dir);
+// started ahead of a grow, told its place later (contract/park.h); with MITRA_STANDBY_STAGE when
+// the `stage` it is meant for is known.
+Environment StandbyEnvironment(const Environment& base, const std::string& run_dir,
+                               const std::optional<contract::StandbyStage>& stage = std::nullopt);
 
 }  // namespace mitra::run

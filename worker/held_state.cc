@@ -9,6 +9,14 @@ std::shared_ptr<cutpoint::Segment> HeldState::Take(int segment, int64_t at_step)
   return std::move(segments[segment - first_segment]);
 }
 
+std::shared_ptr<cutpoint::Segment> HeldState::TakeBuilt(int segment, uint64_t seed) {
+  const auto it = built.find(segment);
+  if (it == built.end() || seed != built_seed) return nullptr;
+  std::shared_ptr<cutpoint::Segment> taken = std::move(it->second);
+  built.erase(it);
+  return taken;
+}
+
 bool HeldState::Whole() const {
   if (empty() || static_cast<int>(segments.size()) != end_segment - first_segment) return false;
   for (const auto& segment : segments) {

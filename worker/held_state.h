@@ -37,6 +37,13 @@ struct HeldState {
   std::map<std::string, std::map<std::string, torch::Tensor>> optimizer_state;
   TrainerState trainer;
 
+  // Segments a standby worker built ahead of its placement, for the stage it was meant for, as
+  // cutpoint::BuildSegment(spec, i, built_seed) builds them: no step's state. A stage takes one
+  // instead of building it (the same object, the same values) and gets its state from peers or
+  // the checkpoint as for any segment it builds.
+  std::map<int, std::shared_ptr<cutpoint::Segment>> built;
+  uint64_t built_seed = 0;
+
   HeldState() = default;
   HeldState(HeldState&&) = default;
   HeldState& operator=(HeldState&&) = default;
@@ -54,6 +61,8 @@ struct HeldState {
   }
   // Takes segment `segment` out (null when it is not held at `at_step`).
   std::shared_ptr<cutpoint::Segment> Take(int segment, int64_t at_step);
+  // Takes built segment `segment` out (null when none was built, or with another seed).
+  std::shared_ptr<cutpoint::Segment> TakeBuilt(int segment, uint64_t seed);
   // The bytes of the parameters, buffers and optimizer state held.
   int64_t Bytes() const;
 };

@@ -55,9 +55,10 @@ Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partiti
       seed_(seed), check_draws_(end_ - first_, spec.micro_batch_independent) {
   for (int i = first_; i < end_; ++i) {
     names_.push_back(spec.segments[i].name);
-    std::shared_ptr<cutpoint::Segment> kept = held ? held->Take(i, held_step) : nullptr;
-    adopted_.push_back(kept != nullptr);
-    segments_.push_back(kept ? std::move(kept) : cutpoint::BuildSegment(spec, i, seed));
+    std::shared_ptr<cutpoint::Segment> segment = held ? held->Take(i, held_step) : nullptr;
+    adopted_.push_back(segment != nullptr);
+    if (!segment && held) segment = held->TakeBuilt(i, seed);
+    segments_.push_back(segment ? std::move(segment) : cutpoint::BuildSegment(spec, i, seed));
     for (const auto& item : segments_.back()->named_parameters(/*recurse=*/true)) {
       parameters_.push_back({spec.segments[i].name + "." + item.key(), item.value()});
       parameter_segments_.push_back(i);

@@ -17,6 +17,8 @@
 #include <torch/torch.h>
 
 #include "checkpoint/store.h"
+#include "mitra/contract/placement.h"
+#include "mitra/cutpoint/partition.h"
 #include "worker/checkpointer.h"
 #include "worker/comm.h"
 #include "mitra/worker/stage.h"
@@ -135,8 +137,10 @@ int Trainer::Run() {
 }
 
 int Trainer::RunStandby() {
-  // Started ahead of a grow: everything up to here (the process, LibTorch, the program's data)
-  // is ready when the morph comes; the place in the grid comes with it.
+  // Started ahead of a grow: everything up to here (the process, LibTorch, the program's data,
+  // the segments of the stage it is meant for) is ready when the morph comes; the place in the
+  // grid comes with it.
+  BuildAhead();
   Result<std::optional<Placement>> placement =
       AwaitPlacement(STDIN_FILENO, /*rank=*/-1, /*step=*/-1, kParkTimeoutS);
   if (!placement.ok()) return Run(placement.status());
@@ -196,6 +200,32 @@ int Trainer::Run(Result<Placement> placement) {
     step_times.Take();  // the old place's steps are not the new rank's
     g_stop_requested = 0;
   }
+}
+
+void Trainer::BuildAhead() {
+  const std::optional<contract::StandbyStage> hint = contract::StandbyStageOfProcess();
+  if (!hint) return;
+  const auto start = std::chrono::steady_clock::now();
+  cutpoint::PartitionMethod method = options_.runtime.partition;
+  if (!hint->partition.empty()) {
+    Result<cutpoint::PartitionMethod> planned = cutpoint::ParsePartitionMethod(hint->partition);
+    if (!planned.ok()) return;  // the placement will say so
+    method = *planned;
+  }
+  const bool by_params = method.kind == cutpoint::PartitionMethod::Kind::kParams;
+  const Result<cutpoint::Partition> partition = cutpoint::MakePartition(
+      method, spec_.num_segments(), hint->stages,
+      by_params ? cutpoint::CountSegmentParameters(spec_) : std::vector<int64_t>{});
+  if (!partition.ok()) return;
+  held_ = std::make_unique<HeldState>();
+  held_->built_seed = options_.runtime.seed;
+  const int first = partition->FirstSegment(hint->stage), end = partition->EndSegment(hint->stage);
+  for (int i = first; i < end; ++i) {
+    held_->built[i] = cutpoint::BuildSegment(spec_, i, held_->built_seed);
+  }
+  spdlog::info("standby: built segments {}..{} (stage {} of {}) while waiting, in {:.2f} s", first,
+               end - 1, hint->stage, hint->stages,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 RuntimeOptions Trainer::RuntimeOptionsFor(const Placement& placement) const {
@@ -304,6 +334,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
     return {created.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
   }
   Runtime& rt = **created;
+  if (held_ && held_->step < 0) held_.reset();  // built segments the stage did not take
   try {
     return Train(placement, rt, times);
   } catch (const PeerError&) {

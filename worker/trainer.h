@@ -75,6 +75,9 @@ class Trainer {
   // A standby worker (MITRA_STANDBY=1): parks before it has a place, then runs in the one it
   // is given.
   int RunStandby();
+  // A standby worker's segments of the stage it is meant for (MITRA_STANDBY_STAGE), built
+  // while it waits for its placement, into held_: off the path of the morph that keeps it.
+  void BuildAhead();
   // Trains in `placement` (and in the places it is given after it parks).
   int Run(Result<Placement> placement);
   // How a Train() ended: the process's exit code, and whether training stopped because the

@@ -155,5 +155,20 @@ TEST(ProfileRequest, RoundTripsAndIsRefusedWhenIncomplete) {
                        "MITRA_PROFILE_MICRO_BATCHES='1,x'"));
 }
 
+TEST(StandbyStage, RoundTripsAndIgnoresWhatDoesNotParse) {
+  for (const StandbyStage& sent : {StandbyStage{1, 2, ""}, StandbyStage{0, 4, "1,4,4,3"},
+                                   StandbyStage{2, 3, "params"}}) {
+    const std::optional<StandbyStage> read = StandbyStage::Parse(sent.ToString());
+    ASSERT_TRUE(read) << sent.ToString();
+    EXPECT_EQ(read->stage, sent.stage);
+    EXPECT_EQ(read->stages, sent.stages);
+    EXPECT_EQ(read->partition, sent.partition);
+  }
+  EXPECT_EQ((StandbyStage{0, 4, "1,4,4,3"}.ToString()), "0/4/1,4,4,3");
+  for (const char* bad : {"", "1", "2/2", "-1/2", "1/x", "/2", "1/", "1/9999999", "a/2/5,5"}) {
+    EXPECT_FALSE(StandbyStage::Parse(bad)) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace mitra::contract

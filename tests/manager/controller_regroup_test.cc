@@ -118,6 +118,13 @@ TEST_F(ControllerRegroupTest, AGrowStartsItsNewWorkersFirstAndKeepsEveryone) {
   EXPECT_EQ(launch.kept.at(2).generation, kStandbyGeneration);
   EXPECT_EQ(launch.kept.at(3).generation, kStandbyGeneration);
   EXPECT_TRUE(Released().empty());
+  // Each was told the stage its place has, to build while it loads.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(standby[i].stage.has_value());
+    EXPECT_EQ(standby[i].stage->stages, launch.plan.stages);
+    EXPECT_EQ(standby[i].stage->stage, launch.plan.stage_map.PositionOf(2 + i).stage);
+    EXPECT_EQ(standby[i].stage->partition, launch.plan.partition);
+  }
   // The first step tells how many were kept and started.
   now_ += 0.5;
   RunParkingGeneration(7);
@@ -461,6 +468,7 @@ TEST_F(ControllerRecoveryParkTest, SparesStartWithTheJobTakeAFailedRanksPlaceAnd
   const auto spares = All<StartStandbyAction>();
   ASSERT_EQ(spares.size(), 1u);
   EXPECT_EQ(spares[0].machine.Address(), "127.0.0.2");
+  EXPECT_FALSE(spares[0].stage.has_value());  // meant for no stage in particular
   RunParkingGeneration(5);
   Feed(RankReport{kStandbyGeneration, spares[0].id, RankReport::Kind::kParked, -1});
   EXPECT_TRUE(All<ReleaseAction>().empty()) << "a spare is kept";

@@ -139,6 +139,36 @@ struct Generation {
   ResumeSummary summary;        // rank 0's
 };
 
+// A standby worker's segments, built ahead with the job's seed, are the ones its stage takes
+// (the same objects, so the same values), with no step's state; built with another seed, not.
+TEST(HeldState, AStageTakesTheSegmentsBuiltAheadWithItsSeed) {
+  const cutpoint::ModelSpec& spec = Spec();
+  const Result<cutpoint::Partition> partition =
+      cutpoint::MakePartition(cutpoint::PartitionMethod{}, spec.num_segments(), 2, {});
+  ASSERT_TRUE(partition.ok());
+  const int first = partition->FirstSegment(1);
+  HeldState held;
+  held.built_seed = kSeed;
+  held.built[first] = cutpoint::BuildSegment(spec, first, kSeed);
+  const cutpoint::Segment* built = held.built[first].get();
+  Stage stage(spec, *partition, 1, kSeed, &held);
+  EXPECT_EQ(stage.segments()[0].get(), built);
+  EXPECT_FALSE(stage.Adopted(first));  // its state comes from peers or the checkpoint
+  EXPECT_TRUE(held.built.empty());
+  const Stage fresh(spec, *partition, 1, kSeed);
+  ASSERT_EQ(stage.parameters().size(), fresh.parameters().size());
+  for (size_t i = 0; i < fresh.parameters().size(); ++i) {
+    EXPECT_TRUE(torch::equal(stage.parameters()[i].tensor, fresh.parameters()[i].tensor));
+  }
+
+  HeldState reseeded;
+  reseeded.built_seed = kSeed + 1;
+  reseeded.built[first] = cutpoint::BuildSegment(spec, first, kSeed + 1);
+  const Stage other(spec, *partition, 1, kSeed, &reseeded);
+  EXPECT_NE(other.segments()[0].get(), reseeded.built.at(first).get());
+  EXPECT_TRUE(torch::equal(other.parameters()[0].tensor, fresh.parameters()[0].tensor));
+}
+
 // Trains steps [first, end) in `stages` x `replicas`, ranks as threads, rank r starting from
 // `held[r]` (missing or empty: a new process) through ResumeFromPeers when first > 0 and
 // `exchange`.
