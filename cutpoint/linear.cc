@@ -1,5 +1,8 @@
 #include "cutpoint/linear.h"
 
+#include <unordered_map>
+#include <unordered_set>
+
 #include <torch/autograd.h>
 #include <torch/nn/functional/linear.h>
 
@@ -47,7 +50,10 @@ struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
       if (for_bias) Accumulate(bias, g.sum(0));
     };
     if (WeightGradients* into = deferred) {
-      into->Add(std::move(weights));
+      std::vector<torch::Tensor> params;
+      if (for_weight) params.push_back(weight);
+      if (for_bias) params.push_back(bias);
+      into->Add(std::move(weights), std::move(params));
     } else {
       weights();
     }
@@ -57,9 +63,36 @@ struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
 
 }  // namespace
 
-void WeightGradients::Run() {
-  for (auto& work : work_) work();
+void WeightGradients::Run(const std::function<void(const std::vector<torch::Tensor>&)>& done) {
+  std::unordered_map<const c10::TensorImpl*, size_t> last;  // parameter -> its last piece
+  for (size_t i = 0; i < work_.size(); ++i) {
+    for (const torch::Tensor& p : work_[i].params) last[p.unsafeGetTensorImpl()] = i;
+  }
+  for (size_t i = 0; i < work_.size(); ++i) {
+    work_[i].run();
+    if (!done) continue;
+    std::vector<torch::Tensor> whole;
+    for (const torch::Tensor& p : work_[i].params) {
+      auto it = last.find(p.unsafeGetTensorImpl());
+      if (it != last.end() && it->second == i) {
+        whole.push_back(p);
+        last.erase(it);  // once, even when a piece names it twice
+      }
+    }
+    if (!whole.empty()) done(whole);
+  }
   work_.clear();
+}
+
+std::vector<torch::Tensor> WeightGradients::Parameters() const {
+  std::vector<torch::Tensor> params;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const Work& work : work_) {
+    for (const torch::Tensor& p : work.params) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+    }
+  }
+  return params;
 }
 
 SplitBackward::SplitBackward(bool on) : previous_(split_backward) { split_backward = on; }

@@ -23,13 +23,23 @@ namespace mitra::cutpoint {
 // The weight-gradient work one B left behind, in the order its layers' backwards ran.
 class WeightGradients {
  public:
-  void Add(std::function<void()> work) { work_.push_back(std::move(work)); }
-  // Runs and drops the work: each gradient is added into its parameter's .grad.
-  void Run();
+  // `params`: the parameters whose .grad `work` adds into.
+  void Add(std::function<void()> work, std::vector<torch::Tensor> params) {
+    work_.push_back({std::move(work), std::move(params)});
+  }
+  // Runs and drops the work: each gradient is added into its parameter's .grad. After each
+  // piece, `done` (when set) gets the parameters no later piece adds into.
+  void Run(const std::function<void(const std::vector<torch::Tensor>&)>& done = {});
+  // The parameters the work adds into, each once.
+  std::vector<torch::Tensor> Parameters() const;
   bool empty() const { return work_.empty(); }
 
  private:
-  std::vector<std::function<void()>> work_;
+  struct Work {
+    std::function<void()> run;
+    std::vector<torch::Tensor> params;
+  };
+  std::vector<Work> work_;
 };
 
 // While alive on a thread, Linear layers that run forwards in grad mode build the splittable

@@ -7,7 +7,10 @@ namespace mitra::worker {
 GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::ProcessGroup* group,
                          Comm* comm, int64_t bucket_elements)
     : group_(group), comm_(comm) {
-  for (const auto& p : parameters) params_.push_back(p.tensor);
+  for (const auto& p : parameters) {
+    index_[p.tensor.unsafeGetTensorImpl()] = static_cast<int>(params_.size());
+    params_.push_back(p.tensor);
+  }
   slot_.resize(params_.size());
   filled_.assign(params_.size(), false);
   Bucket current;
@@ -59,6 +62,34 @@ void GradReducer::OnGradient(int param, const torch::Tensor& grad) {
   LaunchReadyBuckets();
 }
 
+void GradReducer::FillFromGrad(int param) {
+  if (filled_[param]) return;
+  auto [b, m] = slot_[param];
+  auto slice = buckets_[b].flat.narrow(0, buckets_[b].offsets[m], params_[param].numel());
+  const torch::Tensor& g = params_[param].grad();
+  if (g.defined()) slice.copy_(g.reshape({-1})); else slice.zero_();
+  filled_[param] = true;
+  ++buckets_[b].ready;
+}
+
+void GradReducer::FillAllBut(const std::vector<torch::Tensor>& pending) {
+  std::vector<bool> wait(params_.size(), false);
+  for (const torch::Tensor& t : pending) {
+    if (auto it = index_.find(t.unsafeGetTensorImpl()); it != index_.end()) wait[it->second] = true;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!wait[i]) FillFromGrad(static_cast<int>(i));
+  }
+  LaunchReadyBuckets();
+}
+
+void GradReducer::Fill(const std::vector<torch::Tensor>& params) {
+  for (const torch::Tensor& t : params) {
+    if (auto it = index_.find(t.unsafeGetTensorImpl()); it != index_.end()) FillFromGrad(it->second);
+  }
+  LaunchReadyBuckets();
+}
+
 void GradReducer::LaunchReadyBuckets() {
   while (next_launch_ < num_buckets() &&
          buckets_[next_launch_].ready == static_cast<int>(buckets_[next_launch_].members.size())) {
@@ -70,15 +101,7 @@ void GradReducer::LaunchReadyBuckets() {
 
 void GradReducer::Finish() {
   armed_ = false;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (filled_[i]) continue;
-    auto [b, m] = slot_[i];
-    auto slice = buckets_[b].flat.narrow(0, buckets_[b].offsets[m], params_[i].numel());
-    const torch::Tensor& g = params_[i].grad();
-    if (g.defined()) slice.copy_(g.reshape({-1})); else slice.zero_();
-    filled_[i] = true;
-    ++buckets_[b].ready;
-  }
+  for (size_t i = 0; i < params_.size(); ++i) FillFromGrad(static_cast<int>(i));
   LaunchReadyBuckets();
   for (int b = 0; b < num_buckets(); ++b) {
     Bucket& bucket = buckets_[b];

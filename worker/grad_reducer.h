@@ -8,9 +8,16 @@
 // collectives in the same order. The all-reduce is a SUM: the loss is already normalised by the
 // global batch.
 //
+// Under a zero-bubble schedule a backward is a B and a W (cutpoint/linear.h), and a parameter's
+// gradient may come in two parts, one computed in B and one left for W: no hook can tell when it
+// is whole. There the runtime says instead: after the step's final B, every parameter but those
+// its W still adds to is whole (FillAllBut); during the step's last W, each parameter once no
+// later work of it adds to it (Fill). Their buckets start then.
+//
 // Used by the training thread only (autograd runs CPU hooks on the calling thread).
 #pragma once
 
+#include <unordered_map>
 #include <vector>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -32,11 +39,17 @@ class GradReducer {
 
   // The next backward is the step's last one: feed its gradients to the buckets.
   void Arm() { armed_ = true; }
+  // Split backwards (never armed): the gradients of every parameter except `pending`, or of
+  // `params`, are whole in their .grad: into their buckets, and full buckets start.
+  void FillAllBut(const std::vector<torch::Tensor>& pending);
+  void Fill(const std::vector<torch::Tensor>& params);
   // Starts what the hooks did not (parameters without a gradient this step), waits for every
   // bucket, and writes the reduced gradients back into the parameters' .grad.
   void Finish();
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Buckets whose all-reduce has started this step.
+  int buckets_started() const { return next_launch_; }
 
  private:
   struct Bucket {
@@ -48,9 +61,12 @@ class GradReducer {
   };
 
   void OnGradient(int param, const torch::Tensor& grad);
+  // Copies parameter `param`'s .grad (zeros when it has none) into its bucket, once.
+  void FillFromGrad(int param);
   void LaunchReadyBuckets();
 
   std::vector<torch::Tensor> params_;
+  std::unordered_map<const c10::TensorImpl*, int> index_;  // params_[i]'s impl -> i
   std::vector<unsigned> hooks_;  // params_[i]'s hook, to remove
   std::vector<std::pair<int, int>> slot_;  // param -> (bucket, member index)
   std::vector<bool> filled_;

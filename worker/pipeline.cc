@@ -34,7 +34,8 @@ class Executor {
         mbs_(num_micro_batches), weights_(num_micro_batches), micro_batch_(micro_batch),
         metrics_(metrics), sums_(metrics ? metrics->size() + 1 : 0, 0.0) {}
 
-  void Execute(const planner::Instruction& ins, bool final_backward) {
+  // `final_backward`: the step's last B (or backward); `final_weights`: its last W.
+  void Execute(const planner::Instruction& ins, bool final_backward, bool final_weights = false) {
     MicroBatchState& mb = mbs_[ins.micro_batch];
     switch (ins.op) {
       case Op::kRecvActivations:
@@ -93,15 +94,22 @@ class Executor {
         Backward(mb);
         break;
       case Op::kBackwardInput: {
-        // The reducer takes what B produces; the deferred weight gradients it finds unreduced
-        // at the step's end (GradReducer::Finish).
-        if (final_backward && ctx_.reducer) ctx_.reducer->Arm();
-        cutpoint::DeferWeightGradients defer(&weights_[ins.micro_batch]);
-        Backward(mb);
+        cutpoint::WeightGradients& weights = weights_[ins.micro_batch];
+        {
+          cutpoint::DeferWeightGradients defer(&weights);
+          Backward(mb);
+        }
+        // Whole now: every gradient but those the W's still add to (GradReducer's comment).
+        if (final_backward && ctx_.reducer) ctx_.reducer->FillAllBut(weights.Parameters());
         break;
       }
       case Op::kBackwardWeight:
-        weights_[ins.micro_batch].Run();
+        if (final_weights && ctx_.reducer) {
+          weights_[ins.micro_batch].Run(
+              [this](const std::vector<torch::Tensor>& whole) { ctx_.reducer->Fill(whole); });
+        } else {
+          weights_[ins.micro_batch].Run();
+        }
         break;
       case Op::kSendGradients: {
         std::vector<torch::Tensor> grads;
@@ -181,11 +189,12 @@ class Executor {
 
 double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::Instruction>& schedule,
                        int num_micro_batches, const MicroBatchFn& micro_batch) {
-  size_t last_backward = 0;
+  size_t last_backward = 0, last_weights = schedule.size();
   bool split = false;
   for (size_t i = 0; i < schedule.size(); ++i) {
     const Op op = schedule[i].op;
     if (op == Op::kBackward || op == Op::kBackwardInput) last_backward = i;
+    if (op == Op::kBackwardWeight) last_weights = i;
     split = split || op == Op::kBackwardInput;
   }
   Executor executor(ctx, num_micro_batches, micro_batch, /*metrics=*/nullptr, split);
@@ -196,7 +205,7 @@ double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::In
                       std::to_string(schedule[i].micro_batch) + ": a peer failed");
     }
     const auto start = StepTrace::Clock::now();
-    executor.Execute(schedule[i], i == last_backward);
+    executor.Execute(schedule[i], i == last_backward, i == last_weights);
     const auto end = StepTrace::Clock::now();
     if (ctx.trace != nullptr) {
       ctx.trace->Add(std::string(planner::OpName(schedule[i].op)) +

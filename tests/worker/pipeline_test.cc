@@ -55,14 +55,16 @@ cutpoint::Activations GlobalMicroBatch(int64_t j) {
 struct StepOutcome {
   double loss = 0;                             // mean over the batch
   std::map<std::string, torch::Tensor> grads;  // by qualified name
+  // With data parallelism, on each rank: buckets, and those started before the schedule ended.
+  std::vector<std::pair<int, int>> buckets_started;
 };
 
 // The reference: the whole model over the whole batch in this thread, the loss divided by B.
-StepOutcome OneThread() {
-  Stage whole(Spec(), cutpoint::Partition{{kSegments}}, 0, /*seed=*/1);
+StepOutcome OneThread(const cutpoint::ModelSpec& spec = Spec()) {
+  Stage whole(spec, cutpoint::Partition{{kSegments}}, 0, /*seed=*/1);
   static const testing::TinyDataset data(64);
   const cutpoint::Activations batch = testing::TinyBatch(data, 0, kBatch);
-  torch::Tensor loss = Spec().loss(whole.Forward(batch, {}), batch) / kBatch;
+  torch::Tensor loss = spec.loss(whole.Forward(batch, {}), batch) / kBatch;
   loss.backward();
   StepOutcome out;
   out.loss = loss.item<double>();
@@ -88,14 +90,16 @@ cutpoint::Activations RightFeed(int64_t first, int i) { return GlobalMicroBatch(
 
 // One training step of `shape` in threads: the replicas' losses summed, and the gradients of
 // every rank's parameters after the data-parallel reduction (one entry per replica and name).
-std::vector<StepOutcome> RunShape(const Shape& shape, const Feed& feed = RightFeed) {
+// The model: `model`, else TinyMlp (splittable under zb-h1).
+std::vector<StepOutcome> RunShape(const Shape& shape, const Feed& feed = RightFeed,
+                                  const cutpoint::ModelSpec* model = nullptr) {
   const int micro_batches = static_cast<int>(kBatch / kMicroBatch) / shape.replicas;
   const cutpoint::Partition partition =
       *cutpoint::MakePartition("uniform", kSegments, shape.stages);
   std::vector<StepOutcome> replicas(shape.replicas);
   std::mutex mu;
   const cutpoint::ModelSpec& spec =
-      shape.schedule == planner::ScheduleKind::kZbH1 ? SplittableSpec() : Spec();
+      model ? *model : shape.schedule == planner::ScheduleKind::kZbH1 ? SplittableSpec() : Spec();
   testing::RunWithComms(shape.stages, shape.replicas, [&](const Placement& p, Comm& comm) {
     const int s = p.stage(), d = p.replica();
     Stage stage(spec, partition, s, /*seed=*/1);
@@ -119,8 +123,10 @@ std::vector<StepOutcome> RunShape(const Shape& shape, const Feed& feed = RightFe
       return feed(ctx.first_micro_batch, i);
     });
     comm.WaitSends();
+    const int started = reducer ? reducer->buckets_started() : 0;
     if (reducer) reducer->Finish();
     std::lock_guard<std::mutex> lock(mu);
+    if (reducer) replicas[d].buckets_started.emplace_back(reducer->num_buckets(), started);
     replicas[d].loss += loss;
     for (const NamedTensor& param : stage.parameters()) {
       replicas[d].grads[param.name] = param.tensor.grad().clone();
@@ -203,6 +209,50 @@ TEST(SplitBackward, BLeavesTheWeightGradientsToW) {
 
 // Outside a zero-bubble schedule's forward the layer is torch's own: no function of mitra's in
 // the graph, every gradient in the one backward.
+// x -> tanh(linear(x, W, b) + x W^T / 4): W's gradient comes in two parts, one computed in B
+// (autograd's, through the plain product) and one left for W (cutpoint::linear's).
+class TwiceUsedWeight : public cutpoint::Segment {
+ public:
+  explicit TwiceUsedWeight(int salt) : dense_(salt, /*splittable=*/true) {
+    register_module("dense", dense_);
+  }
+  cutpoint::Activations Forward(const cutpoint::Activations& inputs) override {
+    const torch::Tensor& x = inputs.at("x");
+    const torch::Tensor weight = dense_->named_parameters()["weight"];
+    const torch::Tensor bias = dense_->named_parameters()["bias"];
+    return {{"x", torch::tanh(cutpoint::linear(x, weight, bias) + 0.25 * x.mm(weight.t()))}};
+  }
+
+ private:
+  torch::nn::ModuleHolder<testing::DenseSegment> dense_{nullptr};
+};
+
+// Data parallelism under zb-h1 reduces such a weight's gradient after both parts: a bucket
+// started from the B part alone would reduce a gradient W then adds to, unreduced.
+TEST(PipelineStepZb, AWeightWithGradientsFromBAndWIsReducedWhole) {
+  static const cutpoint::ModelSpec spec = [] {
+    cutpoint::ModelSpec s = testing::TinyMlp(kSegments);
+    for (int i = 0; i < kSegments; ++i) {
+      s.segments[i].factory = [i] { return std::make_shared<TwiceUsedWeight>(i); };
+    }
+    return s;
+  }();
+  const StepOutcome expected = OneThread(spec);
+  for (const Shape& shape : {Shape{1, 1, planner::ScheduleKind::kZbH1},
+                             Shape{2, 1, planner::ScheduleKind::kZbH1},
+                             Shape{1, 2, planner::ScheduleKind::kZbH1},
+                             Shape{2, 2, planner::ScheduleKind::kZbH1},
+                             Shape{2, 2, planner::ScheduleKind::k1F1B}}) {
+    const std::vector<StepOutcome> got = RunShape(shape, RightFeed, &spec);
+    EXPECT_LT(WorstDifference(got, expected), kTolerance) << shape.stages << "x" << shape.replicas;
+    // Every bucket started within the schedule, the last ones as the last W made them whole,
+    // not when the step's reduction is finished.
+    for (const StepOutcome& replica : got) {
+      for (const auto& [buckets, started] : replica.buckets_started) EXPECT_EQ(started, buckets);
+    }
+  }
+}
+
 TEST(SplitBackward, WithoutTheScopeTheLayerIsTorchsLinear) {
   auto weight = torch::randn({3, 4}, torch::kFloat64).requires_grad_(true);
   auto x = torch::randn({5, 4}, torch::kFloat64);
