@@ -172,6 +172,19 @@ TEST_F(PythonElastic, AShrinkParksAndKeepsThePythonWorkersAndLosesNoStep) {
   testing::ExpectNoProcessLeft(run_dir_);
 }
 
+// The new workers of a grow are Python processes too: each builds its stage's Python segments
+// while it waits, and takes its state from a peer.
+TEST_F(PythonElastic, AGrowStartsPythonWorkersFirstAndLosesNoStep) {
+  const testing::ElasticJob job = testing::PythonGptJob(16, 120);
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  auto mitra = Start(job, "localhost slots=2\n", 2);
+  ASSERT_TRUE(mitra);
+  const testing::MitraResult r = GrowToFourSlots(*mitra);
+  EXPECT_NE(r.out.find("state: 2 kept, 2 from peers"), std::string::npos) << r.out;
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  testing::ExpectNoProcessLeft(run_dir_);
+}
+
 TEST_F(PythonElastic, AKilledPythonWorkerIsRecoveredWithEverySampleOnce) {
   const testing::ElasticJob job = testing::PythonGptJob(16, 40);
   ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());

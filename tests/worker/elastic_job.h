@@ -97,6 +97,25 @@ class ElasticRun : public ::testing::Test {
     return r;
   }
 
+  // Grows a 2-stage job started on `localhost slots=2` to `slots=4` after its second step: mitra
+  // run's result, checked to have ended well after a grow into 2 x 2 that started its two new
+  // workers first, each building its stage's segments while it waited, and kept everyone.
+  MitraResult GrowToFourSlots(MitraProcess& mitra) {
+    EXPECT_TRUE(mitra.WaitForStdout("step 2/", 120)) << mitra.Stdout() << mitra.Stderr();
+    RewriteFile(tmp_, "machines.txt", "localhost slots=4\n");
+    MitraResult r = mitra.Wait(180);
+    EXPECT_EQ(r.exit_code, 0) << r.output();
+    EXPECT_NE(r.out.find("starting 2 new workers first"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 2"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("4 workers kept, 0 started"), std::string::npos) << r.out;
+    for (const std::string id : {"0", "1"}) {
+      const std::string log = ReadFileOrEmpty(run_dir_ + "/logs/standby-" + id + ".log");
+      EXPECT_NE(log.find("standby: built segments"), std::string::npos) << log;
+    }
+    return r;
+  }
+
   TempDir tmp_;
   std::string machines_;
   const std::string run_dir_ = tmp_.Path("run");

@@ -119,13 +119,7 @@ TEST_F(ElasticGpt, WithoutRegroupingAShrinkRestartsEveryWorkerAndTrainsTheSame) 
 TEST_F(ElasticGpt, GrowingTheMachineListStartsTheNewWorkersFirstAndKeepsEveryone) {
   auto mitra = Start("localhost slots=2\n", 2, {}, kLongJob);
   ASSERT_TRUE(mitra);
-  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
-  RewriteFile(tmp_, "machines.txt", "localhost slots=4\n");
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
-  EXPECT_NE(r.out.find("starting 2 new workers first"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("4 workers kept, 0 started"), std::string::npos) << r.out;
+  const testing::MitraResult r = GrowToFourSlots(*mitra);
   // The new workers received their stages from the old ones, not from storage.
   EXPECT_NE(r.out.find("state: 2 kept, 2 from peers"), std::string::npos) << r.out;
   EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1, 2, 3}));
