@@ -85,21 +85,31 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
     return Status::InvalidArgument("backend 'nccl' moves CUDA tensors: use --device cuda with it, "
                                    "or --backend gloo for stages on the CPU");
   }
-  SamplerFactory make_sampler = options->custom_sampler;
-  if (!make_sampler) make_sampler = MakeSamplerFactory(options->sampler);
-
   std::unique_ptr<Runtime> rt(new Runtime(spec, std::move(dataset), placement, *options));
-  RuntimeOptions& opts = rt->options_;
   rt->device_ = *device;
+  if (Status s = rt->SetUpLossScaling(); !s.ok()) return s;
+  if (Status s = rt->PlanSteps(); !s.ok()) return s;
+  if (Status s = rt->BuildStage(held); !s.ok()) return s;
+  if (Status s = rt->SetUpOptimizer(held); !s.ok()) return s;
+  rt->Connect();  // throws PeerError
+  return rt;
+}
+
+Status Runtime::SetUpLossScaling() {
+  RuntimeOptions& opts = options_;
   if (opts.precision == Precision::kFp16) opts.loss_scaler.enabled = true;
-  if (opts.loss_scaler.enabled) {
-    if (!(opts.loss_scaler.initial_scale >= 1) || opts.loss_scaler.growth_interval < 1) {
-      return Status::InvalidArgument("the loss scale must start at 1 or more and grow after 1 "
-                                     "or more good steps");
-    }
-    rt->scaler_ = std::make_unique<LossScaler>(opts.loss_scaler);
+  if (!opts.loss_scaler.enabled) return Status::Ok();
+  if (!(opts.loss_scaler.initial_scale >= 1) || opts.loss_scaler.growth_interval < 1) {
+    return Status::InvalidArgument("the loss scale must start at 1 or more and grow after 1 "
+                                   "or more good steps");
   }
-  const int stages = placement.num_stages(), replicas = placement.num_replicas();
+  scaler_ = std::make_unique<LossScaler>(opts.loss_scaler);
+  return Status::Ok();
+}
+
+Status Runtime::PlanSteps() {
+  const RuntimeOptions& opts = options_;
+  const int stages = placement_.num_stages(), replicas = placement_.num_replicas();
   if (opts.global_batch < 1) return Status::InvalidArgument("the global batch must be >= 1");
   if (opts.chunk_size < 1) return Status::InvalidArgument("the micro-batch size must be >= 1");
   const int64_t micro_batches = planner::NumMicroBatches(opts.global_batch, opts.chunk_size);
@@ -110,69 +120,75 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
         " micro-batches, fewer than the " + std::to_string(replicas) +
         " data-parallel replicas: use a smaller micro-batch or a larger batch");
   }
-  if (rt->dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
+  if (dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
   const bool by_params = opts.partition.kind == cutpoint::PartitionMethod::Kind::kParams;
   auto partition = cutpoint::MakePartition(
-      opts.partition, spec.num_segments(), stages,
-      by_params ? cutpoint::CountSegmentParameters(spec) : std::vector<int64_t>{});
+      opts.partition, spec_.num_segments(), stages,
+      by_params ? cutpoint::CountSegmentParameters(spec_) : std::vector<int64_t>{});
   if (!partition.ok()) return partition.status();
-  rt->partition_ = *partition;
+  partition_ = *partition;
 
-  rt->share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, replicas, placement.replica());
-  rt->schedule_ = planner::BuildSchedule(opts.schedule, stages, placement.stage(),
-                                         static_cast<int>(rt->share_.micro_batches),
-                                         opts.recompute);
-  rt->sampler_ = make_sampler(rt->dataset_->Size(), opts.seed);
-  if (!rt->sampler_) return Status::InvalidArgument("the program's sampler factory returned none");
+  share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, replicas, placement_.replica());
+  schedule_ = planner::BuildSchedule(opts.schedule, stages, placement_.stage(),
+                                     static_cast<int>(share_.micro_batches), opts.recompute);
+  const SamplerFactory make_sampler =
+      opts.custom_sampler ? opts.custom_sampler : MakeSamplerFactory(opts.sampler);
+  sampler_ = make_sampler(dataset_->Size(), opts.seed);
+  if (!sampler_) return Status::InvalidArgument("the program's sampler factory returned none");
+  return Status::Ok();
+}
 
-  rt->stage_ = std::make_unique<Stage>(spec, rt->partition_, placement.stage(), opts.seed, held,
-                                       placement.resume_step);
-  rt->completed_steps_ = placement.resume_step;
-  rt->restored_ = placement.resume_step == 0;  // the initial values are step 0's state
+Status Runtime::BuildStage(HeldState* held) {
+  stage_ = std::make_unique<Stage>(spec_, partition_, placement_.stage(), options_.seed, held,
+                                   placement_.resume_step);
+  completed_steps_ = placement_.resume_step;
+  restored_ = placement_.resume_step == 0;  // the initial values are step 0's state
   // Built on the CPU (the same initial values in every shape and on every device), then moved
   // before the optimizer makes its state, so that the state is born on the device too. Module::to
   // keeps the parameter tensors' identities: the stage's handles stay valid.
-  if (!rt->device_.is_cpu()) {
-    for (const auto& segment : rt->stage_->segments()) segment->to(rt->device_);
+  if (!device_.is_cpu()) {
+    for (const auto& segment : stage_->segments()) segment->to(device_);
   }
-  for (int i = rt->stage_->first_segment(); i < rt->stage_->end_segment(); ++i) {
-    const auto& segment = *rt->stage_->segments()[i - rt->stage_->first_segment()];
-    if (Status s = cutpoint::CheckMicroBatchIndependence(spec, i, segment); !s.ok()) return s;
+  for (int i = stage_->first_segment(); i < stage_->end_segment(); ++i) {
+    const auto& segment = *stage_->segments()[i - stage_->first_segment()];
+    if (Status s = cutpoint::CheckMicroBatchIndependence(spec_, i, segment); !s.ok()) return s;
   }
-  auto tied = TiedWeights::Create(spec, rt->partition_, rt->placement_, *rt->stage_);
+  auto tied = TiedWeights::Create(spec_, partition_, placement_, *stage_);
   if (!tied.ok()) return tied.status();
-  rt->tied_ = std::make_unique<TiedWeights>(std::move(*tied));
+  tied_ = std::make_unique<TiedWeights>(std::move(*tied));
+  return Status::Ok();
+}
 
-  if (opts.zero != 0 && opts.zero != 1) {
-    return Status::InvalidArgument("--zero " + std::to_string(opts.zero) +
+Status Runtime::SetUpOptimizer(HeldState* held) {
+  const int zero = options_.zero;
+  if (zero != 0 && zero != 1) {
+    return Status::InvalidArgument("--zero " + std::to_string(zero) +
                                    ": mitra shards optimizer state only (ZeRO stage 1): use 0 or 1");
   }
-  rt->sharded_ = opts.zero == 1 && replicas > 1;
+  sharded_ = zero == 1 && placement_.num_replicas() > 1;
   std::vector<torch::Tensor> params;
-  for (size_t i = 0; i < rt->stage_->parameters().size(); ++i) {
-    if (!rt->KeepsOptimizerStateOf(rt->stage_->SegmentOfParameter(i))) continue;
-    params.push_back(rt->stage_->parameters()[i].tensor);
+  for (size_t i = 0; i < stage_->parameters().size(); ++i) {
+    if (!KeepsOptimizerStateOf(stage_->SegmentOfParameter(i))) continue;
+    params.push_back(stage_->parameters()[i].tensor);
   }
-  auto optimizer = MakeOptimizer(opts.optimizer, params);
+  auto optimizer = MakeOptimizer(options_.optimizer, params);
   if (!optimizer.ok()) return optimizer.status();
-  rt->optimizer_ = std::move(*optimizer);
-  if (held != nullptr) {
-    if (Status s = rt->AdoptOptimizerState(*held); !s.ok()) return s;
-  }
+  optimizer_ = std::move(*optimizer);
+  return held != nullptr ? AdoptOptimizerState(*held) : Status::Ok();
+}
 
-  rt->comm_ = Comm::Connect(placement, opts.backend, rt->device_);  // throws PeerError
-  if (rt->comm_->data_parallel()) {
-    rt->reducer_ = std::make_unique<GradReducer>(rt->stage_->parameters(),
-                                                 rt->comm_->data_parallel(), rt->comm_.get(),
-                                                 opts.bucket_elements);
+void Runtime::Connect() {
+  comm_ = Comm::Connect(placement_, options_.backend, device_);
+  if (comm_->data_parallel()) {
+    reducer_ = std::make_unique<GradReducer>(stage_->parameters(), comm_->data_parallel(),
+                                             comm_.get(), options_.bucket_elements);
   }
-  rt->buffer_sync_ = BufferSync::Create(*rt->stage_, rt->comm_.get());
+  buffer_sync_ = BufferSync::Create(*stage_, comm_.get());
   // A fresh start makes the copies of a tied weight equal. A resume must not: every copy gets
   // its own state of the resume step (kept, from a peer, from the checkpoint), and the first
   // copy may be a new process's initial values until then.
-  if (placement.resume_step == 0) rt->tied_->SyncInitialValues(*rt->comm_);
-  return rt;
+  if (placement_.resume_step == 0) tied_->SyncInitialValues(*comm_);
 }
 
 std::vector<int64_t> Runtime::Indices(int64_t step, int64_t offset, int64_t count) {

@@ -207,6 +207,17 @@ class Runtime {
   Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset> dataset,
           const Placement& placement, const RuntimeOptions& options);
 
+  // Create's steps, in order, each on what the ones before set up: the loss scaler (fp16, or
+  // asked for); the partition, this replica's share of the batch, the schedule and the sampler,
+  // after checking the batch; the stage (from `held` what it holds), on the device, with its
+  // tied weights; the optimizer over the parameters whose state this rank keeps; the groups
+  // (blocks until every rank joined; throws PeerError), the reducer and the buffers' sync.
+  Status SetUpLossScaling();
+  Status PlanSteps();
+  Status BuildStage(HeldState* held);
+  Status SetUpOptimizer(HeldState* held);
+  void Connect();
+
   // Step() without the buffers' restore on a PeerError.
   StepResult TrainStep(int64_t step, const std::function<StopWish()>& stop_requested);
   // After the step's all-reduce (`totals`: squared norm, loss, stop and hold wishes): the
