@@ -175,7 +175,7 @@ torch::Tensor PackedBuffer(const std::vector<TensorSpec>& specs, const std::vect
   return torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8));
 }
 
-// One segment on its way out: its tensors, and the messages posted for it (kept until sent).
+// One segment on its way out: its tensors and what its header says of them.
 struct Outgoing {
   SegmentTransfer transfer;
   Payload payload;
