@@ -108,4 +108,11 @@ std::vector<int64_t> CountSegmentParameters(const ModelSpec& spec) {
   return counts;
 }
 
+Result<Partition> PartitionModel(const ModelSpec& spec, const PartitionMethod& method,
+                                 int num_stages) {
+  const bool by_params = method.kind == PartitionMethod::Kind::kParams;
+  return MakePartition(method, spec.num_segments(), num_stages,
+                       by_params ? CountSegmentParameters(spec) : std::vector<int64_t>{});
+}
+
 }  // namespace mitra::cutpoint

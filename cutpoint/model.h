@@ -26,6 +26,7 @@
 
 #include "mitra/common/status.h"
 #include "mitra/cutpoint/activations.h"
+#include "mitra/cutpoint/partition.h"
 
 namespace mitra::cutpoint {
 
@@ -119,5 +120,10 @@ Status CheckMicroBatchIndependence(const ModelSpec& spec, int index, const Segme
 // Parameter count of every segment. Builds each segment once, one at a time, and frees it:
 // only the `params` partition method needs this, and only at start-up.
 std::vector<int64_t> CountSegmentParameters(const ModelSpec& spec);
+
+// The partition of `spec`'s segments into `num_stages` stages by `method` (MakePartition),
+// counting the segments' parameters only when the method needs them.
+Result<Partition> PartitionModel(const ModelSpec& spec, const PartitionMethod& method,
+                                 int num_stages);
 
 }  // namespace mitra::cutpoint

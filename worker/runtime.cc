@@ -122,10 +122,7 @@ Status Runtime::PlanSteps() {
   }
   if (dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
-  const bool by_params = opts.partition.kind == cutpoint::PartitionMethod::Kind::kParams;
-  auto partition = cutpoint::MakePartition(
-      opts.partition, spec_.num_segments(), stages,
-      by_params ? cutpoint::CountSegmentParameters(spec_) : std::vector<int64_t>{});
+  auto partition = cutpoint::PartitionModel(spec_, opts.partition, stages);
   if (!partition.ok()) return partition.status();
   partition_ = *partition;
 

@@ -18,7 +18,6 @@
 
 #include "checkpoint/store.h"
 #include "mitra/contract/placement.h"
-#include "mitra/cutpoint/partition.h"
 #include "worker/checkpointer.h"
 #include "worker/comm.h"
 #include "mitra/worker/stage.h"
@@ -212,10 +211,8 @@ void Trainer::BuildAhead() {
     if (!planned.ok()) return;  // the placement will say so
     method = *planned;
   }
-  const bool by_params = method.kind == cutpoint::PartitionMethod::Kind::kParams;
-  const Result<cutpoint::Partition> partition = cutpoint::MakePartition(
-      method, spec_.num_segments(), hint->stages,
-      by_params ? cutpoint::CountSegmentParameters(spec_) : std::vector<int64_t>{});
+  const Result<cutpoint::Partition> partition =
+      cutpoint::PartitionModel(spec_, method, hint->stages);
   if (!partition.ok()) return;
   held_ = std::make_unique<HeldState>();
   held_->built_seed = options_.runtime.seed;
