@@ -7,6 +7,7 @@
 
 #include "common/duration_text.h"
 #include "common/free_port.h"
+#include "common/strings.h"
 #include "contract/precision.h"
 #include "contract/variables.h"
 
@@ -126,21 +127,16 @@ std::optional<StandbyStage> StandbyStage::Parse(const std::string& text) {
   const size_t slash = text.find('/');
   if (slash == std::string::npos) return std::nullopt;
   const size_t second = text.find('/', slash + 1);
-  StandbyStage hint;
+  const std::string_view all(text);
+  const std::optional<int64_t> stage = ParseInt64(all.substr(0, slash));
+  const std::optional<int64_t> stages =
+      ParseInt64(all.substr(slash + 1, second == std::string::npos ? std::string::npos
+                                                                   : second - slash - 1));
+  if (!stage || !stages || *stage < 0 || *stage >= *stages || *stages > (1 << 20)) {
+    return std::nullopt;
+  }
+  StandbyStage hint{static_cast<int>(*stage), static_cast<int>(*stages), ""};
   if (second != std::string::npos) hint.partition = text.substr(second + 1);
-  const std::string stage = text.substr(0, slash);
-  const std::string stages = text.substr(slash + 1, second == std::string::npos
-                                                        ? std::string::npos
-                                                        : second - slash - 1);
-  const auto whole = [](const std::string& s, int* out) {
-    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) {
-      return false;
-    }
-    *out = std::stoi(s);
-    return true;
-  };
-  if (!whole(stage, &hint.stage) || !whole(stages, &hint.stages)) return std::nullopt;
-  if (hint.stage >= hint.stages) return std::nullopt;
   return hint;
 }
 
