@@ -64,13 +64,17 @@ struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
 }  // namespace
 
 void WeightGradients::Run(const std::function<void(const std::vector<torch::Tensor>&)>& done) {
+  if (!done) {  // every W but the step's last: nobody listens
+    for (Work& work : work_) work.run();
+    work_.clear();
+    return;
+  }
   std::unordered_map<const c10::TensorImpl*, size_t> last;  // parameter -> its last piece
   for (size_t i = 0; i < work_.size(); ++i) {
     for (const torch::Tensor& p : work_[i].params) last[p.unsafeGetTensorImpl()] = i;
   }
   for (size_t i = 0; i < work_.size(); ++i) {
     work_[i].run();
-    if (!done) continue;
     std::vector<torch::Tensor> whole;
     for (const torch::Tensor& p : work_[i].params) {
       auto it = last.find(p.unsafeGetTensorImpl());
