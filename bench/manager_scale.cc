@@ -147,6 +147,93 @@ JsonObject ReactionJson(const Meter::Reaction& r) {
   return o;
 }
 
+// Meters the loop's events through `options` (the time and CPU each kind costs, the largest)
+// and, through `fake`, the signals that answer the list edit and the failure.
+void Watch(Meter* meter, RunLoopOptions* options, FakeTransports* fake) {
+  std::function<std::optional<Event>(double)> simulate = options->next_event;
+  options->next_event = [meter, simulate](double wait_s) {
+    const double enter_cpu = ThreadCpuSeconds();
+    if (meter->last_return_cpu >= 0) {
+      const double spent = enter_cpu - meter->last_return_cpu;
+      meter->count[meter->last_kind] += 1;
+      meter->cpu_s[meter->last_kind] += spent;
+      if (spent > meter->max_event_s) {
+        meter->max_event_s = spent;
+        meter->max_event_kind = kKindNames[meter->last_kind];
+      }
+    }
+    std::optional<Event> event = simulate(wait_s);
+    meter->last_kind = KindOf(event);
+    if (meter->last_kind == kListEdit && meter->edit.at < 0) {
+      meter->edit.at = SteadySeconds();
+      meter->open = &meter->edit;
+    } else if (meter->last_kind == kExit && meter->failure.at < 0 && meter->edit.signals > 0 &&
+               meter->open == nullptr) {
+      const WorkerEvent& w = std::get<WorkerEvent>(*event);
+      if (w.event.exit.exit_code == 1) {
+        meter->failure.at = SteadySeconds();
+        meter->open = &meter->failure;
+      }
+    }
+    meter->last_return_cpu = ThreadCpuSeconds();
+    meter->fake_cpu_s += meter->last_return_cpu - enter_cpu;
+    return event;
+  };
+  fake->on_signal = [meter](const std::string&, int, int) {
+    if (meter->open == nullptr) return;
+    const double now = SteadySeconds();
+    if (meter->open->first_signal < 0) meter->open->first_signal = now;
+    meter->open->last_signal = now;
+    meter->open->signals += 1;
+  };
+}
+
+// The job's line: events and their CPU, per kind and at most, the reactions to the edit and
+// the failure, `mitra status`'s cost, the run's records and the process's memory and threads.
+JsonObject JobLine(const Meter& meter, int machines, int ranks, int code, double simulated_s,
+                   double wall_s, const std::vector<double>& status_s, size_t status_bytes,
+                   size_t events_jsonl_bytes) {
+  int64_t events = 0;
+  double loop_cpu_s = 0;
+  for (int k = 0; k < kKinds; ++k) {
+    events += meter.count[k];
+    loop_cpu_s += meter.cpu_s[k];
+  }
+  JsonObject line;
+  line.SetString("bench", "manager_scale")
+      .SetString("what", "job")
+      .SetInt("machines", machines)
+      .SetInt("ranks", ranks)
+      .SetInt("exit_code", code)
+      .SetNumber("simulated_s", simulated_s)
+      .SetInt("events", events)
+      .SetNumber("events_per_simulated_s", static_cast<double>(events) / simulated_s)
+      .SetNumber("loop_cpu_s", loop_cpu_s)
+      .SetNumber("events_per_cpu_s", static_cast<double>(events) / loop_cpu_s)
+      // The share of one core the manager's loop needs to keep up with the simulated job.
+      .SetNumber("core_share", loop_cpu_s / simulated_s);
+  JsonObject per_kind;
+  for (int k = 0; k < kKinds; ++k) {
+    if (meter.count[k] == 0) continue;
+    per_kind.SetNumber(kKindNames[k], meter.cpu_s[k] / static_cast<double>(meter.count[k]) * 1e6);
+  }
+  double status_mean_s = 0;
+  for (const double s : status_s) status_mean_s += s / static_cast<double>(status_s.size());
+  line.Set("us_per_event", JsonValue::Raw(per_kind.ToJson()))
+      .SetNumber("max_event_ms", meter.max_event_s * 1e3)
+      .SetString("max_event_kind", meter.max_event_kind)
+      .Set("edit_to_signals", JsonValue::Raw(ReactionJson(meter.edit).ToJson()))
+      .Set("failure_to_signals", JsonValue::Raw(ReactionJson(meter.failure).ToJson()))
+      .SetNumber("status_request_ms", status_mean_s * 1e3)
+      .SetInt("status_bytes", static_cast<int64_t>(status_bytes / std::max<size_t>(1, status_s.size())))
+      .SetNumber("simulation_cpu_s", meter.fake_cpu_s)
+      .SetNumber("wall_s", wall_s)
+      .SetInt("events_jsonl_bytes", static_cast<int64_t>(events_jsonl_bytes))
+      .SetInt("peak_rss_kib", ProcStatus("VmHWM"))
+      .SetInt("threads", ProcStatus("Threads"));
+  return line;
+}
+
 // One job at `machines` x `slots`; prints its line and returns it.
 JsonObject RunJob(const Flags& flags, int machines) {
   const int ranks = machines * flags.slots;
@@ -180,42 +267,7 @@ JsonObject RunJob(const Flags& flags, int machines) {
   fake.Attach(&options);
 
   Meter meter;
-  std::function<std::optional<Event>(double)> simulate = options.next_event;
-  options.next_event = [&meter, simulate](double wait_s) {
-    const double enter_cpu = ThreadCpuSeconds();
-    if (meter.last_return_cpu >= 0) {
-      const double spent = enter_cpu - meter.last_return_cpu;
-      meter.count[meter.last_kind] += 1;
-      meter.cpu_s[meter.last_kind] += spent;
-      if (spent > meter.max_event_s) {
-        meter.max_event_s = spent;
-        meter.max_event_kind = kKindNames[meter.last_kind];
-      }
-    }
-    std::optional<Event> event = simulate(wait_s);
-    meter.last_kind = KindOf(event);
-    if (meter.last_kind == kListEdit && meter.edit.at < 0) {
-      meter.edit.at = SteadySeconds();
-      meter.open = &meter.edit;
-    } else if (meter.last_kind == kExit && meter.failure.at < 0 && meter.edit.signals > 0 &&
-               meter.open == nullptr) {
-      const WorkerEvent& w = std::get<WorkerEvent>(*event);
-      if (w.event.exit.exit_code == 1) {
-        meter.failure.at = SteadySeconds();
-        meter.open = &meter.failure;
-      }
-    }
-    meter.last_return_cpu = ThreadCpuSeconds();
-    meter.fake_cpu_s += meter.last_return_cpu - enter_cpu;
-    return event;
-  };
-  fake.on_signal = [&meter](const std::string&, int, int) {
-    if (meter.open == nullptr) return;
-    const double now = SteadySeconds();
-    if (meter.open->first_signal < 0) meter.open->first_signal = now;
-    meter.open->last_signal = now;
-    meter.open->signals += 1;
-  };
+  Watch(&meter, &options, &fake);
 
   RunLoop loop(std::move(options), controller, &fake, &fs, &clock, &run_dir, journal.get(),
                &queue, &null_out, &null_out);
@@ -253,47 +305,8 @@ JsonObject RunJob(const Flags& flags, int machines) {
   const int code = loop.Run(*list);
   const double wall_s = SteadySeconds() - wall_begin;
 
-  int64_t events = 0;
-  double loop_cpu_s = 0;
-  for (int k = 0; k < kKinds; ++k) {
-    events += meter.count[k];
-    loop_cpu_s += meter.cpu_s[k];
-  }
-  const double simulated_s = clock.MonotonicSeconds() - t0;
-  JsonObject line;
-  line.SetString("bench", "manager_scale")
-      .SetString("what", "job")
-      .SetInt("machines", machines)
-      .SetInt("ranks", ranks)
-      .SetInt("exit_code", code)
-      .SetNumber("simulated_s", simulated_s)
-      .SetInt("events", events)
-      .SetNumber("events_per_simulated_s", static_cast<double>(events) / simulated_s)
-      .SetNumber("loop_cpu_s", loop_cpu_s)
-      .SetNumber("events_per_cpu_s", static_cast<double>(events) / loop_cpu_s)
-      // The share of one core the manager's loop needs to keep up with the simulated job.
-      .SetNumber("core_share", loop_cpu_s / simulated_s);
-  JsonObject per_kind;
-  for (int k = 0; k < kKinds; ++k) {
-    if (meter.count[k] == 0) continue;
-    per_kind.SetNumber(kKindNames[k], meter.cpu_s[k] / static_cast<double>(meter.count[k]) * 1e6);
-  }
-  double status_mean_s = 0;
-  for (const double s : status_s) status_mean_s += s / static_cast<double>(status_s.size());
-  line.Set("us_per_event", JsonValue::Raw(per_kind.ToJson()))
-      .SetNumber("max_event_ms", meter.max_event_s * 1e3)
-      .SetString("max_event_kind", meter.max_event_kind)
-      .Set("edit_to_signals", JsonValue::Raw(ReactionJson(meter.edit).ToJson()))
-      .Set("failure_to_signals", JsonValue::Raw(ReactionJson(meter.failure).ToJson()))
-      .SetNumber("status_request_ms", status_mean_s * 1e3)
-      .SetInt("status_bytes", static_cast<int64_t>(status_bytes / std::max<size_t>(1, status_s.size())))
-      .SetNumber("simulation_cpu_s", meter.fake_cpu_s)
-      .SetNumber("wall_s", wall_s)
-      .SetInt("events_jsonl_bytes",
-              static_cast<int64_t>(fs.Contents(run_dir.EventsPath()).size()))
-      .SetInt("peak_rss_kib", ProcStatus("VmHWM"))
-      .SetInt("threads", ProcStatus("Threads"));
-  return line;
+  return JobLine(meter, machines, ranks, code, clock.MonotonicSeconds() - t0, wall_s, status_s,
+                 status_bytes, fs.Contents(run_dir.EventsPath()).size());
 }
 
 // What the SSH launcher's runners cost at `hosts` hosts before any connection: one I/O thread

@@ -40,6 +40,50 @@ struct Fds {
   }
 };
 
+// `program` as posix_spawnp should run it: a bare name found on `environment`'s PATH, when it
+// sets one, is given as that full path (posix_spawnp searches the caller's PATH).
+std::string ProgramOnPath(const std::string& program,
+                          const std::map<std::string, std::string>& environment) {
+  const auto path_entry = environment.find("PATH");
+  if (program.find('/') != std::string::npos || path_entry == environment.end()) return program;
+  const std::string& path = path_entry->second;
+  size_t begin = 0;
+  while (begin <= path.size()) {
+    size_t end = path.find(':', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::string candidate =
+        (end == begin ? std::string(".") : path.substr(begin, end - begin)) + "/" + program;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    begin = end + 1;
+  }
+  return program;
+}
+
+// Reads the child's standard output and error (the read ends of `fds`) into `result`, up to
+// kMaxOutput each, until both end (true) or `deadline` (monotonic seconds) passes (false).
+bool CollectOutput(Fds* fds, double deadline, CommandResult* result) {
+  std::string* sinks[2] = {&result->out, &result->err};
+  while (fds->fd[0] >= 0 || fds->fd[2] >= 0) {
+    const double left = deadline - MonotonicSeconds();
+    if (left <= 0) return false;
+    pollfd p[2] = {{fds->fd[0], POLLIN, 0}, {fds->fd[2], POLLIN, 0}};
+    const int ready = ::poll(p, 2, static_cast<int>(left * 1000) + 1);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) break;
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || p[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t n = ::read(p[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        if (sinks[i]->size() < kMaxOutput) sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        fds->Close(2 * i);  // end of stream
+      }
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<CommandResult> RunLocalCommand(const std::vector<std::string>& argv,
@@ -79,22 +123,7 @@ Result<CommandResult> RunLocalCommand(const std::vector<std::string>& argv,
   }
   posix_spawnattr_setsigdefault(&attributes, &defaults);
   posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  std::string program = argv[0];
-  if (program.find('/') == std::string::npos && environment.count("PATH") != 0) {
-    const std::string& path = environment.at("PATH");
-    size_t begin = 0;
-    while (begin <= path.size()) {
-      size_t end = path.find(':', begin);
-      if (end == std::string::npos) end = path.size();
-      const std::string candidate =
-          (end == begin ? std::string(".") : path.substr(begin, end - begin)) + "/" + argv[0];
-      if (::access(candidate.c_str(), X_OK) == 0) {
-        program = candidate;
-        break;
-      }
-      begin = end + 1;
-    }
-  }
+  const std::string program = ProgramOnPath(argv[0], environment);
   pid_t pid = 0;
   const int error =
       ::posix_spawnp(&pid, program.c_str(), &actions, &attributes, arg_pointers.data(),
@@ -109,30 +138,7 @@ Result<CommandResult> RunLocalCommand(const std::vector<std::string>& argv,
   fds.Close(3);
 
   CommandResult result;
-  std::string* sinks[2] = {&result.out, &result.err};
-  const double deadline = MonotonicSeconds() + timeout_s;
-  bool timed_out = false;
-  while (fds.fd[0] >= 0 || fds.fd[2] >= 0) {
-    const double left = deadline - MonotonicSeconds();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p[2] = {{fds.fd[0], POLLIN, 0}, {fds.fd[2], POLLIN, 0}};
-    const int ready = ::poll(p, 2, static_cast<int>(left * 1000) + 1);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) break;
-    for (int i = 0; i < 2; ++i) {
-      if (p[i].fd < 0 || p[i].revents == 0) continue;
-      char buffer[4096];
-      const ssize_t n = ::read(p[i].fd, buffer, sizeof(buffer));
-      if (n > 0) {
-        if (sinks[i]->size() < kMaxOutput) sinks[i]->append(buffer, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        fds.Close(2 * i);  // end of stream
-      }
-    }
-  }
+  const bool timed_out = !CollectOutput(&fds, MonotonicSeconds() + timeout_s, &result);
   if (timed_out) ::kill(pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
