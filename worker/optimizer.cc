@@ -1,5 +1,6 @@
 #include "mitra/worker/optimizer.h"
 
+#include <cmath>
 #include <sstream>
 #include <type_traits>
 #include <utility>
@@ -63,6 +64,9 @@ class LibTorchOptimizer : public Optimizer {
     return it == optimizer_.state().end() ? nullptr
                                           : static_cast<const ParamState*>(it->second.get());
   }
+  ParamState* Find(const torch::Tensor& param) {
+    return const_cast<ParamState*>(std::as_const(*this).Find(param));
+  }
   void Put(const torch::Tensor& param, std::unique_ptr<ParamState> state) {
     optimizer_.state()[StateKey(param)] = std::move(state);
   }
@@ -102,14 +106,38 @@ class Sgd : public LibTorchOptimizer<torch::optim::SGD, torch::optim::SGDParamSt
   torch::optim::SGDOptions options_;
 };
 
-// Adam and AdamW keep the same state.
+// Adam and AdamW keep the same state, in LibTorch's structures. Their update is LibTorch's,
+// step for step, but each step runs once over every parameter (the _foreach_ operators)
+// instead of once per parameter: on a GPU that is a dozen kernel launches per update rather
+// than a dozen per parameter tensor, which a model of hundreds of tensors waits on; on the CPU
+// the operators loop over the tensors, the same arithmetic (tests/worker/optimizer_test.cc
+// holds it equal to LibTorch's own step, bit for bit).
 template <typename TorchOptimizer, typename ParamState, typename Options>
 class AdamFamily : public LibTorchOptimizer<TorchOptimizer, ParamState> {
  public:
   AdamFamily(std::string name, std::string title, const std::vector<torch::Tensor>& parameters,
-             const Options& options)
+             const Options& options, bool decoupled_weight_decay)
       : LibTorchOptimizer<TorchOptimizer, ParamState>(parameters, options),
-        name_(std::move(name)), title_(std::move(title)), options_(options) {}
+        name_(std::move(name)), title_(std::move(title)), options_(options),
+        decoupled_(decoupled_weight_decay), parameters_(parameters) {}
+
+  void Step(double lr) override {
+    torch::NoGradGuard no_grad;
+    // Parameters are grouped by their update count (bias correction depends on it): one
+    // group in a job, several only where some parameters went without gradients.
+    std::map<int64_t, Group> groups;
+    for (const auto& p : parameters_) {
+      if (!p.grad().defined()) continue;
+      ParamState& s = StateOf(p);
+      s.step(s.step() + 1);
+      Group& g = groups[s.step()];
+      g.params.push_back(p);
+      g.grads.push_back(p.grad());
+      g.exp_avgs.push_back(s.exp_avg());
+      g.exp_avg_sqs.push_back(s.exp_avg_sq());
+    }
+    for (auto& [step, g] : groups) Update(g, step, lr);
+  }
 
   std::string Name() const override { return name_; }
   int StateTensorsPerParameter() const override { return 2; }  // exp_avg, exp_avg_sq
@@ -141,8 +169,48 @@ class AdamFamily : public LibTorchOptimizer<TorchOptimizer, ParamState> {
   }
 
  private:
+  struct Group {
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  };
+
+  // The state of `p`, created as LibTorch creates it (zeros, step 0) before its first update.
+  ParamState& StateOf(const torch::Tensor& p) {
+    if (this->Find(p) == nullptr) {
+      auto s = std::make_unique<ParamState>();
+      s->step(0);
+      s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      this->Put(p, std::move(s));
+    }
+    return *this->Find(p);
+  }
+
+  // LibTorch's Adam / AdamW arithmetic over a group of parameters updated `step` times.
+  void Update(Group& g, int64_t step, double lr) {
+    const auto [beta1, beta2] = options_.betas();
+    const double wd = options_.weight_decay();
+    std::vector<torch::Tensor> grads = g.grads;
+    if (decoupled_) {
+      at::_foreach_mul_(g.params, 1 - lr * wd);
+    } else if (wd != 0) {
+      grads = at::_foreach_add(g.grads, g.params, wd);  // L2: gradient + wd * p
+    }
+    const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));
+    const double bias_correction2 = 1 - std::pow(beta2, static_cast<double>(step));
+    at::_foreach_mul_(g.exp_avgs, beta1);
+    at::_foreach_add_(g.exp_avgs, grads, 1 - beta1);
+    at::_foreach_mul_(g.exp_avg_sqs, beta2);
+    at::_foreach_addcmul_(g.exp_avg_sqs, grads, grads, 1 - beta2);
+    std::vector<torch::Tensor> denom = at::_foreach_sqrt(g.exp_avg_sqs);
+    at::_foreach_div_(denom, std::sqrt(bias_correction2));
+    at::_foreach_add_(denom, options_.eps());
+    at::_foreach_addcdiv_(g.params, g.exp_avgs, denom, -lr / bias_correction1);
+  }
+
   std::string name_, title_;
   Options options_;
+  bool decoupled_;
+  std::vector<torch::Tensor> parameters_;
 };
 
 }  // namespace
@@ -180,7 +248,8 @@ Result<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& o,
     return std::unique_ptr<Optimizer>(std::make_unique<Adam>(
         "adam", "Adam", parameters,
         torch::optim::AdamOptions(lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(
-            o.weight_decay)));
+            o.weight_decay),
+        /*decoupled_weight_decay=*/false));
   }
   if (o.name == "adamw") {
     using AdamW = AdamFamily<torch::optim::AdamW, torch::optim::AdamWParamState,
@@ -188,7 +257,8 @@ Result<std::unique_ptr<Optimizer>> MakeOptimizer(const OptimizerOptions& o,
     return std::unique_ptr<Optimizer>(std::make_unique<AdamW>(
         "adamw", "AdamW", parameters,
         torch::optim::AdamWOptions(lr).betas({o.beta1, o.beta2}).eps(o.eps).weight_decay(
-            o.weight_decay)));
+            o.weight_decay),
+        /*decoupled_weight_decay=*/true));
   }
   return Status::InvalidArgument("unknown optimizer '" + o.name +
                                  "' (expected sgd, adam or adamw, or supply your own)");

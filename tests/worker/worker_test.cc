@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <set>
 
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+
 #include "examples/fashion/classifier_model.h"
 #include "examples/gpt/gpt_model.h"
 #include "worker/checkpointer.h"
@@ -276,6 +279,46 @@ TEST(Optimizer, StateCarriedByNameContinuesExactlyInAFreshOptimizer) {
       EXPECT_TRUE(torch::equal(a_params[i], b_params[i])) << a->Describe();
     }
     EXPECT_FALSE(b->SetState(b_params[0], {}).ok());
+  }
+}
+
+// Adam and AdamW update every parameter at once (the _foreach_ operators); their arithmetic
+// must be LibTorch's own, parameter by parameter. A parameter that goes without a gradient for
+// a step falls behind in its update count, so its bias correction differs from the others'.
+TEST(Optimizer, AdamAndAdamWUpdateAsLibTorchsOwnOptimizersDoBitForBit) {
+  for (const char* name : {"adam", "adamw"}) {
+    OptimizerOptions o;
+    o.name = name;
+    o.weight_decay = 0.05;
+    auto ours_params = Params();
+    std::vector<torch::Tensor> theirs_params;
+    for (const auto& p : ours_params) theirs_params.push_back(p.detach().clone().requires_grad_());
+    auto ours = std::move(MakeOptimizer(o, ours_params)).value();
+    std::unique_ptr<torch::optim::Optimizer> theirs;
+    if (o.name == "adam") {
+      theirs = std::make_unique<torch::optim::Adam>(
+          theirs_params, torch::optim::AdamOptions(0.01).weight_decay(o.weight_decay));
+    } else {
+      theirs = std::make_unique<torch::optim::AdamW>(
+          theirs_params, torch::optim::AdamWOptions(0.01).weight_decay(o.weight_decay));
+    }
+    for (int step = 0; step < 5; ++step) {
+      SetGrads(ours_params, step);
+      SetGrads(theirs_params, step);
+      if (step == 1) {  // the second parameter sits this step out
+        ours_params[1].mutable_grad() = torch::Tensor();
+        theirs_params[1].mutable_grad() = torch::Tensor();
+      }
+      ours->Step(0.01);
+      theirs->step();
+      for (size_t i = 0; i < ours_params.size(); ++i) {
+        EXPECT_TRUE(torch::equal(ours_params[i], theirs_params[i]))
+            << name << " step " << step << " parameter " << i << ": largest difference "
+            << (ours_params[i] - theirs_params[i]).abs().max().item<double>();
+      }
+    }
+    EXPECT_EQ(ours->State(ours_params[0]).back().second.item<int64_t>(), 5);
+    EXPECT_EQ(ours->State(ours_params[1]).back().second.item<int64_t>(), 4);
   }
 }
 
