@@ -325,6 +325,16 @@ HeldState Runtime::Release() {
   return held;
 }
 
+std::vector<torch::Tensor> Runtime::Gradients(bool tied_copies) const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : stage_->parameters()) {
+    if (!p.tensor.grad().defined()) continue;
+    if (!tied_copies && tied_->IsSecondaryCopy(p.name)) continue;
+    grads.push_back(p.tensor.grad());
+  }
+  return grads;
+}
+
 StepResult Runtime::Step(int64_t step, const std::function<StopWish()>& stop_requested) {
   // The forward changes buffers (BatchNorm's running statistics) before the step is known to
   // complete: a step a peer's failure interrupts puts them back, so that the state a rank that
@@ -374,9 +384,7 @@ StepResult Runtime::Update(int64_t step, const torch::Tensor& totals) {
   }
   if (unscale != 1 && !result.skipped) {
     torch::NoGradGuard no_grad;
-    for (const auto& p : stage_->parameters()) {
-      if (p.tensor.grad().defined()) p.tensor.mutable_grad().mul_(unscale);
-    }
+    if (auto grads = Gradients(); !grads.empty()) at::_foreach_mul_(grads, unscale);
   }
   // A skipped step changes nothing: the parameters and optimizer state stay as they were.
   if (!result.skipped) {
@@ -389,9 +397,7 @@ StepResult Runtime::Update(int64_t step, const torch::Tensor& totals) {
 
 StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& stop_requested) {
   if (!options_.sample_trace.empty() && placement_.stage() == 0) TraceSamples(step);
-  for (const auto& p : stage_->parameters()) {
-    if (p.tensor.grad().defined()) p.tensor.mutable_grad().zero_();
-  }
+  if (auto grads = Gradients(); !grads.empty()) at::_foreach_zero_(grads);
   std::unique_ptr<StepTrace> trace;
   if (!options_.trace_path.empty() && steps_run_ == kTracedStep) {
     trace = std::make_unique<StepTrace>(placement_.rank, placement_.stage(), placement_.replica());
@@ -426,17 +432,14 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
 
   // One all-reduce per step carries the squared gradient norm (replica 0 of every stage, tied
   // copies once), the loss (last stages) and the stop wishes (everyone).
-  // Each norm squared and summed in double on the stage's device, read once: one wait for a
-  // GPU per step instead of one per parameter (the same sums, in the same order).
+  // Every gradient's norm at once (one kernel on a GPU), squared and summed in double on the
+  // stage's device, read once: one wait for a GPU per step instead of one per parameter.
   double squared_norm = 0;
   if (placement_.replica() == 0) {
-    torch::Tensor sum;
-    for (const auto& p : stage_->parameters()) {
-      if (!p.tensor.grad().defined() || tied_->IsSecondaryCopy(p.name)) continue;
-      const torch::Tensor n = p.tensor.grad().norm().to(torch::kFloat64);
-      sum = sum.defined() ? sum + n * n : n * n;
+    if (auto grads = Gradients(/*tied_copies=*/false); !grads.empty()) {
+      squared_norm = torch::stack(at::_foreach_norm(grads)).to(torch::kFloat64).pow(2).sum()
+                         .item<double>();
     }
-    if (sum.defined()) squared_norm = sum.item<double>();
   }
   const StopWish wish = stop_requested();
   if (wish == StopWish::kAbandon) {

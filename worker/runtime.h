@@ -218,6 +218,9 @@ class Runtime {
   Status SetUpOptimizer(HeldState* held);
   void Connect();
 
+  // The stage's parameters' gradients (those defined), for the _foreach_ operators; without
+  // the secondary copies of tied weights when `tied_copies` is false (each counts once).
+  std::vector<torch::Tensor> Gradients(bool tied_copies = true) const;
   // Step() without the buffers' restore on a PeerError.
   StepResult TrainStep(int64_t step, const std::function<StopWish()>& stop_requested);
   // After the step's all-reduce (`totals`: squared norm, loss, stop and hold wishes): the
