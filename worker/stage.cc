@@ -1,6 +1,9 @@
 #include "mitra/worker/stage.h"
 
+#include <optional>
+
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <torch/torch.h>
 
 #include "worker/held_state.h"
@@ -16,10 +19,11 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Lends the default CPU generator to the segments and gives it back as it was.
+// Lends a device's default generator to the segments and gives it back as it was.
 class BorrowedGenerator {
  public:
-  BorrowedGenerator() : gen_(at::detail::getDefaultCPUGenerator()) {
+  explicit BorrowedGenerator(at::Device device)
+      : gen_(at::globalContext().defaultGenerator(device)) {
     std::lock_guard<std::mutex> lock(gen_.mutex());
     saved_ = gen_.get_state();
   }
@@ -39,6 +43,35 @@ class BorrowedGenerator {
  private:
   at::Generator gen_;
   torch::Tensor saved_;
+};
+
+// The generators a forward on `device` draws from: the CPU's always (a segment may draw on
+// the host), and the device's own, where dropout on its tensors draws. Each is seeded alike.
+class ForwardGenerators {
+ public:
+  explicit ForwardGenerators(at::Device device) : cpu_(at::kCPU) {
+    if (!device.is_cpu()) device_.emplace(device);
+  }
+  void Seed(uint64_t seed) {
+    cpu_.Seed(seed);
+    if (device_) device_->Seed(seed);
+  }
+  // Whether anything drew from them since `before` (= State() then).
+  std::vector<torch::Tensor> State() {
+    std::vector<torch::Tensor> states{cpu_.State()};
+    if (device_) states.push_back(device_->State());
+    return states;
+  }
+  static bool Same(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (!torch::equal(a[i], b[i])) return false;
+    }
+    return true;
+  }
+
+ private:
+  BorrowedGenerator cpu_;
+  std::optional<BorrowedGenerator> device_;
 };
 
 }  // namespace
@@ -71,7 +104,14 @@ Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partiti
 }
 
 cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const ForwardKey& key) {
-  BorrowedGenerator generator;
+  // The stage's device: its parameters', else its inputs' (a stage of parameter-free segments).
+  at::Device device(at::kCPU);
+  if (!parameters_.empty()) {
+    device = parameters_.front().tensor.device();
+  } else if (!inputs.empty()) {
+    device = inputs.begin()->second.device();
+  }
+  ForwardGenerators generator(device);
   cutpoint::Activations acts = inputs;
   for (size_t i = 0; i < segments_.size(); ++i) {
     generator.Seed(ForwardSeed(seed_, key, first_ + static_cast<int>(i)));
@@ -80,9 +120,9 @@ cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const 
       continue;
     }
     check_draws_[i] = false;
-    const torch::Tensor seeded = generator.State();
+    const std::vector<torch::Tensor> seeded = generator.State();
     acts = segments_[i]->Forward(acts);
-    if (!torch::equal(generator.State(), seeded)) {
+    if (!ForwardGenerators::Same(generator.State(), seeded)) {
       throw MicroBatchDependence(
           "segment '" + names_[i] + "' draws random numbers in training (dropout, say), for its "
           "whole micro-batch at once, so its draws depend on how samples are grouped; but the "
