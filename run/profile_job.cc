@@ -183,7 +183,10 @@ Reports Collect(ProfileRanks& ranks, int world, size_t machine_count,
         what += "; its last output:";
         for (const std::string& line : e.last_lines) what += "\n  | " + line;
       }
-      reports.failure = Status::Internal(what);
+      // Exit code 2 is the worker's refusal of its settings (docs/worker-contract.md): the
+      // user's input to fix, as mitra run says of its own bad input.
+      const bool refused = e.exit.signal == 0 && !e.exit.lost && e.exit.exit_code == 2;
+      reports.failure = refused ? Status::InvalidArgument(what) : Status::Internal(what);
       ranks.KillAll();
     }
   }

@@ -88,6 +88,17 @@ Result<c10::Device> LocalDevice(DeviceKind device, int local_rank, bool share_gp
   return c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
+Status CheckNcclGpuSharing(int local_rank, int64_t gpus) {
+  if (gpus <= 0 || local_rank < gpus) return Status::Ok();
+  const int64_t gpu = local_rank % gpus;
+  return Status::InvalidArgument(
+      "backend 'nccl' runs one rank per GPU, and local rank " + std::to_string(local_rank) +
+      " would share GPU " + std::to_string(gpu) + " with local rank " +
+      std::to_string(local_rank - gpus) + " (--share-gpus, " + std::to_string(gpus) +
+      " visible): give the machine slots=" + std::to_string(gpus) + " or fewer in the machine "
+      "list, or use --backend gloo to let ranks share GPUs");
+}
+
 AutocastScope::AutocastScope(Precision precision, c10::DeviceType device) {
   if (precision == Precision::kFp32) return;
   active_ = true;

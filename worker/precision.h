@@ -39,6 +39,11 @@ Status CheckPrecisionOn(Precision precision, c10::DeviceType device);
 // share a GPU share its memory and compute: for tests and small models on a one-GPU machine).
 Result<c10::Device> LocalDevice(DeviceKind device, int local_rank, bool share_gpus = false);
 
+// NCCL runs one rank of a communicator per GPU: shared GPUs put local rank r >= `gpus` on the
+// GPU of local rank r - `gpus`, which NCCL refuses at the first collective ("invalid usage",
+// an abort). InvalidArgument for such a rank, saying what to do instead; Ok otherwise.
+Status CheckNcclGpuSharing(int local_rank, int64_t gpus);
+
 // Autocast for one forward, as an RAII scope: enters on construction and restores the previous
 // autocast state on destruction (nests like Python's torch.autocast). Does nothing, and costs a
 // branch, for fp32. Thread-local, like autocast itself.

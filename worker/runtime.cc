@@ -85,6 +85,10 @@ Result<std::unique_ptr<Runtime>> Runtime::Create(const cutpoint::ModelSpec& spec
     return Status::InvalidArgument("backend 'nccl' moves CUDA tensors: use --device cuda with it, "
                                    "or --backend gloo for stages on the CPU");
   }
+  if (options->backend == Backend::kNccl && options->share_gpus) {
+    const auto gpus = static_cast<int64_t>(torch::cuda::device_count());
+    if (Status s = CheckNcclGpuSharing(placement.local_rank, gpus); !s.ok()) return s;
+  }
   std::unique_ptr<Runtime> rt(new Runtime(spec, std::move(dataset), placement, *options));
   rt->device_ = *device;
   if (Status s = rt->SetUpLossScaling(); !s.ok()) return s;

@@ -68,6 +68,19 @@ TEST(LossScaler, UnscalesGradientsExactlyAndRestoresItsState) {
   EXPECT_EQ(scaler.good_steps(), 7);
 }
 
+TEST(Precision, NcclRefusesASecondRankOnAGpuWithTheFix) {
+  EXPECT_TRUE(CheckNcclGpuSharing(0, 1).ok());
+  EXPECT_TRUE(CheckNcclGpuSharing(1, 2).ok());
+  const Status s = CheckNcclGpuSharing(1, 1);  // two ranks, one GPU: NCCL aborts
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("local rank 1 would share GPU 0 with local rank 0"),
+            std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("--backend gloo"), std::string::npos) << s.message();
+  EXPECT_NE(CheckNcclGpuSharing(5, 2).message().find("share GPU 1 with local rank 3"),
+            std::string::npos);
+}
+
 TEST(Precision, Bf16AutocastCastsMatrixProductsAndRestoresTheState) {
   auto a = torch::randn({4, 8}), b = torch::randn({8, 3});
   ASSERT_FALSE(at::autocast::is_cpu_enabled());
