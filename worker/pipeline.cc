@@ -206,7 +206,7 @@ double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::In
     }
     const auto start = StepTrace::Clock::now();
     executor.Execute(schedule[i], i == last_backward, i == last_weights);
-    const auto end = StepTrace::Clock::now();
+    const auto end = ctx.trace != nullptr ? ctx.trace->Now() : StepTrace::Clock::now();
     if (ctx.trace != nullptr) {
       ctx.trace->Add(std::string(planner::OpName(schedule[i].op)) +
                          std::to_string(schedule[i].micro_batch),

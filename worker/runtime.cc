@@ -404,7 +404,10 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   if (auto grads = Gradients(); !grads.empty()) at::_foreach_zero_(grads);
   std::unique_ptr<StepTrace> trace;
   if (!options_.trace_path.empty() && steps_run_ == kTracedStep) {
-    trace = std::make_unique<StepTrace>(placement_.rank, placement_.stage(), placement_.replica());
+    std::function<void()> settle;
+    if (device_.is_cuda()) settle = [] { torch::cuda::synchronize(); };
+    trace = std::make_unique<StepTrace>(placement_.rank, placement_.stage(), placement_.replica(),
+                                        std::move(settle));
   }
   ++steps_run_;
   const auto step_start = StepTrace::Clock::now();
@@ -413,7 +416,7 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   auto phase = [&](const char* name, const std::function<void()>& run) {
     const auto start = StepTrace::Clock::now();
     run();
-    const auto end = StepTrace::Clock::now();
+    const auto end = trace ? trace->Now() : StepTrace::Clock::now();
     wait_s += std::chrono::duration<double>(end - start).count();
     if (trace) trace->Add(name, start, end);
   };
@@ -464,7 +467,7 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   result.compute_s = std::max(
       0.0, std::chrono::duration<double>(StepTrace::Clock::now() - step_start).count() - wait_s);
   if (trace) {
-    trace->Add("update", update_start, StepTrace::Clock::now());
+    trace->Add("update", update_start, trace->Now());
     if (Status s = trace->Write(options_.trace_path); !s.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", placement_.rank, s.message().c_str());
     }

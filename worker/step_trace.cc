@@ -2,16 +2,23 @@
 
 #include <cstdio>
 #include <fstream>
+#include <utility>
 
 #include "common/json.h"
 
 namespace mitra::worker {
 
-StepTrace::StepTrace(int rank, int stage, int replica)
-    : rank_(rank), stage_(stage), replica_(replica), origin_(Clock::now()) {
+StepTrace::StepTrace(int rank, int stage, int replica, std::function<void()> settle)
+    : rank_(rank), stage_(stage), replica_(replica), settle_(std::move(settle)),
+      origin_(Now()) {
   origin_wall_us_ = std::chrono::duration<double, std::micro>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
+}
+
+StepTrace::Clock::time_point StepTrace::Now() const {
+  if (settle_) settle_();
+  return Clock::now();
 }
 
 void StepTrace::Add(const std::string& name, Clock::time_point start, Clock::time_point end) {
