@@ -8,12 +8,18 @@ optimizer (AdamW, lr 3e-4, weight decay 0.01, clipping the global norm at 1), bf
 over fp32 weights, and the same batch in the same micro-batches with gradient accumulation.
 Both read the same text (--data), 1025-byte samples in a random order.
 
-Printed last, one JSON object: tokens/s of each, their ratio (mitra / pytorch), and the model
+Printed, one JSON object per micro-batch size (--chunks; the first is the comparison the
+targets are about): tokens/s of each, their ratio (mitra / pytorch), and the model
 FLOPs utilisation of each: tokens/s x FLOPs per token / the GPU's peak, FLOPs per token =
 6 N + 12 L T d (N the parameters of the matrix products, the tied head included; L layers,
 T context, d width: the usual count, causal attention counted whole), the peak the datasheet's
 dense bf16 figure for the GPUs named below, and also the 8192^3 bf16 matrix product measured
 here (`matmul_tflops`). Step times are medians over the timed steps after --warmup steps.
+Each also reports `phases_s`: one step timed phase by phase, waiting for the GPU after each
+(mitra's step traced with --trace, PyTorch's one more step): where the device's time goes.
+For the first micro-batch size it also runs PyTorch with its optimizer and clipping going
+parameter by parameter (`foreach=False`, LibTorch's C++ way) as `pytorch_per_parameter`: what
+launching a dozen kernels per parameter tensor costs a step here.
 
   python3 bench/gpu.py --build build-gpu --data /usr/share/games/fortunes
 """
@@ -90,14 +96,14 @@ def flops_per_token():
     return 6 * matrix_params + 12 * LAYERS * CONTEXT * WIDTH
 
 
-def pytorch_eager(args):
+def pytorch_eager(args, chunk, foreach=None):
     torch.manual_seed(args.seed)
     device = torch.device("cuda")
     data = torch.frombuffer(bytearray(read_text(args.data)), dtype=torch.uint8).long()
     samples = (data.numel() - 1) // CONTEXT
     model = Gpt().to(device)
     params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01, foreach=foreach)
     order = torch.randperm(samples, generator=torch.Generator().manual_seed(args.seed))
     times, losses = [], []
     for step in range(args.warmup + args.steps):
@@ -107,30 +113,78 @@ def pytorch_eager(args):
         rows = torch.stack([data[i * CONTEXT:i * CONTEXT + CONTEXT + 1] for i in ids.tolist()])
         rows = rows.to(device, non_blocking=True)
         total = 0.0
-        for m in range(0, args.batch, args.chunk):
-            x, y = rows[m:m + args.chunk, :-1], rows[m:m + args.chunk, 1:]
-            with torch.autocast("cuda", dtype=torch.bfloat16):
+        for m in range(0, args.batch, chunk):
+            x, y = rows[m:m + chunk, :-1], rows[m:m + chunk, 1:]
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
                 logits = model(x)
             loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1))
             (loss * x.size(0) / args.batch).backward()
             total += loss.detach() * x.size(0) / args.batch
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=foreach)
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(total.item())  # synchronizes
         times.append(time.perf_counter() - start)
-        log(f"pytorch step {step + 1} loss {losses[-1]:.4f} {times[-1]:.3f} s")
+        log(f"pytorch{'' if foreach is None else ' foreach=' + str(foreach)} chunk {chunk} "
+            f"step {step + 1} loss {losses[-1]:.4f} {times[-1]:.3f} s")
     step_s = statistics.median(times[args.warmup:])
-    return {"params": params, "step_time_s": step_s,
-            "tokens_per_s": args.batch * CONTEXT / step_s, "last_loss": losses[-1],
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+    result = {"params": params, "step_time_s": step_s,
+              "tokens_per_s": args.batch * CONTEXT / step_s, "last_loss": losses[-1],
+              "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
+    if foreach is None:
+        result["phases_s"] = pytorch_phases(args, chunk, model, opt, data, samples)
+    return result
 
 
-def mitra(args):
+def pytorch_phases(args, chunk, model, opt, data, samples):
+    """One more step, waiting for the GPU after each phase: where the device's time goes (the
+    counterpart of the step mitra traces with --trace)."""
+    phases = {"data": 0.0, "F": 0.0, "B": 0.0, "clip": 0.0, "optimizer": 0.0}
+
+    def timed(name, run):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = run()
+        torch.cuda.synchronize()
+        phases[name] += time.perf_counter() - start
+        return out
+
+    rows = timed("data", lambda: torch.stack(
+        [data[i * CONTEXT:i * CONTEXT + CONTEXT + 1] for i in range(args.batch)]).to("cuda"))
+    for m in range(0, args.batch, chunk):
+        x, y = rows[m:m + chunk, :-1], rows[m:m + chunk, 1:]
+
+        def forward():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.precision == "bf16"):
+                logits = model(x)
+            return F.cross_entropy(logits.float().reshape(-1, VOCAB), y.reshape(-1))
+        loss = timed("F", forward)
+        timed("B", lambda: (loss * x.size(0) / args.batch).backward())
+    timed("clip", lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    timed("optimizer", opt.step)
+    opt.zero_grad(set_to_none=True)
+    return {k: round(v, 4) for k, v in phases.items()}
+
+
+def mitra_phases(trace_path):
+    """The traced step's events (the runtime waits for the GPU at the end of each), summed by
+    kind: F and B over the micro-batches, then the step's reduce, tied, sync and update."""
+    events = [e for e in json.load(open(trace_path))["traceEvents"] if e.get("ph") == "X"]
+    phases = {}
+    for e in events:
+        kind = e["name"].rstrip("0123456789")
+        phases[kind] = phases.get(kind, 0.0) + e["dur"] / 1e6
+    span = (max(e["ts"] + e["dur"] for e in events) - min(e["ts"] for e in events)) / 1e6
+    phases["between_events"] = span - sum(phases.values())
+    return {k: round(v, 4) for k, v in phases.items()}
+
+
+def mitra(args, chunk):
+    trace = f"/tmp/mitra-gpu-bench-trace-{chunk}.json"
     cmd = [os.path.join(args.build, "bin", "gpt_train"), "--model", "350m", "--data", args.data,
-           "--device", "cuda", "--precision", "bf16", "--batch-size", str(args.batch),
-           "--chunk-size", str(args.chunk), "--steps", str(args.warmup + args.steps),
-           "--seed", str(args.seed)]
+           "--device", "cuda", "--precision", args.precision, "--batch-size", str(args.batch),
+           "--chunk-size", str(chunk), "--steps", str(args.warmup + args.steps),
+           "--seed", str(args.seed), "--trace", trace]
     log("$ " + " ".join(cmd))
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     steps = [json.loads(l[len("@mitra "):]) for l in p.stdout.splitlines()
@@ -139,10 +193,12 @@ def mitra(args):
         log(p.stdout[-4000:])
         raise SystemExit(f"gpu.py: gpt_train exited {p.returncode} after {len(steps)} steps")
     for s in steps:
-        log(f"mitra step {s['step']} loss {s['loss']:.4f} {s['step_time_s']:.3f} s")
-    step_s = statistics.median(s["step_time_s"] for s in steps[args.warmup:])
+        log(f"mitra chunk {chunk} step {s['step']} loss {s['loss']:.4f} {s['step_time_s']:.3f} s")
+    # The traced step (the third) waits for the GPU after each event: left out of the median.
+    timed = [s["step_time_s"] for s in steps[args.warmup:] if s["step"] != 3]
+    step_s = statistics.median(timed)
     return {"step_time_s": step_s, "tokens_per_s": args.batch * CONTEXT / step_s,
-            "last_loss": steps[-1]["loss"]}
+            "last_loss": steps[-1]["loss"], "phases_s": mitra_phases(trace)}
 
 
 def matmul_tflops():
@@ -164,7 +220,10 @@ def main():
     parser.add_argument("--build", default="build-gpu")
     parser.add_argument("--data", default="/usr/share/games/fortunes")
     parser.add_argument("--batch", type=int, default=64)
-    parser.add_argument("--chunk", type=int, default=16)
+    parser.add_argument("--chunks", default="16,64",
+                        help="micro-batch sizes, comma-separated; the first is the comparison")
+    parser.add_argument("--precision", choices=["bf16", "fp32"], default="bf16",
+                        help="fp32: both without autocast (TF32 off, as LibTorch's default)")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1234)
@@ -172,26 +231,31 @@ def main():
     args = parser.parse_args()
     name = torch.cuda.get_device_name()
     peak = next((v for k, v in DATASHEET_PEAK.items() if k in name), None)
-    result = {"bench": "gpu_gpt_350m_bf16", "gpu": name, "batch": args.batch,
-              "chunk": args.chunk, "steps": args.steps, "warmup": args.warmup,
-              "flops_per_token": flops_per_token(), "matmul_tflops": round(matmul_tflops(), 1),
-              "datasheet_peak_tflops": peak and peak / 1e12}
-    runs = {}
-    if args.only != "mitra":
-        runs["pytorch"] = pytorch_eager(args)
-        torch.cuda.empty_cache()
-    if args.only != "pytorch":
-        runs["mitra"] = mitra(args)
-    for key, run in runs.items():
-        achieved = run["tokens_per_s"] * flops_per_token()
-        run["achieved_tflops"] = round(achieved / 1e12, 1)
-        run["mfu"] = peak and round(achieved / peak, 3)
-        run["mfu_of_measured_matmul"] = round(achieved / (result["matmul_tflops"] * 1e12), 3)
-    result.update(runs)
-    if len(runs) == 2:
-        result["mitra_over_pytorch"] = round(
-            runs["mitra"]["tokens_per_s"] / runs["pytorch"]["tokens_per_s"], 3)
-    print(json.dumps(result))
+    matmul = round(matmul_tflops(), 1)
+    for i, chunk in enumerate(int(c) for c in args.chunks.split(",")):
+        result = {"bench": "gpu_gpt_350m_" + args.precision, "gpu": name, "batch": args.batch,
+                  "chunk": chunk, "steps": args.steps, "warmup": args.warmup,
+                  "flops_per_token": flops_per_token(), "matmul_tflops": matmul,
+                  "datasheet_peak_tflops": peak and peak / 1e12}
+        runs = {}
+        if args.only != "mitra":
+            runs["pytorch"] = pytorch_eager(args, chunk)
+            torch.cuda.empty_cache()
+            if i == 0:
+                runs["pytorch_per_parameter"] = pytorch_eager(args, chunk, foreach=False)
+                torch.cuda.empty_cache()
+        if args.only != "pytorch":
+            runs["mitra"] = mitra(args, chunk)
+        for key, run in runs.items():
+            achieved = run["tokens_per_s"] * flops_per_token()
+            run["achieved_tflops"] = round(achieved / 1e12, 1)
+            run["mfu"] = peak and round(achieved / peak, 3)
+            run["mfu_of_measured_matmul"] = round(achieved / (matmul * 1e12), 3)
+        result.update(runs)
+        if "pytorch" in runs and "mitra" in runs:
+            result["mitra_over_pytorch"] = round(
+                runs["mitra"]["tokens_per_s"] / runs["pytorch"]["tokens_per_s"], 3)
+        print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":
