@@ -16,7 +16,9 @@ T context, d width: the usual count, causal attention counted whole), the peak t
 dense bf16 figure for the GPUs named below, and also the 8192^3 bf16 matrix product measured
 here (`matmul_tflops`). Step times are medians over the timed steps after --warmup steps.
 Each also reports `phases_s`: one step timed phase by phase, waiting for the GPU after each
-(mitra's step traced with --trace, PyTorch's one more step): where the device's time goes.
+(mitra's step traced with --trace, PyTorch's one more step): where the device's time goes;
+and `attention_kernel`, the kernel scaled_dot_product_attention takes in each for the blocks'
+shapes (flash_attention, efficient_attention, cudnn_attention or math).
 For the first micro-batch size it also runs PyTorch with its optimizer and clipping going
 parameter by parameter (`foreach=False`, LibTorch's C++ way) as `pytorch_per_parameter`: what
 launching a dozen kernels per parameter tensor costs a step here.
@@ -38,6 +40,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 VOCAB, CONTEXT, WIDTH, HEADS, LAYERS, MLP = 256, 1024, 1024, 16, 28, 4096
+ARGS = None  # the command line, once parsed
 # Dense bf16 tensor-core peaks from NVIDIA's datasheets (SXM parts), FLOP/s.
 DATASHEET_PEAK = {"H100": 989.4e12, "H200": 989.4e12, "A100": 312e12}
 
@@ -133,6 +136,7 @@ def pytorch_eager(args, chunk, foreach=None):
               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
     if foreach is None:
         result["phases_s"] = pytorch_phases(args, chunk, model, opt, data, samples)
+        result["attention_kernel"] = pytorch_attention_kernel(chunk)
     return result
 
 
@@ -166,6 +170,24 @@ def pytorch_phases(args, chunk, model, opt, data, samples):
     return {k: round(v, 4) for k, v in phases.items()}
 
 
+SDP_KERNELS = ["math", "flash_attention", "efficient_attention", "cudnn_attention", "overrideable"]
+
+
+def pytorch_attention_kernel(chunk):
+    """The kernel scaled_dot_product_attention takes for the blocks' q, k and v (the same
+    strided views of one qkv product, bf16 under autocast): gpt_train says its own."""
+    head = WIDTH // HEADS
+    dtype = torch.bfloat16 if ARGS.precision == "bf16" else torch.float32
+    qkv = torch.empty(chunk, CONTEXT, 3, HEADS, head, device="cuda", dtype=dtype)
+    q, k, v = qkv.permute(2, 0, 3, 1, 4)
+    try:
+        choice = torch._fused_sdp_choice(q, k, v, is_causal=True)
+    except (AttributeError, RuntimeError) as e:  # a torch without the query
+        log(f"gpu.py: no attention kernel choice: {e}")
+        return None
+    return SDP_KERNELS[choice] if 0 <= choice < len(SDP_KERNELS) else "error"
+
+
 def mitra_phases(trace_path):
     """The traced step's events (the runtime waits for the GPU at the end of each), summed by
     kind: F and B over the micro-batches, then the step's reduce, tied, sync and update."""
@@ -197,8 +219,11 @@ def mitra(args, chunk):
     # The traced step (the third) waits for the GPU after each event: left out of the median.
     timed = [s["step_time_s"] for s in steps[args.warmup:] if s["step"] != 3]
     step_s = statistics.median(timed)
+    kernel = [l.split("attention kernel ")[1].split()[0] for l in p.stdout.splitlines()
+              if l.startswith("gpt_train: attention kernel ")]
     return {"step_time_s": step_s, "tokens_per_s": args.batch * CONTEXT / step_s,
-            "last_loss": steps[-1]["loss"], "phases_s": mitra_phases(trace)}
+            "last_loss": steps[-1]["loss"], "phases_s": mitra_phases(trace),
+            "attention_kernel": kernel[0] if kernel else None}
 
 
 def matmul_tflops():
@@ -229,6 +254,8 @@ def main():
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--only", choices=["pytorch", "mitra"], default=None)
     args = parser.parse_args()
+    global ARGS
+    ARGS = args
     name = torch.cuda.get_device_name()
     peak = next((v for k, v in DATASHEET_PEAK.items() if k in name), None)
     matmul = round(matmul_tflops(), 1)

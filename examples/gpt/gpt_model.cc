@@ -1,6 +1,8 @@
 #include "examples/gpt/gpt_model.h"
 
 #include <cmath>
+#include <iostream>
+#include <mutex>
 
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -37,6 +39,25 @@ class Embed : public cutpoint::Segment {
   torch::nn::Embedding wte_, wpe_;
 };
 
+#if TORCH_VERSION_MAJOR >= 2
+// Says once per process, on a GPU, which kernel scaled_dot_product_attention takes for the
+// block's q, k and v (flash, memory-efficient, cuDNN or the unfused math): bench/gpu.py
+// compares it with PyTorch's choice for the same shapes.
+void ReportAttentionKernel(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  static std::once_flag once;
+  if (!q.is_cuda()) return;
+  std::call_once(once, [&] {
+    const int64_t choice = at::_fused_sdp_choice(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
+                                                 /*is_causal=*/true);
+    static const char* const kNames[] = {"math", "flash_attention", "efficient_attention",
+                                         "cudnn_attention", "overrideable"};
+    const char* name = choice >= 0 && choice < 5 ? kNames[choice] : "error";
+    std::cerr << "gpt_train: attention kernel " << name << " for q " << q.sizes() << " "
+              << q.scalar_type() << "\n";
+  });
+}
+#endif
+
 class Block : public cutpoint::Segment {
  public:
   explicit Block(const GptConfig& c)
@@ -67,6 +88,7 @@ class Block : public cutpoint::Segment {
 #if TORCH_VERSION_MAJOR >= 2
     // LibTorch 2.x: one fused kernel (flash or memory-efficient attention on a GPU), the same
     // causal softmax(q k^T / sqrt(hd)) v as below.
+    ReportAttentionKernel(q, k, v);
     auto y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                               /*is_causal=*/true);
 #else
