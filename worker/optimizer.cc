@@ -190,9 +190,9 @@ class AdamFamily : public LibTorchOptimizer<TorchOptimizer, ParamState> {
     const auto [beta1, beta2] = options_.betas();
     const double wd = options_.weight_decay();
     std::vector<torch::Tensor> grads = g.grads;
-    if (decoupled_) {
-      at::_foreach_mul_(g.params, 1 - lr * wd);
-    } else if (wd != 0) {
+    if (decoupled_ && wd != 0) {
+      at::_foreach_mul_(g.params, 1 - lr * wd);  // LibTorch multiplies by 1 when wd is 0: exact
+    } else if (!decoupled_ && wd != 0) {
       grads = at::_foreach_add(g.grads, g.params, wd);  // L2: gradient + wd * p
     }
     const double bias_correction1 = 1 - std::pow(beta1, static_cast<double>(step));

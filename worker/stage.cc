@@ -56,7 +56,7 @@ class ForwardGenerators {
     cpu_.Seed(seed);
     if (device_) device_->Seed(seed);
   }
-  // Whether anything drew from them since `before` (= State() then).
+  // Their states: a segment drew random numbers when they differ before and after its forward.
   std::vector<torch::Tensor> State() {
     std::vector<torch::Tensor> states{cpu_.State()};
     if (device_) states.push_back(device_->State());

@@ -286,10 +286,11 @@ TEST(Optimizer, StateCarriedByNameContinuesExactlyInAFreshOptimizer) {
 // must be LibTorch's own, parameter by parameter. A parameter that goes without a gradient for
 // a step falls behind in its update count, so its bias correction differs from the others'.
 TEST(Optimizer, AdamAndAdamWUpdateAsLibTorchsOwnOptimizersDoBitForBit) {
-  for (const char* name : {"adam", "adamw"}) {
+  for (const auto& [name, weight_decay] :
+       std::vector<std::pair<std::string, double>>{{"adam", 0.05}, {"adamw", 0.05}, {"adamw", 0}}) {
     OptimizerOptions o;
     o.name = name;
-    o.weight_decay = 0.05;
+    o.weight_decay = weight_decay;
     auto ours_params = Params();
     std::vector<torch::Tensor> theirs_params;
     for (const auto& p : ours_params) theirs_params.push_back(p.detach().clone().requires_grad_());
