@@ -110,7 +110,7 @@ class Sgd : public LibTorchOptimizer<torch::optim::SGD, torch::optim::SGDParamSt
 // step for step, but each step runs once over every parameter (the _foreach_ operators)
 // instead of once per parameter: on a GPU that is a dozen kernel launches per update rather
 // than a dozen per parameter tensor, which a model of hundreds of tensors waits on; on the CPU
-// the operators loop over the tensors, the same arithmetic (tests/worker/optimizer_test.cc
+// the operators loop over the tensors, the same arithmetic (tests/worker/worker_test.cc
 // holds it equal to LibTorch's own step, bit for bit).
 template <typename TorchOptimizer, typename ParamState, typename Options>
 class AdamFamily : public LibTorchOptimizer<TorchOptimizer, ParamState> {
