@@ -91,10 +91,20 @@ void GradReducer::Fill(const std::vector<torch::Tensor>& params) {
 }
 
 void GradReducer::LaunchReadyBuckets() {
-  while (next_launch_ < num_buckets() &&
+  while (launch_error_.empty() && next_launch_ < num_buckets() &&
          buckets_[next_launch_].ready == static_cast<int>(buckets_[next_launch_].members.size())) {
     std::vector<torch::Tensor> tensors{buckets_[next_launch_].flat};
-    buckets_[next_launch_].work = group_->allreduce(tensors);
+    const std::string what = "the data-parallel gradient all-reduce of bucket " +
+                             std::to_string(next_launch_) + " could not start: ";
+    try {
+      buckets_[next_launch_].work = group_->allreduce(tensors);
+    } catch (const c10::Error& e) {
+      launch_error_ = what + e.what_without_backtrace();
+      return;
+    } catch (const std::exception& e) {
+      launch_error_ = what + e.what();
+      return;
+    }
     ++next_launch_;
   }
 }
@@ -103,6 +113,7 @@ void GradReducer::Finish() {
   armed_ = false;
   for (size_t i = 0; i < params_.size(); ++i) FillFromGrad(static_cast<int>(i));
   LaunchReadyBuckets();
+  if (!launch_error_.empty()) throw PeerError(launch_error_);
   for (int b = 0; b < num_buckets(); ++b) {
     Bucket& bucket = buckets_[b];
     comm_->Wait(bucket.work, "data-parallel gradient all-reduce (bucket " + std::to_string(b) + ")");

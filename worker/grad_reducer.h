@@ -14,9 +14,14 @@
 // its W still adds to is whole (FillAllBut); during the step's last W, each parameter once no
 // later work of it adds to it (Fill). Their buckets start then.
 //
-// Used by the training thread only (autograd runs CPU hooks on the calling thread).
+// Used by the training thread, and by autograd's thread for the stage's device while the
+// training thread waits in backward() (autograd runs CPU hooks on the calling thread, a GPU's
+// on a thread of its own). No exception leaves a hook through autograd, which on a device
+// thread can end the process: an all-reduce that cannot start (a broken communicator) stops
+// the launches, and Finish reports it as a PeerError.
 #pragma once
 
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -44,7 +49,8 @@ class GradReducer {
   void FillAllBut(const std::vector<torch::Tensor>& pending);
   void Fill(const std::vector<torch::Tensor>& params);
   // Starts what the hooks did not (parameters without a gradient this step), waits for every
-  // bucket, and writes the reduced gradients back into the parameters' .grad.
+  // bucket, and writes the reduced gradients back into the parameters' .grad. PeerError when a
+  // bucket's all-reduce could not start or did not finish.
   void Finish();
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
@@ -63,6 +69,8 @@ class GradReducer {
   void OnGradient(int param, const torch::Tensor& grad);
   // Copies parameter `param`'s .grad (zeros when it has none) into its bucket, once.
   void FillFromGrad(int param);
+  // Starts the full buckets in index order; after an all-reduce that cannot start, none (the
+  // reason is kept for Finish).
   void LaunchReadyBuckets();
 
   std::vector<torch::Tensor> params_;
@@ -75,6 +83,7 @@ class GradReducer {
   Comm* comm_;
   bool armed_ = false;
   int next_launch_ = 0;
+  std::string launch_error_;  // why bucket next_launch_'s all-reduce could not start
 };
 
 }  // namespace mitra::worker

@@ -135,5 +135,44 @@ TEST(GradReducer, RemovesItsHooksWhenDestroyed) {
   });
 }
 
+// A process group whose collectives cannot start, as NCCL's when its communicator is broken
+// (it throws from allreduce itself, where Gloo reports at the wait).
+class BrokenGroup : public c10d::ProcessGroup {
+ public:
+  BrokenGroup() : c10d::ProcessGroup(0, 2) {}
+  const std::string getBackendName() const override { return "broken"; }
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>&,
+                                           const c10d::AllreduceOptions&) override {
+    ++calls;
+    TORCH_CHECK(false, "the communicator is broken");
+    return {};
+  }
+  int calls = 0;
+};
+
+// The hook that finds a bucket full starts its all-reduce during the backward; when that
+// throws, the exception must not travel through autograd (on a GPU's autograd thread it ends
+// the process): the backward completes, nothing more starts, and Finish says why, as the
+// PeerError that makes the job recover.
+TEST(GradReducer, AnAllReduceThatCannotStartIsAPeerErrorAfterTheBackward) {
+  auto stage = WholeModel();
+  BrokenGroup group;
+  GradReducer reducer(stage->parameters(), &group, /*comm=*/nullptr, /*bucket_elements=*/7);
+  ASSERT_GT(reducer.num_buckets(), 1);
+  reducer.Arm();
+  EXPECT_NO_THROW(Loss(*stage, 0, kShare, kShare).backward());
+  EXPECT_EQ(group.calls, 1);  // the first full bucket tried; the others not
+  EXPECT_EQ(reducer.buckets_started(), 0);
+  try {
+    reducer.Finish();
+    ADD_FAILURE() << "Finish did not report the all-reduce that could not start";
+  } catch (const PeerError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("all-reduce of bucket 0 could not start: the communicator is broken"),
+              std::string::npos) << what;
+    EXPECT_EQ(what.find("Exception raised from"), std::string::npos) << what;  // no backtrace
+  }
+}
+
 }  // namespace
 }  // namespace mitra::worker
