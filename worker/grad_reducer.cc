@@ -94,16 +94,16 @@ void GradReducer::LaunchReadyBuckets() {
   while (launch_error_.empty() && next_launch_ < num_buckets() &&
          buckets_[next_launch_].ready == static_cast<int>(buckets_[next_launch_].members.size())) {
     std::vector<torch::Tensor> tensors{buckets_[next_launch_].flat};
-    const std::string what = "the data-parallel gradient all-reduce of bucket " +
-                             std::to_string(next_launch_) + " could not start: ";
+    const auto failed = [&](const std::string& why) {
+      launch_error_ = "the data-parallel gradient all-reduce of bucket " +
+                      std::to_string(next_launch_) + " could not start: " + why;
+    };
     try {
       buckets_[next_launch_].work = group_->allreduce(tensors);
     } catch (const c10::Error& e) {
-      launch_error_ = what + e.what_without_backtrace();
-      return;
+      return failed(e.what_without_backtrace());
     } catch (const std::exception& e) {
-      launch_error_ = what + e.what();
-      return;
+      return failed(e.what());
     }
     ++next_launch_;
   }
