@@ -178,7 +178,9 @@ def pytorch_attention_kernel(chunk):
     strided views of one qkv product, bf16 under autocast): gpt_train says its own."""
     head = WIDTH // HEADS
     dtype = torch.bfloat16 if ARGS.precision == "bf16" else torch.float32
-    qkv = torch.empty(chunk, CONTEXT, 3, HEADS, head, device="cuda", dtype=dtype)
+    # requires_grad as in training: the choice depends on it.
+    qkv = torch.empty(chunk, CONTEXT, 3, HEADS, head, device="cuda", dtype=dtype,
+                      requires_grad=True)
     q, k, v = qkv.permute(2, 0, 3, 1, 4)
     try:
         choice = torch._fused_sdp_choice(q, k, v, is_causal=True)
