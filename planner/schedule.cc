@@ -12,8 +12,10 @@ Result<ScheduleKind> ParseScheduleKind(const std::string& name) {
   if (name == "1f1b") return ScheduleKind::k1F1B;
   if (name == "varuna") return ScheduleKind::kVaruna;
   if (name == "zb-h1") return ScheduleKind::kZbH1;
+  if (name == "interleaved") return ScheduleKind::kInterleaved;
+  if (name == "zb-v") return ScheduleKind::kZbV;
   return Status::InvalidArgument("unknown schedule '" + name +
-                                 "' (expected gpipe, 1f1b, varuna or zb-h1)");
+                                 "' (expected gpipe, 1f1b, varuna, zb-h1, interleaved or zb-v)");
 }
 
 const char* ScheduleName(ScheduleKind kind) {
@@ -22,8 +24,22 @@ const char* ScheduleName(ScheduleKind kind) {
     case ScheduleKind::k1F1B: return "1f1b";
     case ScheduleKind::kVaruna: return "varuna";
     case ScheduleKind::kZbH1: return "zb-h1";
+    case ScheduleKind::kInterleaved: return "interleaved";
+    case ScheduleKind::kZbV: return "zb-v";
   }
   return "?";
+}
+
+ChunkLayout LayoutOf(ScheduleKind kind, int num_stages) {
+  ChunkLayout layout;
+  layout.stages = num_stages;
+  if (kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kZbV) layout.chunks = 2;
+  layout.v_shape = kind == ScheduleKind::kZbV;
+  return layout;
+}
+
+bool InterleavedFits(int num_stages, int num_micro_batches) {
+  return num_micro_batches >= 1 && num_micro_batches % num_stages == 0;
 }
 
 const char* OpName(Op op) {
@@ -46,33 +62,45 @@ namespace {
 
 class Builder {
  public:
-  Builder(int num_stages, int stage, bool discard, bool recompute_early)
-      : first_(stage == 0), last_(stage == num_stages - 1), discard_(discard),
-        recompute_early_(recompute_early) {}
+  // `discard`: forwards keep no graph and are recomputed, just in time with `recompute_early`;
+  // on the model's last virtual stage only with `discard_last` (a schedule whose backward
+  // follows that forward at once has nothing to gain there).
+  Builder(const ChunkLayout& layout, int stage, bool discard, bool recompute_early,
+          bool discard_last = false)
+      : layout_(layout), stage_(stage), discard_(discard), recompute_early_(recompute_early),
+        discard_last_(discard_last) {}
 
-  void Forward(int mb) {
-    if (!first_) Emit(Op::kRecvActivations, mb);
-    Emit(discard_ ? Op::kForwardDiscard : Op::kForward, mb);
-    if (!last_) Emit(Op::kSendActivations, mb);
+  void Forward(int mb, int chunk = 0) {
+    if (!First(chunk)) Emit(Op::kRecvActivations, mb, chunk);
+    Emit(Discards(chunk) ? Op::kForwardDiscard : Op::kForward, mb, chunk);
+    if (!Last(chunk)) Emit(Op::kSendActivations, mb, chunk);
   }
 
   // The whole backward, or with `split` its B (the W follows with Weights).
-  void Backward(int mb, bool split = false) {
-    if (discard_ && recompute_early_) Emit(Op::kRecompute, mb);
-    if (!last_) Emit(Op::kRecvGradients, mb);
-    if (discard_ && !recompute_early_) Emit(Op::kRecompute, mb);
-    Emit(split ? Op::kBackwardInput : Op::kBackward, mb);
-    if (!first_) Emit(Op::kSendGradients, mb);
+  void Backward(int mb, int chunk = 0, bool split = false) {
+    const bool discard = Discards(chunk);
+    if (discard && recompute_early_) Emit(Op::kRecompute, mb, chunk);
+    if (!Last(chunk)) Emit(Op::kRecvGradients, mb, chunk);
+    if (discard && !recompute_early_) Emit(Op::kRecompute, mb, chunk);
+    Emit(split ? Op::kBackwardInput : Op::kBackward, mb, chunk);
+    if (!First(chunk)) Emit(Op::kSendGradients, mb, chunk);
   }
 
-  void Weights(int mb) { Emit(Op::kBackwardWeight, mb); }
+  void Weights(int mb, int chunk = 0) { Emit(Op::kBackwardWeight, mb, chunk); }
 
   std::vector<Instruction> Take() { return std::move(out_); }
 
  private:
-  void Emit(Op op, int mb) { out_.push_back({op, mb}); }
+  bool First(int chunk) const { return layout_.VirtualStage(stage_, chunk) == 0; }
+  bool Last(int chunk) const {
+    return layout_.VirtualStage(stage_, chunk) == layout_.num_virtual_stages() - 1;
+  }
+  bool Discards(int chunk) const { return discard_ && (discard_last_ || !Last(chunk)); }
+  void Emit(Op op, int mb, int chunk) { out_.emplace_back(op, mb, chunk); }
 
-  bool first_, last_, discard_, recompute_early_;
+  ChunkLayout layout_;
+  int stage_;
+  bool discard_, recompute_early_, discard_last_;
   std::vector<Instruction> out_;
 };
 
@@ -122,11 +150,118 @@ std::vector<Instruction> BuildZbH1(int num_stages, int stage, int m, bool recomp
       }
     }
   }
-  Builder b(num_stages, stage, recompute && stage != P - 1, /*recompute_early=*/false);
+  Builder b(LayoutOf(ScheduleKind::kZbH1, P), stage, recompute, /*recompute_early=*/false);
   for (const auto& [op, i] : order[stage]) {
     if (op == Op::kForward) b.Forward(i);
-    if (op == Op::kBackwardInput) b.Backward(i, /*split=*/true);
+    if (op == Op::kBackwardInput) b.Backward(i, 0, /*split=*/true);
     if (op == Op::kBackwardWeight) b.Weights(i);
+  }
+  return b.Take();
+}
+
+// Interleaved 1F1B (schedule.h), in Megatron-LM's order; none unless M is a multiple of P.
+std::vector<Instruction> BuildInterleaved(int num_stages, int stage, int m, bool recompute) {
+  if (!InterleavedFits(num_stages, m)) return {};
+  const ChunkLayout layout = LayoutOf(ScheduleKind::kInterleaved, num_stages);
+  const int P = num_stages, v = layout.chunks, total = m * v;
+  const auto micro_batch = [&](int k) { return (k / (P * v)) * P + k % P; };
+  const auto forward_chunk = [&](int k) { return (k / P) % v; };
+  const auto backward_chunk = [&](int k) { return v - 1 - (k / P) % v; };
+  Builder b(layout, stage, recompute, /*recompute_early=*/false);
+  const int warmup = std::min((P - stage - 1) * 2 + (v - 1) * P, total);
+  for (int k = 0; k < warmup; ++k) b.Forward(micro_batch(k), forward_chunk(k));
+  for (int k = 0; k < total - warmup; ++k) {
+    b.Forward(micro_batch(warmup + k), forward_chunk(warmup + k));
+    b.Backward(micro_batch(k), backward_chunk(k));
+  }
+  for (int k = total - warmup; k < total; ++k) b.Backward(micro_batch(k), backward_chunk(k));
+  return b.Take();
+}
+
+// ZB-V (schedule.h): the positions run in lockstep over the V's virtual stages, one unit per
+// F, B and W of a chunk, no transfer time.
+std::vector<Instruction> BuildZbV(int num_stages, int stage, int m, bool recompute) {
+  const ChunkLayout layout = LayoutOf(ScheduleKind::kZbV, num_stages);
+  const int P = num_stages, v = layout.chunks, last = layout.num_virtual_stages() - 1;
+  const size_t bound = 2 * static_cast<size_t>(P);  // chunk forwards awaiting B; weight stashes
+  constexpr int kNever = std::numeric_limits<int>::max();
+  struct Chunk {
+    int next_forward = 0;
+    std::deque<int> forwarded;  // F done, B not yet
+  };
+  struct Position {
+    std::vector<Chunk> chunks;
+    std::deque<std::pair<int, int>> weights;  // (chunk, micro-batch): B done, W not yet
+    size_t in_flight = 0;                     // over its chunks' `forwarded`
+    int done = 0;                             // W's done
+  };
+  std::vector<Position> st(P, Position{std::vector<Chunk>(v), {}, 0, 0});
+  // By virtual stage and micro-batch: when its F can start, and when its B can.
+  std::vector<std::vector<int>> activation(last + 1, std::vector<int>(m, kNever));
+  std::vector<std::vector<int>> gradient(last + 1, std::vector<int>(m, kNever));
+  for (int i = 0; i < m; ++i) activation[0][i] = 0;
+  struct Step {
+    Op op;
+    int chunk, micro_batch;
+  };
+  std::vector<std::vector<Step>> order(P);
+  const int limit = 6 * (m + P) * P * v;  // far past the end of any list these rules make
+  for (int t = 0; t < limit && std::any_of(st.begin(), st.end(),
+                                           [&](const Position& p) { return p.done < m * v; });
+       ++t) {
+    for (int s = 0; s < P; ++s) {
+      Position& me = st[s];
+      // The B whose gradient came first (the deeper virtual stage on a tie), and the forward
+      // of the deepest chunk that can run one.
+      int b_chunk = -1, f_chunk = -1;
+      for (int c = 0; c < v; ++c) {
+        const int j = layout.VirtualStage(s, c);
+        const Chunk& ch = me.chunks[c];
+        if (!ch.forwarded.empty() && gradient[j][ch.forwarded.front()] <= t) {
+          const int since = gradient[j][ch.forwarded.front()];
+          if (b_chunk < 0) {
+            b_chunk = c;
+          } else {
+            const int jb = layout.VirtualStage(s, b_chunk);
+            const int since_b = gradient[jb][me.chunks[b_chunk].forwarded.front()];
+            if (since < since_b || (since == since_b && j > jb)) b_chunk = c;
+          }
+        }
+        if (ch.next_forward < m && me.in_flight < bound && activation[j][ch.next_forward] <= t &&
+            (f_chunk < 0 || j > layout.VirtualStage(s, f_chunk))) {
+          f_chunk = c;
+        }
+      }
+      if (!me.weights.empty() &&
+          (me.weights.size() >= bound || (b_chunk < 0 && f_chunk < 0))) {
+        const auto [c, i] = me.weights.front();
+        me.weights.pop_front();
+        ++me.done;
+        order[s].push_back({Op::kBackwardWeight, c, i});
+      } else if (b_chunk >= 0) {
+        const int j = layout.VirtualStage(s, b_chunk);
+        const int i = me.chunks[b_chunk].forwarded.front();
+        me.chunks[b_chunk].forwarded.pop_front();
+        --me.in_flight;
+        me.weights.emplace_back(b_chunk, i);
+        if (j > 0) gradient[j - 1][i] = t + 1;
+        order[s].push_back({Op::kBackwardInput, b_chunk, i});
+      } else if (f_chunk >= 0) {
+        const int j = layout.VirtualStage(s, f_chunk);
+        const int i = me.chunks[f_chunk].next_forward++;
+        me.chunks[f_chunk].forwarded.push_back(i);
+        ++me.in_flight;
+        if (j < last) activation[j + 1][i] = t + 1;
+        if (j == last) gradient[j][i] = t + 1;  // the loss is the last virtual stage's own
+        order[s].push_back({Op::kForward, f_chunk, i});
+      }
+    }
+  }
+  Builder b(layout, stage, recompute, /*recompute_early=*/false);
+  for (const Step& step : order[stage]) {
+    if (step.op == Op::kForward) b.Forward(step.micro_batch, step.chunk);
+    if (step.op == Op::kBackwardInput) b.Backward(step.micro_batch, step.chunk, /*split=*/true);
+    if (step.op == Op::kBackwardWeight) b.Weights(step.micro_batch, step.chunk);
   }
   return b.Take();
 }
@@ -135,11 +270,13 @@ std::vector<Instruction> BuildZbH1(int num_stages, int stage, int m, bool recomp
 
 std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int stage,
                                        int num_micro_batches, bool recompute) {
-  const bool last = stage == num_stages - 1;
   const int m = num_micro_batches;
+  const ChunkLayout layout = LayoutOf(kind, num_stages);
   if (kind == ScheduleKind::kZbH1) return BuildZbH1(num_stages, stage, m, recompute);
+  if (kind == ScheduleKind::kInterleaved) return BuildInterleaved(num_stages, stage, m, recompute);
+  if (kind == ScheduleKind::kZbV) return BuildZbV(num_stages, stage, m, recompute);
   if (kind == ScheduleKind::kGPipe) {
-    Builder b(num_stages, stage, recompute, /*recompute_early=*/false);
+    Builder b(layout, stage, recompute, /*recompute_early=*/false, /*discard_last=*/true);
     for (int i = 0; i < m; ++i) b.Forward(i);
     for (int i = 0; i < m; ++i) b.Backward(i);
     return b.Take();
@@ -147,8 +284,7 @@ std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int st
   // 1F1B and Varuna. On the last stage a micro-batch's backward directly follows its forward,
   // so there is nothing to gain from discarding activations there.
   const bool varuna = kind == ScheduleKind::kVaruna;
-  const bool discard = (varuna || recompute) && !last;
-  Builder b(num_stages, stage, discard, /*recompute_early=*/varuna);
+  Builder b(layout, stage, varuna || recompute, /*recompute_early=*/varuna);
   const int warmup = std::min(num_stages - stage - 1, m);
   for (int i = 0; i < warmup; ++i) b.Forward(i);
   for (int i = 0; i < m - warmup; ++i) {
@@ -160,7 +296,8 @@ std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int st
 }
 
 std::vector<Instruction> BuildForwardOnlySchedule(int num_stages, int stage, int num_micro_batches) {
-  Builder b(num_stages, stage, /*discard=*/true, /*recompute_early=*/false);
+  Builder b(LayoutOf(ScheduleKind::k1F1B, num_stages), stage, /*discard=*/true,
+            /*recompute_early=*/false, /*discard_last=*/true);
   for (int i = 0; i < num_micro_batches; ++i) b.Forward(i);
   return b.Take();
 }
@@ -169,9 +306,15 @@ std::string ToString(const std::vector<Instruction>& schedule) {
   std::string out;
   for (const auto& ins : schedule) {
     if (!out.empty()) out += ' ';
-    out += OpName(ins.op) + std::to_string(ins.micro_batch);
+    out += InstructionName(ins);
   }
   return out;
+}
+
+std::string InstructionName(const Instruction& ins) {
+  std::string name = OpName(ins.op) + std::to_string(ins.micro_batch);
+  if (ins.chunk > 0) name += "." + std::to_string(ins.chunk);
+  return name;
 }
 
 }  // namespace mitra::planner

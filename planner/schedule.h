@@ -22,8 +22,26 @@
 //           The W's fill the waits of the warm-up and the drain: at P = 2, M = 4 a step takes 13
 //           units where 1F1B takes 15 (12 of work).
 //
-// With `recompute`, GPipe, 1F1B and ZB-H1 also discard activations in the forward and recompute
-// them, but after the gradient arrives.
+// The next two give each rank v = 2 chunks: the model is partitioned into P·v virtual stages (the
+// partition's ranges), and the rank at pipeline position s runs the two that ChunkLayout names.
+// An instruction's `chunk` says which; a chunk's messages go to the rank of the neighbouring
+// virtual stage, or stay on the rank when that is the rank itself (the V's turn).
+//
+//   Interleaved  Megatron-LM's interleaved 1F1B (Narayanan et al., 2021): virtual stage j on
+//           position j mod P; the k-th forward of a rank is chunk (k div P) mod v of micro-batch
+//           (k div Pv)·P + k mod P, its k-th backward the same with the chunks in reverse, after
+//           (P-s-1)·2 + (v-1)·P warm-up forwards. The bubble shrinks v-fold: (P-1)/v of a
+//           stage's F + B, against 1F1B's P-1. Needs M a multiple of P (InterleavedFits).
+//   ZB-V    zero-bubble in a V (Qi et al., 2024): position s holds virtual stages s and 2P-1-s,
+//           so the first and the last chunk share rank 0 and the turn at the bottom stays on
+//           rank P-1. Lists from the lockstep of ZB-H1 over the virtual stages (F = B = W = one
+//           unit of a chunk): the oldest ready B, else a forward of the deepest ready chunk
+//           while fewer than 2P chunk forwards await their B (P stages' activations, 1F1B's
+//           first stage), else the oldest W; at most 2P weight stashes. At P = 2, M = 4 a step
+//           takes 25 units of 24 of work.
+//
+// With `recompute`, GPipe, 1F1B, ZB-H1, interleaved and ZB-V also discard activations in the
+// forward (but on the model's last virtual stage) and recompute them after the gradient arrives.
 #pragma once
 
 #include <string>
@@ -33,7 +51,34 @@
 
 namespace mitra::planner {
 
-enum class ScheduleKind { kGPipe, k1F1B, kVaruna, kZbH1 };
+enum class ScheduleKind { kGPipe, k1F1B, kVaruna, kZbH1, kInterleaved, kZbV };
+
+// Where a schedule's virtual stages live: `chunks` per rank, P·chunks in all, in the order of
+// the model. One chunk per rank (every schedule but interleaved and ZB-V) is the plain pipeline.
+struct ChunkLayout {
+  int stages = 1;  // P
+  int chunks = 1;  // v
+  bool v_shape = false;
+
+  int num_virtual_stages() const { return stages * chunks; }
+  // The virtual stage of chunk `chunk` on pipeline position `stage`.
+  int VirtualStage(int stage, int chunk) const {
+    const bool back = v_shape && chunk % 2 == 1;
+    return chunk * stages + (back ? stages - 1 - stage : stage);
+  }
+  // The position and the chunk that run virtual stage `virtual_stage`.
+  int StageOf(int virtual_stage) const {
+    const int c = virtual_stage / stages, k = virtual_stage % stages;
+    return v_shape && c % 2 == 1 ? stages - 1 - k : k;
+  }
+  int ChunkOf(int virtual_stage) const { return virtual_stage / stages; }
+};
+
+ChunkLayout LayoutOf(ScheduleKind kind, int num_stages);
+
+// Whether the interleaved schedule can run M micro-batches per replica over P stages (M a
+// multiple of P); the other schedules run any M >= 1.
+bool InterleavedFits(int num_stages, int num_micro_batches);
 
 enum class Op {
   kRecvActivations,  // from the previous stage
@@ -49,22 +94,32 @@ enum class Op {
 };
 
 struct Instruction {
+  Instruction(Op op, int micro_batch, int chunk = 0) : op(op), micro_batch(micro_batch), chunk(chunk) {}
+
   Op op;
   int micro_batch;
-  bool operator==(const Instruction& o) const { return op == o.op && micro_batch == o.micro_batch; }
+  int chunk;  // of the rank's chunks (ChunkLayout); 0 with one chunk per rank
+  bool operator==(const Instruction& o) const {
+    return op == o.op && micro_batch == o.micro_batch && chunk == o.chunk;
+  }
 };
 
-Result<ScheduleKind> ParseScheduleKind(const std::string& name);  // gpipe | 1f1b | varuna | zb-h1
+// gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v
+Result<ScheduleKind> ParseScheduleKind(const std::string& name);
 const char* ScheduleName(ScheduleKind kind);
 const char* OpName(Op op);
 
+// The list of position `stage`; interleaved gives none where !InterleavedFits (callers check).
 std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int stage,
                                        int num_micro_batches, bool recompute);
 
 // Forward only, without autograd graphs (evaluation): receive, forward, send each micro-batch.
 std::vector<Instruction> BuildForwardOnlySchedule(int num_stages, int stage, int num_micro_batches);
 
-// "F0 S0 F1 ..." for logs and tests.
+// "F0 Sa0 F1 ..." for logs and tests, each as InstructionName.
 std::string ToString(const std::vector<Instruction>& schedule);
+// "F0", "Bi3": the op and the micro-batch; a chunk but the first adds ".c": "F0.1" is chunk 1's
+// F0. The runtime's step trace and the simulator name instructions so.
+std::string InstructionName(const Instruction& ins);
 
 }  // namespace mitra::planner

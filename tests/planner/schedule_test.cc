@@ -2,27 +2,57 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
+#include <map>
 #include <set>
 
 namespace mitra::planner {
 namespace {
 
-// Replays the lists of all stages the way the runtime executes them (receives block, sends do
-// not) and reports whether every stage reaches its end.
-bool RunsToCompletion(ScheduleKind kind, int stages, int mbs, bool recompute) {
+constexpr ScheduleKind kAllKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
+                                      ScheduleKind::kVaruna, ScheduleKind::kZbH1,
+                                      ScheduleKind::kInterleaved, ScheduleKind::kZbV};
+
+std::vector<std::vector<Instruction>> Lists(ScheduleKind kind, int stages, int mbs, bool recompute) {
   std::vector<std::vector<Instruction>> lists;
   for (int s = 0; s < stages; ++s) lists.push_back(BuildSchedule(kind, stages, s, mbs, recompute));
+  return lists;
+}
+
+// Replays the lists of all positions the way the runtime executes them (receives block, sends
+// do not), each message keyed by the virtual stage that sends it, and reports whether every
+// position reaches its end. With `costs` (F, B, W of a chunk; a whole B is B + W) the time each
+// instruction ends is kept and `makespan` set: the step's length with free messages.
+bool RunsToCompletion(ScheduleKind kind, int stages, int mbs, bool recompute,
+                      std::array<double, 3> costs = {1, 1, 1}, double* makespan = nullptr) {
+  const ChunkLayout layout = LayoutOf(kind, stages);
+  const auto lists = Lists(kind, stages, mbs, recompute);
   std::vector<size_t> pc(stages, 0);
-  std::set<std::pair<int, int>> sent_act, sent_grad;  // (from stage, micro-batch)
+  std::vector<double> clock(stages, 0);
+  std::map<std::pair<int, int>, double> sent_act, sent_grad;  // (virtual stage, micro-batch)
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < stages; ++s) {
       while (pc[s] < lists[s].size()) {
         const Instruction& ins = lists[s][pc[s]];
-        if (ins.op == Op::kRecvActivations && !sent_act.count({s - 1, ins.micro_batch})) break;
-        if (ins.op == Op::kRecvGradients && !sent_grad.count({s + 1, ins.micro_batch})) break;
-        if (ins.op == Op::kSendActivations) sent_act.insert({s, ins.micro_batch});
-        if (ins.op == Op::kSendGradients) sent_grad.insert({s, ins.micro_batch});
+        const int j = layout.VirtualStage(s, ins.chunk);
+        if (ins.op == Op::kRecvActivations) {
+          auto it = sent_act.find({j - 1, ins.micro_batch});
+          if (it == sent_act.end()) break;
+          clock[s] = std::max(clock[s], it->second);
+        }
+        if (ins.op == Op::kRecvGradients) {
+          auto it = sent_grad.find({j + 1, ins.micro_batch});
+          if (it == sent_grad.end()) break;
+          clock[s] = std::max(clock[s], it->second);
+        }
+        if (ins.op == Op::kForward || ins.op == Op::kForwardDiscard) clock[s] += costs[0];
+        if (ins.op == Op::kBackward) clock[s] += costs[1] + costs[2];
+        if (ins.op == Op::kBackwardInput) clock[s] += costs[1];
+        if (ins.op == Op::kBackwardWeight) clock[s] += costs[2];
+        if (ins.op == Op::kSendActivations) sent_act[{j, ins.micro_batch}] = clock[s];
+        if (ins.op == Op::kSendGradients) sent_grad[{j, ins.micro_batch}] = clock[s];
         ++pc[s];
         progress = true;
       }
@@ -31,14 +61,15 @@ bool RunsToCompletion(ScheduleKind kind, int stages, int mbs, bool recompute) {
   for (int s = 0; s < stages; ++s) {
     if (pc[s] != lists[s].size()) return false;
   }
+  if (makespan != nullptr) *makespan = *std::max_element(clock.begin(), clock.end());
   return true;
 }
 
 TEST(Schedule, EveryScheduleRunsToCompletionWithoutDeadlock) {
-  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kVaruna,
-                    ScheduleKind::kZbH1}) {
+  for (auto kind : kAllKinds) {
     for (int p = 1; p <= 6; ++p) {
       for (int m = 1; m <= 9; ++m) {
+        if (kind == ScheduleKind::kInterleaved && !InterleavedFits(p, m)) continue;
         for (bool rc : {false, true}) {
           EXPECT_TRUE(RunsToCompletion(kind, p, m, rc))
               << ScheduleName(kind) << " P=" << p << " M=" << m << " recompute=" << rc;
@@ -48,29 +79,94 @@ TEST(Schedule, EveryScheduleRunsToCompletionWithoutDeadlock) {
   }
 }
 
-// ... and a zero-bubble schedule's W of each micro-batch once, after its B.
+// ... and a zero-bubble schedule's W of each micro-batch once, after its B: in each chunk.
 TEST(Schedule, EachMicroBatchIsForwardedOnceAndBackwardedOnceAfterItsForward) {
-  for (auto kind : {ScheduleKind::kGPipe, ScheduleKind::k1F1B, ScheduleKind::kVaruna,
-                    ScheduleKind::kZbH1}) {
+  for (auto kind : kAllKinds) {
+    const int chunks = LayoutOf(kind, 4).chunks;
+    const bool split = kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbV;
     for (int s = 0; s < 4; ++s) {
-      auto list = BuildSchedule(kind, 4, s, 6, false);
-      std::vector<int> forwards(6, 0), backwards(6, 0), weights(6, 0);
+      auto list = BuildSchedule(kind, 4, s, 8, false);
+      std::vector<int> forwards(8 * chunks, 0), backwards(8 * chunks, 0), weights(8 * chunks, 0);
       for (const auto& ins : list) {
-        if (ins.op == Op::kForward || ins.op == Op::kForwardDiscard) ++forwards[ins.micro_batch];
+        ASSERT_LT(ins.chunk, chunks);
+        const int k = ins.chunk * 8 + ins.micro_batch;
+        if (ins.op == Op::kForward || ins.op == Op::kForwardDiscard) ++forwards[k];
         if (ins.op == Op::kBackward || ins.op == Op::kBackwardInput) {
-          EXPECT_EQ(forwards[ins.micro_batch], 1) << "backward before forward";
-          ++backwards[ins.micro_batch];
+          EXPECT_EQ(forwards[k], 1) << "backward before forward";
+          ++backwards[k];
         }
         if (ins.op == Op::kBackwardWeight) {
-          EXPECT_EQ(backwards[ins.micro_batch], 1) << "W before B";
-          ++weights[ins.micro_batch];
+          EXPECT_EQ(backwards[k], 1) << "W before B";
+          ++weights[k];
         }
       }
-      EXPECT_EQ(forwards, std::vector<int>(6, 1));
-      EXPECT_EQ(backwards, std::vector<int>(6, 1));
-      EXPECT_EQ(weights, std::vector<int>(6, kind == ScheduleKind::kZbH1 ? 1 : 0));
+      EXPECT_EQ(forwards, std::vector<int>(8 * chunks, 1)) << ScheduleName(kind);
+      EXPECT_EQ(backwards, std::vector<int>(8 * chunks, 1)) << ScheduleName(kind);
+      EXPECT_EQ(weights, std::vector<int>(8 * chunks, split ? 1 : 0)) << ScheduleName(kind);
     }
   }
+}
+
+// Megatron's interleaved order: P = 2, M = 4, two chunks. Position 1 holds virtual stages 1 and
+// 3, the last: its chunk 1 sends nothing on and receives no gradient.
+TEST(Schedule, InterleavedAtTwoStagesAndFourMicroBatches) {
+  EXPECT_EQ(ToString(BuildSchedule(ScheduleKind::kInterleaved, 2, 0, 4, false)),
+            "F0 Sa0 F1 Sa1 Ra0.1 F0.1 Sa0.1 Ra1.1 F1.1 Sa1.1 F2 Sa2 Rg0.1 B0.1 Sg0.1 "
+            "F3 Sa3 Rg1.1 B1.1 Sg1.1 Ra2.1 F2.1 Sa2.1 Rg0 B0 Ra3.1 F3.1 Sa3.1 Rg1 B1 "
+            "Rg2.1 B2.1 Sg2.1 Rg3.1 B3.1 Sg3.1 Rg2 B2 Rg3 B3");
+  EXPECT_EQ(InterleavedFits(2, 4), true);
+  EXPECT_EQ(InterleavedFits(2, 3), false);
+  EXPECT_TRUE(BuildSchedule(ScheduleKind::kInterleaved, 2, 0, 3, false).empty());
+}
+
+// The bubbles the lists leave with free messages, against their closed forms: 1F1B idles P-1
+// of a stage's F + B; interleaved (P-1)/v of it; at unit costs ZB-H1 and ZB-V idle less.
+TEST(Schedule, BubblesMatchTheirClosedForms) {
+  const std::array<double, 3> unit{1, 1, 1};  // a chunk's F, B and W
+  for (int p : {2, 3, 4}) {
+    for (int m : {4, 8, 12}) {
+      if (!InterleavedFits(p, m)) continue;
+      double one_f_one_b = 0, interleaved = 0, zb_v = 0;
+      // 1F1B's stage is both chunks of the interleaved one: twice the cost.
+      ASSERT_TRUE(RunsToCompletion(ScheduleKind::k1F1B, p, m, false, {2, 2, 2}, &one_f_one_b));
+      ASSERT_TRUE(RunsToCompletion(ScheduleKind::kInterleaved, p, m, false, unit, &interleaved));
+      ASSERT_TRUE(RunsToCompletion(ScheduleKind::kZbV, p, m, false, unit, &zb_v));
+      const double work = 6.0 * m;  // per position
+      EXPECT_DOUBLE_EQ(one_f_one_b, work + (p - 1) * 6.0) << "P=" << p << " M=" << m;
+      EXPECT_DOUBLE_EQ(interleaved, work + (p - 1) * 6.0 / 2) << "P=" << p << " M=" << m;
+      EXPECT_LT(zb_v, interleaved) << "P=" << p << " M=" << m;
+    }
+  }
+  double zb_v = 0;
+  ASSERT_TRUE(RunsToCompletion(ScheduleKind::kZbV, 2, 4, false, unit, &zb_v));
+  EXPECT_DOUBLE_EQ(zb_v, 25);  // of 24 units of work (schedule.h)
+}
+
+// ZB-V: the V's layout, and its bounds: at most 2P chunk forwards await their B and 2P B's
+// their W on every position.
+TEST(Schedule, ZbVRunsAVAndKeepsItsBounds) {
+  const ChunkLayout v = LayoutOf(ScheduleKind::kZbV, 3);
+  EXPECT_EQ(v.VirtualStage(0, 0), 0);
+  EXPECT_EQ(v.VirtualStage(2, 0), 2);
+  EXPECT_EQ(v.VirtualStage(2, 1), 3);
+  EXPECT_EQ(v.VirtualStage(0, 1), 5);
+  for (int j = 0; j < v.num_virtual_stages(); ++j) {
+    EXPECT_EQ(v.VirtualStage(v.StageOf(j), v.ChunkOf(j)), j);
+  }
+  const int p = 4, m = 8;
+  for (int s = 0; s < p; ++s) {
+    int in_flight = 0, peak = 0, stashed = 0, peak_stashed = 0;
+    for (const auto& ins : BuildSchedule(ScheduleKind::kZbV, p, s, m, false)) {
+      if (ins.op == Op::kForward) peak = std::max(peak, ++in_flight);
+      if (ins.op == Op::kBackwardInput) --in_flight, peak_stashed = std::max(peak_stashed, ++stashed);
+      if (ins.op == Op::kBackwardWeight) --stashed;
+    }
+    EXPECT_LE(peak, 2 * p) << "position " << s;
+    EXPECT_LE(peak_stashed, 2 * p) << "position " << s;
+  }
+  const ChunkLayout interleaved = LayoutOf(ScheduleKind::kInterleaved, 3);
+  EXPECT_EQ(interleaved.VirtualStage(1, 1), 4);
+  EXPECT_EQ(interleaved.StageOf(4), 1);
 }
 
 // ZB-H1 keeps 1F1B's bound on forwarded micro-batches awaiting their B, and at most P
@@ -138,7 +234,8 @@ TEST(Schedule, ForwardOnlyReceivesForwardsAndSendsEachMicroBatch) {
 TEST(Schedule, UnknownScheduleNamesTheChoices) {
   auto kind = ParseScheduleKind("pipedream");
   ASSERT_FALSE(kind.ok());
-  EXPECT_NE(kind.status().message().find("gpipe, 1f1b, varuna or zb-h1"), std::string::npos);
+  EXPECT_NE(kind.status().message().find("gpipe, 1f1b, varuna, zb-h1, interleaved or zb-v"),
+            std::string::npos);
   EXPECT_EQ(*ParseScheduleKind("varuna"), ScheduleKind::kVaruna);
 }
 
