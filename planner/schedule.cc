@@ -296,9 +296,16 @@ std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int st
 }
 
 std::vector<Instruction> BuildForwardOnlySchedule(int num_stages, int stage, int num_micro_batches) {
-  Builder b(LayoutOf(ScheduleKind::k1F1B, num_stages), stage, /*discard=*/true,
-            /*recompute_early=*/false, /*discard_last=*/true);
-  for (int i = 0; i < num_micro_batches; ++i) b.Forward(i);
+  return BuildForwardOnlySchedule(LayoutOf(ScheduleKind::k1F1B, num_stages), stage,
+                                  num_micro_batches);
+}
+
+std::vector<Instruction> BuildForwardOnlySchedule(const ChunkLayout& layout, int stage,
+                                                  int num_micro_batches) {
+  Builder b(layout, stage, /*discard=*/true, /*recompute_early=*/false, /*discard_last=*/true);
+  for (int c = 0; c < layout.chunks; ++c) {
+    for (int i = 0; i < num_micro_batches; ++i) b.Forward(i, c);
+  }
   return b.Take();
 }
 

@@ -115,6 +115,9 @@ std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int st
 
 // Forward only, without autograd graphs (evaluation): receive, forward, send each micro-batch.
 std::vector<Instruction> BuildForwardOnlySchedule(int num_stages, int stage, int num_micro_batches);
+// The same over the chunks of `layout`: every micro-batch through chunk 0, then chunk 1, ...
+std::vector<Instruction> BuildForwardOnlySchedule(const ChunkLayout& layout, int stage,
+                                                  int num_micro_batches);
 
 // "F0 Sa0 F1 ..." for logs and tests, each as InstructionName.
 std::string ToString(const std::vector<Instruction>& schedule);

@@ -136,7 +136,7 @@ std::string Checkpointer::Key(int64_t step, const std::string& what) const {
 
 std::vector<int> Checkpointer::SegmentsThisRankWrites() const {
   std::vector<int> out;
-  for (int i = runtime_.stage().first_segment(); i < runtime_.stage().end_segment(); ++i) {
+  for (int i : runtime_.stage().segment_ids()) {
     if (runtime_.ReplicaOwning(i) == runtime_.placement().replica()) out.push_back(i);
   }
   return out;
@@ -409,10 +409,7 @@ bool Checkpointer::Complete(int64_t step) {
 }
 
 Status Checkpointer::Restore(int64_t step) {
-  std::vector<int> segments;
-  const Stage& stage = runtime_.stage();
-  for (int i = stage.first_segment(); i < stage.end_segment(); ++i) segments.push_back(i);
-  return RestoreSegments(step, segments, /*trainer_state=*/true);
+  return RestoreSegments(step, runtime_.stage().segment_ids(), /*trainer_state=*/true);
 }
 
 Status Checkpointer::RestoreSegments(int64_t step, const std::vector<int>& segments,

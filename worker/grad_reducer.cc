@@ -13,6 +13,7 @@ GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::Proce
   }
   slot_.resize(params_.size());
   filled_.assign(params_.size(), false);
+  armed_.assign(params_.size(), false);
   Bucket current;
   int64_t size = 0;
   auto close = [&] {
@@ -36,7 +37,7 @@ GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::Proce
   close();
   for (size_t i = 0; i < params_.size(); ++i) {
     hooks_.push_back(params_[i].register_hook([this, i](const torch::Tensor& grad) {
-      if (armed_) OnGradient(static_cast<int>(i), grad);
+      if (armed_[i]) OnGradient(static_cast<int>(i), grad);
     }));
   }
 }
@@ -72,15 +73,10 @@ void GradReducer::FillFromGrad(int param) {
   ++buckets_[b].ready;
 }
 
-void GradReducer::FillAllBut(const std::vector<torch::Tensor>& pending) {
-  std::vector<bool> wait(params_.size(), false);
-  for (const torch::Tensor& t : pending) {
-    if (auto it = index_.find(t.unsafeGetTensorImpl()); it != index_.end()) wait[it->second] = true;
+void GradReducer::Arm(const std::vector<torch::Tensor>& params) {
+  for (const torch::Tensor& t : params) {
+    if (auto it = index_.find(t.unsafeGetTensorImpl()); it != index_.end()) armed_[it->second] = true;
   }
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!wait[i]) FillFromGrad(static_cast<int>(i));
-  }
-  LaunchReadyBuckets();
 }
 
 void GradReducer::Fill(const std::vector<torch::Tensor>& params) {
@@ -110,7 +106,7 @@ void GradReducer::LaunchReadyBuckets() {
 }
 
 void GradReducer::Finish() {
-  armed_ = false;
+  armed_.assign(params_.size(), false);
   for (size_t i = 0; i < params_.size(); ++i) FillFromGrad(static_cast<int>(i));
   LaunchReadyBuckets();
   if (!launch_error_.empty()) throw PeerError(launch_error_);

@@ -8,11 +8,14 @@
 // collectives in the same order. The all-reduce is a SUM: the loss is already normalised by the
 // global batch.
 //
+// With several chunks per rank (interleaved, zb-v) each chunk's parameters have their own final
+// backward: the runtime arms a chunk's parameters only (Arm(params)).
+//
 // Under a zero-bubble schedule a backward is a B and a W (cutpoint/linear.h), and a parameter's
 // gradient may come in two parts, one computed in B and one left for W: no hook can tell when it
-// is whole. There the runtime says instead: after the step's final B, every parameter but those
-// its W still adds to is whole (FillAllBut); during the step's last W, each parameter once no
-// later work of it adds to it (Fill). Their buckets start then.
+// is whole. There the runtime says instead: after a chunk's final B, each of its parameters that
+// no W still to run adds to is whole; during its last W, each parameter once no later work of
+// it adds to it (Fill). Their buckets start then.
 //
 // Used by the training thread, and by autograd's thread for the stage's device while the
 // training thread waits in backward() (autograd runs CPU hooks on the calling thread, a GPU's
@@ -42,11 +45,12 @@ class GradReducer {
   GradReducer(const GradReducer&) = delete;
   GradReducer& operator=(const GradReducer&) = delete;
 
-  // The next backward is the step's last one: feed its gradients to the buckets.
-  void Arm() { armed_ = true; }
-  // Split backwards (never armed): the gradients of every parameter except `pending`, or of
-  // `params`, are whole in their .grad: into their buckets, and full buckets start.
-  void FillAllBut(const std::vector<torch::Tensor>& pending);
+  // The next backward is the step's last one: feed its gradients to the buckets; or the last of
+  // `params` only, whose gradients go to their buckets from then on.
+  void Arm() { armed_.assign(params_.size(), true); }
+  void Arm(const std::vector<torch::Tensor>& params);
+  // Split backwards (never armed): the gradients of `params` are whole in their .grad: into
+  // their buckets, and full buckets start.
   void Fill(const std::vector<torch::Tensor>& params);
   // Starts what the hooks did not (parameters without a gradient this step), waits for every
   // bucket, and writes the reduced gradients back into the parameters' .grad. PeerError when a
@@ -81,7 +85,7 @@ class GradReducer {
   std::vector<Bucket> buckets_;
   c10d::ProcessGroup* group_;
   Comm* comm_;
-  bool armed_ = false;
+  std::vector<bool> armed_;  // by parameter: its hook feeds its bucket
   int next_launch_ = 0;
   std::string launch_error_;  // why bucket next_launch_'s all-reduce could not start
 };

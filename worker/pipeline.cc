@@ -1,6 +1,10 @@
 #include "worker/pipeline.h"
 
+#include <algorithm>
 #include <chrono>
+#include <map>
+#include <unordered_set>
+#include <utility>
 
 #include <torch/torch.h>
 
@@ -13,7 +17,10 @@ using cutpoint::Activations;
 using planner::Op;
 
 enum Tag { kActivationTag = 0, kGradientTag = 1 };
-int TagOf(int micro_batch, Tag kind) { return micro_batch * 4 + kind; }
+// Edge e joins virtual stages e and e + 1: its activations go down it, its gradients back up.
+int TagOf(int micro_batch, int edge, int edges, Tag kind) {
+  return (micro_batch * edges + edge) * 2 + kind;
+}
 
 struct MicroBatchState {
   Activations batch;   // the data (first and last stages)
@@ -30,17 +37,23 @@ class Executor {
   // `split`: the schedule runs each backward as a B and a W (cutpoint/linear.h).
   Executor(const PipelineContext& ctx, int num_micro_batches, const MicroBatchFn& micro_batch,
            const std::vector<MetricFn>* metrics = nullptr, bool split = false)
-      : ctx_(ctx), first_(ctx.prev_rank < 0), last_(ctx.next_rank < 0), split_(split),
-        mbs_(num_micro_batches), weights_(num_micro_batches), micro_batch_(micro_batch),
-        metrics_(metrics), sums_(metrics ? metrics->size() + 1 : 0, 0.0) {}
+      : ctx_(ctx), split_(split), edges_(std::max(1, ctx.num_virtual_stages - 1)),
+        micro_batch_(micro_batch), metrics_(metrics),
+        sums_(metrics ? metrics->size() + 1 : 0, 0.0) {
+    for (const ChunkLinks& links : ctx.chunks) {
+      chunks_.push_back({links, links.prev_rank < 0, links.next_rank < 0,
+                         std::vector<MicroBatchState>(num_micro_batches),
+                         std::vector<cutpoint::WeightGradients>(num_micro_batches)});
+    }
+  }
 
-  // `final_backward`: the step's last B (or backward); `final_weights`: its last W.
+  // `final_backward`: the chunk's last B (or backward) of the step; `final_weights`: its last W.
   void Execute(const planner::Instruction& ins, bool final_backward, bool final_weights = false) {
-    MicroBatchState& mb = mbs_[ins.micro_batch];
+    Chunk& chunk = chunks_[ins.chunk];
+    MicroBatchState& mb = chunk.mbs[ins.micro_batch];
     switch (ins.op) {
       case Op::kRecvActivations:
-        mb.inputs = ctx_.comm->RecvActivations(ctx_.prev_rank,
-                                               TagOf(ins.micro_batch, kActivationTag));
+        mb.inputs = ReceiveActivations(chunk, ins.micro_batch);
         if (metrics_ == nullptr) {
           for (auto& [name, t] : mb.inputs) {
             if (t.is_floating_point()) t.requires_grad_(true);
@@ -49,17 +62,17 @@ class Executor {
         break;
       case Op::kForward:
       case Op::kForwardDiscard: {
-        if (first_ || last_) mb.batch = micro_batch_(ins.micro_batch);
-        if (first_) mb.inputs = mb.batch;
+        if (chunk.first || chunk.last) mb.batch = micro_batch_(ins.micro_batch);
+        if (chunk.first) mb.inputs = mb.batch;
         const bool discard = ins.op == Op::kForwardDiscard;
         torch::AutoGradMode grad_mode(!discard);
         if (discard && metrics_ == nullptr && !ctx_.stage->buffers().empty()) {
           mb.buffers_seen = ctx_.stage->CopyBuffers();
         }
-        Forward(mb, ins.micro_batch);
+        Forward(chunk, mb, ins);
         if (metrics_ == nullptr) {
-          if (last_) AddLoss(mb.loss);
-        } else if (last_) {
+          if (chunk.last) AddLoss(mb.loss);
+        } else if (chunk.last) {
           Accumulate(mb);
           mb = MicroBatchState();
         }
@@ -69,15 +82,15 @@ class Executor {
         if (!mb.buffers_seen.empty()) {
           const std::vector<torch::Tensor> now = ctx_.stage->CopyBuffers();
           ctx_.stage->RestoreBuffers(mb.buffers_seen);
-          Forward(mb, ins.micro_batch);
+          Forward(chunk, mb, ins);
           ctx_.stage->RestoreBuffers(now);
           mb.buffers_seen.clear();
         } else {
-          Forward(mb, ins.micro_batch);
+          Forward(chunk, mb, ins);
         }
         break;
       case Op::kSendActivations:
-        ctx_.comm->SendActivations(mb.outputs, ctx_.next_rank, TagOf(ins.micro_batch, kActivationTag));
+        SendActivations(chunk, ins.micro_batch, mb.outputs);
         if (metrics_ != nullptr) mb = MicroBatchState();
         break;
       case Op::kRecvGradients: {
@@ -85,39 +98,41 @@ class Executor {
         for (const auto& [name, t] : mb.outputs) {
           if (t.is_floating_point()) mb.output_grads.push_back(torch::empty(t.sizes(), t.options()));
         }
-        ctx_.comm->RecvTensors(mb.output_grads, ctx_.next_rank, TagOf(ins.micro_batch, kGradientTag),
-                               "gradients of micro-batch " + std::to_string(ins.micro_batch));
+        ReceiveGradients(chunk, ins.micro_batch, mb.output_grads);
         break;
       }
       case Op::kBackward:
-        if (final_backward && ctx_.reducer) ctx_.reducer->Arm();
-        Backward(mb);
+        if (final_backward && ctx_.reducer) ctx_.reducer->Arm(ctx_.stage->ChunkParameters(ins.chunk));
+        Backward(chunk, mb);
         break;
       case Op::kBackwardInput: {
-        cutpoint::WeightGradients& weights = weights_[ins.micro_batch];
+        cutpoint::WeightGradients& weights = chunk.weights[ins.micro_batch];
         {
           cutpoint::DeferWeightGradients defer(&weights);
-          Backward(mb);
+          Backward(chunk, mb);
         }
-        // Whole now: every gradient but those the W's still add to (GradReducer's comment).
-        if (final_backward && ctx_.reducer) ctx_.reducer->FillAllBut(weights.Parameters());
+        pending_.push_back(&weights);
+        // Whole now: the chunk's gradients but those the W's still add to (GradReducer's comment).
+        if (final_backward && ctx_.reducer) ctx_.reducer->Fill(WholeAfterB(ins.chunk));
         break;
       }
-      case Op::kBackwardWeight:
+      case Op::kBackwardWeight: {
+        cutpoint::WeightGradients& weights = chunk.weights[ins.micro_batch];
+        pending_.erase(std::find(pending_.begin(), pending_.end(), &weights));
         if (final_weights && ctx_.reducer) {
-          weights_[ins.micro_batch].Run(
-              [this](const std::vector<torch::Tensor>& whole) { ctx_.reducer->Fill(whole); });
+          weights.Run([this](const std::vector<torch::Tensor>& whole) { ctx_.reducer->Fill(whole); });
         } else {
-          weights_[ins.micro_batch].Run();
+          weights.Run();
         }
         break;
+      }
       case Op::kSendGradients: {
         std::vector<torch::Tensor> grads;
         for (const auto& [name, t] : mb.inputs) {
           if (!t.is_floating_point()) continue;
           grads.push_back(t.grad().defined() ? t.grad() : torch::zeros_like(t));
         }
-        ctx_.comm->SendTensors(grads, ctx_.prev_rank, TagOf(ins.micro_batch, kGradientTag));
+        SendGradients(chunk, ins.micro_batch, std::move(grads));
         mb = MicroBatchState();
         break;
       }
@@ -130,11 +145,85 @@ class Executor {
   const std::vector<double>& sums() const { return sums_; }
 
  private:
-  void Forward(MicroBatchState& mb, int micro_batch) {
+  // A chunk of the stage (several under interleaved and zb-v): its neighbours and its
+  // micro-batches' state.
+  struct Chunk {
+    ChunkLinks links;
+    bool first, last;  // the model's first and last virtual stage
+    std::vector<MicroBatchState> mbs;
+    std::vector<cutpoint::WeightGradients> weights;  // by micro-batch: what its B left for its W
+  };
+  // What messages from a neighbouring chunk of this rank carry, by (edge, micro-batch).
+  template <typename T>
+  using Local = std::map<std::pair<int, int>, T>;
+
+  bool Own(int rank) const { return rank == ctx_.rank; }
+  int Tag(int micro_batch, int edge, Tag kind) const {
+    return TagOf(micro_batch, edge, edges_, kind);
+  }
+
+  Activations ReceiveActivations(Chunk& chunk, int micro_batch) {
+    const int edge = chunk.links.virtual_stage - 1;
+    if (!Own(chunk.links.prev_rank)) {
+      return ctx_.comm->RecvActivations(chunk.links.prev_rank,
+                                        Tag(micro_batch, edge, kActivationTag));
+    }
+    // In memory from the chunk before: detached, as the names of a message's activations.
+    Activations acts = std::move(local_activations_.at({edge, micro_batch}));
+    local_activations_.erase({edge, micro_batch});
+    for (auto& [name, t] : acts) t = t.detach();
+    return acts;
+  }
+
+  void SendActivations(const Chunk& chunk, int micro_batch, const Activations& outputs) {
+    const int edge = chunk.links.virtual_stage;
+    if (Own(chunk.links.next_rank)) {
+      local_activations_[{edge, micro_batch}] = outputs;
+    } else {
+      ctx_.comm->SendActivations(outputs, chunk.links.next_rank,
+                                 Tag(micro_batch, edge, kActivationTag));
+    }
+  }
+
+  void ReceiveGradients(const Chunk& chunk, int micro_batch, std::vector<torch::Tensor>& into) {
+    const int edge = chunk.links.virtual_stage;
+    if (!Own(chunk.links.next_rank)) {
+      ctx_.comm->RecvTensors(into, chunk.links.next_rank, Tag(micro_batch, edge, kGradientTag),
+                             "gradients of micro-batch " + std::to_string(micro_batch));
+      return;
+    }
+    into = std::move(local_gradients_.at({edge, micro_batch}));
+    local_gradients_.erase({edge, micro_batch});
+  }
+
+  void SendGradients(const Chunk& chunk, int micro_batch, std::vector<torch::Tensor> grads) {
+    const int edge = chunk.links.virtual_stage - 1;
+    if (Own(chunk.links.prev_rank)) {
+      local_gradients_[{edge, micro_batch}] = std::move(grads);
+    } else {
+      ctx_.comm->SendTensors(grads, chunk.links.prev_rank, Tag(micro_batch, edge, kGradientTag));
+    }
+  }
+
+  // After chunk `chunk`'s last B: its parameters that no W still to run adds to.
+  std::vector<torch::Tensor> WholeAfterB(int chunk) const {
+    std::unordered_set<const c10::TensorImpl*> pending;
+    for (const cutpoint::WeightGradients* w : pending_) {
+      for (const torch::Tensor& p : w->Parameters()) pending.insert(p.unsafeGetTensorImpl());
+    }
+    std::vector<torch::Tensor> whole;
+    for (const torch::Tensor& p : ctx_.stage->ChunkParameters(chunk)) {
+      if (!pending.count(p.unsafeGetTensorImpl())) whole.push_back(p);
+    }
+    return whole;
+  }
+
+  void Forward(const Chunk& chunk, MicroBatchState& mb, const planner::Instruction& ins) {
     AutocastScope autocast(ctx_.precision, ctx_.device_type);
     cutpoint::SplitBackward split(split_);
-    mb.outputs = ctx_.stage->Forward(mb.inputs, {ctx_.step, ctx_.first_micro_batch + micro_batch});
-    if (last_ && metrics_ == nullptr) {
+    mb.outputs = ctx_.stage->Forward(mb.inputs, {ctx_.step, ctx_.first_micro_batch + ins.micro_batch},
+                                     ins.chunk);
+    if (chunk.last && metrics_ == nullptr) {
       mb.loss = ctx_.spec->loss(mb.outputs, mb.batch) * ctx_.loss_scale;
     }
   }
@@ -148,8 +237,8 @@ class Executor {
     }
   }
 
-  void Backward(MicroBatchState& mb) {
-    if (last_) {
+  void Backward(const Chunk& chunk, MicroBatchState& mb) {
+    if (chunk.last) {
       // The scaled loss is for the backward only; the reported loss stays unscaled.
       (ctx_.grad_scale == 1 ? mb.loss : mb.loss * ctx_.grad_scale).backward();
     } else {
@@ -168,19 +257,23 @@ class Executor {
     mb.outputs.clear();
     mb.output_grads.clear();
     mb.loss = torch::Tensor();
-    if (first_) mb = MicroBatchState();  // nothing to send back
+    if (chunk.first) mb = MicroBatchState();  // nothing to send back
   }
 
-  const PipelineContext& ctx_;
-  bool first_, last_, split_;
-  std::vector<MicroBatchState> mbs_;
-  std::vector<cutpoint::WeightGradients> weights_;  // by micro-batch: what its B left for its W
-  const MicroBatchFn& micro_batch_;
-  const std::vector<MetricFn>* metrics_;
   void AddLoss(const torch::Tensor& loss) {
     const torch::Tensor value = loss.detach().to(torch::kFloat64);
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + value : value;
   }
+
+  const PipelineContext& ctx_;
+  bool split_;
+  int edges_;  // of the pipeline: for the tags
+  std::vector<Chunk> chunks_;
+  Local<Activations> local_activations_;
+  Local<std::vector<torch::Tensor>> local_gradients_;
+  std::vector<const cutpoint::WeightGradients*> pending_;  // B's whose W has not run
+  const MicroBatchFn& micro_batch_;
+  const std::vector<MetricFn>* metrics_;
   torch::Tensor loss_sum_;
   std::vector<double> sums_;  // evaluation: loss, then each metric
 };
@@ -189,29 +282,26 @@ class Executor {
 
 double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::Instruction>& schedule,
                        int num_micro_batches, const MicroBatchFn& micro_batch) {
-  size_t last_backward = 0, last_weights = schedule.size();
+  // By chunk: the index of its last B (or backward) and of its last W.
+  std::vector<size_t> last_backward(ctx.chunks.size(), 0), last_weights(ctx.chunks.size(), schedule.size());
   bool split = false;
   for (size_t i = 0; i < schedule.size(); ++i) {
     const Op op = schedule[i].op;
-    if (op == Op::kBackward || op == Op::kBackwardInput) last_backward = i;
-    if (op == Op::kBackwardWeight) last_weights = i;
+    if (op == Op::kBackward || op == Op::kBackwardInput) last_backward[schedule[i].chunk] = i;
+    if (op == Op::kBackwardWeight) last_weights[schedule[i].chunk] = i;
     split = split || op == Op::kBackwardInput;
   }
   Executor executor(ctx, num_micro_batches, micro_batch, /*metrics=*/nullptr, split);
   for (size_t i = 0; i < schedule.size(); ++i) {
     if (ctx.abandoned && ctx.abandoned()) {
       throw PeerError("the step in flight was given up before " +
-                      std::string(planner::OpName(schedule[i].op)) +
-                      std::to_string(schedule[i].micro_batch) + ": a peer failed");
+                      planner::InstructionName(schedule[i]) + ": a peer failed");
     }
     const auto start = StepTrace::Clock::now();
-    executor.Execute(schedule[i], i == last_backward, i == last_weights);
+    const size_t c = schedule[i].chunk;
+    executor.Execute(schedule[i], i == last_backward[c], i == last_weights[c]);
     const auto end = ctx.trace != nullptr ? ctx.trace->Now() : StepTrace::Clock::now();
-    if (ctx.trace != nullptr) {
-      ctx.trace->Add(std::string(planner::OpName(schedule[i].op)) +
-                         std::to_string(schedule[i].micro_batch),
-                     start, end);
-    }
+    if (ctx.trace != nullptr) ctx.trace->Add(planner::InstructionName(schedule[i]), start, end);
     const Op op = schedule[i].op;
     if (ctx.wait_s != nullptr && (op == Op::kRecvActivations || op == Op::kRecvGradients ||
                                   op == Op::kSendActivations || op == Op::kSendGradients)) {

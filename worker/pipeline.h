@@ -10,6 +10,11 @@
 // stashed inputs with the same random numbers (ForwardKey) and, when the stage has buffers,
 // from the buffers it first saw, which are put back afterwards: a recomputation computes what
 // the first forward computed and updates no buffer a second time.
+//
+// With several chunks per rank (interleaved, zb-v) each chunk has its own neighbours and its
+// micro-batches their own state; messages are tagged by the pipeline edge they cross, and an
+// edge between two chunks of this rank (the V's turn) passes its tensors in memory, detached,
+// exactly as a message would deliver them.
 #pragma once
 
 #include <functional>
@@ -27,13 +32,23 @@ namespace mitra::worker {
 
 using cutpoint::MetricFn;
 
+// A chunk's place in the pipeline: its virtual stage (planner::ChunkLayout) and the ranks of the
+// virtual stages before and after it: -1 where the model begins or ends; this rank's own where
+// the neighbour is another of its chunks.
+struct ChunkLinks {
+  int virtual_stage = 0;
+  int prev_rank = -1;
+  int next_rank = -1;
+};
+
 struct PipelineContext {
   const cutpoint::ModelSpec* spec;
   Stage* stage;
   Comm* comm;
   GradReducer* reducer = nullptr;  // null without data parallelism (or when evaluating)
-  int prev_rank = -1;              // -1 on the first stage
-  int next_rank = -1;              // -1 on the last stage
+  int rank = -1;                   // this rank's (tells a neighbouring chunk of its own)
+  std::vector<ChunkLinks> chunks{ChunkLinks{}};  // by the stage's chunk
+  int num_virtual_stages = 1;
   double loss_scale = 1;           // 1 / global batch
   double grad_scale = 1;           // the loss scaler's scale: multiplies the loss for backward only
   Precision precision = Precision::kFp32;  // forwards run under autocast unless fp32

@@ -126,11 +126,29 @@ Status Runtime::PlanSteps() {
   }
   if (dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
-  auto partition = cutpoint::PartitionModel(spec_, opts.partition, stages);
+  layout_ = planner::LayoutOf(opts.schedule, stages);
+  share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, replicas, placement_.replica());
+  if (opts.schedule == planner::ScheduleKind::kInterleaved &&
+      !planner::InterleavedFits(stages, static_cast<int>(share_.micro_batches))) {
+    return Status::InvalidArgument(
+        "schedule interleaved runs micro-batches in groups of the " + std::to_string(stages) +
+        " stages, and replica " + std::to_string(placement_.replica()) + " has " +
+        std::to_string(share_.micro_batches) + " micro-batches: give each replica a multiple of " +
+        std::to_string(stages) + " (--batch-size, --chunk-size), or use --schedule zb-v or 1f1b");
+  }
+  // Under interleaved and zb-v the partition cuts the model into the chunks of every stage.
+  const int ranges = layout_.num_virtual_stages();
+  if (ranges > stages && spec_.num_segments() < ranges) {
+    return Status::InvalidArgument(
+        "schedule " + std::string(planner::ScheduleName(opts.schedule)) + " runs " +
+        std::to_string(layout_.chunks) + " chunks on each of the " + std::to_string(stages) +
+        " stages, " + std::to_string(ranges) + " ranges of segments, and the model has " +
+        std::to_string(spec_.num_segments()) + " segments: use fewer stages or another schedule");
+  }
+  auto partition = cutpoint::PartitionModel(spec_, opts.partition, ranges);
   if (!partition.ok()) return partition.status();
   partition_ = *partition;
 
-  share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, replicas, placement_.replica());
   schedule_ = planner::BuildSchedule(opts.schedule, stages, placement_.stage(),
                                      static_cast<int>(share_.micro_batches), opts.recompute);
   const SamplerFactory make_sampler =
@@ -141,8 +159,8 @@ Status Runtime::PlanSteps() {
 }
 
 Status Runtime::BuildStage(HeldState* held) {
-  stage_ = std::make_unique<Stage>(spec_, partition_, placement_.stage(), options_.seed, held,
-                                   placement_.resume_step);
+  stage_ = std::make_unique<Stage>(spec_, partition_, layout_, placement_.stage(), options_.seed,
+                                   held, placement_.resume_step);
   completed_steps_ = placement_.resume_step;
   restored_ = placement_.resume_step == 0;  // the initial values are step 0's state
   // Built on the CPU (the same initial values in every shape and on every device), then moved
@@ -151,11 +169,13 @@ Status Runtime::BuildStage(HeldState* held) {
   if (!device_.is_cpu()) {
     for (const auto& segment : stage_->segments()) segment->to(device_);
   }
-  for (int i = stage_->first_segment(); i < stage_->end_segment(); ++i) {
-    const auto& segment = *stage_->segments()[i - stage_->first_segment()];
-    if (Status s = cutpoint::CheckMicroBatchIndependence(spec_, i, segment); !s.ok()) return s;
+  for (size_t k = 0; k < stage_->segment_ids().size(); ++k) {
+    const int i = stage_->segment_ids()[k];
+    if (Status s = cutpoint::CheckMicroBatchIndependence(spec_, i, *stage_->segments()[k]); !s.ok()) {
+      return s;
+    }
   }
-  auto tied = TiedWeights::Create(spec_, partition_, placement_, *stage_);
+  auto tied = TiedWeights::Create(spec_, partition_, layout_, placement_, *stage_);
   if (!tied.ok()) return tied.status();
   tied_ = std::make_unique<TiedWeights>(std::move(*tied));
   return Status::Ok();
@@ -231,8 +251,18 @@ PipelineContext Runtime::Context(int64_t step, int64_t first_micro_batch) {
   ctx.spec = &spec_;
   ctx.stage = stage_.get();
   ctx.comm = comm_.get();
-  ctx.prev_rank = s > 0 ? placement_.stage_map.RankOf(s - 1, d) : -1;
-  ctx.next_rank = s + 1 < placement_.num_stages() ? placement_.stage_map.RankOf(s + 1, d) : -1;
+  ctx.rank = placement_.rank;
+  ctx.num_virtual_stages = layout_.num_virtual_stages();
+  // The rank of virtual stage j of this replica's pipeline; -1 past either end.
+  const auto rank_of = [&](int j) {
+    if (j < 0 || j >= layout_.num_virtual_stages()) return -1;
+    return placement_.stage_map.RankOf(layout_.StageOf(j), d);
+  };
+  ctx.chunks.clear();
+  for (int c = 0; c < layout_.chunks; ++c) {
+    const int j = layout_.VirtualStage(s, c);
+    ctx.chunks.push_back({j, rank_of(j - 1), rank_of(j + 1)});
+  }
   ctx.step = step;
   ctx.first_micro_batch = first_micro_batch;
   ctx.precision = options_.precision;
@@ -260,7 +290,7 @@ Status Runtime::AdoptOptimizerState(HeldState& held) {
 }
 
 int Runtime::ReplicaOwning(int segment) const {
-  return planner::ReplicaOwningSegment(segment, stage_->first_segment(), placement_.num_replicas());
+  return planner::ReplicaOwningSegment(stage_->IndexOf(segment), 0, placement_.num_replicas());
 }
 
 bool Runtime::KeepsOptimizerStateOf(int segment) const {
@@ -305,10 +335,10 @@ void Runtime::ShareUpdatedParameters() {
 
 HeldState Runtime::Release() {
   HeldState held;
-  if (sharded_) return held;
+  if (!HoldsWholeState()) return held;
   held.step = completed_steps_;
-  held.first_segment = stage_->first_segment();
-  held.end_segment = stage_->end_segment();
+  held.first_segment = stage_->segment_ids().front();
+  held.end_segment = stage_->segment_ids().back() + 1;
   held.optimizer = optimizer_->Name();
   const std::vector<NamedTensor>& params = stage_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
@@ -493,7 +523,7 @@ EvalResult Runtime::Evaluate(const Dataset& dataset,
     if (placement_.replica() < busy) share = planner::ShareOf(n, chunk, busy, placement_.replica());
   }
   const auto schedule = planner::BuildForwardOnlySchedule(
-      placement_.num_stages(), placement_.stage(), static_cast<int>(share.micro_batches));
+      layout_, placement_.stage(), static_cast<int>(share.micro_batches));
   const PipelineContext ctx = Context(ForwardKey::kEvalStep, share.first_micro_batch);
   const bool was_training = stage_->training();
   stage_->SetTraining(false);

@@ -157,12 +157,16 @@ class Runtime {
   // Ends the runtime's use of its state and hands it over, as it is after completed_steps()
   // steps: the stage's segments, their optimizer state and the trainer state. The runtime
   // must not train after this.
-  // Under ZeRO-1 with several replicas no rank keeps a segment's whole optimizer state: it
-  // hands over no segment (a morph or a recovery then resumes from the checkpoint).
+  // Under ZeRO-1 with several replicas no rank keeps a segment's whole optimizer state, and
+  // under interleaved and zb-v a rank's segments are not one range: it hands over no segment
+  // (a morph or a recovery then resumes from the checkpoint).
   HeldState Release();
 
-  // Whether Release() hands over the stage's whole state: not under ZeRO-1 with replicas.
-  bool HoldsWholeState() const { return !sharded_; }
+  // Whether Release() hands over the stage's whole state: not under ZeRO-1 with replicas, nor
+  // with several chunks per rank.
+  bool HoldsWholeState() const { return !sharded_ && layout_.chunks == 1; }
+  // Under ZeRO-1 with several replicas: each keeps the optimizer state of its share.
+  bool ShardsOptimizerState() const { return sharded_; }
   // The replica that owns `segment` (one of the stage's): planner::ReplicaOwningSegment.
   int ReplicaOwning(int segment) const;
   // Whether this rank keeps the optimizer state of `segment` (one of its stage's): always,
@@ -188,6 +192,9 @@ class Runtime {
   int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
   // The instructions this rank runs in every step (planner/schedule.h).
   const std::vector<planner::Instruction>& schedule() const { return schedule_; }
+  // Where the job's virtual stages live: one chunk per rank, or several (interleaved, zb-v),
+  // each one of the partition's ranges.
+  const planner::ChunkLayout& layout() const { return layout_; }
   Optimizer& optimizer() { return *optimizer_; }
   const Optimizer& optimizer() const { return *optimizer_; }
   Comm& comm() { return *comm_; }
@@ -242,7 +249,8 @@ class Runtime {
   std::shared_ptr<const Dataset> dataset_;
   Placement placement_;
   RuntimeOptions options_;
-  cutpoint::Partition partition_;
+  cutpoint::Partition partition_;  // of the layout's virtual stages
+  planner::ChunkLayout layout_;
   std::vector<planner::Instruction> schedule_;
   planner::BatchShare share_;
   std::unique_ptr<Sampler> sampler_;

@@ -1,5 +1,6 @@
 #include "mitra/worker/stage.h"
 
+#include <algorithm>
 #include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -84,9 +85,20 @@ uint64_t ForwardSeed(uint64_t seed, const ForwardKey& key, int segment) {
 
 Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
              uint64_t seed, HeldState* held, int64_t held_step)
-    : index_(stage), first_(partition.FirstSegment(stage)), end_(partition.EndSegment(stage)),
-      seed_(seed), check_draws_(end_ - first_, spec.micro_batch_independent) {
-  for (int i = first_; i < end_; ++i) {
+    : Stage(spec, partition, planner::ChunkLayout{partition.num_stages(), 1, false}, stage, seed,
+            held, held_step) {}
+
+Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition,
+             const planner::ChunkLayout& layout, int stage, uint64_t seed, HeldState* held,
+             int64_t held_step)
+    : index_(stage), seed_(seed) {
+  for (int c = 0; c < layout.chunks; ++c) {
+    const int virtual_stage = layout.VirtualStage(stage, c);
+    chunks_.emplace_back(partition.FirstSegment(virtual_stage), partition.EndSegment(virtual_stage));
+    for (int i = chunks_.back().first; i < chunks_.back().second; ++i) segment_ids_.push_back(i);
+  }
+  check_draws_.assign(segment_ids_.size(), spec.micro_batch_independent);
+  for (int i : segment_ids_) {
     names_.push_back(spec.segments[i].name);
     std::shared_ptr<cutpoint::Segment> segment = held ? held->Take(i, held_step) : nullptr;
     adopted_.push_back(segment != nullptr);
@@ -103,7 +115,24 @@ Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partiti
   }
 }
 
-cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const ForwardKey& key) {
+int Stage::IndexOf(int segment) const {
+  const auto it = std::find(segment_ids_.begin(), segment_ids_.end(), segment);
+  return it == segment_ids_.end() ? -1 : static_cast<int>(it - segment_ids_.begin());
+}
+
+std::vector<torch::Tensor> Stage::ChunkParameters(int chunk) const {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    const int segment = parameter_segments_[i];
+    if (segment >= chunks_[chunk].first && segment < chunks_[chunk].second) {
+      out.push_back(parameters_[i].tensor);
+    }
+  }
+  return out;
+}
+
+cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const ForwardKey& key,
+                                     int chunk) {
   // The stage's device: its parameters', else its inputs' (a stage of parameter-free segments).
   at::Device device(at::kCPU);
   if (!parameters_.empty()) {
@@ -113,8 +142,9 @@ cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const 
   }
   ForwardGenerators generator(device);
   cutpoint::Activations acts = inputs;
-  for (size_t i = 0; i < segments_.size(); ++i) {
-    generator.Seed(ForwardSeed(seed_, key, first_ + static_cast<int>(i)));
+  for (int segment = chunks_[chunk].first; segment < chunks_[chunk].second; ++segment) {
+    const size_t i = static_cast<size_t>(IndexOf(segment));
+    generator.Seed(ForwardSeed(seed_, key, segment));
     if (!check_draws_[i] || !training_) {
       acts = segments_[i]->Forward(acts);
       continue;

@@ -1,4 +1,6 @@
-// Stage: the consecutive segments one pipeline stage holds, and nothing else.
+// Stage: the segments one pipeline stage holds, and nothing else: one chunk of consecutive
+// segments, or under a schedule with several chunks per rank (interleaved, zb-v) one range of
+// consecutive segments per chunk, each a virtual stage of the partition (planner::ChunkLayout).
 //
 // Only the stage's own segments are ever constructed here (by their factories, seeded per
 // segment), so its memory holds only its own parameters and buffers. Both are exposed in a
@@ -24,6 +26,7 @@
 
 #include "mitra/cutpoint/model.h"
 #include "mitra/cutpoint/partition.h"
+#include "mitra/planner/schedule.h"
 
 namespace mitra::worker {
 
@@ -56,16 +59,25 @@ class Stage {
   // it holds built with `seed` ahead of time: those it takes instead of building them again.
   Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
         uint64_t seed, HeldState* held = nullptr, int64_t held_step = -1);
+  // The same with the chunks `layout` gives position `stage`; `partition` splits the model into
+  // layout.num_virtual_stages() ranges.
+  Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition,
+        const planner::ChunkLayout& layout, int stage, uint64_t seed, HeldState* held = nullptr,
+        int64_t held_step = -1);
 
-  // Throws MicroBatchDependence (training mode, a model declared micro-batch independent) when
-  // a segment's first training forward drew random numbers.
-  cutpoint::Activations Forward(const cutpoint::Activations& inputs, const ForwardKey& key);
+  // Runs chunk `chunk`'s segments. Throws MicroBatchDependence (training mode, a model declared
+  // micro-batch independent) when a segment's first training forward drew random numbers.
+  cutpoint::Activations Forward(const cutpoint::Activations& inputs, const ForwardKey& key,
+                                int chunk = 0);
 
   // Training or evaluation mode for every module of every segment (torch's train()/eval()).
   void SetTraining(bool training);
   bool training() const { return training_; }
 
+  // Every chunk's, in chunk order.
   const std::vector<NamedTensor>& parameters() const { return parameters_; }
+  // The parameters of chunk `chunk`'s segments.
+  std::vector<torch::Tensor> ChunkParameters(int chunk) const;
   // The segment parameter i of parameters() belongs to.
   int SegmentOfParameter(size_t i) const { return parameter_segments_[i]; }
   const std::vector<NamedTensor>& buffers() const { return buffers_; }
@@ -80,14 +92,22 @@ class Stage {
   void RestoreBuffers(const std::vector<torch::Tensor>& values);
 
   // Whether segment `segment` (of this stage) was taken from a HeldState rather than built.
-  bool Adopted(int segment) const { return adopted_[segment - first_]; }
+  bool Adopted(int segment) const { return adopted_[IndexOf(segment)]; }
 
-  int index() const { return index_; }
-  int first_segment() const { return first_; }
-  int end_segment() const { return end_; }
+  int index() const { return index_; }  // the pipeline position
+  int num_chunks() const { return static_cast<int>(chunks_.size()); }
+  // The segments of chunk `chunk`: [first, end).
+  std::pair<int, int> chunk_segments(int chunk) const { return chunks_[chunk]; }
+  // Every segment the stage holds, in chunk order (as segments()).
+  const std::vector<int>& segment_ids() const { return segment_ids_; }
+  bool Holds(int segment) const { return IndexOf(segment) >= 0; }
+  // Segment `segment`'s place in segment_ids() (and segments()); -1 when the stage lacks it.
+  int IndexOf(int segment) const;
 
  private:
-  int index_, first_, end_;
+  int index_;
+  std::vector<std::pair<int, int>> chunks_;
+  std::vector<int> segment_ids_;
   uint64_t seed_;
   bool training_ = true;
   // By segment: its first training forward is still to be checked for random draws (the model

@@ -99,8 +99,7 @@ Payload SegmentPayload(Runtime& rt, HeldState* held, int segment) {
   Payload payload;
   std::map<std::string, torch::Tensor> live;
   std::map<std::string, std::map<std::string, torch::Tensor>> state;  // local parameter name ->
-  if (segment >= stage.first_segment() && segment < stage.end_segment() &&
-      stage.Adopted(segment)) {
+  if (stage.Holds(segment) && stage.Adopted(segment)) {
     live = SegmentTensors(stage, name);
     for (const auto& [key, t] : live) {
       if (key.rfind("param/", 0) != 0) continue;
@@ -424,14 +423,14 @@ const char* StateSourceName(StateSource source) {
   return "?";
 }
 
-ResumePlan PlanResume(const std::vector<Holding>& held,
-                      const std::vector<std::pair<int, int>>& needs, int64_t step) {
+ResumePlan PlanResume(const std::vector<Holding>& held, const std::vector<std::vector<int>>& needs,
+                      int64_t step) {
   const int world = static_cast<int>(needs.size());
   ResumePlan plan;
   plan.rank_sources.assign(world, StateSource::kKept);
   std::vector<int> sending(held.size(), 0);  // segments each rank sends so far
   for (int to = 0; to < world; ++to) {
-    for (int segment = needs[to].first; segment < needs[to].second; ++segment) {
+    for (int segment : needs[to]) {
       if (held[to].Holds(segment, step)) continue;
       int from = -1;
       for (int r = 0; r < static_cast<int>(held.size()); ++r) {
@@ -468,10 +467,16 @@ ResumePlan PlanForJob(Runtime& rt, const HeldState* held, bool* checkpoint_compl
   if (held != nullptr && held->step == step) mine = {step, held->first_segment, held->end_segment};
   const std::vector<Holding> holdings =
       GatherHoldings(rt.comm(), mine, placement.world_size(), checkpoint_complete);
-  std::vector<std::pair<int, int>> needs;
+  std::vector<std::vector<int>> needs(placement.world_size());
+  const planner::ChunkLayout& layout = rt.layout();
   for (int r = 0; r < placement.world_size(); ++r) {
     const int stage = placement.stage_map.PositionOf(r).stage;
-    needs.emplace_back(rt.partition().FirstSegment(stage), rt.partition().EndSegment(stage));
+    for (int c = 0; c < layout.chunks; ++c) {
+      const int j = layout.VirtualStage(stage, c);
+      for (int i = rt.partition().FirstSegment(j); i < rt.partition().EndSegment(j); ++i) {
+        needs[r].push_back(i);
+      }
+    }
   }
   return PlanResume(holdings, needs, step);
 }

@@ -53,10 +53,10 @@ struct ResumePlan {
   int trainer_donor = -1;  // the rank whose trainer state every rank takes; -1: the checkpoint
 };
 
-// The plan for resuming at step `step` when rank r holds `held[r]` and needs segments
-// [needs[r].first, needs[r].second). Every rank computes the same plan from the same inputs.
-ResumePlan PlanResume(const std::vector<Holding>& held,
-                      const std::vector<std::pair<int, int>>& needs, int64_t step);
+// The plan for resuming at step `step` when rank r holds `held[r]` and needs the segments
+// needs[r] (one range, or one per chunk). Every rank computes the same plan from the same inputs.
+ResumePlan PlanResume(const std::vector<Holding>& held, const std::vector<std::vector<int>>& needs,
+                      int64_t step);
 
 // What the exchange did, summed over the ranks (the same on every rank).
 struct ResumeSummary {

@@ -11,6 +11,7 @@ int TagOf(int group, int kind) { return 1000000 + group * 2 + kind; }
 
 Result<TiedWeights> TiedWeights::Create(const cutpoint::ModelSpec& spec,
                                         const cutpoint::Partition& partition,
+                                        const planner::ChunkLayout& layout,
                                         const Placement& placement, const Stage& stage) {
   TiedWeights tw;
   tw.stage_ = stage.index();
@@ -23,7 +24,7 @@ Result<TiedWeights> TiedWeights::Create(const cutpoint::ModelSpec& spec,
       for (int i = 0; i < spec.num_segments(); ++i) {
         if (spec.segments[i].name == cutpoint::SplitQualifiedName(member).first) segment = i;
       }
-      const int holder = partition.StageOf(segment);
+      const int holder = layout.StageOf(partition.StageOf(segment));
       if (std::find(g.stages.begin(), g.stages.end(), holder) == g.stages.end()) {
         g.stages.push_back(holder);
       }

@@ -19,9 +19,11 @@ namespace mitra::worker {
 
 class TiedWeights {
  public:
-  // Fails (InvalidArgument) when a member names no parameter of its segment.
+  // Fails (InvalidArgument) when a member names no parameter of its segment. `partition` cuts
+  // the model into `layout`'s virtual stages; a tie's holders are their pipeline positions.
   static Result<TiedWeights> Create(const cutpoint::ModelSpec& spec,
                                     const cutpoint::Partition& partition,
+                                    const planner::ChunkLayout& layout,
                                     const Placement& placement, const Stage& stage);
 
   void SyncInitialValues(Comm& comm);

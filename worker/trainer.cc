@@ -243,11 +243,16 @@ RuntimeOptions Trainer::RuntimeOptionsFor(const Placement& placement) const {
 
 void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
   const RuntimeOptions& opts = rt.options();
-  spdlog::info("rank {} = stage {} replica {} of {}x{}: segments [{}, {}) of {} ({} parameters), "
+  std::string segments;  // "[0, 3)", or one range per chunk: "[0, 2) [6, 8)"
+  for (int c = 0; c < rt.stage().num_chunks(); ++c) {
+    const auto [first, end] = rt.stage().chunk_segments(c);
+    segments += (c > 0 ? " [" : "[") + std::to_string(first) + ", " + std::to_string(end) + ")";
+  }
+  spdlog::info("rank {} = stage {} replica {} of {}x{}: segments {} of {} ({} parameters), "
                "partition {}, schedule {}{}, {} micro-batches of <= {}",
                placement.rank, placement.stage(), placement.replica(), placement.num_stages(),
-               placement.num_replicas(), rt.stage().first_segment(), rt.stage().end_segment(),
-               spec_.num_segments(), rt.stage().ParameterCount(), rt.partition().ToString(),
+               placement.num_replicas(), segments, spec_.num_segments(),
+               rt.stage().ParameterCount(), rt.partition().ToString(),
                planner::ScheduleName(opts.schedule), opts.recompute ? "+recompute" : "",
                rt.num_micro_batches(), opts.chunk_size);
   Record("ready")
@@ -265,7 +270,7 @@ void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
       .Add("text", settings)
       .Add("schedule", planner::ScheduleName(opts.schedule))
       .Add("recompute", opts.recompute)
-      .Add("zero", !rt.HoldsWholeState())
+      .Add("zero", rt.ShardsOptimizerState())
       .Add("partition", rt.partition().ToString())
       .Add("chunk_size", opts.chunk_size)
       .Emit();
@@ -391,7 +396,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
       Record("optimizer_state")
           .Add("rank", placement.rank)
           .Add("bytes", rt.OptimizerStateBytes())
-          .Add("sharded", !rt.HoldsWholeState())
+          .Add("sharded", rt.ShardsOptimizerState())
           .Emit();
     }
     if (eval.dataset && ((eval.every > 0 && step % eval.every == 0) ||

@@ -142,9 +142,10 @@ void AddTrainerFlags(CLI::App& app, worker::TrainerOptions* options,
 
   // The pipeline: a shape the planner chose brings its own (MITRA_SCHEDULE, ...).
   AddNamed(app, "--schedule", &rt.schedule, &planner::ParseScheduleKind,
-           planner::ScheduleName(rt.schedule), "gpipe, 1f1b, varuna or zb-h1");
+           planner::ScheduleName(rt.schedule),
+           "gpipe, 1f1b, varuna, zb-h1, interleaved or zb-v");
   AddSwitch(app, "--recompute", &rt.recompute,
-            "recompute activations in the backward (gpipe, 1f1b; varuna always does)");
+            "recompute activations in the backward (varuna always does)");
   AddNamed(app, "--partition", &rt.partition, &cutpoint::ParsePartitionMethod,
            cutpoint::PartitionMethodName(rt.partition),
            "segments per stage: uniform, params (balances the parameters) or counts like 1,4,4,3");

@@ -12,7 +12,7 @@
 // own defaults, so no help text repeats a default. Named settings are parsed as they are read
 // (ParseScheduleKind, ParsePrecision, ...), so a bad one is refused before anything starts:
 //
-//   gpt_train: --schedule: unknown schedule 'zb-v' (expected gpipe, 1f1b, varuna or zb-h1)
+//   gpt_train: --schedule: unknown schedule 'zb-x' (expected gpipe, 1f1b, varuna, zb-h1, interleaved or zb-v)
 //
 // The Add* functions write through the pointers they are given, during ParseFlagsOrExit only;
 // the destinations must outlive it.

@@ -26,8 +26,8 @@ from mitra.inference import InferenceModel  # noqa: E402
 
 
 class Linear(torch.nn.Linear):
-    """torch.nn.Linear whose weight and bias gradients a zero-bubble schedule (zb-h1) computes in
-    its W instructions, after the input gradient has gone upstream (docs/runtime.md,
+    """torch.nn.Linear whose weight and bias gradients a zero-bubble schedule (zb-h1, zb-v)
+    computes in its W instructions, after the input gradient has gone upstream (docs/runtime.md,
     Schedules). Elsewhere it is torch.nn.Linear itself: the same graph and the same numbers."""
 
     def forward(self, input):

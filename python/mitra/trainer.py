@@ -15,8 +15,8 @@ _DESCRIPTIONS = {
     "max_steps": "steps to train when mitra run gives no --max-steps (default {})",
     "seed": "initial weights, sample order and random numbers (default {})",
     # the pipeline (the manager's plan wins over these)
-    "schedule": "gpipe | 1f1b | varuna | zb-h1 (default {})",
-    "recompute": "recompute activations in the backward (gpipe, 1f1b)",
+    "schedule": "gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v (default {})",
+    "recompute": "recompute activations in the backward (varuna always does)",
     "partition": "uniform | params | explicit counts such as '1,4,4,3' (default {})",
     "backend": "gloo | nccl (default {})",
     "precision": "fp32 | bf16 | fp16 (default {})",

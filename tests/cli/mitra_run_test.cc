@@ -294,10 +294,11 @@ TEST_F(MitraRunTest, AWorkerThatRefusesItsConfigurationEndsTheJobAtOnceWithItsMe
                                  {"--config-error-rank", "1"}));
   EXPECT_EQ(r.exit_code, 2) << r.output();
   EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 1u) << r.output();
-  EXPECT_TRUE(Contains(r.err, "  | fake_worker: error: rank 1: unknown schedule 'zb-v'")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "  | fake_worker: error: rank 1: unknown schedule 'zb-x'")) << r.err;
   EXPECT_TRUE(Contains(r.err, "mitra: failed: rank 1 (pid ")) << r.err;
-  EXPECT_TRUE(Contains(r.err, "unknown schedule 'zb-v' (expected gpipe, 1f1b, varuna or zb-h1) (exit "
-                              "code 2: the program's configuration is wrong"))
+  EXPECT_TRUE(Contains(r.err, "unknown schedule 'zb-x' (expected gpipe, 1f1b, varuna, zb-h1, "
+                              "interleaved or zb-v) (exit code 2: the program's configuration "
+                              "is wrong"))
       << r.err;
   EXPECT_EQ(ReadJsonFile(RunDir() + "/state.json")->GetString("state"), "failed");
   ExpectNoWorkerLeft();

@@ -242,8 +242,8 @@ int main(int argc, char** argv) {
   std::printf("@mitra {\"event\":\"heartbeat\",\"rank\":%d}\n", rank);
   if (rank == f.config_error_rank) {
     std::fprintf(stderr,
-                 "fake_worker: error: rank %d: unknown schedule 'zb-v' (expected gpipe, 1f1b, "
-                 "varuna or zb-h1)\n",
+                 "fake_worker: error: rank %d: unknown schedule 'zb-x' (expected gpipe, 1f1b, "
+                 "varuna, zb-h1, interleaved or zb-v)\n",
                  rank);
     return 2;
   }

@@ -152,9 +152,9 @@ def test_unknown_options_and_a_missing_loss_are_refused_with_the_fix():
 
 
 def test_a_bad_name_is_refused_when_the_trainer_is_made_naming_the_choices():
-    with pytest.raises(ValueError, match=r"schedule: unknown schedule 'zb-v' \(expected gpipe, "
-                                         r"1f1b, varuna or zb-h1\)"):
-        mitra.Trainer(mlp_spec(), Blobs(), schedule="zb-v")
+    with pytest.raises(ValueError, match=r"schedule: unknown schedule 'zb-x' \(expected gpipe, "
+                                         r"1f1b, varuna, zb-h1, interleaved or zb-v\)"):
+        mitra.Trainer(mlp_spec(), Blobs(), schedule="zb-x")
     for key, value, says in [("partition", "1,x", "'x' is not a segment count"),
                              ("precision", "fp8", "expected fp32, bf16 or fp16"),
                              ("device", "tpu", "expected cpu or cuda"),

@@ -218,7 +218,7 @@ TEST_F(RunLoopTest, AWorkerThatExitsTwoBeforeTheFirstStepEndsTheJobWithItsMessag
   FakeWorkerScript script;
   script.fail_rank = 1;
   script.fail_exit_code = kExitBadInput;
-  script.fail_lines = {"[2025-01-01 12:00:00.000] [error] rank 1: unknown schedule 'zb-v' "
+  script.fail_lines = {"[2025-01-01 12:00:00.000] [error] rank 1: unknown schedule 'zb-x' "
                        "(expected gpipe, 1f1b or varuna)"};
   fake_.SetScript(script);
   std::unique_ptr<RunLoop> loop = MakeLoop(Controller(8));
@@ -228,13 +228,13 @@ TEST_F(RunLoopTest, AWorkerThatExitsTwoBeforeTheFirstStepEndsTheJobWithItsMessag
   ASSERT_EQ(Events("failure").size(), 1u);
   EXPECT_EQ(Events("failure")[0].GetNumber("rank"), 1);
   ASSERT_EQ(Events("failed").size(), 1u);
-  EXPECT_NE(Events("failed")[0].GetString("reason").value_or("").find("unknown schedule 'zb-v'"),
+  EXPECT_NE(Events("failed")[0].GetString("reason").value_or("").find("unknown schedule 'zb-x'"),
             std::string::npos);
   // The worker's words, quoted, and in the last line.
   EXPECT_NE(err_.str().find("  | [2025-01-01 12:00:00.000] [error] rank 1: unknown schedule"),
             std::string::npos)
       << err_.str();
-  EXPECT_NE(err_.str().find("exited with code 2: rank 1: unknown schedule 'zb-v' (expected "
+  EXPECT_NE(err_.str().find("exited with code 2: rank 1: unknown schedule 'zb-x' (expected "
                             "gpipe, 1f1b or varuna) (exit code 2: the program's configuration "
                             "is wrong"),
             std::string::npos)

@@ -211,7 +211,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // Zero-bubble: the blocks' Linear weight gradients wait for W; the tied
                       // embedding and the norms take theirs in B.
                       Shape{2, 1, "zb-h1", {}}, Shape{2, 2, "zb-h1", {}},
-                      Shape{4, 1, "zb-h1", {}}, Shape{2, 2, "zb-h1", {"--recompute"}}),
+                      Shape{4, 1, "zb-h1", {}}, Shape{2, 2, "zb-h1", {"--recompute"}},
+                      // Two chunks per rank: the tied embedding and head share rank 0 in the
+                      // V; at P = 1 every chunk's messages stay in memory.
+                      Shape{2, 1, "interleaved", {}}, Shape{2, 2, "interleaved", {}},
+                      Shape{1, 1, "interleaved", {}}, Shape{2, 1, "interleaved", {"--recompute"}},
+                      Shape{2, 1, "zb-v", {}}, Shape{2, 2, "zb-v", {}}, Shape{1, 2, "zb-v", {}},
+                      Shape{2, 1, "zb-v", {"--recompute"}}),
     Name);
 
 }  // namespace

@@ -113,8 +113,9 @@ std::vector<StepOutcome> RunShape(const Shape& shape, const Feed& feed = RightFe
     ctx.stage = &stage;
     ctx.comm = &comm;
     ctx.reducer = reducer.get();
-    ctx.prev_rank = s > 0 ? p.stage_map.RankOf(s - 1, d) : -1;
-    ctx.next_rank = s + 1 < shape.stages ? p.stage_map.RankOf(s + 1, d) : -1;
+    ctx.num_virtual_stages = shape.stages;
+    ctx.chunks = {{s, s > 0 ? p.stage_map.RankOf(s - 1, d) : -1,
+                   s + 1 < shape.stages ? p.stage_map.RankOf(s + 1, d) : -1}};
     ctx.loss_scale = 1.0 / kBatch;
     ctx.first_micro_batch = static_cast<int64_t>(d) * micro_batches;
     const auto schedule =
@@ -298,8 +299,8 @@ TEST(EvalPipeline, SumsTheLossAndMetricsOverTheSamplesOnTheLastStage) {
     ctx.spec = &Spec();
     ctx.stage = &stage;
     ctx.comm = &comm;
-    ctx.prev_rank = p.stage() == 1 ? 0 : -1;
-    ctx.next_rank = p.stage() == 0 ? 1 : -1;
+    ctx.num_virtual_stages = 2;
+    ctx.chunks = {{p.stage(), p.stage() == 1 ? 0 : -1, p.stage() == 0 ? 1 : -1}};
     ctx.step = ForwardKey::kEvalStep;
     const int micro_batches = static_cast<int>(kBatch / kMicroBatch);
     const std::vector<double> sums = RunEvalPipeline(

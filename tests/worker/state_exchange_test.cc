@@ -29,7 +29,17 @@
 namespace mitra::worker {
 namespace {
 
-using Needs = std::vector<std::pair<int, int>>;
+// Each rank's needs as one range [first, end) of segments, as PlanResume takes them.
+struct Needs {
+  Needs(std::initializer_list<std::pair<int, int>> ranges) {
+    for (const auto& [first, end] : ranges) {
+      std::vector<int>& rank = segments.emplace_back();
+      for (int i = first; i < end; ++i) rank.push_back(i);
+    }
+  }
+  operator const std::vector<std::vector<int>>&() const { return segments; }
+  std::vector<std::vector<int>> segments;
+};
 
 struct Identity : cutpoint::Segment {
   cutpoint::Activations Forward(const cutpoint::Activations& inputs) override { return inputs; }

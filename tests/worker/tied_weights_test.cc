@@ -16,6 +16,11 @@
 namespace mitra::worker {
 namespace {
 
+// One chunk per stage: the partition's ranges are the stages.
+planner::ChunkLayout Plain(const cutpoint::Partition& partition) {
+  return planner::LayoutOf(planner::ScheduleKind::k1F1B, partition.num_stages());
+}
+
 // Segments l0, l1 on stage 0 and l2 on stage 1. Two ties: the weights of l0 and l2 (one member
 // per stage) and the biases of all three (two members on stage 0).
 struct TiedJob {
@@ -44,7 +49,7 @@ TEST(TiedWeights, EveryCopyStartsAsTheFirstMember) {
       << "the copies must differ before the sync for this test to show anything";
   testing::RunWithComms(2, 2, [&](const Placement& p, Comm& comm) {
     Stage stage(job.spec, job.partition, p.stage(), 1);
-    auto tied = TiedWeights::Create(job.spec, job.partition, p, stage);
+    auto tied = TiedWeights::Create(job.spec, job.partition, Plain(job.partition), p, stage);
     ASSERT_TRUE(tied.ok()) << tied.status().message();
     tied->SyncInitialValues(comm);
     if (p.stage() == 0) {
@@ -64,7 +69,7 @@ TEST(TiedWeights, EveryCopyGetsTheSumOfTheCopiesGradientsOfItsReplica) {
   const TiedJob job;
   testing::RunWithComms(2, 2, [&](const Placement& p, Comm& comm) {
     Stage stage(job.spec, job.partition, p.stage(), 1);
-    auto tied = TiedWeights::Create(job.spec, job.partition, p, stage);
+    auto tied = TiedWeights::Create(job.spec, job.partition, Plain(job.partition), p, stage);
     ASSERT_TRUE(tied.ok()) << tied.status().message();
     const int d = p.replica();
     for (const NamedTensor& param : stage.parameters()) {
@@ -98,7 +103,7 @@ TEST(TiedWeights, AMemberThatNamesNoParameterIsRefused) {
   TiedJob job;
   job.spec.TieWeights("typo", {"l0.weight", "l2.wieght"});
   const Stage stage(job.spec, job.partition, 1, 1);
-  auto tied = TiedWeights::Create(job.spec, job.partition,
+  auto tied = TiedWeights::Create(job.spec, job.partition, Plain(job.partition),
                                   testing::LoopbackPlacement(2, 1, /*rank=*/1), stage);
   ASSERT_FALSE(tied.ok());
   EXPECT_NE(tied.status().message().find("segment 'l2' has no parameter 'wieght'"),

@@ -19,10 +19,11 @@ testing::MitraResult RunFlags(const std::string& program, const std::vector<std:
 }
 
 TEST(TrainerFlags, AnUnknownScheduleExitsTwoNamingTheSchedules) {
-  const auto r = RunFlags(MITRA_GPT_TRAIN, {"--model", "tiny", "--schedule", "zb-v"});
+  const auto r = RunFlags(MITRA_GPT_TRAIN, {"--model", "tiny", "--schedule", "zb-x"});
   EXPECT_EQ(r.exit_code, 2) << r.output();
   EXPECT_EQ(r.err,
-            "gpt_train: --schedule: unknown schedule 'zb-v' (expected gpipe, 1f1b, varuna or zb-h1)\n");
+            "gpt_train: --schedule: unknown schedule 'zb-x' (expected gpipe, 1f1b, varuna, zb-h1, "
+            "interleaved or zb-v)\n");
   EXPECT_EQ(r.out, "");
 }
 
@@ -33,11 +34,11 @@ TEST(TrainerFlags, MitraRunRefusesABadFlagBeforeStartingAnything) {
   const auto r = testing::RunProgram(
       MITRA_BINARY,
       {"run", "--machines", machines, "--batch-size", "8", "--run-dir", dir.Path("run"), "--",
-       MITRA_GPT_TRAIN, "--model", "tiny", "--schedule", "zb-v"},
+       MITRA_GPT_TRAIN, "--model", "tiny", "--schedule", "zb-x"},
       dir.path(), 60);
   EXPECT_EQ(r.exit_code, 2) << r.output();
-  EXPECT_NE(r.output().find("gpt_train: --schedule: unknown schedule 'zb-v' (expected gpipe, "
-                            "1f1b, varuna or zb-h1)"),
+  EXPECT_NE(r.output().find("gpt_train: --schedule: unknown schedule 'zb-x' (expected gpipe, "
+                            "1f1b, varuna, zb-h1, interleaved or zb-v)"),
             std::string::npos)
       << r.output();
   EXPECT_FALSE(std::filesystem::exists(dir.Path("run"))) << "a run directory was created";
