@@ -248,6 +248,10 @@ INSTANTIATE_TEST_SUITE_P(
         Morph{2, 2, {"--schedule", "1f1b"}, 4, 2, {"--schedule", "zb-h1"}},
         Morph{4, 2, {"--schedule", "zb-h1"}, 4, 4, {"--schedule", "1f1b"}},
         Morph{2, 2, {"--partition", "1,3"}, 2, 2, {"--partition", "3,1"}},
+        // Two chunks per rank: a checkpoint whose partition cuts P·2 ranges, into another
+        // schedule with two chunks and into one with one.
+        Morph{2, 2, {"--schedule", "interleaved"}, 4, 2, {"--schedule", "zb-v"}},
+        Morph{4, 2, {"--schedule", "zb-v"}, 3, 1, {}},
         // ZeRO-1's checkpoint (each replica wrote its share's optimizer state) into a job
         // without it, in another shape, and the other way round.
         Morph{4, 2, {"--zero", "1"}, 3, 1, {}},

@@ -153,7 +153,9 @@ TEST(ModelState, RecomputationUpdatesEveryBufferOnce) {
         {"--schedule", "1f1b", "--recompute"},
         {"--schedule", "varuna"},
         {"--schedule", "gpipe", "--recompute"},
-        {"--schedule", "zb-h1", "--recompute"}}) {
+        {"--schedule", "zb-h1", "--recompute"},
+        {"--schedule", "interleaved", "--recompute"},
+        {"--schedule", "zb-v", "--recompute"}}) {
     const std::string dump = testing::MakeTempDir("mitra-recompute");
     auto args = ClassifierArgs({"--steps", "2", "--batch-size", "16", "--chunk-size", "4",
                             "--dump-params", dump, "--dropout", "0.3"});
