@@ -106,6 +106,21 @@ TEST_F(ElasticGpt, AZeroOneJobShrinksThroughACheckpointAndTrainsTheSame) {
   ExpectNoProcessLeft(run_dir_);
 }
 
+// zb-v: a rank's segments are two ranges (a chunk at each end of the V), which it does not
+// hold for the next generation; the shrink goes through a checkpoint the same way.
+TEST_F(ElasticGpt, AZbVJobShrinksThroughACheckpointAndTrainsTheSame) {
+  const testing::ElasticJob job{16, 40, testing::GptArgs({"--schedule", "zb-v"})};
+  auto mitra = Start("localhost slots=4\n", 2, {}, job);
+  ASSERT_TRUE(mitra);
+  const testing::MitraResult r = ShrinkToTwoSlots(*mitra);
+  EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
+  const auto morphs = testing::EventsNamed(run_dir_, "morph");
+  ASSERT_FALSE(morphs.empty());
+  EXPECT_EQ(morphs[0].GetString("state"), "checkpoint");
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoProcessLeft(run_dir_);
+}
+
 TEST_F(ElasticGpt, WithoutRegroupingAShrinkRestartsEveryWorkerAndTrainsTheSame) {
   auto mitra = Start("localhost slots=4\n", 2, {"--no-regroup"});
   ASSERT_TRUE(mitra);
