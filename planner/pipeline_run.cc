@@ -23,7 +23,7 @@ class PipelineRun {
   std::vector<Timeline> Run();
 
  private:
-  // A message a member receives: its position in `members`, its kind, its micro-batch.
+  // A message a member receives: its position in `members`, its kind, its slot (Slot).
   using Awaited = std::array<int, 3>;
   struct State {
     size_t pc = 0;
@@ -32,13 +32,17 @@ class PipelineRun {
     bool waiting = false;
     Awaited awaited{};
   };
-  // What a member receives, by kind and micro-batch: when it was sent, when the member asked for
-  // it, and how long moving it takes once both have happened.
+  // What a member receives, by kind and slot: when it was sent, when the member asked for it,
+  // and how long moving it takes once both have happened.
   struct Mailbox {
     std::array<std::vector<double>, 2> sent, posted, transfer;
   };
 
   const RankSpec& Spec(size_t i) const { return ranks_.specs[members_[i]]; }
+  // A message's place in its receiver's mailbox: by the receiving chunk and the micro-batch.
+  static int Slot(const RankSpec& r, int chunk, int micro_batch) {
+    return chunk * static_cast<int>(r.sizes.size()) + micro_batch;
+  }
   // Runs member i up to its next computation or a receive whose message has not arrived, and
   // marks it done at the end of its list.
   void RunUntilBlocked(size_t i);
@@ -76,10 +80,11 @@ PipelineRun::PipelineRun(const RankSet& ranks, const std::vector<int>& members,
   for (size_t i = 0; i < members.size(); ++i) {
     const RankSpec& r = Spec(i);
     local_[r.rank] = i;
+    const size_t slots = r.sizes.size() * r.chunks.size();
     for (int k = 0; k < 2; ++k) {
-      mail_[i].sent[k].assign(r.sizes.size(), kInf);
-      mail_[i].posted[k].assign(r.sizes.size(), kInf);
-      mail_[i].transfer[k].assign(r.sizes.size(), 0.0);
+      mail_[i].sent[k].assign(slots, kInf);
+      mail_[i].posted[k].assign(slots, kInf);
+      mail_[i].transfer[k].assign(slots, 0.0);
     }
   }
   for (int r : members) t_ = std::min(t_, ranks.specs[r].start);
@@ -113,7 +118,7 @@ void PipelineRun::RunUntilBlocked(size_t i) {
       ++s.pc;
       continue;
     }
-    s.remaining = costs_.Work(r, ins.op, r.sizes[ins.micro_batch]);
+    s.remaining = costs_.Work(r, ins, r.sizes[ins.micro_batch]);
     s.computing = true;
     s.op_start = t_;
     ++computing_on_[r.machine];
@@ -129,28 +134,32 @@ void PipelineRun::RunUntilBlocked(size_t i) {
 void PipelineRun::Send(const RankSpec& r, const Instruction& ins) {
   const int64_t size = r.sizes[ins.micro_batch];
   const bool forward = ins.op == Op::kSendActivations;
-  const int peer = forward ? r.rank + 1 : r.rank - 1;  // the next / previous stage
-  const int64_t bytes = forward ? costs_.OutputBytes(r, size) : costs_.InputBytes(r, size);
+  const ChunkSpec& chunk = r.chunks[ins.chunk];
+  // The rank and chunk of the virtual stage after this one / before it.
+  const int peer = forward ? chunk.next_rank : chunk.prev_rank;
+  const int peer_chunk = forward ? chunk.next_chunk : chunk.prev_chunk;
+  const int64_t bytes =
+      forward ? costs_.OutputBytes(r, ins.chunk, size) : costs_.InputBytes(r, ins.chunk, size);
+  const RankSpec& to = ranks_.specs[ranks_.index[peer]];
   Mailbox& box = mail_[local_.at(peer)];
   const int k = forward ? kActivations : kGradients;
-  box.sent[k][ins.micro_batch] = t_;
-  box.transfer[k][ins.micro_batch] =
-      profile_.P2pSeconds(ranks_.addresses[r.machine],
-                          ranks_.addresses[ranks_.specs[ranks_.index[peer]].machine], bytes,
-                          /*busy=*/true);
+  const int slot = Slot(to, peer_chunk, ins.micro_batch);
+  box.sent[k][slot] = t_;
+  box.transfer[k][slot] =
+      peer == r.rank ? 0.0  // the V's turn: the tensors stay in the rank's memory
+                     : profile_.P2pSeconds(ranks_.addresses[r.machine],
+                                           ranks_.addresses[to.machine], bytes, /*busy=*/true);
 }
 
 bool PipelineRun::Receive(size_t i, const Instruction& ins) {
   State& s = state_[i];
   const int k = ins.op == Op::kRecvActivations ? kActivations : kGradients;
-  s.awaited = {static_cast<int>(i), k, ins.micro_batch};
-  double& posted = mail_[i].posted[k][ins.micro_batch];
+  const int slot = Slot(Spec(i), ins.chunk, ins.micro_batch);
+  s.awaited = {static_cast<int>(i), k, slot};
+  double& posted = mail_[i].posted[k][slot];
   posted = std::min(posted, t_);
   if (Arrival(s.awaited) <= t_ + kEpsilon) {
-    if (trace_) {
-      out_[i].events.push_back(
-          {std::string(OpName(ins.op)) + std::to_string(ins.micro_batch), posted, t_});
-    }
+    if (trace_) out_[i].events.push_back({InstructionName(ins), posted, t_});
     s.waiting = false;
     return true;
   }
@@ -196,10 +205,7 @@ void PipelineRun::AdvanceTo(double next) {
       out_[i].final_backward_start = s.op_start;
       out_[i].final_backward_end = next;
     }
-    if (trace_) {
-      out_[i].events.push_back(
-          {std::string(OpName(ins.op)) + std::to_string(ins.micro_batch), s.op_start, next});
-    }
+    if (trace_) out_[i].events.push_back({InstructionName(ins), s.op_start, next});
     s.computing = false;
     ++s.pc;
   }

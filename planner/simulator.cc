@@ -33,17 +33,28 @@ Status CheckInput(const SimulationInput& in) {
   if (P < 1 || D < 1 || c.chunk_size < 1 || in.global_batch < 1) {
     return Status::InvalidArgument("a shape needs P, D, the micro-batch and the batch >= 1");
   }
-  if (static_cast<int>(c.partition.size()) != P ||
+  const int ranges = LayoutOf(c.schedule, P).num_virtual_stages();
+  if (static_cast<int>(c.partition.size()) != ranges ||
       std::accumulate(c.partition.begin(), c.partition.end(), 0) != p.num_segments() ||
       *std::min_element(c.partition.begin(), c.partition.end()) < 1) {
     return Status::InvalidArgument("partition " + c.PartitionText() + " does not split the " +
                                    std::to_string(p.num_segments()) + " segments into " +
-                                   std::to_string(P) + " stages");
+                                   std::to_string(ranges) + " ranges (" + std::to_string(P) +
+                                   " stages under " + ScheduleName(c.schedule) + ")");
   }
   if (NumMicroBatches(in.global_batch, c.chunk_size) < D) {
     return Status::InvalidArgument("a batch of " + std::to_string(in.global_batch) +
                                    " in micro-batches of " + std::to_string(c.chunk_size) +
                                    " cannot feed " + std::to_string(D) + " replicas");
+  }
+  if (c.schedule == ScheduleKind::kInterleaved) {
+    for (int d = 0; d < D; ++d) {
+      const BatchShare share = ShareOf(in.global_batch, c.chunk_size, D, d);
+      if (!InterleavedFits(P, static_cast<int>(share.micro_batches))) {
+        return Status::InvalidArgument("interleaved needs each replica's micro-batches a multiple "
+                                       "of the " + std::to_string(P) + " stages");
+      }
+    }
   }
   if (static_cast<int>(in.rank_machines.size()) != R) {
     return Status::InvalidArgument("the shape has " + std::to_string(R) + " ranks but " +
@@ -128,7 +139,7 @@ std::vector<double> ReadyForSync(const SimulationInput& in, const RankSet& ranks
   for (int s = 0; s < P; ++s) {
     const RankSpec& first = ranks.specs[ranks.index[s]];
     int64_t gradient_bytes = 0, buffer_bytes = 0;
-    for (int seg = first.first_segment; seg < first.end_segment; ++seg) {
+    for (int seg : first.segments) {
       gradient_bytes += first.profile->segments[seg].parameter_bytes;
       buffer_bytes += first.profile->segments[seg].buffer_bytes;
     }
@@ -165,9 +176,9 @@ double BubbleFraction(const std::vector<RankSpec>& specs, const std::vector<Time
 // ZeRO-1 its share's only) and buffers, and with D > 1 the data-parallel buckets.
 int64_t FixedBytes(const RankSpec& spec, int D, bool zero) {
   int64_t fixed = 0;
-  for (int s = spec.first_segment; s < spec.end_segment; ++s) {
-    const SegmentProfile& seg = spec.profile->segments[s];
-    const bool keeps_state = !zero || detail::KeepsOptimizerState(spec, D, s);
+  for (size_t k = 0; k < spec.segments.size(); ++k) {
+    const SegmentProfile& seg = spec.profile->segments[spec.segments[k]];
+    const bool keeps_state = !zero || detail::KeepsOptimizerState(spec, D, static_cast<int>(k));
     fixed += 2 * seg.parameter_bytes + seg.buffer_bytes +
              (keeps_state ? seg.optimizer_bytes : 0) + (D > 1 ? seg.parameter_bytes : 0);
   }

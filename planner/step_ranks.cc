@@ -38,9 +38,10 @@ void SetUpdatesAndStarts(const SimulationInput& in, RankSet* ranks) {
   for (RankSpec& spec : ranks->specs) {
     double work = 0;
     int64_t stage_bytes = 0;
-    for (int s = spec.first_segment; s < spec.end_segment; ++s) {
-      if (!zero || KeepsOptimizerState(spec, D, s)) work += spec.profile->segments[s].update_s;
-      stage_bytes += spec.profile->segments[s].parameter_bytes;
+    for (size_t k = 0; k < spec.segments.size(); ++k) {
+      const SegmentProfile& segment = spec.profile->segments[spec.segments[k]];
+      if (!zero || KeepsOptimizerState(spec, D, static_cast<int>(k))) work += segment.update_s;
+      stage_bytes += segment.parameter_bytes;
     }
     spec.update_s = work / spec.profile->SpeedAt(ranks->machine_load[spec.machine]);
     if (zero) spec.update_s += in.profile->AllreduceSeconds(D, stage_bytes) / 2;
@@ -59,8 +60,10 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
   out.index.assign(P * D, -1);
   out.specs.reserve(replicas.size() * P);
   std::map<std::string, int> machine_index;
-  std::vector<int> first_segment(P + 1, 0);
-  for (int s = 0; s < P; ++s) first_segment[s + 1] = first_segment[s] + c.partition[s];
+  const ChunkLayout layout = LayoutOf(c.schedule, P);
+  const int ranges = layout.num_virtual_stages();
+  std::vector<int> first_segment(ranges + 1, 0);
+  for (int j = 0; j < ranges; ++j) first_segment[j + 1] = first_segment[j] + c.partition[j];
   std::map<std::tuple<int, int64_t>, std::vector<Instruction>> lists;  // (stage, M) -> list
   for (int d : replicas) {
     const BatchShare share = ShareOf(in.global_batch, c.chunk_size, D, d);
@@ -76,10 +79,19 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
       if (added) out.addresses.push_back(in.rank_machines[r]);
       spec.machine = it->second;
       spec.profile = &p.Machine(in.rank_machines[r]);
-      spec.first_segment = first_segment[stage];
-      spec.end_segment = first_segment[stage + 1];
-      spec.first = stage == 0;
-      spec.last = stage == P - 1;
+      for (int k = 0; k < layout.chunks; ++k) {
+        const int j = layout.VirtualStage(stage, k);
+        ChunkSpec& chunk = spec.chunks.emplace_back();
+        chunk.first_segment = first_segment[j];
+        chunk.end_segment = first_segment[j + 1];
+        chunk.first = j == 0;
+        chunk.last = j == ranges - 1;
+        chunk.prev_rank = j > 0 ? d * P + layout.StageOf(j - 1) : -1;
+        chunk.next_rank = j + 1 < ranges ? d * P + layout.StageOf(j + 1) : -1;
+        chunk.prev_chunk = j > 0 ? layout.ChunkOf(j - 1) : 0;
+        chunk.next_chunk = j + 1 < ranges ? layout.ChunkOf(j + 1) : 0;
+        for (int i = chunk.first_segment; i < chunk.end_segment; ++i) spec.segments.push_back(i);
+      }
       for (int64_t m = 0; m < share.micro_batches; ++m) {
         const SampleRange range =
             MicroBatchSamples(in.global_batch, c.chunk_size, share.first_micro_batch + m);
@@ -104,12 +116,14 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
   return out;
 }
 
-const StageCosts::Cost& StageCosts::Of(const RankSpec& r, int64_t size) const {
-  const auto key = std::make_tuple(r.profile, r.first_segment, r.end_segment, size);
+const StageCosts::Cost& StageCosts::Of(const RankSpec& r, int chunk, int64_t size) const {
+  const ChunkSpec& ch = r.chunks[chunk];
+  const bool loads = ch.first || ch.last;  // the model's first or last chunk loads the samples
+  const auto key = std::make_tuple(r.profile, ch.first_segment, ch.end_segment, loads, size);
   auto it = memo_.find(key);
   if (it != memo_.end()) return it->second;
   Cost c;
-  for (int s = r.first_segment; s < r.end_segment; ++s) {
+  for (int s = ch.first_segment; s < ch.end_segment; ++s) {
     const SegmentCost seg = profile_.CostAt(*r.profile, s, size);
     c.forward += seg.forward_s;
     c.nograd += seg.forward_nograd_s;
@@ -117,27 +131,23 @@ const StageCosts::Cost& StageCosts::Of(const RankSpec& r, int64_t size) const {
     c.weight += seg.weight_s;
     c.graph_bytes += seg.graph_bytes;
   }
-  if (r.first || r.last) {  // a first or last stage loads the micro-batch's samples
-    c.forward += r.profile->sample_s * static_cast<double>(size);
-    c.nograd += r.profile->sample_s * static_cast<double>(size);
+  if (loads) c.samples = r.profile->sample_s * static_cast<double>(size);
+  if (ch.first_segment > 0) {
+    c.input_bytes = profile_.CostAt(*r.profile, ch.first_segment - 1, size).output_bytes;
   }
-  if (r.first_segment > 0) {
-    c.input_bytes = profile_.CostAt(*r.profile, r.first_segment - 1, size).output_bytes;
-  }
-  c.output_bytes = profile_.CostAt(*r.profile, r.end_segment - 1, size).output_bytes;
+  c.output_bytes = profile_.CostAt(*r.profile, ch.end_segment - 1, size).output_bytes;
   return memo_.emplace(key, c).first->second;
 }
 
-double StageCosts::Work(const RankSpec& r, Op op, int64_t size) const {
-  const Cost& c = Of(r, size);
-  switch (op) {
+double StageCosts::Work(const RankSpec& r, const Instruction& ins, int64_t size) const {
+  const Cost& c = Of(r, ins.chunk, size);
+  switch (ins.op) {
     case Op::kForward:
-      return c.forward;
+      return c.forward + c.samples;
     case Op::kForwardDiscard:
-      return c.nograd;
+      return c.nograd + c.samples;
     case Op::kRecompute:  // no loading: the inputs are stashed
-      return c.forward -
-             ((r.first || r.last) ? r.profile->sample_s * static_cast<double>(size) : 0.0);
+      return c.forward;
     case Op::kBackward:
       return c.backward;
     case Op::kBackwardInput:
@@ -149,16 +159,16 @@ double StageCosts::Work(const RankSpec& r, Op op, int64_t size) const {
   }
 }
 
-int64_t StageCosts::InputBytes(const RankSpec& r, int64_t size) const {
-  return Of(r, size).input_bytes;
+int64_t StageCosts::InputBytes(const RankSpec& r, int chunk, int64_t size) const {
+  return Of(r, chunk, size).input_bytes;
 }
 
-int64_t StageCosts::OutputBytes(const RankSpec& r, int64_t size) const {
-  return Of(r, size).output_bytes;
+int64_t StageCosts::OutputBytes(const RankSpec& r, int chunk, int64_t size) const {
+  return Of(r, chunk, size).output_bytes;
 }
 
-int64_t StageCosts::GraphBytes(const RankSpec& r, int64_t size) const {
-  return Of(r, size).graph_bytes;
+int64_t StageCosts::GraphBytes(const RankSpec& r, int chunk, int64_t size) const {
+  return Of(r, chunk, size).graph_bytes;
 }
 
 int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
@@ -167,18 +177,18 @@ int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
     const int64_t size = spec.sizes[ins.micro_batch];
     switch (ins.op) {
       case Op::kRecvActivations:
-        held += costs.InputBytes(spec, size);
+        held += costs.InputBytes(spec, ins.chunk, size);
         break;
       case Op::kForward:
       case Op::kRecompute:
-        held += costs.GraphBytes(spec, size);
+        held += costs.GraphBytes(spec, ins.chunk, size);
         break;
       case Op::kBackward:
       case Op::kBackwardWeight:  // a B keeps what the W needs: counted held until the W
-        held -= costs.GraphBytes(spec, size);
+        held -= costs.GraphBytes(spec, ins.chunk, size);
         break;
       case Op::kSendGradients:
-        held -= costs.InputBytes(spec, size);
+        held -= costs.InputBytes(spec, ins.chunk, size);
         break;
       default:
         break;

@@ -21,8 +21,8 @@ SimulationInput Input(const Profile& p, int stages, int replicas, int64_t batch,
   in.candidate.replicas = replicas;
   in.candidate.chunk_size = chunk;
   in.candidate.schedule = schedule;
-  const int per = p.num_segments() / stages;
-  in.candidate.partition.assign(stages, per);
+  const int ranges = LayoutOf(schedule, stages).num_virtual_stages();
+  in.candidate.partition.assign(ranges, p.num_segments() / ranges);
   if (machines.empty()) {  // every rank on a machine of its own
     for (int r = 0; r < stages * replicas; ++r) machines.push_back("m" + std::to_string(r + 1));
   }
@@ -65,6 +65,42 @@ TEST(Simulator, ZbH1BubbleMatchesTheClosedForm) {
     ASSERT_TRUE(one.ok()) << one.status().message();
     EXPECT_NEAR(one->step_s, (m + pp - 1) * 3 * u, 1e-9);
   }
+}
+
+// Two chunks per rank, each half a stage (one segment of F = u, B = 2u): interleaved idles
+// (P - 1)/2 of a stage's F + B where 1F1B idles P - 1 (Narayanan et al., 2021); ZB-V with
+// W = u fills more of it than interleaved, with free messages and the V's turn in memory.
+TEST(Simulator, InterleavedAndZbVBubblesMatchTheClosedForms) {
+  const double u = 0.01;
+  for (auto [stages, micro_batches] : {std::pair{2, 4}, {2, 8}, {3, 6}, {4, 8}}) {
+    Profile p = Uniform(2 * stages, u, 2 * u);
+    const double m = micro_batches, pp = stages;
+    const double stage_fb = 2 * 3 * u;  // two segments' F + B
+    Result<Prediction> one = Simulate(Input(p, stages, 1, micro_batches, 1, ScheduleKind::k1F1B));
+    ASSERT_TRUE(one.ok()) << one.status().message();
+    EXPECT_NEAR(one->step_s, (m + pp - 1) * stage_fb, 1e-9);
+    Result<Prediction> interleaved =
+        Simulate(Input(p, stages, 1, micro_batches, 1, ScheduleKind::kInterleaved));
+    ASSERT_TRUE(interleaved.ok()) << interleaved.status().message();
+    EXPECT_NEAR(interleaved->step_s, m * stage_fb + (pp - 1) * stage_fb / 2, 1e-9)
+        << "P" << stages << " M" << m;
+    EXPECT_NEAR(interleaved->bubble_fraction, (pp - 1) / 2 / (m + (pp - 1) / 2), 1e-9);
+    for (auto& seg : p.machines[0].segments) {
+      for (SegmentCost& c : seg.costs) c.weight_s = u;
+    }
+    Result<Prediction> zb_v = Simulate(Input(p, stages, 1, micro_batches, 1, ScheduleKind::kZbV));
+    ASSERT_TRUE(zb_v.ok()) << zb_v.status().message();
+    EXPECT_LT(zb_v->step_s, interleaved->step_s - u / 2) << "P" << stages << " M" << m;
+    EXPECT_GE(zb_v->step_s, m * stage_fb - 1e-9);
+  }
+  // At P = 2, M = 4: 25 units of 24 of work (planner/schedule.h).
+  Profile p = Uniform(4, u, 2 * u);
+  for (auto& seg : p.machines[0].segments) {
+    for (SegmentCost& c : seg.costs) c.weight_s = u;
+  }
+  Result<Prediction> zb_v = Simulate(Input(p, 2, 1, 4, 1, ScheduleKind::kZbV));
+  ASSERT_TRUE(zb_v.ok()) << zb_v.status().message();
+  EXPECT_NEAR(zb_v->step_s, 25 * u, 1e-9);
 }
 
 TEST(Simulator, ActivationMemoryFollowsTheSchedule) {
@@ -148,6 +184,13 @@ TEST(Simulator, BadShapesAreRefusedWithTheReason) {
             std::string::npos);
   auto wide = Input(p, 1, 3, 4, 2, ScheduleKind::k1F1B);  // 2 micro-batches for 3 replicas
   EXPECT_NE(Simulate(wide).status().message().find("cannot feed 3 replicas"), std::string::npos);
+  auto chunks = Input(p, 2, 1, 8, 1, ScheduleKind::kZbV);
+  chunks.candidate.partition = {2, 2};  // zb-v cuts 2 stages into 4 ranges
+  EXPECT_NE(Simulate(chunks).status().message().find("into 4 ranges (2 stages under zb-v)"),
+            std::string::npos)
+      << Simulate(chunks).status().message();
+  auto odd = Input(p, 2, 1, 3, 1, ScheduleKind::kInterleaved);  // 3 micro-batches over 2 stages
+  EXPECT_NE(Simulate(odd).status().message().find("a multiple of the 2 stages"), std::string::npos);
 }
 
 TEST(Planner, BalancedPartitionEvensOutStageTimes) {

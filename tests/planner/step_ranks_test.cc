@@ -38,10 +38,14 @@ TEST(BuildRanks, EachRankRunsItsStagesListOnItsShareOfTheBatch) {
   EXPECT_EQ(last.machine, 2);
   EXPECT_EQ(last.sizes, (std::vector<int64_t>{3, 1}));
   EXPECT_EQ(ranks.specs[0].sizes, (std::vector<int64_t>{3, 3}));
-  EXPECT_EQ(last.first_segment, 1);
-  EXPECT_EQ(last.end_segment, 4);
-  EXPECT_TRUE(last.last);
-  EXPECT_FALSE(last.first);
+  ASSERT_EQ(last.chunks.size(), 1u);
+  EXPECT_EQ(last.chunks[0].first_segment, 1);
+  EXPECT_EQ(last.chunks[0].end_segment, 4);
+  EXPECT_EQ(last.segments, (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(last.chunks[0].last);
+  EXPECT_FALSE(last.chunks[0].first);
+  EXPECT_EQ(last.chunks[0].prev_rank, 2);
+  EXPECT_EQ(last.chunks[0].next_rank, -1);
   EXPECT_EQ(last.list, BuildSchedule(ScheduleKind::k1F1B, 2, 1, 2, false));
   EXPECT_EQ(last.list[last.final_backward], (Instruction{Op::kBackward, 1}));
 }
@@ -78,14 +82,39 @@ TEST(StageCosts, FirstAndLastStagesLoadSamplesButNotToRecompute) {
   const StageCosts costs(p);
   const RankSpec& first = ranks.specs[0];  // 1 segment
   const RankSpec& last = ranks.specs[1];   // 3 segments
-  EXPECT_DOUBLE_EQ(costs.Work(first, Op::kForward, 2), 0.01 + 2 * 0.001);
-  EXPECT_DOUBLE_EQ(costs.Work(first, Op::kForwardDiscard, 2), 0.01 + 2 * 0.001);
-  EXPECT_DOUBLE_EQ(costs.Work(first, Op::kRecompute, 2), 0.01);
-  EXPECT_DOUBLE_EQ(costs.Work(last, Op::kBackward, 2), 3 * 0.02);
-  EXPECT_EQ(costs.Work(last, Op::kSendGradients, 2), 0);
-  EXPECT_EQ(costs.InputBytes(first, 2), 0);
-  EXPECT_EQ(costs.InputBytes(last, 2), 64);  // what segment 0 hands on
-  EXPECT_EQ(costs.GraphBytes(last, 2), 3 * 1000);
+  EXPECT_DOUBLE_EQ(costs.Work(first, {Op::kForward, 0}, 2), 0.01 + 2 * 0.001);
+  EXPECT_DOUBLE_EQ(costs.Work(first, {Op::kForwardDiscard, 0}, 2), 0.01 + 2 * 0.001);
+  EXPECT_DOUBLE_EQ(costs.Work(first, {Op::kRecompute, 0}, 2), 0.01);
+  EXPECT_DOUBLE_EQ(costs.Work(last, {Op::kBackward, 0}, 2), 3 * 0.02);
+  EXPECT_EQ(costs.Work(last, {Op::kSendGradients, 0}, 2), 0);
+  EXPECT_EQ(costs.InputBytes(first, 0, 2), 0);
+  EXPECT_EQ(costs.InputBytes(last, 0, 2), 64);  // what segment 0 hands on
+  EXPECT_EQ(costs.GraphBytes(last, 0, 2), 3 * 1000);
+}
+
+// Two chunks per rank: under zb-v rank 0 holds the first and the last range, each costed on its
+// own, the first loading the samples for its forward and the last for its loss; rank 1 holds
+// the middle two, and its turn of the V sends to itself.
+TEST(StageCosts, EachChunkCostsItsOwnSegments) {
+  Profile p = Uniform(4, 0.01, 0.02);
+  p.machines[0].sample_s = 0.001;
+  SimulationInput in = TwoByTwo(p, 8, 2, {"m0", "m0", "m0", "m0"}, ScheduleKind::kZbV);
+  in.candidate.partition = {1, 1, 1, 1};
+  const RankSet ranks = BuildRanks(in, {0});
+  const StageCosts costs(p);
+  const RankSpec& zero = ranks.specs[0];
+  const RankSpec& one = ranks.specs[1];
+  EXPECT_EQ(zero.segments, (std::vector<int>{0, 3}));
+  EXPECT_EQ(one.segments, (std::vector<int>{1, 2}));
+  EXPECT_DOUBLE_EQ(costs.Work(zero, {Op::kForward, 0, 0}, 2), 0.01 + 2 * 0.001);
+  EXPECT_DOUBLE_EQ(costs.Work(zero, {Op::kForward, 0, 1}, 2), 0.01 + 2 * 0.001);
+  EXPECT_DOUBLE_EQ(costs.Work(one, {Op::kForward, 0, 1}, 2), 0.01);
+  EXPECT_EQ(costs.InputBytes(zero, 1, 2), 64);
+  EXPECT_EQ(one.chunks[0].next_rank, 1);
+  EXPECT_EQ(one.chunks[0].next_chunk, 1);
+  EXPECT_EQ(one.chunks[1].prev_rank, 1);
+  EXPECT_EQ(zero.chunks[1].prev_rank, 1);
+  EXPECT_EQ(zero.chunks[1].next_rank, -1);
 }
 
 TEST(PeakActivationBytes, GPipeHoldsEveryGraphAndOneFOneBOnlyThoseInFlight) {
