@@ -3,9 +3,10 @@
 // It enumerates P (every depth up to the segments and slots, not only divisors), D (every
 // count up to the slots P leaves, or a spread of counts on large machine lists), the
 // micro-batch (the profiled sizes, plus the one that shares the batch evenly, or only the job's
-// fixed one), the schedule (GPipe, 1F1B, Varuna; with recomputation where activations would not
-// fit otherwise) and, for each, the partition that balances the stages' measured time on the
-// machines they run on. Candidates are simulated (planner/simulator.h) in the order of a lower
+// fixed one), the schedule (GPipe, 1F1B, Varuna, ZB-H1, interleaved and ZB-V where the model has
+// a segment for each of their chunks; with recomputation where activations would not fit
+// otherwise) and, for each, the partition that balances the stages' (under interleaved and ZB-V,
+// the chunks') measured time on the machines they run on. Candidates are simulated (planner/simulator.h) in the order of a lower
 // bound of their step time, until no candidate left can enter the best `keep`; those that do
 // not fit a machine's memory are dropped, and the rest are ranked by predicted step time, fewer
 // busy slots first among equals. Pure and thread-compatible.
@@ -30,8 +31,9 @@ struct PlanRequest {
   bool chunk_kept = false;  // the chosen micro-batch stays for the job (GridRequest::chunk_kept)
   int stages = 0;          // > 0: only this P
   int zero = -1;           // ZeRO-1: 0 never, 1 always (D > 1), -1 where a shape needs it to fit
-  std::vector<ScheduleKind> schedules = {ScheduleKind::k1F1B, ScheduleKind::kGPipe,
-                                         ScheduleKind::kVaruna, ScheduleKind::kZbH1};
+  std::vector<ScheduleKind> schedules = {ScheduleKind::k1F1B,  ScheduleKind::kGPipe,
+                                         ScheduleKind::kVaruna, ScheduleKind::kZbH1,
+                                         ScheduleKind::kInterleaved, ScheduleKind::kZbV};
   // How many of the best shapes must be exact: shapes whose lower bound (their busiest stage's
   // compute alone) cannot beat the keep-th best found are not simulated. 0: simulate all.
   int keep = 10;

@@ -46,20 +46,33 @@ double FastestSpeed(const Profile& profile) {
   return fastest;
 }
 
-// ShapeOption::bound for `partition` from `best` (FastestSegments::At); `discards`: stages but
-// the last recompute each forward.
-double LowerBound(const std::vector<double>& best, const std::vector<int>& partition, bool discards,
-                  int64_t per_replica, double fastest) {
-  const int p = static_cast<int>(partition.size());
-  double bound = 0;
-  for (int s = 0, seg = 0; s < p; ++s) {
-    double work = 0;
-    for (int k = 0; k < partition[s]; ++k, ++seg) {
-      work += best[2 * seg] * (discards && s + 1 < p ? 2 : 1) + best[2 * seg + 1];
+// ShapeOption::bound for `partition` (of `layout`'s virtual stages) from `best`
+// (FastestSegments::At): the busiest rank's work, every chunk of it; `discards`: every range but
+// the model's last recomputes its forwards.
+double LowerBound(const std::vector<double>& best, const std::vector<int>& partition,
+                  const ChunkLayout& layout, bool discards, int64_t per_replica, double fastest) {
+  const int ranges = static_cast<int>(partition.size());
+  std::vector<double> work(layout.stages, 0.0);  // by position
+  for (int j = 0, seg = 0; j < ranges; ++j) {
+    for (int k = 0; k < partition[j]; ++k, ++seg) {
+      work[layout.StageOf(j)] +=
+          best[2 * seg] * (discards && j + 1 < ranges ? 2 : 1) + best[2 * seg + 1];
     }
-    bound = std::max(bound, static_cast<double>(per_replica) * work / fastest);
   }
-  return bound;
+  return static_cast<double>(per_replica) * *std::max_element(work.begin(), work.end()) / fastest;
+}
+
+// Whether schedule `schedule` can run P = `p` stages of `d` replicas on the batch: enough
+// segments for its chunks, and under interleaved each replica's micro-batches a multiple of P.
+bool ScheduleRuns(ScheduleKind schedule, int p, int d, int segments, int64_t batch, int64_t chunk) {
+  if (LayoutOf(schedule, p).num_virtual_stages() > segments) return false;
+  if (schedule != ScheduleKind::kInterleaved) return true;
+  for (int r = 0; r < d; ++r) {
+    if (!InterleavedFits(p, static_cast<int>(ShareOf(batch, chunk, d, r).micro_batches))) {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::vector<int> Depths(const PlanRequest& request, int slots) {
@@ -139,12 +152,19 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
       for (int64_t chunk : MicroBatchSizes(request, p, d)) {
         if (chunk > batch || NumMicroBatches(batch, chunk) < d) continue;
         const int64_t per_replica = (NumMicroBatches(batch, chunk) + d - 1) / d;
-        const std::vector<int> partition =
-            StagePartition(profile, first_machines, p, chunk, per_replica);
         const std::vector<double>& best = fastest_segments.At(chunk);
         const std::vector<ScheduleKind> schedules =
             p == 1 ? std::vector<ScheduleKind>{ScheduleKind::k1F1B} : request.schedules;
         for (ScheduleKind schedule : schedules) {
+          if (!ScheduleRuns(schedule, p, d, profile.num_segments(), batch, chunk)) continue;
+          // Each virtual stage balanced for the machine of the rank that runs it.
+          const ChunkLayout layout = LayoutOf(schedule, p);
+          std::vector<std::string> range_machines;
+          for (int j = 0; j < layout.num_virtual_stages(); ++j) {
+            range_machines.push_back(first_machines[layout.StageOf(j)]);
+          }
+          const std::vector<int> partition = StagePartition(
+              profile, range_machines, layout.num_virtual_stages(), chunk, per_replica);
           for (bool recompute : {false, true}) {
             const bool varuna = schedule == ScheduleKind::kVaruna;
             if (recompute && (p == 1 || varuna)) continue;
@@ -158,7 +178,7 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
               option.candidate.recompute = recompute;
               option.candidate.zero = zero;
               option.candidate.partition = partition;
-              option.bound = LowerBound(best, partition, discards, per_replica, fastest);
+              option.bound = LowerBound(best, partition, layout, discards, per_replica, fastest);
             }
           }
         }
