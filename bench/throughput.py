@@ -25,9 +25,11 @@ measurement and a final JSON summary with the ratios:
   python_1x2 / mitra_1x2, python_2x1 / mitra_2x1    (against the C++ program; >= 0.95 too)
   mitra_1x2_zero / mitra_1x2                         (target >= 0.95; bytes ratio <= 0.55)
   mitra_2x1_zb / mitra_1x2, mitra_2x1 / mitra_1x2    (zb-h1 and 1f1b at P = 2, M = 4; >= 0.93),
-                                                     with "theory_over_1x2": what the pipeline
-                                                     bubbles of each leave, from the traced F,
-                                                     B and W of the zb-h1 runs
+  mitra_2x1_zbv / mitra_1x2, mitra_2x1_interleaved / mitra_1x2
+                                                     (zb-v and interleaved, two chunks per
+                                                     rank), with "theory_over_1x2": what the
+                                                     pipeline bubbles of each schedule leave,
+                                                     its traced step replayed (below)
 For the python ratios, "paired_ratios" also gives the median over repeats of the ratio of the
 two runs of the same repeat (run one after the other), which a change of load between repeats
 disturbs less.
@@ -36,7 +38,14 @@ disturbs less.
 
 --only takes configuration names and groups, comma-separated: "python" is the Python
 comparison alone (mitra_*, python_* and pytorch), "cpp" the original seven, "zero" 1x2 with
-and without ZeRO-1, "zb" 1x2 against 2x1 in 1f1b and in zb-h1.
+and without ZeRO-1, "zb" 1x2 against 2x1 in 1f1b, zb-h1, zb-v and interleaved.
+
+The theory of a schedule: the traced step of each 2x1 run (every rank's third step,
+logs/gen-0/rank-R.trace.json) replayed with its computations' measured durations and free
+messages, each computation starting once its rank is free and its input has been computed (a
+forward after the previous virtual stage's, a backward after the next one's); the busy share of
+that replay is the most 2x1 can reach against 1x2, whose processes never wait, and its
+"bubble" the rest. Medians over repeats; F, B and W are the medians of a chunk's durations.
 """
 import argparse
 import json
@@ -95,12 +104,22 @@ def optimizer_bytes(run_dir):
     return most
 
 
-# Durations (s) of each kind of instruction in the step the zb-h1 runs traced, by name: "F",
-# "Bi", "W" (logs/gen-0/rank-R.trace.json, every rank's third step).
+# By schedule: each run's traced step, {rank: [(instruction name, seconds), ...]} in order.
 TRACED = {}
 
+# Where each chunk of a position runs in the model, for P = 2 (planner/schedule.h): the virtual
+# stage of (position, chunk).
+LAYOUTS = {
+    "1f1b": lambda s, c: s,
+    "zb-h1": lambda s, c: s,
+    "interleaved": lambda s, c: c * 2 + s,
+    "zb-v": lambda s, c: s if c == 0 else 3 - s,
+}
 
-def mitra(args, stages, slots, python=False, zero=False, name=None, schedule=None):
+
+def mitra(args, stages, slots, python=False, zero=False, name=None, schedule=None,
+          partition=None):
+    traced = stages == 2 and not python and not zero
     if python:  # the Python twin, with the package from the build tree
         program = ["/usr/bin/python3", f"{ROOT}/examples/python/gpt_train.py"]
         paths = [os.path.join(os.path.abspath(args.build), "python")]
@@ -117,41 +136,99 @@ def mitra(args, stages, slots, python=False, zero=False, name=None, schedule=Non
              "--nstages", str(stages), "--chunk-size", "8",
              "--max-steps", str(args.warmup + args.steps), "--run-dir", run_dir,
              *(["--zero", "1"] if zero else []), "--",
-             *program, "--model", "bench", *(["--schedule", schedule] if schedule else [])],
+             *program, "--model", "bench", *(["--schedule", schedule] if schedule else []),
+             *(["--partition", partition] if partition else [])],
             env=env)
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             steps = [json.loads(line) for line in f if line.strip()]
         if name:
             OPTIMIZER_BYTES[name] = optimizer_bytes(run_dir)
-        if schedule == "zb-h1":
-            collect_trace(run_dir)
+        if traced:
+            TRACED.setdefault(schedule or "1f1b", []).append(collect_trace(run_dir))
     timed = [s for s in steps if s["step"] > args.warmup]
     return sum(s["samples"] * 128 for s in timed) / sum(s["step_time_s"] for s in timed)
 
 
 def collect_trace(run_dir):
+    """Each rank's traced step: its instructions, in order, with their durations (s)."""
     logs = os.path.join(run_dir, "logs", "gen-0")
+    ranks = {}
     for f in sorted(os.listdir(logs)):
         if not f.endswith(".trace.json"):
             continue
         with open(os.path.join(logs, f)) as fh:
             trace = json.load(fh)
         events = trace["traceEvents"] if isinstance(trace, dict) else trace
-        for e in events:
-            kind = e.get("name", "").rstrip("0123456789")
-            if e.get("ph") == "X" and kind in ("F", "Bi", "W"):
-                TRACED.setdefault(kind, []).append(e["dur"] / 1e6)
+        ops = sorted((e["ts"], e["name"], e["dur"] / 1e6) for e in events if e.get("ph") == "X")
+        ranks[int(f.split("-")[1].split(".")[0])] = [(name, dur) for _, name, dur in ops]
+    return ranks
 
 
-def zb_theory(stages=2, micro_batches=4):
-    """The pipelines' efficiencies in theory, from the traced F, B and W of the zb-h1 runs
-    (medians over ranks and repeats): 1F1B idles (P-1) whole micro-batches of a stage's
-    M (F + B + W); ZB-H1 (P-1)(F + B - W) (Qi et al., 2024, at 1F1B's memory)."""
-    f, b, w = (statistics.median(TRACED[k]) for k in ("F", "Bi", "W"))
-    work = micro_batches * (f + b + w)
-    return {"f_s": round(f, 4), "b_s": round(b, 4), "w_s": round(w, 4),
-            "1f1b": round(work / (work + (stages - 1) * (f + b + w)), 3),
-            "zb_h1": round(work / (work + (stages - 1) * max(0.0, f + b - w)), 3)}
+COMPUTATIONS = ("F", "f", "R", "B", "Bi", "W")
+
+
+def parse(name):
+    """"Bi3.1" -> ("Bi", 3, 1): the op, the micro-batch, the chunk; None for what is not a
+    computation of the pipeline (messages, the reduction, the update)."""
+    op = name.rstrip("0123456789.")
+    if op not in COMPUTATIONS or op == name:
+        return None
+    mb, _, chunk = name[len(op):].partition(".")
+    return op, int(mb), int(chunk or 0)
+
+
+def replay(ranks, layout):
+    """The busy share of the traced step replayed with free messages (the module's docstring)."""
+    done = {}  # (op kind, virtual stage, micro-batch) -> when it ended
+    queues = {r: [(parse(n), d) for n, d in ops if parse(n)] for r, ops in ranks.items()}
+    chunks = 1 + max(c for q in queues.values() for (_, _, c), _ in q)
+    last = len(ranks) * chunks - 1  # the model's last virtual stage
+    clock = {r: 0.0 for r in ranks}
+    busy = sum(d for q in queues.values() for _, d in q)
+    while any(queues.values()):
+        progressed = False
+        for r, q in queues.items():
+            while q:
+                (op, mb, chunk), dur = q[0]
+                j = layout(r, chunk)
+                if op in ("F", "f"):
+                    need = ("F", j - 1, mb) if j > 0 else None
+                elif op in ("B", "Bi"):
+                    need = ("B", j + 1, mb) if j < last else ("F", j, mb)
+                else:  # W and recomputations follow what the rank did before them
+                    need = None
+                if need is not None and need not in done:
+                    break
+                start = max(clock[r], done[need] if need else 0.0)
+                clock[r] = start + dur
+                if op in ("F", "f"):
+                    done[("F", j, mb)] = clock[r]
+                if op in ("B", "Bi"):
+                    done[("B", j, mb)] = clock[r]
+                q.pop(0)
+                progressed = True
+        if not progressed:
+            raise RuntimeError("the traced step does not replay: " + str(queues))
+    return busy / (len(ranks) * max(clock.values()))
+
+
+def theory():
+    """By schedule: the replayed efficiency, its bubble, and the median F, B and W of a chunk."""
+    out = {}
+    for schedule, runs in TRACED.items():
+        efficiency = statistics.median(replay(ranks, LAYOUTS[schedule]) for ranks in runs)
+        kinds = {}
+        for ranks in runs:
+            for ops in ranks.values():
+                for name, dur in ops:
+                    if parse(name):
+                        kinds.setdefault(parse(name)[0], []).append(dur)
+        entry = {"efficiency": round(efficiency, 3), "bubble": round(1 - efficiency, 3)}
+        for kind, key in (("F", "f_s"), ("B", "b_s"), ("Bi", "b_s"), ("W", "w_s")):
+            if kind in kinds:
+                entry[key] = round(statistics.median(kinds[kind]), 4)
+        out[schedule] = entry
+    return out
 
 
 GROUPS = {
@@ -160,7 +237,7 @@ GROUPS = {
     "python": ["mitra_1x1", "python_1x1", "pytorch", "mitra_1x2", "python_1x2", "mitra_2x1",
                "python_2x1"],
     "zero": ["mitra_1x2", "mitra_1x2_zero"],
-    "zb": ["mitra_1x2", "mitra_2x1", "mitra_2x1_zb"],
+    "zb": ["mitra_1x2", "mitra_2x1", "mitra_2x1_zb", "mitra_2x1_zbv", "mitra_2x1_interleaved"],
 }
 
 RATIOS = [  # (numerator, denominator)
@@ -178,6 +255,8 @@ RATIOS = [  # (numerator, denominator)
     ("mitra_2x1", "mitra_1x2"),
     ("mitra_2x1_zb", "mitra_1x2"),
     ("mitra_2x1_zb", "mitra_2x1"),
+    ("mitra_2x1_zbv", "mitra_1x2"),
+    ("mitra_2x1_interleaved", "mitra_1x2"),
 ]
 
 
@@ -204,6 +283,11 @@ def main():
         "python_1x2": lambda: mitra(args, 1, 2, python=True),
         "mitra_2x1": lambda: mitra(args, 2, 2),
         "mitra_2x1_zb": lambda: mitra(args, 2, 2, schedule="zb-h1"),
+        # Two chunks per rank, each of two blocks: the bench GPT's 10 segments are the embedding,
+        # 8 blocks and the head, so the uniform cut 3,3,2,2 would put 5 blocks on rank 1 of the V.
+        "mitra_2x1_zbv": lambda: mitra(args, 2, 2, schedule="zb-v", partition="3,2,2,3"),
+        "mitra_2x1_interleaved": lambda: mitra(args, 2, 2, schedule="interleaved",
+                                               partition="3,2,2,3"),
         "python_2x1": lambda: mitra(args, 2, 2, python=True),
         "pytorch_ddp": lambda: pytorch(args, "ddp"),
     }
@@ -248,7 +332,7 @@ def main():
             "ratio": round(OPTIMIZER_BYTES["mitra_1x2_zero"] / OPTIMIZER_BYTES["mitra_1x2"], 3),
         }
     if TRACED:
-        summary["theory_over_1x2"] = zb_theory()
+        summary["theory_over_1x2"] = theory()
     print(json.dumps(summary))
 
 
