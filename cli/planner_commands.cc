@@ -387,10 +387,12 @@ Result<RecordedRun> ReadRecordedRun(FileSystem& fs, const std::string& run_dir,
   return run;
 }
 
-// "F12" -> "F", "reduce" -> "reduce".
+// "F12" -> "F", "Bi3.1" (a second chunk's) -> "Bi", "reduce" -> "reduce".
 std::string Kind(const std::string& name) {
   size_t end = name.size();
-  while (end > 0 && std::isdigit(static_cast<unsigned char>(name[end - 1]))) --end;
+  while (end > 0 && (std::isdigit(static_cast<unsigned char>(name[end - 1])) || name[end - 1] == '.')) {
+    --end;
+  }
   return name.substr(0, end);
 }
 

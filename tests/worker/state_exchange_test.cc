@@ -108,6 +108,21 @@ TEST(PlanResume, AChangeOfStagesMovesOnlyTheSegmentsThatChangeOwner) {
   EXPECT_EQ(plan.transfers[1].to, 3);
 }
 
+TEST(PlanResume, AMorphIntoTwoChunksPerRankMovesTheSegmentsOfTheVsOtherEnd) {
+  // 1f1b's [0,2) [2,4) -> zb-v over 2 stages: rank 0 needs segments 0 and 3 (the V's ends),
+  // rank 1 segments 1 and 2 (its turn). Each keeps one and receives one from the other.
+  const std::vector<Holding> held{{7, 0, 2}, {7, 2, 4}};
+  const ResumePlan plan = PlanResume(held, std::vector<std::vector<int>>{{0, 3}, {1, 2}}, 7);
+  ASSERT_EQ(plan.transfers.size(), 2u);
+  EXPECT_EQ(plan.transfers[0].segment, 3);
+  EXPECT_EQ(plan.transfers[0].from, 1);
+  EXPECT_EQ(plan.transfers[0].to, 0);
+  EXPECT_EQ(plan.transfers[1].segment, 1);
+  EXPECT_EQ(plan.transfers[1].from, 0);
+  EXPECT_EQ(plan.transfers[1].to, 1);
+  EXPECT_TRUE(plan.from_checkpoint.empty());
+}
+
 TEST(PlanResume, StateOfAnotherStepIsNeverUsed) {
   // Rank 1 holds step 9 (a failure struck before its all-reduce); the job resumes at 10: its
   // stage comes from the checkpoint, and so does nobody's trainer state when nobody holds 10.
