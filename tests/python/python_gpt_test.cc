@@ -92,7 +92,9 @@ TEST(PythonGpt, TrainsTheSameUnderEverySchedule) {
        std::vector<std::vector<std::string>>{{"--schedule", "gpipe"},
                                              {"--schedule", "varuna"},
                                              {"--schedule", "1f1b", "--recompute"},
-                                             {"--schedule", "zb-h1"}}) {
+                                             {"--schedule", "zb-h1"},
+                                             {"--schedule", "interleaved"},
+                                             {"--schedule", "zb-v"}}) {
     std::vector<std::string> extra = steps;
     extra.insert(extra.end(), schedule.begin(), schedule.end());
     const testing::JobResult r = testing::RunJob(kPython, 2, 1, PythonGpt(extra));

@@ -205,7 +205,9 @@ void ExpectSameLossesInEveryShape(const std::string& program, const std::vector<
 const std::vector<Shape> kShapes = {{1, 1, {}}, {2, 1, {}}, {1, 2, {}}, {2, 2, {}},
                                     {2, 2, {"--schedule", "varuna"}},
                                     {2, 2, {"--schedule", "zb-h1"}},
-                                    {2, 1, {"--schedule", "zb-h1", "--recompute"}}};
+                                    {2, 1, {"--schedule", "zb-h1", "--recompute"}},
+                                    {2, 2, {"--schedule", "interleaved"}},
+                                    {2, 1, {"--schedule", "zb-v", "--recompute"}}};
 
 TEST(Randomness, AGptWithDropoutTrainsTheSameInEveryShape) {
   ExpectSameLossesInEveryShape(
