@@ -169,7 +169,8 @@ def test_the_options_defaults_are_the_runtimes_and_the_docs_list_them():
     assert (defaults["schedule"], defaults["partition"], defaults["precision"],
             defaults["sampler"], defaults["batch_size"]) == ("1f1b", "uniform", "fp32",
                                                               "shuffled", 32)
-    assert mitra.trainer.OPTIONS["schedule"] == "gpipe | 1f1b | varuna | zb-h1 (default 1f1b)"
+    assert (mitra.trainer.OPTIONS["schedule"] ==
+            "gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v (default 1f1b)")
     # docs/python.md's table of keywords is OPTIONS, word for word ('|' escaped in the table).
     with open(os.path.join(SOURCE_DIR, "docs", "python.md")) as f:
         section = f.read().split("### Trainer options")[1].split("\n#")[0]

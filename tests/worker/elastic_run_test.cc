@@ -286,8 +286,13 @@ TEST_F(ElasticGpt, PlannedShapesChangeTheStagesAtAMorphAndTrainTheSame) {
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].GetNumber("stages"), 4);
   EXPECT_EQ(launches[0].GetString("partition"), "1,1,1,1");
+  // At 2 stages the 4 segments give each rank two chunks, and with this profile's free messages
+  // interleaved halves 1F1B's bubble: the morph changes the schedule too (the two kept workers
+  // hold segments 0 and 1; 2 and 3, their second chunks, come from the checkpoint).
+  EXPECT_EQ(launches[0].GetString("schedule"), "1f1b");
   EXPECT_EQ(launches[1].GetNumber("stages"), 2);
-  EXPECT_EQ(launches[1].GetString("partition"), "2,2");
+  EXPECT_EQ(launches[1].GetString("schedule"), "interleaved");
+  EXPECT_EQ(launches[1].GetString("partition"), "1,1,1,1");
   EXPECT_GT(launches[1].GetNumber("predicted_step_s").value_or(0), 0);
   EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
