@@ -217,7 +217,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 1, "interleaved", {}}, Shape{2, 2, "interleaved", {}},
                       Shape{1, 1, "interleaved", {}}, Shape{2, 1, "interleaved", {"--recompute"}},
                       Shape{2, 1, "zb-v", {}}, Shape{2, 2, "zb-v", {}}, Shape{1, 2, "zb-v", {}},
-                      Shape{2, 1, "zb-v", {"--recompute"}}),
+                      Shape{2, 1, "zb-v", {"--recompute"}}, Shape{2, 2, "zb-v", {"--zero", "1"}}),
     Name);
 
 }  // namespace
