@@ -30,12 +30,19 @@ const char* ScheduleName(ScheduleKind kind) {
   return "?";
 }
 
-ChunkLayout LayoutOf(ScheduleKind kind, int num_stages) {
+ChunkLayout LayoutOf(ScheduleKind kind, int num_stages, int ranges) {
   ChunkLayout layout;
   layout.stages = num_stages;
-  if (kind == ScheduleKind::kInterleaved || kind == ScheduleKind::kZbV) layout.chunks = 2;
+  if (kind == ScheduleKind::kInterleaved) {
+    layout.chunks = InterleavedRanges(num_stages, ranges) ? ranges / num_stages : 2;
+  }
+  if (kind == ScheduleKind::kZbV) layout.chunks = 2;
   layout.v_shape = kind == ScheduleKind::kZbV;
   return layout;
+}
+
+bool InterleavedRanges(int num_stages, int ranges) {
+  return num_stages >= 1 && ranges >= 2 * num_stages && ranges % num_stages == 0;
 }
 
 bool InterleavedFits(int num_stages, int num_micro_batches) {
@@ -160,10 +167,10 @@ std::vector<Instruction> BuildZbH1(int num_stages, int stage, int m, bool recomp
 }
 
 // Interleaved 1F1B (schedule.h), in Megatron-LM's order; none unless M is a multiple of P.
-std::vector<Instruction> BuildInterleaved(int num_stages, int stage, int m, bool recompute) {
-  if (!InterleavedFits(num_stages, m)) return {};
-  const ChunkLayout layout = LayoutOf(ScheduleKind::kInterleaved, num_stages);
-  const int P = num_stages, v = layout.chunks, total = m * v;
+std::vector<Instruction> BuildInterleaved(const ChunkLayout& layout, int stage, int m,
+                                          bool recompute) {
+  if (!InterleavedFits(layout.stages, m)) return {};
+  const int P = layout.stages, v = layout.chunks, total = m * v;
   const auto micro_batch = [&](int k) { return (k / (P * v)) * P + k % P; };
   const auto forward_chunk = [&](int k) { return (k / P) % v; };
   const auto backward_chunk = [&](int k) { return v - 1 - (k / P) % v; };
@@ -270,10 +277,14 @@ std::vector<Instruction> BuildZbV(int num_stages, int stage, int m, bool recompu
 
 std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int stage,
                                        int num_micro_batches, bool recompute) {
-  const int m = num_micro_batches;
-  const ChunkLayout layout = LayoutOf(kind, num_stages);
+  return BuildSchedule(kind, LayoutOf(kind, num_stages), stage, num_micro_batches, recompute);
+}
+
+std::vector<Instruction> BuildSchedule(ScheduleKind kind, const ChunkLayout& layout, int stage,
+                                       int num_micro_batches, bool recompute) {
+  const int m = num_micro_batches, num_stages = layout.stages;
   if (kind == ScheduleKind::kZbH1) return BuildZbH1(num_stages, stage, m, recompute);
-  if (kind == ScheduleKind::kInterleaved) return BuildInterleaved(num_stages, stage, m, recompute);
+  if (kind == ScheduleKind::kInterleaved) return BuildInterleaved(layout, stage, m, recompute);
   if (kind == ScheduleKind::kZbV) return BuildZbV(num_stages, stage, m, recompute);
   if (kind == ScheduleKind::kGPipe) {
     Builder b(layout, stage, recompute, /*recompute_early=*/false, /*discard_last=*/true);

@@ -22,8 +22,9 @@
 //           The W's fill the waits of the warm-up and the drain: at P = 2, M = 4 a step takes 13
 //           units where 1F1B takes 15 (12 of work).
 //
-// The next two give each rank v = 2 chunks: the model is partitioned into P·v virtual stages (the
-// partition's ranges), and the rank at pipeline position s runs the two that ChunkLayout names.
+// The next two give each rank v chunks (interleaved: 2 unless the partition gives 3P, 4P, ...
+// ranges; zb-v: 2): the model is partitioned into P·v virtual stages (the partition's ranges),
+// and the rank at pipeline position s runs the v that ChunkLayout names.
 // An instruction's `chunk` says which; a chunk's messages go to the rank of the neighbouring
 // virtual stage, or stay on the rank when that is the rank itself (the V's turn).
 //
@@ -31,7 +32,8 @@
 //           position j mod P; the k-th forward of a rank is chunk (k div P) mod v of micro-batch
 //           (k div Pv)·P + k mod P, its k-th backward the same with the chunks in reverse, after
 //           (P-s-1)·2 + (v-1)·P warm-up forwards. The bubble shrinks v-fold: (P-1)/v of a
-//           stage's F + B, against 1F1B's P-1. Needs M a multiple of P (InterleavedFits).
+//           stage's F + B, against 1F1B's P-1. Needs M a multiple of P (InterleavedFits) and
+//           v >= 2.
 //   ZB-V    zero-bubble in a V (Qi et al., 2024): position s holds virtual stages s and 2P-1-s,
 //           so the first and the last chunk share rank 0 and the turn at the bottom stays on
 //           rank P-1. Lists from the lockstep of ZB-H1 over the virtual stages (F = B = W = one
@@ -74,7 +76,12 @@ struct ChunkLayout {
   int ChunkOf(int virtual_stage) const { return virtual_stage / stages; }
 };
 
-ChunkLayout LayoutOf(ScheduleKind kind, int num_stages);
+// `ranges`: how many ranges the partition cuts (0: not given, the schedule's default). Under
+// interleaved, ranges / P chunks per rank (2 by default; callers check InterleavedRanges); under
+// zb-v 2; else 1.
+ChunkLayout LayoutOf(ScheduleKind kind, int num_stages, int ranges = 0);
+// Whether interleaved can cut P stages into `ranges` ranges: 2P, 3P, ...
+bool InterleavedRanges(int num_stages, int ranges);
 
 // Whether the interleaved schedule can run M micro-batches per replica over P stages (M a
 // multiple of P); the other schedules run any M >= 1.
@@ -111,6 +118,9 @@ const char* OpName(Op op);
 
 // The list of position `stage`; interleaved gives none where !InterleavedFits (callers check).
 std::vector<Instruction> BuildSchedule(ScheduleKind kind, int num_stages, int stage,
+                                       int num_micro_batches, bool recompute);
+// The same with the chunks of `layout` (LayoutOf(kind, P, ranges)): interleaved's v.
+std::vector<Instruction> BuildSchedule(ScheduleKind kind, const ChunkLayout& layout, int stage,
                                        int num_micro_batches, bool recompute);
 
 // Forward only, without autograd graphs (evaluation): receive, forward, send each micro-batch.

@@ -33,7 +33,8 @@ Status CheckInput(const SimulationInput& in) {
   if (P < 1 || D < 1 || c.chunk_size < 1 || in.global_batch < 1) {
     return Status::InvalidArgument("a shape needs P, D, the micro-batch and the batch >= 1");
   }
-  const int ranges = LayoutOf(c.schedule, P).num_virtual_stages();
+  const int ranges =
+      LayoutOf(c.schedule, P, static_cast<int>(c.partition.size())).num_virtual_stages();
   if (static_cast<int>(c.partition.size()) != ranges ||
       std::accumulate(c.partition.begin(), c.partition.end(), 0) != p.num_segments() ||
       *std::min_element(c.partition.begin(), c.partition.end()) < 1) {

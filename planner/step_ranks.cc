@@ -60,7 +60,7 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
   out.index.assign(P * D, -1);
   out.specs.reserve(replicas.size() * P);
   std::map<std::string, int> machine_index;
-  const ChunkLayout layout = LayoutOf(c.schedule, P);
+  const ChunkLayout layout = LayoutOf(c.schedule, P, static_cast<int>(c.partition.size()));
   const int ranges = layout.num_virtual_stages();
   std::vector<int> first_segment(ranges + 1, 0);
   for (int j = 0; j < ranges; ++j) first_segment[j + 1] = first_segment[j] + c.partition[j];
@@ -99,7 +99,7 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
       }
       auto& list = lists[{stage, share.micro_batches}];
       if (list.empty()) {
-        list = BuildSchedule(c.schedule, P, stage, static_cast<int>(share.micro_batches),
+        list = BuildSchedule(c.schedule, layout, stage, static_cast<int>(share.micro_batches),
                              c.recompute);
       }
       spec.list = list;

@@ -126,7 +126,7 @@ Status Runtime::PlanSteps() {
   }
   if (dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
-  layout_ = planner::LayoutOf(opts.schedule, stages);
+  if (Status s = PlanChunks(); !s.ok()) return s;
   share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, replicas, placement_.replica());
   if (opts.schedule == planner::ScheduleKind::kInterleaved &&
       !planner::InterleavedFits(stages, static_cast<int>(share_.micro_batches))) {
@@ -138,23 +138,49 @@ Status Runtime::PlanSteps() {
   }
   // Under interleaved and zb-v the partition cuts the model into the chunks of every stage.
   const int ranges = layout_.num_virtual_stages();
-  if (ranges > stages && spec_.num_segments() < ranges) {
-    return Status::InvalidArgument(
-        "schedule " + std::string(planner::ScheduleName(opts.schedule)) + " runs " +
-        std::to_string(layout_.chunks) + " chunks on each of the " + std::to_string(stages) +
-        " stages, " + std::to_string(ranges) + " ranges of segments, and the model has " +
-        std::to_string(spec_.num_segments()) + " segments: use fewer stages or another schedule");
-  }
   auto partition = cutpoint::PartitionModel(spec_, opts.partition, ranges);
   if (!partition.ok()) return partition.status();
   partition_ = *partition;
 
-  schedule_ = planner::BuildSchedule(opts.schedule, stages, placement_.stage(),
+  schedule_ = planner::BuildSchedule(opts.schedule, layout_, placement_.stage(),
                                      static_cast<int>(share_.micro_batches), opts.recompute);
   const SamplerFactory make_sampler =
       opts.custom_sampler ? opts.custom_sampler : MakeSamplerFactory(opts.sampler);
   sampler_ = make_sampler(dataset_->Size(), opts.seed);
   if (!sampler_) return Status::InvalidArgument("the program's sampler factory returned none");
+  return Status::Ok();
+}
+
+Status Runtime::PlanChunks() {
+  const RuntimeOptions& opts = options_;
+  const int stages = placement_.num_stages();
+  const bool explicit_counts = opts.partition.kind == cutpoint::PartitionMethod::Kind::kExplicit;
+  const int counts = explicit_counts ? static_cast<int>(opts.partition.counts.size()) : 0;
+  const std::string name = planner::ScheduleName(opts.schedule);
+  if (opts.schedule == planner::ScheduleKind::kInterleaved && explicit_counts &&
+      !planner::InterleavedRanges(stages, counts)) {
+    return Status::InvalidArgument(
+        "schedule interleaved runs v >= 2 chunks on each of the " + std::to_string(stages) +
+        " stages, one count of --partition each, and the partition gives " +
+        std::to_string(counts) + ": give a multiple of " + std::to_string(stages) + " counts, " +
+        std::to_string(2 * stages) + " or more");
+  }
+  layout_ = planner::LayoutOf(opts.schedule, stages, counts);
+  const int ranges = layout_.num_virtual_stages();
+  if (explicit_counts && layout_.chunks > 1 && counts != ranges) {
+    return Status::InvalidArgument(
+        "schedule " + name + " runs " + std::to_string(layout_.chunks) + " chunk" +
+        (layout_.chunks > 1 ? "s" : "") + " on each of the " + std::to_string(stages) +
+        " stages, and the partition gives " + std::to_string(counts) + " counts: give " +
+        std::to_string(ranges) + ", one per chunk");
+  }
+  if (spec_.num_segments() < ranges) {
+    return Status::InvalidArgument(
+        "schedule " + name + " runs " + std::to_string(layout_.chunks) + " chunks on each of the " +
+        std::to_string(stages) + " stages, " + std::to_string(ranges) +
+        " ranges of segments, and the model has " + std::to_string(spec_.num_segments()) +
+        " segments: use fewer stages or chunks, or another schedule");
+  }
   return Status::Ok();
 }
 

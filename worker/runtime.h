@@ -221,6 +221,10 @@ class Runtime {
   // (blocks until every rank joined; throws PeerError), the reducer and the buffers' sync.
   Status SetUpLossScaling();
   Status PlanSteps();
+  // PlanSteps' first step: the layout of the schedule's chunks (interleaved's v from the counts
+  // of an explicit partition), refusing a partition or a model that does not give each chunk
+  // a range.
+  Status PlanChunks();
   Status BuildStage(HeldState* held);
   Status SetUpOptimizer(HeldState* held);
   void Connect();

@@ -14,9 +14,12 @@ constexpr ScheduleKind kAllKinds[] = {ScheduleKind::kGPipe, ScheduleKind::k1F1B,
                                       ScheduleKind::kVaruna, ScheduleKind::kZbH1,
                                       ScheduleKind::kInterleaved, ScheduleKind::kZbV};
 
-std::vector<std::vector<Instruction>> Lists(ScheduleKind kind, int stages, int mbs, bool recompute) {
+std::vector<std::vector<Instruction>> Lists(const ChunkLayout& layout, ScheduleKind kind, int mbs,
+                                            bool recompute) {
   std::vector<std::vector<Instruction>> lists;
-  for (int s = 0; s < stages; ++s) lists.push_back(BuildSchedule(kind, stages, s, mbs, recompute));
+  for (int s = 0; s < layout.stages; ++s) {
+    lists.push_back(BuildSchedule(kind, layout, s, mbs, recompute));
+  }
   return lists;
 }
 
@@ -24,10 +27,12 @@ std::vector<std::vector<Instruction>> Lists(ScheduleKind kind, int stages, int m
 // do not), each message keyed by the virtual stage that sends it, and reports whether every
 // position reaches its end. With `costs` (F, B, W of a chunk; a whole B is B + W) the time each
 // instruction ends is kept and `makespan` set: the step's length with free messages.
+// `ranges`: the partition's (interleaved's v = ranges / P); 0: the schedule's default.
 bool RunsToCompletion(ScheduleKind kind, int stages, int mbs, bool recompute,
-                      std::array<double, 3> costs = {1, 1, 1}, double* makespan = nullptr) {
-  const ChunkLayout layout = LayoutOf(kind, stages);
-  const auto lists = Lists(kind, stages, mbs, recompute);
+                      std::array<double, 3> costs = {1, 1, 1}, double* makespan = nullptr,
+                      int ranges = 0) {
+  const ChunkLayout layout = LayoutOf(kind, stages, ranges);
+  const auto lists = Lists(layout, kind, mbs, recompute);
   std::vector<size_t> pc(stages, 0);
   std::vector<double> clock(stages, 0);
   std::map<std::pair<int, int>, double> sent_act, sent_grad;  // (virtual stage, micro-batch)
@@ -74,6 +79,15 @@ TEST(Schedule, EveryScheduleRunsToCompletionWithoutDeadlock) {
           EXPECT_TRUE(RunsToCompletion(kind, p, m, rc))
               << ScheduleName(kind) << " P=" << p << " M=" << m << " recompute=" << rc;
         }
+      }
+    }
+  }
+  for (int v : {3, 4}) {  // interleaved with more chunks, from the partition's counts
+    for (int p = 1; p <= 4; ++p) {
+      for (int m = p; m <= 8; m += p) {
+        EXPECT_TRUE(RunsToCompletion(ScheduleKind::kInterleaved, p, m, false, {1, 1, 1}, nullptr,
+                                     v * p))
+            << "v=" << v << " P=" << p << " M=" << m;
       }
     }
   }
@@ -140,6 +154,20 @@ TEST(Schedule, BubblesMatchTheirClosedForms) {
   double zb_v = 0;
   ASSERT_TRUE(RunsToCompletion(ScheduleKind::kZbV, 2, 4, false, unit, &zb_v));
   EXPECT_DOUBLE_EQ(zb_v, 25);  // of 24 units of work (schedule.h)
+  // v chunks of one unit's F each: a stage's F + B is 3v, and interleaved idles (P-1)/v of it.
+  for (int v : {2, 3, 4}) {
+    for (auto [p, m] : {std::pair{2, 4}, {3, 6}, {4, 8}}) {
+      double got = 0;
+      ASSERT_TRUE(
+          RunsToCompletion(ScheduleKind::kInterleaved, p, m, false, unit, &got, v * p));
+      EXPECT_DOUBLE_EQ(got, 3.0 * v * m + (p - 1) * 3.0 * v / v) << "v=" << v << " P=" << p;
+    }
+  }
+  EXPECT_EQ(LayoutOf(ScheduleKind::kInterleaved, 2, 6).chunks, 3);
+  EXPECT_EQ(LayoutOf(ScheduleKind::kInterleaved, 2, 5).chunks, 2);  // no v: the default
+  EXPECT_FALSE(InterleavedRanges(2, 5));
+  EXPECT_FALSE(InterleavedRanges(2, 2));
+  EXPECT_EQ(LayoutOf(ScheduleKind::kZbV, 2, 6).chunks, 2);
 }
 
 // ZB-V: the V's layout, and its bounds: at most 2P chunk forwards await their B and 2P B's

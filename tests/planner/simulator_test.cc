@@ -93,6 +93,16 @@ TEST(Simulator, InterleavedAndZbVBubblesMatchTheClosedForms) {
     EXPECT_LT(zb_v->step_s, interleaved->step_s - u / 2) << "P" << stages << " M" << m;
     EXPECT_GE(zb_v->step_s, m * stage_fb - 1e-9);
   }
+  // Three chunks per rank, from a partition of 3P ranges: the bubble a third of a stage's.
+  {
+    const Profile three = Uniform(6, u, 2 * u);
+    SimulationInput in = Input(three, 2, 1, 4, 1, ScheduleKind::kInterleaved);
+    in.candidate.partition = {1, 1, 1, 1, 1, 1};
+    Result<Prediction> got = Simulate(in);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    const double stage_fb = 3 * 3 * u;
+    EXPECT_NEAR(got->step_s, 4 * stage_fb + stage_fb / 3, 1e-9);
+  }
   // At P = 2, M = 4: 25 units of 24 of work (planner/schedule.h).
   Profile p = Uniform(4, u, 2 * u);
   for (auto& seg : p.machines[0].segments) {

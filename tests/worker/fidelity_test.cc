@@ -217,8 +217,31 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 1, "interleaved", {}}, Shape{2, 2, "interleaved", {}},
                       Shape{1, 1, "interleaved", {}}, Shape{2, 1, "interleaved", {"--recompute"}},
                       Shape{2, 1, "zb-v", {}}, Shape{2, 2, "zb-v", {}}, Shape{1, 2, "zb-v", {}},
-                      Shape{2, 1, "zb-v", {"--recompute"}}, Shape{2, 2, "zb-v", {"--zero", "1"}}),
+                      Shape{2, 1, "zb-v", {"--recompute"}}, Shape{2, 2, "zb-v", {"--zero", "1"}},
+                      // Interleaved with four chunks on one rank: v from the partition's counts.
+                      Shape{1, 1, "interleaved", {"--partition", "1,1,1,1"}}),
     Name);
+
+// Interleaved with v = 3 chunks on each of 2 ranks (6 ranges of the bench GPT's 10 segments, the
+// partition's counts giving v), against the same job in 1 x 1: the tiny GPT above has only 4
+// segments. The 1 x 1 job is itself the reference's twin (1x1_1f1b above).
+TEST(Fidelity, InterleavedWithThreeChunksPerRankMatchesOneProcess) {
+  const std::vector<std::string> args{"--model", "bench", "--seed", std::to_string(kSeed),
+                                      "--batch-size", "16", "--chunk-size", "4", "--steps", "3"};
+  auto three = args;
+  three.insert(three.end(), {"--schedule", "interleaved", "--partition", "2,2,2,1,1,2"});
+  const testing::JobResult one = testing::RunJob(MITRA_GPT_TRAIN, 1, 1, args);
+  const testing::JobResult two = testing::RunJob(MITRA_GPT_TRAIN, 2, 1, three);
+  ASSERT_TRUE(one.ok()) << one.rank_output[0];
+  ASSERT_TRUE(two.ok()) << two.rank_output[0] << two.rank_output[1];
+  EXPECT_NE(two.rank_output[0].find("segments [0, 2) [4, 6) [7, 8)"), std::string::npos)
+      << two.rank_output[0];
+  ASSERT_EQ(two.losses.size(), 3u);
+  ASSERT_EQ(one.losses.size(), 3u);
+  for (size_t k = 0; k < one.losses.size(); ++k) {
+    EXPECT_NEAR(two.losses[k], one.losses[k], kLossTolerance) << "step " << k + 1;
+  }
+}
 
 }  // namespace
 }  // namespace mitra

@@ -69,6 +69,38 @@ TEST(TrainerFlags, BadValuesAndUnknownFlagsExitTwoWithOneLineSayingWhatToGive) {
   }
 }
 
+// A schedule with several chunks per stage needs a range of segments for each: what does not
+// give one is refused when the runtime is made, with exit code 2 and what to give instead.
+TEST(TrainerFlags, ChunksWithoutARangeEachAreRefusedNamingTheFix) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--schedule", "interleaved", "--partition", "4"},  // v = 1 on the one stage
+       "schedule interleaved runs v >= 2 chunks on each of the 1 stages, one count of --partition "
+       "each, and the partition gives 1: give a multiple of 1 counts, 2 or more"},
+      {{"--schedule", "zb-v", "--partition", "1,1,2"},
+       "schedule zb-v runs 2 chunks on each of the 1 stages, and the partition gives 3 counts: "
+       "give 2, one per chunk"},
+      {{"--schedule", "interleaved", "--partition", "1,1,1,1,1"},
+       "schedule interleaved runs 5 chunks on each of the 1 stages, 5 ranges of segments, and "
+       "the model has 4 segments: use fewer stages or chunks, or another schedule"},
+      {{"--schedule", "interleaved", "--partition", "1,2,1"}, ""},  // v = 3 on the one stage
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args{"--model", "tiny", "--steps", "1"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const auto r = RunFlags(MITRA_GPT_TRAIN, args);
+    if (c.says.empty()) {
+      EXPECT_EQ(r.exit_code, 0) << r.output();
+      continue;
+    }
+    EXPECT_EQ(r.exit_code, 2) << r.output();
+    EXPECT_NE(r.output().find(c.says), std::string::npos) << r.output();
+  }
+}
+
 TEST(TrainerFlags, ParsedSettingsReachTheRuntime) {
   const auto r =
       RunFlags(MITRA_GPT_TRAIN, {"--model", "tiny", "--steps", "1", "--batch-size", "4",
