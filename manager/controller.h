@@ -159,7 +159,8 @@ struct RankReport {
   Kind kind = Kind::kHeartbeat;
   int64_t step = 0;  // kStep, kCheckpoint, kRestored, kStopped, kParked
   bool can_park = false;  // kReady: the rank parks when a morph asks it to (SIGUSR2)
-  // kReady: parked, it holds its stage's whole state (not under ZeRO-1: `"hold":false`).
+  // kReady: parked, it holds its stage's whole state (not under ZeRO-1 nor with several chunks
+  // per rank: `"hold":false`).
   bool can_hold = true;
   double seconds = 0;     // kRestored: how long loading the state took; kStep: the step's time
   // kRestored: where the ranks' state came from (how many ranks kept theirs, took it from a
