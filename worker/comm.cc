@@ -12,14 +12,21 @@
 namespace mitra::worker {
 namespace {
 
-// Header of an activation message: a fixed-size int64 tensor, so the receiver can post its
-// receive before knowing anything. Layout: count, then per tensor: name length, name bytes,
-// dtype, ndim, dims.
+// An activation message is a header, a fixed-size int64 tensor (so the receiver can post its
+// receive before knowing anything), then its tensors, each on its own tag: tag * kTagsPerMessage
+// + 1 + i, or, when the receiver posted them ahead (Comm::ExpectActivations), + kAheadTags + i.
+// The header: whether the tensors go to the posted ones, the layout's length, then the layout:
+// count, then per tensor: name length, name bytes, dtype, ndim, dims.
+using Layout = std::vector<int64_t>;
 constexpr int64_t kHeaderWords = 512;
-constexpr int kTagsPerMessage = 64;  // header + up to 63 tensors
+constexpr int kAheadTags = 64;                   // header + up to 63 tensors below it
+constexpr int kTagsPerMessage = 2 * kAheadTags;  // and the same 63 above it
 
-torch::Tensor EncodeHeader(const cutpoint::Activations& acts) {
-  std::vector<int64_t> words{static_cast<int64_t>(acts.size())};
+int HeaderTag(int tag) { return tag * kTagsPerMessage; }
+int TensorTag(int tag, bool ahead) { return tag * kTagsPerMessage + (ahead ? kAheadTags : 1); }
+
+Layout LayoutOf(const cutpoint::Activations& acts) {
+  Layout words{static_cast<int64_t>(acts.size())};
   for (const auto& [name, t] : acts) {
     words.push_back(static_cast<int64_t>(name.size()));
     for (unsigned char c : name) words.push_back(c);
@@ -27,32 +34,55 @@ torch::Tensor EncodeHeader(const cutpoint::Activations& acts) {
     words.push_back(t.dim());
     for (int64_t d : t.sizes()) words.push_back(d);
   }
-  TORCH_CHECK(static_cast<int64_t>(words.size()) <= kHeaderWords && acts.size() < kTagsPerMessage,
+  TORCH_CHECK(static_cast<int64_t>(words.size()) + 2 <= kHeaderWords && acts.size() < kAheadTags,
               "activations too large to describe in one header (", acts.size(),
               " tensors): use fewer or shorter-named activations");
+  return words;
+}
+
+torch::Tensor HeaderOf(const Layout& layout, bool ahead) {
   auto header = torch::zeros({kHeaderWords}, torch::kInt64);
-  std::copy(words.begin(), words.end(), header.data_ptr<int64_t>());
+  int64_t* w = header.data_ptr<int64_t>();
+  w[0] = ahead ? 1 : 0;
+  w[1] = static_cast<int64_t>(layout.size());
+  std::copy(layout.begin(), layout.end(), w + 2);
   return header;
 }
 
-// `options`: the device (and nothing else) the receiver allocates the tensors on.
-cutpoint::Activations DecodeHeader(const torch::Tensor& header, torch::TensorOptions options) {
+// The header's flag and layout.
+std::pair<bool, Layout> ReadHeader(const torch::Tensor& header) {
   const int64_t* w = header.data_ptr<int64_t>();
-  int64_t pos = 0;
+  TORCH_CHECK(w[1] >= 0 && w[1] + 2 <= kHeaderWords, "malformed activation header");
+  return {w[0] != 0, Layout(w + 2, w + 2 + w[1])};
+}
+
+struct Described {
+  std::string name;
+  torch::ScalarType dtype;
+  std::vector<int64_t> dims;
+};
+
+// The tensors `layout` describes, in the order of their names (a message's order).
+std::vector<Described> Parse(const Layout& layout) {
+  size_t pos = 0;
   auto next = [&] {
-    TORCH_CHECK(pos < kHeaderWords, "malformed activation header");
-    return w[pos++];
+    TORCH_CHECK(pos < layout.size(), "malformed activation header");
+    return layout[pos++];
   };
-  cutpoint::Activations acts;
-  for (int64_t n = next(), i = 0; i < n; ++i) {
-    std::string name;
-    for (int64_t len = next(), k = 0; k < len; ++k) name += static_cast<char>(next());
-    auto dtype = static_cast<torch::ScalarType>(next());
-    std::vector<int64_t> dims(next());
-    for (auto& d : dims) d = next();
-    acts.emplace(name, torch::empty(dims, options.dtype(dtype)));
+  const int64_t count = next();
+  TORCH_CHECK(count >= 0 && count < kAheadTags, "malformed activation header");
+  std::vector<Described> tensors(count);
+  for (Described& d : tensors) {
+    for (int64_t len = next(), k = 0; k < len; ++k) d.name += static_cast<char>(next());
+    d.dtype = static_cast<torch::ScalarType>(next());
+    d.dims.resize(next());
+    for (auto& dim : d.dims) dim = next();
   }
-  return acts;
+  return tensors;
+}
+
+torch::Tensor Allocate(const Described& d, c10::Device device) {
+  return torch::empty(d.dims, torch::TensorOptions().device(device).dtype(d.dtype));
 }
 
 // Runs `post` (a send or a receive posted on Gloo), turning a failure into a PeerError.
@@ -157,39 +187,124 @@ void Comm::Wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& w
   }
 }
 
+void Comm::Send(torch::Tensor tensor, int dst, int full_tag) {
+  std::vector<torch::Tensor> one{through_host_ ? tensor.to(torch::kCPU).contiguous()
+                                               : tensor.contiguous()};
+  auto work = PostSend(one, dst, full_tag);
+  pending_.push_back({work, std::move(one), dst});
+}
+
+std::vector<c10::intrusive_ptr<c10d::Work>> Comm::PostRecvs(
+    const std::vector<torch::Tensor>& tensors, int src, int first_tag) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    std::vector<torch::Tensor> one{tensors[i]};
+    works.push_back(PostRecv(one, src, first_tag + static_cast<int>(i)));
+  }
+  return works;
+}
+
 void Comm::SendActivations(const cutpoint::Activations& acts, int dst, int tag) {
-  std::vector<torch::Tensor> tensors{EncodeHeader(acts)};
-  for (const auto& [name, t] : acts) tensors.push_back(t.detach().contiguous());
-  SendTensors(tensors, dst, tag);
+  const Layout layout = LayoutOf(acts);
+  const auto key = std::make_pair(dst, tag);
+  const auto last = sent_layouts_.find(key);
+  const bool posted = last != sent_layouts_.end();  // the receiver posted tensors like `last`
+  const bool ahead = posted && last->second == layout;
+  Send(HeaderOf(layout, ahead), dst, HeaderTag(tag));
+  if (posted && !ahead) {
+    int i = 0;
+    for (const Described& d : Parse(last->second)) {
+      Send(Allocate(d, torch::kCPU).zero_(), dst, TensorTag(tag, /*ahead=*/true) + i++);
+    }
+  }
+  int i = 0;
+  for (const auto& [name, t] : acts) Send(t.detach(), dst, TensorTag(tag, ahead) + i++);
+  sent_layouts_[key] = layout;
+}
+
+void Comm::ExpectActivations(int src, int tag) {
+  const auto key = std::make_pair(src, tag);
+  if (expected_.count(key)) return;
+  Expected e;
+  e.header = {torch::empty({kHeaderWords}, torch::kInt64)};
+  e.header_work = PostRecv(e.header, src, HeaderTag(tag));
+  const auto last = received_layouts_.find(key);
+  if (last != received_layouts_.end()) {
+    for (const Described& d : Parse(last->second)) {
+      e.tensors.push_back(Allocate(d, through_host_ ? torch::kCPU : device_));
+    }
+    e.works = PostRecvs(e.tensors, src, TensorTag(tag, /*ahead=*/true));
+  }
+  expected_.emplace(key, std::move(e));
 }
 
 cutpoint::Activations Comm::RecvActivations(int src, int tag) {
-  std::vector<torch::Tensor> header{torch::empty({kHeaderWords}, torch::kInt64)};
-  Wait(PostRecv(header, src, tag * kTagsPerMessage),
-       "receiving activations from " + Describe(src));
-  auto acts = DecodeHeader(header[0], torch::TensorOptions().device(
-                                          through_host_ ? c10::Device(c10::DeviceType::CPU) : device_));
-  int index = 1;
-  for (auto& [name, t] : acts) {
-    std::vector<torch::Tensor> one{t};
-    Wait(PostRecv(one, src, tag * kTagsPerMessage + index++),
-         "receiving activation '" + name + "' from " + Describe(src));
-    if (through_host_) t = t.to(device_);
+  const auto key = std::make_pair(src, tag);
+  ExpectActivations(src, tag);
+  Expected e = std::move(expected_.at(key));
+  expected_.erase(key);
+  Wait(e.header_work, "receiving activations from " + Describe(src));
+  const auto [ahead, layout] = ReadHeader(e.header[0]);
+  for (size_t i = 0; !ahead && i < e.works.size(); ++i) {
+    Wait(e.works[i], "receiving activations from " + Describe(src));  // the sender's filler
   }
+  const std::vector<Described> described = Parse(layout);
+  TORCH_CHECK(!ahead || e.tensors.size() == described.size(), "activations from ",
+              Describe(src), " were sent into receives not posted");
+  cutpoint::Activations acts;
+  for (size_t i = 0; i < described.size(); ++i) {
+    const std::string what = "receiving activation '" + described[i].name + "' from " + Describe(src);
+    torch::Tensor t;
+    if (ahead) {
+      Wait(e.works[i], what);
+      t = e.tensors[i];
+    } else {
+      std::vector<torch::Tensor> one{Allocate(described[i], through_host_ ? torch::kCPU : device_)};
+      Wait(PostRecv(one, src, TensorTag(tag, /*ahead=*/false) + static_cast<int>(i)), what);
+      t = one[0];
+    }
+    acts.emplace(described[i].name, through_host_ ? t.to(device_) : t);
+  }
+  received_layouts_[key] = layout;
   return acts;
 }
 
 void Comm::SendTensors(const std::vector<torch::Tensor>& tensors, int dst, int tag) {
   for (size_t i = 0; i < tensors.size(); ++i) {
-    std::vector<torch::Tensor> one{through_host_ ? tensors[i].to(torch::kCPU).contiguous()
-                                                 : tensors[i].contiguous()};
-    auto work = PostSend(one, dst, tag * kTagsPerMessage + static_cast<int>(i));
-    pending_.push_back({work, std::move(one), dst});
+    Send(tensors[i], dst, tag * kTagsPerMessage + static_cast<int>(i));
   }
+}
+
+void Comm::ExpectTensors(const std::vector<torch::Tensor>& like, int src, int tag) {
+  const auto key = std::make_pair(src, tag);
+  if (expected_.count(key)) return;
+  Expected e;
+  for (const torch::Tensor& t : like) {
+    e.tensors.push_back(
+        torch::empty(t.sizes(), t.options().device(through_host_ ? torch::kCPU : device_)));
+  }
+  e.works = PostRecvs(e.tensors, src, tag * kTagsPerMessage);
+  expected_.emplace(key, std::move(e));
 }
 
 void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag,
                        const std::string& what) {
+  const auto key = std::make_pair(src, tag);
+  if (auto it = expected_.find(key); it != expected_.end()) {
+    Expected e = std::move(it->second);
+    expected_.erase(it);
+    TORCH_CHECK(e.tensors.size() == into.size(), "expected ", e.tensors.size(), " tensors from ",
+                Describe(src), " but receiving ", into.size());
+    for (size_t i = 0; i < into.size(); ++i) {
+      Wait(e.works[i], "receiving " + what + " from " + Describe(src));
+      if (through_host_) {
+        into[i].copy_(e.tensors[i]);
+      } else {
+        into[i] = e.tensors[i];
+      }
+    }
+    return;
+  }
   for (size_t i = 0; i < into.size(); ++i) {
     std::vector<torch::Tensor> one{through_host_ ? torch::empty_like(into[i], into[i].options().device(torch::kCPU))
                                                  : into[i]};

@@ -10,6 +10,7 @@
 // Not thread-safe: one Comm is used by the worker's training thread only.
 #pragma once
 
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -61,6 +62,22 @@ class Comm {
   // `what` names the tensors in error messages ("gradients of micro-batch 3").
   void RecvTensors(std::vector<torch::Tensor>& into, int src, int tag, const std::string& what);
 
+  // Receives posted ahead of the call that takes their message. Gloo moves a message once both
+  // sides have posted it: when the receive came first, at once from the sender's own send;
+  // otherwise only after the sender's process notices the receive, which takes milliseconds
+  // while it computes on shared cores. Each does nothing when a receive on (src, tag) is posted
+  // already and not yet taken; each throws PeerError like the receive itself.
+  //
+  // The next RecvActivations(src, tag): posts its header and, once a message on (src, tag) has
+  // arrived, tensors shaped as that one's. The sender keeps the same record of what it sent on
+  // (dst, tag), so it knows what the receiver posted: its tensors go into them when their
+  // shapes are unchanged (a step's messages are the previous step's), and when they changed it
+  // fills them and sends as without this (the header says which).
+  void ExpectActivations(int src, int tag);
+  // The next RecvTensors(into, src, tag, ...), `into` shaped as `like`: the message arrives in
+  // tensors allocated here, which then replace `into`'s.
+  void ExpectTensors(const std::vector<torch::Tensor>& like, int src, int tag);
+
   // Waits for every outstanding send.
   void WaitSends();
 
@@ -94,6 +111,22 @@ class Comm {
     int dst;
   };
   std::vector<PendingSend> pending_;
+  // Receives posted ahead (ExpectActivations, ExpectTensors), by (src, tag).
+  struct Expected {
+    std::vector<torch::Tensor> header;  // activations only
+    c10::intrusive_ptr<c10d::Work> header_work;
+    std::vector<torch::Tensor> tensors;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;  // one per tensor
+  };
+  std::map<std::pair<int, int>, Expected> expected_;
+  // The description (comm.cc, Layout) of the last activation message on a link and tag: sent
+  // to (dst, tag), received from (src, tag). Both sides hold the same one.
+  std::map<std::pair<int, int>, std::vector<int64_t>> sent_layouts_, received_layouts_;
+  // Sends one tensor on the global group's `full_tag`, kept alive until WaitSends.
+  void Send(torch::Tensor tensor, int dst, int full_tag);
+  // Posts the receives of `tensors`, the i-th on `first_tag` + i.
+  std::vector<c10::intrusive_ptr<c10d::Work>> PostRecvs(const std::vector<torch::Tensor>& tensors,
+                                                        int src, int first_tag);
 };
 
 }  // namespace mitra::worker

@@ -47,6 +47,23 @@ class Executor {
     }
   }
 
+  // Posts the receives of the next activation messages from other ranks in `schedule`, from
+  // `next` on, ahead of their instructions (Comm::ExpectActivations): at most kActivationsAhead
+  // posted and not yet taken, each holding a message's tensors.
+  void PostAhead(const std::vector<planner::Instruction>& schedule, size_t next) {
+    ahead_cursor_ = std::max(ahead_cursor_, next);
+    for (; ahead_cursor_ < schedule.size() && activations_ahead_ < kActivationsAhead;
+         ++ahead_cursor_) {
+      const planner::Instruction& ins = schedule[ahead_cursor_];
+      if (ins.op != Op::kRecvActivations) continue;
+      const ChunkLinks& links = chunks_[ins.chunk].links;
+      if (Own(links.prev_rank)) continue;
+      ctx_.comm->ExpectActivations(links.prev_rank,
+                                   Tag(ins.micro_batch, links.virtual_stage - 1, kActivationTag));
+      ++activations_ahead_;
+    }
+  }
+
   // `final_backward`: the chunk's last B (or backward) of the step; `final_weights`: its last W.
   void Execute(const planner::Instruction& ins, bool final_backward, bool final_weights = false) {
     Chunk& chunk = chunks_[ins.chunk];
@@ -91,6 +108,7 @@ class Executor {
         break;
       case Op::kSendActivations:
         SendActivations(chunk, ins.micro_batch, mb.outputs);
+        if (metrics_ == nullptr) ExpectGradients(chunk, ins.micro_batch, mb.outputs);
         if (metrics_ != nullptr) mb = MicroBatchState();
         break;
       case Op::kRecvGradients: {
@@ -165,6 +183,7 @@ class Executor {
   Activations ReceiveActivations(Chunk& chunk, int micro_batch) {
     const int edge = chunk.links.virtual_stage - 1;
     if (!Own(chunk.links.prev_rank)) {
+      --activations_ahead_;
       return ctx_.comm->RecvActivations(chunk.links.prev_rank,
                                         Tag(micro_batch, edge, kActivationTag));
     }
@@ -183,6 +202,18 @@ class Executor {
       ctx_.comm->SendActivations(outputs, chunk.links.next_rank,
                                  Tag(micro_batch, edge, kActivationTag));
     }
+  }
+
+  // The gradients of `outputs`, sent to the next stage, will come back: their receive is posted
+  // now (Comm::ExpectTensors), their shapes being those of the outputs.
+  void ExpectGradients(const Chunk& chunk, int micro_batch, const Activations& outputs) {
+    if (Own(chunk.links.next_rank)) return;
+    std::vector<torch::Tensor> like;
+    for (const auto& [name, t] : outputs) {
+      if (t.is_floating_point()) like.push_back(t);
+    }
+    ctx_.comm->ExpectTensors(like, chunk.links.next_rank,
+                             Tag(micro_batch, chunk.links.virtual_stage, kGradientTag));
   }
 
   void ReceiveGradients(const Chunk& chunk, int micro_batch, std::vector<torch::Tensor>& into) {
@@ -265,6 +296,8 @@ class Executor {
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + value : value;
   }
 
+  static constexpr int kActivationsAhead = 2;
+
   const PipelineContext& ctx_;
   bool split_;
   int edges_;  // of the pipeline: for the tags
@@ -276,6 +309,8 @@ class Executor {
   const std::vector<MetricFn>* metrics_;
   torch::Tensor loss_sum_;
   std::vector<double> sums_;  // evaluation: loss, then each metric
+  size_t ahead_cursor_ = 0;     // PostAhead: the first instruction not looked at
+  int activations_ahead_ = 0;  // posted and not yet received
 };
 
 }  // namespace
@@ -297,6 +332,7 @@ double RunPipelineStep(const PipelineContext& ctx, const std::vector<planner::In
       throw PeerError("the step in flight was given up before " +
                       planner::InstructionName(schedule[i]) + ": a peer failed");
     }
+    executor.PostAhead(schedule, i);
     const auto start = StepTrace::Clock::now();
     const size_t c = schedule[i].chunk;
     executor.Execute(schedule[i], i == last_backward[c], i == last_weights[c]);
@@ -317,7 +353,10 @@ std::vector<double> RunEvalPipeline(const PipelineContext& ctx,
                                     const std::vector<MetricFn>& metrics) {
   torch::NoGradGuard no_grad;
   Executor executor(ctx, num_micro_batches, micro_batch, &metrics);
-  for (const auto& ins : schedule) executor.Execute(ins, /*final_backward=*/false);
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    executor.PostAhead(schedule, i);
+    executor.Execute(schedule[i], /*final_backward=*/false);
+  }
   return executor.sums();
 }
 

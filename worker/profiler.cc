@@ -376,24 +376,27 @@ class Protocol {
   }
 
   // A message as a pipeline sends it: rank 0 sends it and goes on computing (`work`, twice),
-  // `peer` computes (`work`, once) and then asks for it; the seconds from asking to having it
-  // (the median). Gloo moves the data once both sides have posted it, and a busy machine moves
-  // it much more slowly than an idle one.
+  // `peer` has posted its receive ahead (Comm::ExpectActivations), computes (`work`, once) and then
+  // waits for it; the seconds of that wait (the median). Every repeat's message has the same tag
+  // and shape, as a step's message has the last step's; the first, which the receive could not
+  // yet post ahead in full, is left out. Gloo moves the data once both sides have posted it, and
+  // a busy machine moves it more slowly than an idle one.
   double BusyTransfer(int peer, int64_t bytes, int repeats, int tag, const std::function<void()>& work) {
     const cutpoint::Activations message{{"x", torch::zeros({std::max<int64_t>(1, bytes / 4)})}};
     std::vector<double> waits;
-    for (int r = 0; r < repeats; ++r) {
+    for (int r = 0; r <= repeats; ++r) {
+      if (placement_.rank == peer) comm_.ExpectActivations(0, tag);
       Barrier();
       if (placement_.rank == 0) {
-        comm_.SendActivations(message, peer, tag + r);
+        comm_.SendActivations(message, peer, tag);
         work();
         work();
         comm_.WaitSends();
       } else if (placement_.rank == peer) {
         work();
         const auto start = Clock::now();
-        (void)comm_.RecvActivations(0, tag + r);
-        waits.push_back(Seconds(start));
+        (void)comm_.RecvActivations(0, tag);
+        if (r > 0) waits.push_back(Seconds(start));
       }
     }
     // Everyone learns the peer's figure (rank 0 reports it).

@@ -85,6 +85,55 @@ TEST(Comm, GradientsGoBackIntoTheReceiversTensors) {
   });
 }
 
+// A receive posted ahead takes the same messages as one posted at the call: the first message
+// on a tag (its header only posted ahead), the next ones into the tensors posted ahead, one
+// whose shapes changed (the sender fills what was posted, then sends as without), one with
+// another tensor, and one received without posting ahead at all. Each arrives whole.
+TEST(Comm, ActivationsPostedAheadArriveWholeWhenTheirShapesChange) {
+  const std::vector<cutpoint::Activations> messages = {
+      SomeActivations(1),
+      SomeActivations(2),
+      {{"hidden", torch::arange(6, torch::kFloat32).reshape({2, 3})},
+       {"mask", torch::tensor({1, 1}, torch::kInt64)},
+       {"scale", torch::scalar_tensor(3.0, torch::kFloat64)}},
+      {{"hidden", torch::ones({2, 3})}, {"extra", torch::full({4}, 7.0)}},
+      SomeActivations(5),
+      SomeActivations(6)};
+  RunWithComms(2, 1, [&](const Placement& p, Comm& comm) {
+    for (size_t i = 0; i < messages.size(); ++i) {
+      SCOPED_TRACE("message " + std::to_string(i));
+      if (p.stage() == 0) {
+        comm.SendActivations(messages[i], /*dst=*/1, /*tag=*/9);
+        comm.WaitSends();
+      } else {
+        if (i != 4) comm.ExpectActivations(/*src=*/0, /*tag=*/9);
+        comm.ExpectActivations(0, 9);  // a second call posts nothing more
+        ExpectSame(comm.RecvActivations(0, 9), messages[i]);
+      }
+    }
+  });
+}
+
+// Gradients posted ahead arrive in the tensors ExpectTensors allocated, and a receive that
+// was not posted ahead still arrives in the caller's.
+TEST(Comm, GradientsPostedAheadArriveInTheirOwnTensors) {
+  RunWithComms(2, 1, [](const Placement& p, Comm& comm) {
+    const std::vector<torch::Tensor> grads = {torch::full({2, 3}, 0.5),
+                                              torch::arange(5, torch::kFloat64)};
+    if (p.stage() == 1) {
+      comm.SendTensors(grads, /*dst=*/0, /*tag=*/3);
+      comm.WaitSends();
+    } else {
+      comm.ExpectTensors({torch::empty({2, 3}), torch::empty({5}, torch::kFloat64)}, /*src=*/1,
+                         /*tag=*/3);
+      std::vector<torch::Tensor> into = {torch::empty({2, 3}), torch::empty({5}, torch::kFloat64)};
+      comm.RecvTensors(into, 1, 3, "gradients of micro-batch 3");
+      EXPECT_TRUE(torch::equal(into[0], grads[0]));
+      EXPECT_TRUE(torch::equal(into[1], grads[1]));
+    }
+  });
+}
+
 // The replicas of a stage share a data-parallel group; a job with one replica has none.
 TEST(Comm, EachStageHasADataParallelGroupOfItsReplicas) {
   RunWithComms(2, 2, [](const Placement& p, Comm& comm) {
