@@ -62,10 +62,24 @@ double LowerBound(const std::vector<double>& best, const std::vector<int>& parti
   return static_cast<double>(per_replica) * *std::max_element(work.begin(), work.end()) / fastest;
 }
 
-// Whether schedule `schedule` can run P = `p` stages of `d` replicas on the batch: enough
-// segments for its chunks, and under interleaved each replica's micro-batches a multiple of P.
-bool ScheduleRuns(ScheduleKind schedule, int p, int d, int segments, int64_t batch, int64_t chunk) {
-  if (LayoutOf(schedule, p).num_virtual_stages() > segments) return false;
+// The layouts `schedule` can take at P = `p` on a model of `segments` segments: interleaved's
+// v chunks per rank from 2 to kMostInterleavedChunks, the others' one.
+constexpr int kMostInterleavedChunks = 4;
+std::vector<ChunkLayout> Layouts(ScheduleKind schedule, int p, int segments) {
+  if (schedule != ScheduleKind::kInterleaved) return {LayoutOf(schedule, p)};
+  std::vector<ChunkLayout> layouts;
+  for (int v = 2; v <= kMostInterleavedChunks && v * p <= segments; ++v) {
+    layouts.push_back(LayoutOf(schedule, p, v * p));
+  }
+  return layouts;
+}
+
+// Whether schedule `schedule` can run P = `p` stages of `d` replicas on the batch in `layout`:
+// enough segments for its chunks, and under interleaved each replica's micro-batches a multiple
+// of P.
+bool ScheduleRuns(ScheduleKind schedule, const ChunkLayout& layout, int p, int d, int segments,
+                  int64_t batch, int64_t chunk) {
+  if (layout.num_virtual_stages() > segments) return false;
   if (schedule != ScheduleKind::kInterleaved) return true;
   for (int r = 0; r < d; ++r) {
     if (!InterleavedFits(p, static_cast<int>(ShareOf(batch, chunk, d, r).micro_batches))) {
@@ -73,6 +87,19 @@ bool ScheduleRuns(ScheduleKind schedule, int p, int d, int segments, int64_t bat
     }
   }
   return true;
+}
+
+// Each of `schedules` in each layout it can run in (Layouts, ScheduleRuns).
+std::vector<std::pair<ScheduleKind, ChunkLayout>> RunnableLayouts(
+    const std::vector<ScheduleKind>& schedules, int p, int d, int segments, int64_t batch,
+    int64_t chunk) {
+  std::vector<std::pair<ScheduleKind, ChunkLayout>> out;
+  for (ScheduleKind schedule : schedules) {
+    for (const ChunkLayout& layout : Layouts(schedule, p, segments)) {
+      if (ScheduleRuns(schedule, layout, p, d, segments, batch, chunk)) out.emplace_back(schedule, layout);
+    }
+  }
+  return out;
 }
 
 std::vector<int> Depths(const PlanRequest& request, int slots) {
@@ -155,10 +182,9 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
         const std::vector<double>& best = fastest_segments.At(chunk);
         const std::vector<ScheduleKind> schedules =
             p == 1 ? std::vector<ScheduleKind>{ScheduleKind::k1F1B} : request.schedules;
-        for (ScheduleKind schedule : schedules) {
-          if (!ScheduleRuns(schedule, p, d, profile.num_segments(), batch, chunk)) continue;
+        for (const auto& [schedule, layout] :
+             RunnableLayouts(schedules, p, d, profile.num_segments(), batch, chunk)) {
           // Each virtual stage balanced for the machine of the rank that runs it.
-          const ChunkLayout layout = LayoutOf(schedule, p);
           std::vector<std::string> range_machines;
           for (int j = 0; j < layout.num_virtual_stages(); ++j) {
             range_machines.push_back(first_machines[layout.StageOf(j)]);

@@ -32,12 +32,14 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
                                 int slots) {
   PlanResult result;
   KthBest kth_best(request.keep);
-  std::set<std::tuple<int, int, int64_t, ScheduleKind>> fitted;  // (p, d, chunk, schedule)
+  // (p, d, chunk, schedule, ranges: interleaved's v chunks per rank)
+  std::set<std::tuple<int, int, int64_t, ScheduleKind, size_t>> fitted;
   std::map<int, std::vector<std::string>> placed;               // world -> rank machines
   for (const ShapeOption& option : options) {
     if (option.bound >= kth_best.Get()) break;
     const Candidate& c = option.candidate;
-    const auto shape = std::make_tuple(c.stages, c.replicas, c.chunk_size, c.schedule);
+    const auto shape =
+        std::make_tuple(c.stages, c.replicas, c.chunk_size, c.schedule, c.partition.size());
     // Recomputation and ZeRO-1 only for a shape that fits no cheaper way (the options of one
     // shape come in that order: ZeRO-1 before recomputation, which bounds above).
     if ((c.recompute || (c.zero && request.zero != 1)) && fitted.count(shape)) continue;

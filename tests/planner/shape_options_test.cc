@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
+#include <utility>
+
 #include "tests/planner/uniform_profile.h"
 
 namespace mitra::planner::detail {
@@ -88,6 +92,37 @@ TEST(EnumerateShapeOptions, TheBoundIsTheBusiestStagesComputeWithRecomputedForwa
     // of rank 1's chunks do).
     const bool discards = c.recompute || c.schedule == ScheduleKind::kVaruna;
     EXPECT_DOUBLE_EQ(o.bound, 4 * 2 * ((discards ? 2 : 1) * f + b)) << c.ToString();
+  }
+}
+
+// Interleaved is tried with v = 2, 3 and 4 chunks per rank where the segments give each chunk
+// one (v P ranges), each balanced; the other schedules in their one layout.
+TEST(EnumerateShapeOptions, InterleavedTriesEveryChunkCountTheSegmentsAllow) {
+  for (const auto& [segments, counts] :
+       std::vector<std::pair<int, std::set<size_t>>>{{8, {4, 6, 8}}, {7, {4, 6}}, {5, {4}}, {3, {}}}) {
+    SCOPED_TRACE(std::to_string(segments) + " segments");
+    const Profile p = Uniform(segments, 0.01, 0.02);
+    PlanRequest request;
+    request.profile = &p;
+    request.global_batch = 8;
+    request.machines = {{"m0", 2}};
+    request.stages = 2;
+    request.chunk_size = 2;  // 4 micro-batches: a multiple of P
+    std::set<size_t> interleaved, zb_v;
+    for (const ShapeOption& o : EnumerateShapeOptions(request, 2)) {
+      const Candidate& c = o.candidate;
+      if (c.replicas != 1) continue;
+      if (c.schedule == ScheduleKind::kInterleaved) interleaved.insert(c.partition.size());
+      if (c.schedule == ScheduleKind::kZbV) zb_v.insert(c.partition.size());
+      if (c.schedule == ScheduleKind::k1F1B) {
+        EXPECT_EQ(c.partition.size(), 2u) << c.ToString();
+      }
+      const int most = *std::max_element(c.partition.begin(), c.partition.end());
+      const int least = *std::min_element(c.partition.begin(), c.partition.end());
+      EXPECT_LE(most - least, 1) << c.ToString();
+    }
+    EXPECT_EQ(interleaved, counts);
+    EXPECT_EQ(zb_v, segments >= 4 ? std::set<size_t>{4} : std::set<size_t>{});
   }
 }
 

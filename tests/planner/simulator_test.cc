@@ -210,6 +210,38 @@ TEST(Planner, BalancedPartitionEvensOutStageTimes) {
   EXPECT_EQ(BalancedPartition({1, 1, 1, 1, 1, 1}, {2, 1}), (std::vector<int>{4, 2}));
 }
 
+// With free messages interleaved's bubble shrinks with v, (P - 1)/v of a stage's F + B: the
+// planner ranks v = 4 (the most it tries) over 3 over 2, 24 segments giving each an even cut,
+// on a machine whose two processes compute at full speed together.
+TEST(Planner, InterleavedWithMoreChunksPerRankWinsWhereMessagesAreFree) {
+  const Profile p = Uniform(24, 0.01, 0.02, /*graph=*/1000, /*speed=*/{1.0, 1.0});
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 8;
+  request.machines = {{"m0", 2}};
+  request.stages = 2;
+  request.chunk_size = 2;
+  request.schedules = {ScheduleKind::kInterleaved};
+  request.keep = 3;
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_GE(plan->candidates.size(), 3u);
+  std::vector<size_t> ranges;
+  std::vector<double> steps;
+  for (size_t i = 0; i < 3; ++i) {
+    ranges.push_back(plan->candidates[i].candidate.partition.size());
+    steps.push_back(plan->candidates[i].prediction.step_s);
+  }
+  EXPECT_EQ(ranges, (std::vector<size_t>{8, 6, 4}));
+  // The compute of a rank is 4 micro-batches of 12 segments' F + B; the bubble (P - 1)/v of
+  // a stage's F + B of one micro-batch.
+  const double stage = 12 * (0.01 + 0.02);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(steps[i], 4 * stage + stage / static_cast<double>(ranges[i] / 2), 1e-9)
+        << ranges[i] << " ranges";
+  }
+}
+
 TEST(Planner, EveryCandidateIsAShapeTheRuntimeAcceptsAndFitsMemory) {
   Profile p = Uniform(4, 0.01, 0.02);
   p.machines[0].slots = 4;
