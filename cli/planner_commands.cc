@@ -245,7 +245,12 @@ int ProfileCommand(const ProfileCommandOptions& o, CommandContext& c) {
   }
   for (const planner::LinkProfile& l : profile->links) {
     *c.out << "  link " << l.from << " - " << l.to << ": " << Fixed(l.latency_s * 1e6, 0)
-           << " us + " << Fixed(l.bytes_per_s / 1e9, 2) << " GB/s\n";
+           << " us + " << Fixed(l.bytes_per_s / 1e9, 2) << " GB/s";
+    if (l.send_bytes_per_s > 0) {
+      *c.out << "; a send while computing takes its caller " << Fixed(l.send_latency_s * 1e6, 0)
+             << " us + " << Fixed(l.send_bytes_per_s / 1e9, 2) << " GB/s";
+    }
+    *c.out << "\n";
   }
   for (const planner::AllreduceProfile& a : profile->allreduce) {
     *c.out << "  all-reduce over " << a.group << ": " << Fixed(a.latency_s * 1e6, 0) << " us + "

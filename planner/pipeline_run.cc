@@ -28,6 +28,7 @@ class PipelineRun {
   struct State {
     size_t pc = 0;
     bool computing = false, done = false;
+    bool sending = false;  // what it computes is a send (LinkProfile::send_*), not the model
     double remaining = 0, op_start = 0;
     bool waiting = false;
     Awaited awaited{};
@@ -46,7 +47,8 @@ class PipelineRun {
   // Runs member i up to its next computation or a receive whose message has not arrived, and
   // marks it done at the end of its list.
   void RunUntilBlocked(size_t i);
-  void Send(const RankSpec& r, const Instruction& ins);
+  // Posts the message `ins` sends; returns the seconds the send takes its caller.
+  double Send(const RankSpec& r, const Instruction& ins);
   // Whether member i's receive `ins` completes now; else it waits.
   bool Receive(size_t i, const Instruction& ins);
   double Arrival(const Awaited& a) const;
@@ -108,17 +110,17 @@ void PipelineRun::RunUntilBlocked(size_t i) {
   if (s.done || s.computing || r.start > t_ + kEpsilon) return;
   while (s.pc < r.list.size()) {
     const Instruction& ins = r.list[s.pc];
-    if (ins.op == Op::kSendActivations || ins.op == Op::kSendGradients) {
-      Send(r, ins);
-      ++s.pc;
-      continue;
-    }
     if (ins.op == Op::kRecvActivations || ins.op == Op::kRecvGradients) {
       if (!Receive(i, ins)) break;
       ++s.pc;
       continue;
     }
-    s.remaining = costs_.Work(r, ins, r.sizes[ins.micro_batch]);
+    s.sending = ins.op == Op::kSendActivations || ins.op == Op::kSendGradients;
+    s.remaining = s.sending ? Send(r, ins) : costs_.Work(r, ins, r.sizes[ins.micro_batch]);
+    if (s.sending && s.remaining <= 0) {  // a send that costs its caller nothing
+      ++s.pc;
+      continue;
+    }
     s.computing = true;
     s.op_start = t_;
     ++computing_on_[r.machine];
@@ -131,7 +133,7 @@ void PipelineRun::RunUntilBlocked(size_t i) {
   }
 }
 
-void PipelineRun::Send(const RankSpec& r, const Instruction& ins) {
+double PipelineRun::Send(const RankSpec& r, const Instruction& ins) {
   const int64_t size = r.sizes[ins.micro_batch];
   const bool forward = ins.op == Op::kSendActivations;
   const ChunkSpec& chunk = r.chunks[ins.chunk];
@@ -145,10 +147,14 @@ void PipelineRun::Send(const RankSpec& r, const Instruction& ins) {
   const int k = forward ? kActivations : kGradients;
   const int slot = Slot(to, peer_chunk, ins.micro_batch);
   box.sent[k][slot] = t_;
-  box.transfer[k][slot] =
-      peer == r.rank ? 0.0  // the V's turn: the tensors stay in the rank's memory
-                     : profile_.P2pSeconds(ranks_.addresses[r.machine],
-                                           ranks_.addresses[to.machine], bytes, /*busy=*/true);
+  if (peer == r.rank) {  // the V's turn: the tensors stay in the rank's memory
+    box.transfer[k][slot] = 0;
+    return 0;
+  }
+  const std::string& from = ranks_.addresses[r.machine];
+  const std::string& dst = ranks_.addresses[to.machine];
+  box.transfer[k][slot] = profile_.P2pSeconds(from, dst, bytes, /*busy=*/true);
+  return profile_.SendSeconds(from, dst, bytes);
 }
 
 bool PipelineRun::Receive(size_t i, const Instruction& ins) {
@@ -198,7 +204,7 @@ void PipelineRun::AdvanceTo(double next) {
     if (!s.computing) continue;
     const RankSpec& r = Spec(i);
     s.remaining -= dt * Speed(r);
-    out_[i].busy += dt;
+    if (!s.sending) out_[i].busy += dt;
     if (s.remaining > kEpsilon) continue;
     const Instruction& ins = r.list[s.pc];
     if (static_cast<int>(s.pc) == r.final_backward) {

@@ -5,9 +5,12 @@
 //  - Computations advance at their machine's speed for the number of its ranks computing at
 //    the moment (processor sharing, re-evaluated at every event), or, with a fixed load, at the
 //    speed for that many whatever computes.
-//  - Sends do not block. A receive waits for its message, which Gloo moves once both sides have
-//    posted it (rendezvous): from the later of the send and the receive, it takes the link's
-//    busy latency plus bytes / bandwidth (Profile::P2pSeconds).
+//  - A send takes its caller what the profile measured a send call to take
+//    (Profile::SendSeconds, 0 when not measured) and otherwise does not block; it is no
+//    computation of the model (not `busy`) but shares the cores as one. A receive waits for its
+//    message, which Gloo moves once both sides have posted it (rendezvous): from the later of
+//    the send and the receive, it takes the link's busy latency plus bytes / bandwidth
+//    (Profile::P2pSeconds).
 //  - A rank begins at its RankSpec::start and is done at the end of its list.
 #pragma once
 

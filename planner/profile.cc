@@ -135,24 +135,38 @@ SegmentCost Profile::CostAt(const MachineProfile& machine, int segment, int64_t 
   return out;
 }
 
-double Profile::P2pSeconds(const std::string& from, const std::string& to, int64_t bytes,
-                           bool busy) const {
+namespace {
+
+// The link measured between two machines (or within one), else one of the same kind, else any;
+// null when none was measured.
+const LinkProfile* LinkBetween(const std::vector<LinkProfile>& links, const std::string& from,
+                               const std::string& to) {
   const LinkProfile* best = nullptr;
   for (const LinkProfile& l : links) {
-    const bool same = (l.from == from && l.to == to) || (l.from == to && l.to == from);
-    if (same) {
-      best = &l;
-      break;
-    }
+    if ((l.from == from && l.to == to) || (l.from == to && l.to == from)) return &l;
     // A link of the same kind (within a machine, or between two) stands in for one not measured.
     if (best == nullptr && (l.from == l.to) == (from == to)) best = &l;
   }
   if (best == nullptr && !links.empty()) best = &links.front();  // the only kind measured
+  return best;
+}
+
+}  // namespace
+
+double Profile::P2pSeconds(const std::string& from, const std::string& to, int64_t bytes,
+                           bool busy) const {
+  const LinkProfile* best = LinkBetween(links, from, to);
   if (best == nullptr) return 0;
   if (busy && best->busy_latency_s > 0) {
     return best->busy_latency_s + static_cast<double>(bytes) / best->bytes_per_s;
   }
   return best->latency_s + static_cast<double>(bytes) / best->bytes_per_s;
+}
+
+double Profile::SendSeconds(const std::string& from, const std::string& to, int64_t bytes) const {
+  const LinkProfile* link = LinkBetween(links, from, to);
+  if (link == nullptr || link->send_bytes_per_s <= 0) return 0;
+  return link->send_latency_s + static_cast<double>(bytes) / link->send_bytes_per_s;
 }
 
 double Profile::AllreduceSeconds(int group, int64_t bytes) const {
@@ -244,7 +258,10 @@ json CommToJson(const CommProfile& c) {
                           {"bytes_per_s", l.bytes_per_s},
                           {"samples", Samples(l.samples)},
                           {"busy_latency_s", l.busy_latency_s},
-                          {"busy_samples", Samples(l.busy_samples)}});
+                          {"busy_samples", Samples(l.busy_samples)},
+                          {"send_latency_s", l.send_latency_s},
+                          {"send_bytes_per_s", l.send_bytes_per_s},
+                          {"send_samples", Samples(l.send_samples)}});
   }
   j["allreduce"] = json::array();
   for (const AllreduceProfile& a : c.allreduce) {
@@ -269,6 +286,9 @@ CommProfile CommFromJson(const json& j) {  // throws json::exception
     l.samples = ReadSamples(jl.at("samples"));
     l.busy_latency_s = jl.value("busy_latency_s", 0.0);
     if (jl.contains("busy_samples")) l.busy_samples = ReadSamples(jl.at("busy_samples"));
+    l.send_latency_s = jl.value("send_latency_s", 0.0);
+    l.send_bytes_per_s = jl.value("send_bytes_per_s", 0.0);
+    if (jl.contains("send_samples")) l.send_samples = ReadSamples(jl.at("send_samples"));
     c.links.push_back(std::move(l));
   }
   for (const json& ja : j.at("allreduce")) {

@@ -73,6 +73,12 @@ struct LinkProfile {
   // idle bandwidth (BusyLatency). 0 when not measured (then the idle figures apply).
   double busy_latency_s = 0;
   std::vector<std::pair<int64_t, double>> busy_samples;
+  // The sender's side of the same: the seconds its send call takes (the receive was posted
+  // ahead, so the send writes the message itself), fitted as send_latency_s + bytes /
+  // send_bytes_per_s. Not measured (send_bytes_per_s 0): a send costs its caller nothing.
+  std::vector<std::pair<int64_t, double>> send_samples;
+  double send_latency_s = 0;
+  double send_bytes_per_s = 0;
 };
 
 // All-reduce over `group` processes: time = latency_s + bytes / bytes_per_s, fitted to samples.
@@ -113,6 +119,8 @@ struct Profile {
   // of the same kind, else any. `busy`: while the sender computes (LinkProfile::busy_*).
   double P2pSeconds(const std::string& from, const std::string& to, int64_t bytes,
                     bool busy = false) const;
+  // What sending such a message takes the sender (LinkProfile::send_*): 0 when not measured.
+  double SendSeconds(const std::string& from, const std::string& to, int64_t bytes) const;
   // All-reduce of `bytes` over `group` processes (1: free). Group sizes beyond the profiled ones
   // follow a ring all-reduce: 2 (g - 1) / g of the data crosses each link.
   double AllreduceSeconds(int group, int64_t bytes) const;

@@ -376,19 +376,25 @@ class Protocol {
   }
 
   // A message as a pipeline sends it: rank 0 sends it and goes on computing (`work`, twice),
-  // `peer` has posted its receive ahead (Comm::ExpectActivations), computes (`work`, once) and then
-  // waits for it; the seconds of that wait (the median). Every repeat's message has the same tag
-  // and shape, as a step's message has the last step's; the first, which the receive could not
-  // yet post ahead in full, is left out. Gloo moves the data once both sides have posted it, and
-  // a busy machine moves it more slowly than an idle one.
-  double BusyTransfer(int peer, int64_t bytes, int repeats, int tag, const std::function<void()>& work) {
+  // `peer` has posted its receive ahead (Comm::ExpectActivations), computes (`work`, once) and
+  // then waits for it. Every repeat's message has the same tag and shape, as a step's message
+  // has the last step's; the first, which the receive could not yet post ahead in full, is left
+  // out. Gloo moves the data once both sides have posted it, and a busy machine moves it more
+  // slowly than an idle one. The medians, which every rank learns: the seconds of the peer's
+  // wait, and of rank 0's send call (which writes the message, its receive being posted).
+  struct Busy {
+    double wait_s = 0, send_s = 0;
+  };
+  Busy BusyTransfer(int peer, int64_t bytes, int repeats, int tag, const std::function<void()>& work) {
     const cutpoint::Activations message{{"x", torch::zeros({std::max<int64_t>(1, bytes / 4)})}};
-    std::vector<double> waits;
+    std::vector<double> waits, sends;
     for (int r = 0; r <= repeats; ++r) {
       if (placement_.rank == peer) comm_.ExpectActivations(0, tag);
       Barrier();
       if (placement_.rank == 0) {
+        const auto start = Clock::now();
         comm_.SendActivations(message, peer, tag);
+        if (r > 0) sends.push_back(Seconds(start));
         work();
         work();
         comm_.WaitSends();
@@ -399,11 +405,11 @@ class Protocol {
         if (r > 0) waits.push_back(Seconds(start));
       }
     }
-    // Everyone learns the peer's figure (rank 0 reports it).
-    std::vector<torch::Tensor> total{
-        torch::tensor({placement_.rank == peer ? Median(waits) : 0.0}, torch::kFloat64)};
+    std::vector<torch::Tensor> total{torch::tensor(
+        {placement_.rank == peer ? Median(waits) : 0.0, placement_.rank == 0 ? Median(sends) : 0.0},
+        torch::kFloat64)};
     comm_.Wait(comm_.global().allreduce(total), "the profile's all-reduce");
-    return total[0].item<double>();
+    return {total[0][0].item<double>(), total[0][1].item<double>()};
   }
 
   // An all-reduce of `bytes` started as every process starts computing (`work`), as the
@@ -586,13 +592,16 @@ int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
       }
       tag += 2 * s.repeats + 4;
       link.samples.emplace_back(bytes, seconds);
-      const double busy =
+      const auto busy =
           protocol.BusyTransfer(peer, bytes, s.repeats, tag, [&] { small.Run(1); });
       tag += s.repeats + 1;
-      link.busy_samples.emplace_back(bytes, busy);
+      link.busy_samples.emplace_back(bytes, busy.wait_s);
+      link.send_samples.emplace_back(bytes, busy.send_s);
     }
     std::tie(link.latency_s, link.bytes_per_s) = planner::FitLatencyBandwidth(link.samples);
     link.busy_latency_s = planner::BusyLatency(link);
+    std::tie(link.send_latency_s, link.send_bytes_per_s) =
+        planner::FitLatencyBandwidth(link.send_samples);
     comm_profile.links.push_back(link);
   }
   if (world > 1) {

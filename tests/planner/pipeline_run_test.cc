@@ -43,6 +43,33 @@ TEST(RunPipelines, AReceiveWaitsForTheSendThenTheBusyLinksTransfer) {
   EXPECT_DOUBLE_EQ(t[1].events[0].end, f + transfer);
 }
 
+// A send the profile measured to take its caller s delays the sender's next instruction by s,
+// the message leaving at its start; it is not the model's computation (busy).
+TEST(RunPipelines, ASendTakesItsCallerWhatTheProfileMeasured) {
+  const double f = 0.01, b = 0.02, s = 0.004;
+  Profile p = Uniform(2, f, b);
+  p.links[0].busy_latency_s = 0.003;
+  p.links[0].bytes_per_s = 64 / 0.001;
+  p.links[0].send_latency_s = s - 0.0005;
+  p.links[0].send_bytes_per_s = 64 / 0.0005;  // 64 bytes: s in all
+  EXPECT_DOUBLE_EQ(p.SendSeconds("m0", "m1", 64), s);
+  const double transfer = 0.003 + 0.001;
+  const RankSet ranks = BuildRanks(Shape(p, 2, 1, 1, {"m0", "m1"}), {0});
+  const StageCosts costs(p);
+  const std::vector<Timeline> t = RunPipelines(ranks, {0, 1}, nullptr, costs, p, /*trace=*/true);
+  ASSERT_EQ(t.size(), 2u);
+  // Stage 1 waits for the activations sent at f, computes f + b, spends s sending the gradients;
+  // stage 0, after its own send of s, waits for them and runs its b.
+  EXPECT_DOUBLE_EQ(t[1].done, f + transfer + f + b + s);
+  EXPECT_DOUBLE_EQ(t[0].done, f + transfer + f + b + transfer + b);
+  EXPECT_DOUBLE_EQ(t[0].busy, f + b);
+  EXPECT_DOUBLE_EQ(t[1].busy, f + b);
+  ASSERT_GE(t[0].events.size(), 2u);
+  EXPECT_EQ(t[0].events[1].name, "Sa0");
+  EXPECT_DOUBLE_EQ(t[0].events[1].start, f);
+  EXPECT_DOUBLE_EQ(t[0].events[1].end, f + s);
+}
+
 TEST(RunPipelines, RanksOnOneMachineShareItsSpeedUnlessItsLoadIsFixed) {
   const double f = 0.01, b = 0.02;
   const Profile p = Uniform(1, f, b, 1000, {1.0, 0.5});

@@ -394,9 +394,14 @@ TEST(Profile, RoundTripsThroughJsonAndInterpolatesBetweenSizes) {
   p.program = "/bin/train";
   p.program_args = {"--model", "tiny"};
   p.machines[0].segments[0].costs = {{1, 0.01, 0.008, 0.02, 64, 100}, {4, 0.04, 0.03, 0.08, 256, 400}};
+  p.links[0].send_samples = {{1024, 0.0002}, {1 << 20, 0.0004}};
+  p.links[0].send_latency_s = 0.0002;
+  p.links[0].send_bytes_per_s = 5e9;
   Result<Profile> back = Profile::FromJson(p.ToJson(), "profile.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->ToJson(), p.ToJson());
+  EXPECT_NEAR(back->SendSeconds("m0", "m1", 1000000000), 0.2002, 1e-12);
+  EXPECT_EQ(back->SendSeconds("m0", "m0", 1000), 0);  // the link within m0 measured no sends
   const SegmentCost c = back->CostAt(back->machines[0], 0, 2);
   EXPECT_NEAR(c.forward_s, 0.02, 1e-12);
   EXPECT_EQ(c.output_bytes, 128);
