@@ -44,8 +44,10 @@ The theory of a schedule: the traced step of each 2x1 run (every rank's third st
 logs/gen-0/rank-R.trace.json) replayed with its computations' measured durations and free
 messages, each computation starting once its rank is free and its input has been computed (a
 forward after the previous virtual stage's, a backward after the next one's); the busy share of
-that replay is the most 2x1 can reach against 1x2, whose processes never wait, and its
-"bubble" the rest. Medians over repeats; F, B and W are the medians of a chunk's durations.
+that replay is what the schedule's bubble leaves of 2x1's computing, and "bubble" the rest. It
+is not a bound on the measured ratio to 1x2, whose ranks also all-reduce every gradient, update
+the whole model and compute the whole model's segments (docs/performance.md). Medians over
+repeats; F, B and W are the medians of a chunk's durations.
 """
 import argparse
 import json
