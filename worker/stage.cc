@@ -95,6 +95,7 @@ Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partiti
   for (int c = 0; c < layout.chunks; ++c) {
     const int virtual_stage = layout.VirtualStage(stage, c);
     chunks_.emplace_back(partition.FirstSegment(virtual_stage), partition.EndSegment(virtual_stage));
+    chunk_offsets_.push_back(segment_ids_.size());
     for (int i = chunks_.back().first; i < chunks_.back().second; ++i) segment_ids_.push_back(i);
   }
   check_draws_.assign(segment_ids_.size(), spec.micro_batch_independent);
@@ -142,8 +143,8 @@ cutpoint::Activations Stage::Forward(const cutpoint::Activations& inputs, const 
   }
   ForwardGenerators generator(device);
   cutpoint::Activations acts = inputs;
-  for (int segment = chunks_[chunk].first; segment < chunks_[chunk].second; ++segment) {
-    const size_t i = static_cast<size_t>(IndexOf(segment));
+  size_t i = chunk_offsets_[chunk];  // the chunk's first segment in segments_
+  for (int segment = chunks_[chunk].first; segment < chunks_[chunk].second; ++segment, ++i) {
     generator.Seed(ForwardSeed(seed_, key, segment));
     if (!check_draws_[i] || !training_) {
       acts = segments_[i]->Forward(acts);

@@ -107,6 +107,7 @@ class Stage {
  private:
   int index_;
   std::vector<std::pair<int, int>> chunks_;
+  std::vector<size_t> chunk_offsets_;  // by chunk: where its segments begin in segment_ids_
   std::vector<int> segment_ids_;
   uint64_t seed_;
   bool training_ = true;

@@ -114,12 +114,11 @@ class PyInferenceModel {
  private:
   static std::unique_ptr<worker::InferenceModel> Load(const cutpoint::ModelSpec& spec,
                                                       const std::string& path) {
-    Result<std::unique_ptr<worker::InferenceModel>> loaded = Status::Ok();
-    {
+    auto load = [&] {
       py::gil_scoped_release release;
-      loaded = worker::InferenceModel::Load(spec, path);
-    }
-    return Unwrap(std::move(loaded));
+      return worker::InferenceModel::Load(spec, path);
+    };
+    return Unwrap(load());
   }
 
   std::unique_ptr<worker::InferenceModel> model_;
