@@ -172,9 +172,23 @@ int64_t StageCosts::GraphBytes(const RankSpec& r, int chunk, int64_t size) const
 }
 
 int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
+  const auto remote = [&](int rank) { return rank >= 0 && rank != spec.rank; };
+  // The activation receives from other ranks, which the runtime posts two ahead.
+  std::vector<int64_t> ahead_bytes;
+  std::vector<size_t> ahead_at;
+  for (size_t k = 0; k < spec.list.size(); ++k) {
+    const Instruction& ins = spec.list[k];
+    if (ins.op == Op::kRecvActivations && remote(spec.chunks[ins.chunk].prev_rank)) {
+      ahead_at.push_back(k);
+      ahead_bytes.push_back(costs.InputBytes(spec, ins.chunk, spec.sizes[ins.micro_batch]));
+    }
+  }
   int64_t held = 0, peak = 0;
-  for (const Instruction& ins : spec.list) {
+  size_t next = 0;  // the first of ahead_at not yet reached
+  for (size_t k = 0; k < spec.list.size(); ++k) {
+    const Instruction& ins = spec.list[k];
     const int64_t size = spec.sizes[ins.micro_batch];
+    const bool gradient_comes_back = remote(spec.chunks[ins.chunk].next_rank);
     switch (ins.op) {
       case Op::kRecvActivations:
         held += costs.InputBytes(spec, ins.chunk, size);
@@ -183,7 +197,14 @@ int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
       case Op::kRecompute:
         held += costs.GraphBytes(spec, ins.chunk, size);
         break;
+      case Op::kSendActivations:  // the gradients' receive is posted now
+        if (gradient_comes_back) held += costs.OutputBytes(spec, ins.chunk, size);
+        break;
       case Op::kBackward:
+      case Op::kBackwardInput:  // the backward has taken the received gradients
+        if (gradient_comes_back) held -= costs.OutputBytes(spec, ins.chunk, size);
+        if (ins.op == Op::kBackward) held -= costs.GraphBytes(spec, ins.chunk, size);
+        break;
       case Op::kBackwardWeight:  // a B keeps what the W needs: counted held until the W
         held -= costs.GraphBytes(spec, ins.chunk, size);
         break;
@@ -193,7 +214,10 @@ int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
       default:
         break;
     }
-    peak = std::max(peak, held);
+    while (next < ahead_at.size() && ahead_at[next] <= k) ++next;
+    int64_t posted = 0;
+    for (size_t a = next; a < std::min(next + 2, ahead_at.size()); ++a) posted += ahead_bytes[a];
+    peak = std::max(peak, held + posted);
   }
   return peak;
 }

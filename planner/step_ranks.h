@@ -93,7 +93,9 @@ class StageCosts {
 
 // The most activation memory the rank's list holds at once, replayed from the list: received
 // inputs until their gradients are sent back, autograd graphs from a forward or recomputation
-// until the backward (a split one's W).
+// until the backward (a split one's W), and the receives the runtime posts ahead
+// (docs/runtime.md): a gradient's from its activations' send to its backward, the next two
+// activation messages from other ranks.
 int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs);
 
 }  // namespace mitra::planner::detail

@@ -109,16 +109,16 @@ TEST(PinnedPredictions, SimulatorFiguresStayAsTheyWere) {
       {"two kinds of machine",
        Shape(p, 3, 2, 32, 4, ScheduleKind::k1F1B, false, {3, 2, 2},
              PlaceRanks({{"fast", 4}, {"slow", 2}}, 6)),
-       1.4150444795757573, 0.57666665031924658, 984100,
-       {984100, 520676, 504196, 984100, 520676, 504196}},
+       1.4150444795757573, 0.57666665031924658, 1020964,
+       {1020964, 553444, 512388, 1020964, 553444, 512388}},
       {"varuna on one shared machine",
        Shape(p, 2, 2, 16, 2, ScheduleKind::kVaruna, false, {4, 3},
              PlaceRanks({{"fast", 4}}, 4)),
-       0.7344818498597403, 0.26895893412440686, 602292, {462200, 602292, 462200, 602292}},
+       0.7344818498597403, 0.26895893412440686, 618676, {478584, 618676, 478584, 618676}},
       {"gpipe with recomputation",
        Shape(p, 4, 1, 20, 3, ScheduleKind::kGPipe, true, {2, 2, 2, 1},
              {"fast#1", "fast#2", "fast#3", "fast#4"}),
-       1.0437354080000001, 0.49262611955802882, 477020, {177100, 327060, 477020, 194960}},
+       1.0437354080000001, 0.49262611955802882, 517980, {218060, 408980, 517980, 194960}},
       {"four replicas, idle all-reduce scaled from two",
        Shape(p, 1, 4, 32, 8, ScheduleKind::k1F1B, false, {7},
              PlaceRanks({{"fast", 2}, {"slow", 2}}, 4)),
@@ -126,11 +126,11 @@ TEST(PinnedPredictions, SimulatorFiguresStayAsTheyWere) {
       {"representative replicas of a large list",
        Shape(p, 2, 300, 4096, 4, ScheduleKind::k1F1B, false, {4, 3},
              FastMachines(150, 4, 600)),
-       1.1784751433147986, 0.43070152424597308, 924200, {}},
+       1.1784751433147986, 0.43070152424597308, 956968, {}},
       {"a chain of pipelines straddling machines",
        Shape(p, 3, 30, 64, 1, ScheduleKind::k1F1B, false, {3, 2, 2},
              FastMachines(23, 4, 90)),
-       0.31902030236235707, 0.66439982019292443, 417100, {}},
+       0.31902030236235707, 0.66439982019292443, 426316, {}},
   };
   for (const Pinned& pin : pinned) {
     Result<Prediction> got = Simulate(pin.input);
@@ -190,16 +190,17 @@ TEST(PinnedPredictions, PlannerRankingUnderTightMemoryStaysAsItWas) {
   request.keep = 3;
   Result<PlanResult> plan = PlanShapes(request);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
-  // ZeRO-1 is tried where a shape of D > 1 does not fit: this profile's optimizer state is
-  // small next to its activations, so it fits none more and the ranking stays.
+  // The receives posted ahead (docs/runtime.md) leave micro-batches of 8 no room even with
+  // recomputation. ZeRO-1 is tried where a shape of D > 1 does not fit: it makes 2 x 2 Varuna
+  // fit, fourth.
   EXPECT_EQ(plan->considered, 264);
-  EXPECT_EQ(plan->simulated, 161);
-  EXPECT_EQ(plan->too_big, 142);
+  EXPECT_EQ(plan->simulated, 169);
+  EXPECT_EQ(plan->too_big, 152);
   ExpectBest(*plan,
-             {{"4 x 1, micro-batch 8, varuna, partition 4,1,1,1", 0, 2.3165814773638096},
-              {"4 x 1, micro-batch 8, 1f1b+recompute, partition 4,1,1,1", 0, 2.4068157682184124},
-              {"4 x 1, micro-batch 4, varuna, partition 4,1,1,1", 0, 2.5165632494826107},
-              {"4 x 1, micro-batch 2, 1f1b, partition 4,1,1,1", 0, 2.5185090203959084}});
+             {{"4 x 1, micro-batch 4, varuna, partition 4,1,1,1", 0, 2.5165632494826107},
+              {"4 x 1, micro-batch 2, 1f1b, partition 4,1,1,1", 0, 2.5185090203959084},
+              {"4 x 1, micro-batch 4, 1f1b+recompute, partition 4,1,1,1", 0, 2.5690142985346038},
+              {"2 x 2, micro-batch 2, varuna, ZeRO-1, partition 5,2", 0, 2.5998923408159316}});
 }
 
 }  // namespace

@@ -123,15 +123,19 @@ TEST(Simulator, ActivationMemoryFollowsTheSchedule) {
     return Simulate(in)->memory_bytes;
   };
   // GPipe keeps every micro-batch's graph; 1F1B at most P - s; recomputation only inputs
-  // (64 bytes each) and one graph at a time.
-  EXPECT_EQ(memory(ScheduleKind::kGPipe, false)[0], fixed + 8 * graph);
+  // (64 bytes each) and one graph at a time. Each holds, besides, the receives posted ahead
+  // (64 bytes each): a gradient's from its activations' send to its backward (but on the last
+  // stage), and the next two activation messages (but on the first).
+  EXPECT_EQ(memory(ScheduleKind::kGPipe, false)[0], fixed + 8 * graph + 8 * 64);
   for (int s = 0; s < 4; ++s) {
+    const int64_t in_flight = 4 - s;
     EXPECT_EQ(memory(ScheduleKind::k1F1B, false)[s],
-              fixed + (4 - s) * graph + (s > 0 ? (4 - s) * 64 : 0))
+              fixed + in_flight * graph + (s > 0 ? in_flight * 64 + 2 * 64 : 0) +
+                  (s < 3 ? in_flight * 64 : 0))
         << "stage " << s;
   }
-  EXPECT_EQ(memory(ScheduleKind::k1F1B, true)[0], fixed + graph);
-  EXPECT_EQ(memory(ScheduleKind::kVaruna, false)[1], fixed + 3 * 64 + graph);
+  EXPECT_EQ(memory(ScheduleKind::k1F1B, true)[0], fixed + graph + 4 * 64);
+  EXPECT_EQ(memory(ScheduleKind::kVaruna, false)[1], fixed + 3 * 64 + graph + 3 * 64 + 2 * 64);
 }
 
 TEST(Simulator, ProcessesOnOneMachineShareItsCores) {

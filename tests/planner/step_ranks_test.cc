@@ -120,18 +120,20 @@ TEST(StageCosts, EachChunkCostsItsOwnSegments) {
 TEST(PeakActivationBytes, GPipeHoldsEveryGraphAndOneFOneBOnlyThoseInFlight) {
   const Profile p = Uniform(4, 0.01, 0.02);
   const StageCosts costs(p);
-  // 8 micro-batches of 1 per replica; stage 1 receives 64 bytes with each.
+  // 8 micro-batches of 1 per replica; stage 1 receives 64 bytes with each, and stage 0 posts
+  // the receive of their 64 bytes of gradients as it sends them (until its backward), stage 1
+  // the next two activation messages (docs/runtime.md).
   auto peak = [&](ScheduleKind kind, bool recompute, int stage) {
     SimulationInput in = TwoByTwo(p, 16, 1, {"m0", "m0", "m0", "m0"}, kind);
     in.candidate.recompute = recompute;
     return PeakActivationBytes(BuildRanks(in, {0}).specs[stage], costs);
   };
-  EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 0), 8 * 1000);
-  EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 1), 8 * (3 * 1000 + 64));
-  EXPECT_EQ(peak(ScheduleKind::k1F1B, false, 0), 2 * 1000);
-  EXPECT_EQ(peak(ScheduleKind::k1F1B, false, 1), 3 * 1000 + 64);
-  EXPECT_EQ(peak(ScheduleKind::k1F1B, true, 0), 1000);  // one graph, recomputed
-  EXPECT_EQ(peak(ScheduleKind::kVaruna, false, 0), 1000);
+  EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 0), 8 * (1000 + 64));
+  EXPECT_EQ(peak(ScheduleKind::kGPipe, false, 1), 8 * (3 * 1000 + 64));  // none left ahead
+  EXPECT_EQ(peak(ScheduleKind::k1F1B, false, 0), 2 * (1000 + 64));
+  EXPECT_EQ(peak(ScheduleKind::k1F1B, false, 1), 3 * 1000 + 64 + 2 * 64);
+  EXPECT_EQ(peak(ScheduleKind::k1F1B, true, 0), 1000 + 2 * 64);  // one graph, recomputed
+  EXPECT_EQ(peak(ScheduleKind::kVaruna, false, 0), 1000 + 2 * 64);
 }
 
 }  // namespace
