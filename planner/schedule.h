@@ -87,6 +87,11 @@ bool InterleavedRanges(int num_stages, int ranges);
 // multiple of P); the other schedules run any M >= 1.
 bool InterleavedFits(int num_stages, int num_micro_batches);
 
+// How many activation messages from other ranks a rank's runtime posts its receives for ahead
+// of the instructions that take them (docs/runtime.md, "Messages between stages"); the
+// simulator counts their memory.
+constexpr int kActivationReceivesAhead = 2;
+
 enum class Op {
   kRecvActivations,  // from the previous stage
   kForward,          // keep the autograd graph for the backward

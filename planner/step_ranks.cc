@@ -173,7 +173,7 @@ int64_t StageCosts::GraphBytes(const RankSpec& r, int chunk, int64_t size) const
 
 int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
   const auto remote = [&](int rank) { return rank >= 0 && rank != spec.rank; };
-  // The activation receives from other ranks, which the runtime posts two ahead.
+  // The activation receives from other ranks, which the runtime posts ahead.
   std::vector<int64_t> ahead_bytes;
   std::vector<size_t> ahead_at;
   for (size_t k = 0; k < spec.list.size(); ++k) {
@@ -215,8 +215,9 @@ int64_t PeakActivationBytes(const RankSpec& spec, const StageCosts& costs) {
         break;
     }
     while (next < ahead_at.size() && ahead_at[next] <= k) ++next;
+    const size_t end = std::min(next + kActivationReceivesAhead, ahead_at.size());
     int64_t posted = 0;
-    for (size_t a = next; a < std::min(next + 2, ahead_at.size()); ++a) posted += ahead_bytes[a];
+    for (size_t a = next; a < end; ++a) posted += ahead_bytes[a];
     peak = std::max(peak, held + posted);
   }
   return peak;

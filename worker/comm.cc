@@ -289,22 +289,6 @@ void Comm::ExpectTensors(const std::vector<torch::Tensor>& like, int src, int ta
 
 void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag,
                        const std::string& what) {
-  const auto key = std::make_pair(src, tag);
-  if (auto it = expected_.find(key); it != expected_.end()) {
-    Expected e = std::move(it->second);
-    expected_.erase(it);
-    TORCH_CHECK(e.tensors.size() == into.size(), "expected ", e.tensors.size(), " tensors from ",
-                Describe(src), " but receiving ", into.size());
-    for (size_t i = 0; i < into.size(); ++i) {
-      Wait(e.works[i], "receiving " + what + " from " + Describe(src));
-      if (through_host_) {
-        into[i].copy_(e.tensors[i]);
-      } else {
-        into[i] = e.tensors[i];
-      }
-    }
-    return;
-  }
   for (size_t i = 0; i < into.size(); ++i) {
     std::vector<torch::Tensor> one{through_host_ ? torch::empty_like(into[i], into[i].options().device(torch::kCPU))
                                                  : into[i]};
@@ -312,6 +296,19 @@ void Comm::RecvTensors(std::vector<torch::Tensor>& into, int src, int tag,
          "receiving " + what + " from " + Describe(src));
     if (through_host_) into[i].copy_(one[0]);
   }
+}
+
+std::vector<torch::Tensor> Comm::TakeTensors(int src, int tag, const std::string& what) {
+  const auto it = expected_.find(std::make_pair(src, tag));
+  TORCH_CHECK(it != expected_.end(), "taking ", what, " from ", Describe(src),
+              " that no ExpectTensors posted");
+  Expected e = std::move(it->second);
+  expected_.erase(it);
+  for (size_t i = 0; i < e.tensors.size(); ++i) {
+    Wait(e.works[i], "receiving " + what + " from " + Describe(src));
+    if (through_host_) e.tensors[i] = e.tensors[i].to(device_);
+  }
+  return std::move(e.tensors);
 }
 
 c10::intrusive_ptr<c10d::Work> Comm::PostSend(std::vector<torch::Tensor>& tensors, int dst,

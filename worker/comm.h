@@ -74,9 +74,12 @@ class Comm {
   // shapes are unchanged (a step's messages are the previous step's), and when they changed it
   // fills them and sends as without this (the header says which).
   void ExpectActivations(int src, int tag);
-  // The next RecvTensors(into, src, tag, ...), `into` shaped as `like`: the message arrives in
-  // tensors allocated here, which then replace `into`'s.
+  // The next message of tensors shaped as `like` on (src, tag), which TakeTensors takes.
   void ExpectTensors(const std::vector<torch::Tensor>& like, int src, int tag);
+  // Waits for the message ExpectTensors posted on (src, tag) and returns its tensors (on the
+  // stage's device). `what` names them in errors. Throws PeerError like RecvTensors, and
+  // c10::Error when nothing was posted on (src, tag).
+  std::vector<torch::Tensor> TakeTensors(int src, int tag, const std::string& what);
 
   // Waits for every outstanding send.
   void WaitSends();

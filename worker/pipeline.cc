@@ -48,11 +48,12 @@ class Executor {
   }
 
   // Posts the receives of the next activation messages from other ranks in `schedule`, from
-  // `next` on, ahead of their instructions (Comm::ExpectActivations): at most kActivationsAhead
-  // posted and not yet taken, each holding a message's tensors.
+  // `next` on, ahead of their instructions (Comm::ExpectActivations): at most
+  // planner::kActivationReceivesAhead posted and not yet taken, each holding a message's tensors.
   void PostAhead(const std::vector<planner::Instruction>& schedule, size_t next) {
     ahead_cursor_ = std::max(ahead_cursor_, next);
-    for (; ahead_cursor_ < schedule.size() && activations_ahead_ < kActivationsAhead;
+    for (; ahead_cursor_ < schedule.size() &&
+           activations_ahead_ < planner::kActivationReceivesAhead;
          ++ahead_cursor_) {
       const planner::Instruction& ins = schedule[ahead_cursor_];
       if (ins.op != Op::kRecvActivations) continue;
@@ -108,17 +109,15 @@ class Executor {
         break;
       case Op::kSendActivations:
         SendActivations(chunk, ins.micro_batch, mb.outputs);
-        if (metrics_ == nullptr) ExpectGradients(chunk, ins.micro_batch, mb.outputs);
-        if (metrics_ != nullptr) mb = MicroBatchState();
-        break;
-      case Op::kRecvGradients: {
-        mb.output_grads.clear();
-        for (const auto& [name, t] : mb.outputs) {
-          if (t.is_floating_point()) mb.output_grads.push_back(torch::empty(t.sizes(), t.options()));
+        if (metrics_ == nullptr) {
+          ExpectGradients(chunk, ins.micro_batch, mb.outputs);
+        } else {
+          mb = MicroBatchState();
         }
-        ReceiveGradients(chunk, ins.micro_batch, mb.output_grads);
         break;
-      }
+      case Op::kRecvGradients:
+        mb.output_grads = ReceiveGradients(chunk, ins.micro_batch, mb.outputs);
+        break;
       case Op::kBackward:
         if (final_backward && ctx_.reducer) ctx_.reducer->Arm(ctx_.stage->ChunkParameters(ins.chunk));
         Backward(chunk, mb);
@@ -216,15 +215,18 @@ class Executor {
                              Tag(micro_batch, chunk.links.virtual_stage, kGradientTag));
   }
 
-  void ReceiveGradients(const Chunk& chunk, int micro_batch, std::vector<torch::Tensor>& into) {
+  // The gradients of `outputs`, one per floating tensor in name order.
+  std::vector<torch::Tensor> ReceiveGradients(const Chunk& chunk, int micro_batch,
+                                              const Activations& outputs) {
     const int edge = chunk.links.virtual_stage;
     if (!Own(chunk.links.next_rank)) {
-      ctx_.comm->RecvTensors(into, chunk.links.next_rank, Tag(micro_batch, edge, kGradientTag),
-                             "gradients of micro-batch " + std::to_string(micro_batch));
-      return;
+      ExpectGradients(chunk, micro_batch, outputs);  // posted when they were sent: nothing to do
+      return ctx_.comm->TakeTensors(chunk.links.next_rank, Tag(micro_batch, edge, kGradientTag),
+                                    "gradients of micro-batch " + std::to_string(micro_batch));
     }
-    into = std::move(local_gradients_.at({edge, micro_batch}));
+    std::vector<torch::Tensor> grads = std::move(local_gradients_.at({edge, micro_batch}));
     local_gradients_.erase({edge, micro_batch});
+    return grads;
   }
 
   void SendGradients(const Chunk& chunk, int micro_batch, std::vector<torch::Tensor> grads) {
@@ -295,8 +297,6 @@ class Executor {
     const torch::Tensor value = loss.detach().to(torch::kFloat64);
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + value : value;
   }
-
-  static constexpr int kActivationsAhead = 2;
 
   const PipelineContext& ctx_;
   bool split_;

@@ -114,24 +114,45 @@ TEST(Comm, ActivationsPostedAheadArriveWholeWhenTheirShapesChange) {
   });
 }
 
-// Gradients posted ahead arrive in the tensors ExpectTensors allocated, and a receive that
-// was not posted ahead still arrives in the caller's.
-TEST(Comm, GradientsPostedAheadArriveInTheirOwnTensors) {
-  RunWithComms(2, 1, [](const Placement& p, Comm& comm) {
-    const std::vector<torch::Tensor> grads = {torch::full({2, 3}, 0.5),
-                                              torch::arange(5, torch::kFloat64)};
-    if (p.stage() == 1) {
-      comm.SendTensors(grads, /*dst=*/0, /*tag=*/3);
-      comm.WaitSends();
-    } else {
-      comm.ExpectTensors({torch::empty({2, 3}), torch::empty({5}, torch::kFloat64)}, /*src=*/1,
-                         /*tag=*/3);
-      std::vector<torch::Tensor> into = {torch::empty({2, 3}), torch::empty({5}, torch::kFloat64)};
-      comm.RecvTensors(into, 1, 3, "gradients of micro-batch 3");
-      EXPECT_TRUE(torch::equal(into[0], grads[0]));
-      EXPECT_TRUE(torch::equal(into[1], grads[1]));
-    }
-  });
+// A message whose receive was posted ahead leaves its sender before the receiving call is
+// made: the sender's WaitSends returns while the receiver is still blocked on a promise the
+// sender keeps until then. Posted only at the call, as before, the send would wait for the
+// receive and both would time out (the guard: without the Expect calls this test fails). The
+// second activation message is the one whose tensors, not only its header, go ahead.
+TEST(Comm, MessagesPostedAheadLeaveTheirSenderBeforeTheReceiveIsCalled) {
+  std::promise<void> posted, sent;
+  std::shared_future<void> posted_f = posted.get_future().share();
+  std::shared_future<void> sent_f = sent.get_future().share();
+  const std::vector<torch::Tensor> grads = {torch::full({2, 3}, 0.5),
+                                            torch::arange(5, torch::kFloat64)};
+  RunWithComms(
+      2, 1,
+      [&](const Placement& p, Comm& comm) {
+        if (p.stage() == 0) {
+          struct Release {  // set however the sends end, so the receiver never hangs
+            std::promise<void>& promise;
+            ~Release() { promise.set_value(); }
+          } release{sent};
+          comm.SendActivations(SomeActivations(1), /*dst=*/1, /*tag=*/4);  // teaches the shapes
+          comm.WaitSends();
+          posted_f.wait();
+          comm.SendActivations(SomeActivations(2), 1, 4);
+          comm.SendTensors(grads, 1, /*tag=*/5);
+          comm.WaitSends();
+          return;
+        }
+        ExpectSame(comm.RecvActivations(/*src=*/0, 4), SomeActivations(1));
+        comm.ExpectActivations(0, 4);
+        comm.ExpectTensors({torch::empty({2, 3}), torch::empty({5}, torch::kFloat64)}, 0, 5);
+        posted.set_value();
+        sent_f.wait();
+        ExpectSame(comm.RecvActivations(0, 4), SomeActivations(2));
+        const std::vector<torch::Tensor> got = comm.TakeTensors(0, 5, "gradients of micro-batch 5");
+        ASSERT_EQ(got.size(), 2u);
+        EXPECT_TRUE(torch::equal(got[0], grads[0]));
+        EXPECT_TRUE(torch::equal(got[1], grads[1]));
+      },
+      /*timeout_s=*/3);
 }
 
 // The replicas of a stage share a data-parallel group; a job with one replica has none.
