@@ -18,7 +18,10 @@ GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::Proce
   int64_t size = 0;
   auto close = [&] {
     if (current.members.empty()) return;
-    current.flat = torch::zeros({size}, params_[current.members[0]].options());
+    // Every slot is written before the bucket is reduced (OnGradient, FillFromGrad): nothing
+    // to zero. Zeroing it here cost a new process 0.57 s for the large GPT's stage of 200 MB
+    // on two busy cores, all of it on the path of a grow.
+    current.flat = torch::empty({size}, params_[current.members[0]].options());
     buckets_.push_back(std::move(current));
     current = Bucket();
     size = 0;
