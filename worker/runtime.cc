@@ -19,6 +19,7 @@
 #include "worker/pipeline.h"
 #include "worker/precision.h"
 #include "mitra/worker/stage.h"
+#include "worker/state_exchange.h"
 #include "worker/tied_weights.h"
 
 namespace mitra::worker {
@@ -27,7 +28,10 @@ Runtime::Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset>
                  const Placement& placement, const RuntimeOptions& options)
     : spec_(spec), dataset_(std::move(dataset)), placement_(placement), options_(options) {}
 
-Runtime::~Runtime() = default;
+Runtime::~Runtime() {
+  // Its thread waits on the process groups: it ends before they go.
+  if (in_flight_) in_flight_->Abort();
+}
 
 namespace {
 
@@ -359,22 +363,39 @@ void Runtime::ShareUpdatedParameters() {
   }
 }
 
+void Runtime::ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight) {
+  in_flight_ = std::move(in_flight);
+}
+
+void Runtime::AwaitStateFromPeers() {
+  if (!in_flight_) return;
+  if (Status s = in_flight_->Finish(*this); !s.ok()) {
+    throw std::runtime_error("the state from peers: " + s.message());
+  }
+  state_arrival_s_ = in_flight_->arrival_s();
+  state_wait_s_ = in_flight_->wait_s();
+  in_flight_.reset();
+}
+
 HeldState Runtime::Release() {
   HeldState held;
   if (!HoldsWholeState()) return held;
+  // State still on its way from peers makes what it restored incomplete: only the segments it
+  // kept are whole.
+  const bool restored = restored_ && !in_flight_;
   held.step = completed_steps_;
   held.first_segment = stage_->segment_ids().front();
   held.end_segment = stage_->segment_ids().back() + 1;
   held.optimizer = optimizer_->Name();
   const std::vector<NamedTensor>& params = stage_->parameters();
   for (size_t i = 0; i < params.size(); ++i) {
-    if (!restored_ && !stage_->Adopted(stage_->SegmentOfParameter(i))) continue;
+    if (!restored && !stage_->Adopted(stage_->SegmentOfParameter(i))) continue;
     for (auto& [name, tensor] : optimizer_->State(params[i].tensor)) {
       held.optimizer_state[params[i].name][name] = tensor;
     }
   }
   for (int i = held.first_segment; i < held.end_segment; ++i) {
-    const bool valid = restored_ || stage_->Adopted(i);
+    const bool valid = restored || stage_->Adopted(i);
     held.segments.push_back(valid ? stage_->segments()[i - held.first_segment] : nullptr);
   }
   if (scaler_) {
@@ -492,6 +513,9 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   });
   phase("tied", [&] { tied_->SumGradients(*comm_); });
   if (buffer_sync_) phase("buffers", [&] { buffer_sync_->EndStep(); });
+  // The first step after a resume: the state still arriving from peers, before anything is
+  // reduced or updated (a failed transfer fails the step on every rank alike).
+  if (in_flight_) phase("state", [&] { AwaitStateFromPeers(); });
 
   // One all-reduce per step carries the squared gradient norm (replica 0 of every stage, tied
   // copies once), the loss (last stages) and the stop wishes (everyone).

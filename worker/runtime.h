@@ -42,6 +42,7 @@ struct HeldState;
 class LossScaler;
 class GradReducer;
 class Stage;
+class StateInFlight;
 class TiedWeights;
 struct PipelineContext;
 using cutpoint::MetricFn;
@@ -210,6 +211,18 @@ class Runtime {
   // copying them waits there, so the copy overlaps the next step's forward and backward.
   void BeforeNextUpdate(std::function<void()> hook) { before_update_ = std::move(hook); }
 
+  // State from peers still on its way after a resume (worker/state_exchange.h): the next step
+  // waits for it before its all-reduce. Until then the state this runtime would hold is not
+  // whole (Release()).
+  void ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight);
+  // Waits for all of it, gives the optimizer its state and waits for this rank's sends (at once
+  // when nothing is on its way). Throws PeerError when a peer failed.
+  void AwaitStateFromPeers();
+  // Once AwaitStateFromPeers returned: from the start of the last resume's transfers until the
+  // last byte this rank received (0: none), and how long it waited for them.
+  double state_arrival_s() const { return state_arrival_s_; }
+  double state_wait_s() const { return state_wait_s_; }
+
  private:
   Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset> dataset,
           const Placement& placement, const RuntimeOptions& options);
@@ -258,6 +271,9 @@ class Runtime {
   std::vector<planner::Instruction> schedule_;
   planner::BatchShare share_;
   std::unique_ptr<Sampler> sampler_;
+  // Destroyed after comm_: its messages' tensors outlive the process groups that send them.
+  std::unique_ptr<StateInFlight> in_flight_;
+  double state_arrival_s_ = 0, state_wait_s_ = 0;
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Stage> stage_;
   std::unique_ptr<GradReducer> reducer_;

@@ -116,7 +116,12 @@ Payload SegmentPayload(Runtime& rt, HeldState* held, int segment) {
   // In host memory: the messages are packed and sent as bytes there (Gloo moves host memory; a
   // GPU stage's tensors are copied out, a CPU stage's are sent from where they are).
   const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU).contiguous(); };
-  for (const auto& [key, t] : live) payload.emplace_back(key, host(t));
+  // The messages leave while this rank trains its first step, which changes no parameter and
+  // no optimizer state before it waits for them (StateInFlight::Finish), but changes buffers
+  // (BatchNorm's statistics): those go as copies.
+  for (const auto& [key, t] : live) {
+    payload.emplace_back(key, key.rfind("buffer/", 0) == 0 ? host(t).clone() : host(t));
+  }
   for (const auto& [param, tensors] : state) {
     for (const auto& [state_name, t] : tensors) {
       payload.emplace_back(state_name + "/" + param, host(t));
@@ -125,12 +130,25 @@ Payload SegmentPayload(Runtime& rt, HeldState* held, int segment) {
   return payload;
 }
 
+// When a tensor of a segment's state must have arrived, which its name says: the model's
+// parameters and buffers before training starts, the optimizer state only before the first
+// update, so it goes on arriving while the first step computes (StateInFlight). Receives are
+// posted in this order, and a sender's messages leave in the order their receives were posted.
+enum class Part { kModel, kOptimizerState };
+constexpr Part kParts[] = {Part::kModel, Part::kOptimizerState};
+
+Part PartOf(const std::string& name) {
+  const bool model = name.rfind("param/", 0) == 0 || name.rfind("buffer/", 0) == 0;
+  return model ? Part::kModel : Part::kOptimizerState;
+}
+
 // How a segment's tensors travel: each tensor of at least kDirectBytes in a message of its own,
 // straight from and into its memory; the smaller ones packed together into messages of about
 // kDirectBytes (a segment has dozens of biases and norms, and each message costs the
-// transport a little). Both sides derive the same grouping from the header. Every message is
-// posted at once, so packing saves little beyond that cost and copies twice: 64 KB moved the
-// bench GPT's change of stages at a median 1.25 GB/s over five runs, 1 MB at 1.06 GB/s.
+// transport a little), never two parts in one message. Both sides derive the same grouping
+// from the header. Every message is posted at once, so packing saves little beyond that cost
+// and copies twice: 64 KB moved the bench GPT's change of stages at a median 1.25 GB/s over
+// five runs, 1 MB at 1.06 GB/s.
 constexpr int64_t kDirectBytes = 1 << 16;
 
 int64_t Bytes(const TensorSpec& spec) {
@@ -139,11 +157,19 @@ int64_t Bytes(const TensorSpec& spec) {
   return n;
 }
 
-std::vector<std::vector<size_t>> Messages(const std::vector<TensorSpec>& specs) {
-  std::vector<std::vector<size_t>> messages;
+// The messages of a segment, each a list of indices into `specs`, all of one part.
+using Groups = std::vector<std::vector<size_t>>;
+
+Groups Messages(const std::vector<TensorSpec>& specs) {
+  Groups messages;
   std::vector<size_t> packed;
   int64_t packed_bytes = 0;
+  const auto flush = [&] {
+    if (!packed.empty()) messages.push_back(std::exchange(packed, {}));
+    packed_bytes = 0;
+  };
   for (size_t i = 0; i < specs.size(); ++i) {
+    if (!packed.empty() && PartOf(specs[packed[0]].name) != PartOf(specs[i].name)) flush();
     const int64_t bytes = Bytes(specs[i]);
     if (bytes >= kDirectBytes) {
       messages.push_back({i});
@@ -151,13 +177,14 @@ std::vector<std::vector<size_t>> Messages(const std::vector<TensorSpec>& specs) 
     }
     packed.push_back(i);
     packed_bytes += bytes;
-    if (packed_bytes >= kDirectBytes) {
-      messages.push_back(std::exchange(packed, {}));
-      packed_bytes = 0;
-    }
+    if (packed_bytes >= kDirectBytes) flush();
   }
-  if (!packed.empty()) messages.push_back(std::move(packed));
+  flush();
   return messages;
+}
+
+bool Direct(const std::vector<TensorSpec>& specs, const std::vector<size_t>& group) {
+  return group.size() == 1 && Bytes(specs[group[0]]) >= kDirectBytes;
 }
 
 // The bytes of `t` (contiguous) as a flat uint8 tensor sharing its memory.
@@ -174,56 +201,59 @@ torch::Tensor PackedBuffer(const std::vector<TensorSpec>& specs, const std::vect
   return torch::empty({bytes}, torch::TensorOptions().dtype(torch::kUInt8));
 }
 
-// One segment on its way out: its tensors and what its header says of them.
+// One segment on its way out: its tensors, what its header says of them, and its messages.
 struct Outgoing {
   SegmentTransfer transfer;
   Payload payload;
   std::vector<TensorSpec> specs;
+  Groups groups;
+  std::vector<torch::Tensor> messages;  // by group: a tensor of the payload, or a packed copy
+  torch::Tensor length, text;           // the header's
 };
 
 // Posts the header of `out` (its length, then its text: messages 0 and 1).
-void PostHeader(Comm& comm, Outgoing& out, std::vector<c10::intrusive_ptr<c10d::Work>>* works,
-                std::vector<torch::Tensor>* keep) {
+void PostHeader(Comm& comm, Outgoing& out, std::vector<c10::intrusive_ptr<c10d::Work>>* works) {
   const std::string header = Header(out.payload);
   out.specs = ParseHeader(header);
-  torch::Tensor length = torch::tensor({static_cast<int64_t>(header.size())}, torch::kInt64);
-  torch::Tensor text = torch::empty({static_cast<int64_t>(header.size())}, torch::kUInt8);
-  std::copy(header.begin(), header.end(), text.data_ptr<uint8_t>());
+  out.length = torch::tensor({static_cast<int64_t>(header.size())}, torch::kInt64);
+  out.text = torch::empty({static_cast<int64_t>(header.size())}, torch::kUInt8);
+  std::copy(header.begin(), header.end(), out.text.data_ptr<uint8_t>());
   size_t message = 0;
-  for (const torch::Tensor& t : {length, text}) {
+  for (const torch::Tensor& t : {out.length, out.text}) {
     std::vector<torch::Tensor> one{t};
     works->push_back(comm.PostSend(one, out.transfer.to, Tag(out.transfer.segment, message++)));
-    keep->push_back(t);
   }
 }
 
-// Posts the tensors of `out` (messages 2 on): a large one from its own memory, smaller ones
-// packed.
-void PostTensors(Comm& comm, const Outgoing& out,
-                 std::vector<c10::intrusive_ptr<c10d::Work>>* works,
-                 std::vector<torch::Tensor>* keep) {
-  const std::vector<TensorSpec>& specs = out.specs;
-  std::vector<torch::Tensor> messages;
-  for (const std::vector<size_t>& group : Messages(specs)) {
-    if (group.size() == 1 && Bytes(specs[group[0]]) >= kDirectBytes) {
-      messages.push_back(out.payload[group[0]].second);
+// Groups the tensors of `out` into its messages: a large one is sent from its own memory,
+// smaller ones packed.
+void Pack(Outgoing& out) {
+  out.groups = Messages(out.specs);
+  TORCH_CHECK(out.groups.size() + 2 < static_cast<size_t>(kTagsPerSegment), "segment ",
+              out.transfer.segment, " has too many tensors to send");
+  for (const std::vector<size_t>& group : out.groups) {
+    if (Direct(out.specs, group)) {
+      out.messages.push_back(out.payload[group[0]].second);
       continue;
     }
-    torch::Tensor packed = PackedBuffer(specs, group);
+    torch::Tensor packed = PackedBuffer(out.specs, group);
     int64_t offset = 0;
     for (size_t i : group) {
-      const int64_t n = Bytes(specs[i]);
+      const int64_t n = Bytes(out.specs[i]);
       packed.narrow(0, offset, n).copy_(RawBytes(out.payload[i].second));
       offset += n;
     }
-    messages.push_back(packed);
+    out.messages.push_back(packed);
   }
-  TORCH_CHECK(messages.size() + 2 < static_cast<size_t>(kTagsPerSegment), "segment ",
-              out.transfer.segment, " has too many tensors to send");
-  for (size_t i = 0; i < messages.size(); ++i) {
-    std::vector<torch::Tensor> one{messages[i]};
-    works->push_back(comm.PostSend(one, out.transfer.to, Tag(out.transfer.segment, i + 2)));
-    keep->push_back(messages[i]);
+}
+
+// Posts the messages of `out` (2 on) that carry `part`.
+void PostTensors(Comm& comm, const Outgoing& out, Part part,
+                 std::vector<c10::intrusive_ptr<c10d::Work>>* works) {
+  for (size_t m = 0; m < out.groups.size(); ++m) {
+    if (PartOf(out.specs[out.groups[m][0]].name) != part) continue;
+    std::vector<torch::Tensor> one{out.messages[m]};
+    works->push_back(comm.PostSend(one, out.transfer.to, Tag(out.transfer.segment, m + 2)));
   }
 }
 
@@ -232,13 +262,15 @@ void PostTensors(Comm& comm, const Outgoing& out,
 // messages posted for it.
 struct Incoming {
   SegmentTransfer transfer;
-  std::string what;  // "the state of segment <name>"
+  std::string what;  // "the state of segment <name> from <rank>"
   torch::Tensor length, text;  // the header's
   std::vector<TensorSpec> specs;
   std::vector<torch::Tensor> into;
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> to_device;  // (host buffer, live tensor)
+  std::vector<torch::Tensor> device;  // by tensor: a GPU stage's live tensor (else undefined)
   std::map<std::string, std::map<std::string, torch::Tensor>> state;  // parameter -> name ->
-  std::vector<torch::Tensor> messages;  // by message, from message 2 on
+  Groups groups;
+  std::vector<torch::Tensor> messages;  // by group
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;  // by group, once posted
 };
 
 // A message this rank expects: into which tensor, from whom, and what it is (for errors).
@@ -256,10 +288,7 @@ void ReceiveTogether(Comm& comm, const std::vector<Expected>& expected) {
     std::vector<torch::Tensor> one{e.into};
     works.push_back(comm.PostRecv(one, e.from, e.tag));
   }
-  for (size_t i = 0; i < works.size(); ++i) {
-    comm.Wait(works[i], "receiving " + *expected[i].what + " from " +
-                            comm.Describe(expected[i].from));
-  }
+  for (size_t i = 0; i < works.size(); ++i) comm.Wait(works[i], "receiving " + *expected[i].what);
 }
 
 // Works out where the tensors the header `specs` names go in this rank's stage.
@@ -267,78 +296,81 @@ Status PlaceIncoming(Runtime& rt, Incoming& in) {
   const std::map<std::string, torch::Tensor> live =
       SegmentTensors(rt.stage(), SegmentName(rt, in.transfer.segment));
   in.into.resize(in.specs.size());
+  in.device.resize(in.specs.size());
   for (size_t i = 0; i < in.specs.size(); ++i) {
     const TensorSpec& spec = in.specs[i];
     if (auto it = live.find(spec.name); it != live.end()) {
       if (it->second.sizes().vec() != spec.shape || it->second.scalar_type() != spec.dtype ||
           !it->second.is_contiguous()) {
-        return Status::Internal(in.what + ": " + spec.name + " differs in shape or type between "
-                                "this rank and " + rt.comm().Describe(in.transfer.from));
+        return Status::Internal(in.what + ": " + spec.name + " differs in shape or type on "
+                                "this rank");
       }
       in.into[i] = it->second.detach();
       if (!it->second.is_cpu()) {
         in.into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
-        in.to_device.emplace_back(in.into[i], it->second);
+        in.device[i] = it->second.detach();
       }
     } else {
-      in.into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
       const size_t slash = spec.name.find('/');
-      in.state[spec.name.substr(slash + 1)][spec.name.substr(0, slash)] = in.into[i];
+      const std::string param = spec.name.substr(slash + 1);
+      if (live.count("param/" + param) == 0) {
+        return Status::Internal(in.what + ": state for an unknown parameter " + param);
+      }
+      in.into[i] = torch::empty(spec.shape, torch::TensorOptions().dtype(spec.dtype));
+      in.state[param][spec.name.substr(0, slash)] = in.into[i];
     }
   }
   // A message of one large tensor lands in it; smaller ones share a buffer unpacked later.
-  for (const std::vector<size_t>& group : Messages(in.specs)) {
-    const bool direct = group.size() == 1 && Bytes(in.specs[group[0]]) >= kDirectBytes;
-    in.messages.push_back(direct ? in.into[group[0]] : PackedBuffer(in.specs, group));
+  in.groups = Messages(in.specs);
+  for (const std::vector<size_t>& group : in.groups) {
+    in.messages.push_back(Direct(in.specs, group) ? in.into[group[0]]
+                                                  : PackedBuffer(in.specs, group));
   }
   return Status::Ok();
 }
 
-// Unpacks the shared buffers, copies a GPU stage's tensors in and gives the optimizer its
-// state. Returns the bytes received.
-Result<int64_t> ApplyIncoming(Runtime& rt, Incoming& in) {
+// Puts message `m` of `in`, received, where its tensors go: unpacks a shared buffer, copies a
+// GPU stage's tensors in.
+void Unpack(Incoming& in, size_t m) {
   torch::NoGradGuard no_grad;
-  int64_t bytes = 0;
-  const std::vector<std::vector<size_t>> groups = Messages(in.specs);
-  for (size_t m = 0; m < groups.size(); ++m) {
-    const torch::Tensor& message = in.messages[m];
-    bytes += message.numel() * message.element_size();
-    if (message.is_same(in.into[groups[m][0]])) continue;  // received in place
-    int64_t offset = 0;
-    for (size_t i : groups[m]) {
-      const int64_t n = Bytes(in.specs[i]);
-      RawBytes(in.into[i]).copy_(message.narrow(0, offset, n));
-      offset += n;
-    }
+  const torch::Tensor& message = in.messages[m];
+  int64_t offset = 0;
+  for (size_t i : in.groups[m]) {
+    const int64_t n = Bytes(in.specs[i]);
+    if (!message.is_same(in.into[i])) RawBytes(in.into[i]).copy_(message.narrow(0, offset, n));
+    if (in.device[i].defined()) in.device[i].copy_(in.into[i]);
+    offset += n;
   }
-  for (auto& [buffer, tensor] : in.to_device) tensor.copy_(buffer);
-  const std::map<std::string, torch::Tensor> live =
-      SegmentTensors(rt.stage(), SegmentName(rt, in.transfer.segment));
-  for (const auto& [param, tensors] : in.state) {
-    auto it = live.find("param/" + param);
-    if (it == live.end()) {
-      return Status::Internal(in.what + ": state for an unknown parameter " + param);
-    }
-    if (!rt.KeepsOptimizerStateOf(in.transfer.segment)) continue;  // another replica's (ZeRO-1)
-    if (Status s = rt.optimizer().SetState(it->second, OnDeviceOf(it->second, tensors)); !s.ok()) {
-      return s;
-    }
-  }
-  return bytes;
 }
 
-// Receives every segment `transfers` sends to this rank, straight into its parameters and
-// buffers, in three rounds over all of them at once (the headers' lengths, the headers, the
-// tensors), so a segment costs no round trip of its own. Returns the bytes received.
-Result<int64_t> ReceiveSegments(Runtime& rt, const std::vector<SegmentTransfer>& transfers) {
-  Comm& comm = rt.comm();
+Part PartOfMessage(const Incoming& in, size_t m) { return PartOf(in.specs[in.groups[m][0]].name); }
+
+}  // namespace
+
+// The transfers of a resume still on their way when training starts: this rank's incoming
+// segments with their messages posted, and the messages it sends, kept until they are sent.
+struct StateInFlight::Transfers {
   std::vector<Incoming> incoming;
-  for (const SegmentTransfer& t : transfers) {
+  std::vector<Outgoing> outgoing;
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
+};
+
+namespace {
+
+// Receives the headers of every segment the plan sends to this rank, in two rounds over all of
+// them at once (the lengths, then the texts), so a segment costs no round trip of its own, and
+// works out where their tensors go.
+Status ReceiveHeaders(Runtime& rt, const ResumePlan& plan, StateInFlight::Transfers* state) {
+  Comm& comm = rt.comm();
+  std::vector<Incoming>& incoming = state->incoming;
+  for (const SegmentTransfer& t : plan.transfers) {
+    if (t.to != rt.placement().rank) continue;
     Incoming& in = incoming.emplace_back();
     in.transfer = t;
-    in.what = "the state of segment " + SegmentName(rt, t.segment);
+    in.what = "the state of segment " + SegmentName(rt, t.segment) + " from " +
+              comm.Describe(t.from);
   }
-  std::vector<Expected> lengths, texts, tensors;
+  std::vector<Expected> lengths, texts;
   for (Incoming& in : incoming) {
     in.length = torch::empty({1}, torch::kInt64);
     lengths.push_back({in.length, in.transfer.from, Tag(in.transfer.segment, 0), &in.what});
@@ -353,19 +385,9 @@ Result<int64_t> ReceiveSegments(Runtime& rt, const std::vector<SegmentTransfer>&
     in.specs = ParseHeader(
         std::string(reinterpret_cast<const char*>(in.text.data_ptr<uint8_t>()), in.text.numel()));
     if (Status s = PlaceIncoming(rt, in); !s.ok()) return s;
-    for (size_t m = 0; m < in.messages.size(); ++m) {
-      tensors.push_back({in.messages[m], in.transfer.from, Tag(in.transfer.segment, m + 2),
-                         &in.what});
-    }
+    in.works.resize(in.groups.size());
   }
-  ReceiveTogether(comm, tensors);
-  int64_t received = 0;
-  for (Incoming& in : incoming) {
-    Result<int64_t> bytes = ApplyIncoming(rt, in);
-    if (!bytes.ok()) return bytes.status();
-    received += *bytes;
-  }
-  return received;
+  return Status::Ok();
 }
 
 // Every rank's holding and rank 0's view of the checkpoint, in one all-gather.
@@ -481,32 +503,51 @@ ResumePlan PlanForJob(Runtime& rt, const HeldState* held, bool* checkpoint_compl
   return PlanResume(holdings, needs, step);
 }
 
-// This rank's part of the plan's transfers: every send first (asynchronous), then every
-// receive; a rank blocked in a receive has posted all it sends, so the exchange cannot
-// deadlock. Returns the bytes received.
-Result<int64_t> Transfer(Runtime& rt, HeldState* held, const ResumePlan& plan) {
-  const int me = rt.placement().rank;
-  Comm& comm = rt.comm();
-  std::vector<c10::intrusive_ptr<c10d::Work>> sends;
-  std::vector<torch::Tensor> keep;
-  // Every header first: the receivers place their tensors while the rest is packed.
-  std::vector<Outgoing> outgoing;
+// This rank's headers of the plan's transfers, posted (asynchronous), and their messages
+// packed: every header first, so that the receivers place their tensors while the rest is packed.
+void SendHeaders(Runtime& rt, HeldState* held, const ResumePlan& plan,
+                 StateInFlight::Transfers* state) {
   for (const SegmentTransfer& t : plan.transfers) {
-    if (t.from != me) continue;
-    Outgoing& out = outgoing.emplace_back();
+    if (t.from != rt.placement().rank) continue;
+    Outgoing& out = state->outgoing.emplace_back();
     out.transfer = t;
     out.payload = SegmentPayload(rt, held, t.segment);
-    PostHeader(comm, out, &sends, &keep);
+    PostHeader(rt.comm(), out, &state->sends);
   }
-  for (const Outgoing& out : outgoing) PostTensors(comm, out, &sends, &keep);
-  std::vector<SegmentTransfer> mine;
-  for (const SegmentTransfer& t : plan.transfers) {
-    if (t.to == me) mine.push_back(t);
+  for (Outgoing& out : state->outgoing) Pack(out);
+}
+
+// Every message of the transfers, this rank's sends and receives, posted: the model's first,
+// then the optimizer state. Then waits for the model's parameters and buffers it receives.
+void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
+  for (Part part : kParts) {
+    for (const Outgoing& out : state->outgoing) PostTensors(comm, out, part, &state->sends);
   }
-  const Result<int64_t> received = ReceiveSegments(rt, mine);
-  if (!received.ok()) return received.status();
-  for (auto& work : sends) comm.Wait(work, "sending state to a peer");
-  return received;
+  for (Part part : kParts) {
+    for (Incoming& in : state->incoming) {
+      for (size_t m = 0; m < in.groups.size(); ++m) {
+        if (PartOfMessage(in, m) != part) continue;
+        std::vector<torch::Tensor> one{in.messages[m]};
+        in.works[m] = comm.PostRecv(one, in.transfer.from, Tag(in.transfer.segment, m + 2));
+      }
+    }
+  }
+  for (Incoming& in : state->incoming) {
+    for (size_t m = 0; m < in.groups.size(); ++m) {
+      if (PartOfMessage(in, m) != Part::kModel) continue;
+      comm.Wait(in.works[m], "receiving " + in.what);
+      Unpack(in, m);
+    }
+  }
+}
+
+// The bytes `state` receives, all parts.
+int64_t BytesToReceive(const StateInFlight::Transfers& state) {
+  int64_t bytes = 0;
+  for (const Incoming& in : state.incoming) {
+    for (const torch::Tensor& message : in.messages) bytes += message.numel() * message.element_size();
+  }
+  return bytes;
 }
 
 // What no rank holds: this rank's segments of it, and the trainer state when no rank holds
@@ -528,20 +569,15 @@ Status ReadTheRest(Runtime& rt, const ResumePlan& plan, bool checkpoint_complete
   return read_checkpoint(segments, trainer_state);
 }
 
-// The totals, the same on every rank: the bytes moved and the slowest rank's times.
-ResumeSummary Summarize(Comm& comm, const ResumePlan& plan, int64_t received, double seconds,
-                        double transfer_s, bool checkpoint_complete) {
+// The totals, the same on every rank: the bytes the transfers move; the times come once they
+// are done (CompleteResumeSummary).
+ResumeSummary Summarize(Comm& comm, const ResumePlan& plan, int64_t received,
+                        bool checkpoint_complete) {
   std::vector<torch::Tensor> bytes{torch::tensor({static_cast<double>(received)}, torch::kFloat64)};
-  std::vector<torch::Tensor> times{torch::tensor({seconds, transfer_s}, torch::kFloat64)};
   comm.Wait(comm.global().allreduce(bytes), "summing the bytes moved");
-  c10d::AllreduceOptions max;
-  max.reduceOp = c10d::ReduceOp::MAX;
-  comm.Wait(comm.global().allreduce(times, max), "timing the exchange");
   ResumeSummary summary;
   summary.rank_sources = plan.rank_sources;
   summary.peer_bytes = static_cast<int64_t>(bytes[0].item<double>());
-  summary.seconds = times[0][0].item<double>();
-  summary.transfer_seconds = times[0][1].item<double>();
   summary.checkpoint_complete = checkpoint_complete;
   for (StateSource s : plan.rank_sources) {
     (s == StateSource::kKept ? summary.kept : s == StateSource::kPeer ? summary.peer
@@ -560,14 +596,86 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
                                       const CheckpointReader& read_checkpoint) {
   const auto start = std::chrono::steady_clock::now();
   const ResumePlan plan = PlanForJob(rt, held, &checkpoint_complete);
-  const auto transfer_start = std::chrono::steady_clock::now();
-  const Result<int64_t> received = Transfer(rt, held, plan);
-  if (!received.ok()) return received.status();
-  const double transfer_s = SecondsSince(transfer_start);
+  auto state = std::make_unique<StateInFlight::Transfers>();
+  SendHeaders(rt, held, plan, state.get());
+  if (Status s = ReceiveHeaders(rt, plan, state.get()); !s.ok()) return s;
   if (Status s = ReadTheRest(rt, plan, checkpoint_complete, read_checkpoint); !s.ok()) return s;
+  // The collectives before the tensors: on a pair of ranks that also moves state, a message
+  // waits for every one posted before it.
   if (plan.trainer_donor >= 0) ShareTrainerState(rt, held, plan.trainer_donor);
-  return Summarize(rt.comm(), plan, *received, SecondsSince(start), transfer_s,
-                   checkpoint_complete);
+  ResumeSummary summary =
+      Summarize(rt.comm(), plan, BytesToReceive(*state), checkpoint_complete);
+  const auto transfer_start = std::chrono::steady_clock::now();
+  PostTransfers(rt.comm(), state.get());
+  summary.seconds = SecondsSince(start);  // this rank's, until CompleteResumeSummary
+  rt.ExpectStateFromPeers(
+      std::make_unique<StateInFlight>(rt.comm(), std::move(state), transfer_start));
+  return summary;
+}
+
+void CompleteResumeSummary(Runtime& rt, ResumeSummary* summary) {
+  std::vector<torch::Tensor> times{torch::tensor(
+      {summary->seconds, rt.state_arrival_s(), rt.state_wait_s()}, torch::kFloat64)};
+  c10d::AllreduceOptions max;
+  max.reduceOp = c10d::ReduceOp::MAX;
+  rt.comm().Wait(rt.comm().global().allreduce(times, max), "timing the exchange");
+  summary->seconds = times[0][0].item<double>();
+  summary->transfer_seconds = times[0][1].item<double>();
+  summary->first_step_wait_s = times[0][2].item<double>();
+}
+
+// StateInFlight
+
+StateInFlight::StateInFlight(Comm& comm, std::unique_ptr<Transfers> transfers,
+                             std::chrono::steady_clock::time_point start)
+    : comm_(comm), transfers_(std::move(transfers)), start_(start) {
+  if (!transfers_->incoming.empty()) thread_ = std::thread([this] { Receive(); });
+}
+
+StateInFlight::~StateInFlight() { Abort(); }
+
+void StateInFlight::Receive() {
+  try {
+    for (Incoming& in : transfers_->incoming) {
+      for (size_t m = 0; m < in.groups.size(); ++m) {
+        if (PartOfMessage(in, m) != Part::kOptimizerState) continue;
+        comm_.Wait(in.works[m], "receiving " + in.what);
+        Unpack(in, m);
+      }
+    }
+    arrival_s_ = SecondsSince(start_);
+  } catch (...) {
+    error_ = std::current_exception();
+  }
+}
+
+Status StateInFlight::Finish(Runtime& rt) {
+  const auto start = std::chrono::steady_clock::now();
+  if (thread_.joinable()) thread_.join();
+  wait_s_ = SecondsSince(start);
+  if (error_) std::rethrow_exception(error_);
+  const Stage& stage = rt.stage();
+  for (const Incoming& in : transfers_->incoming) {
+    if (!rt.KeepsOptimizerStateOf(in.transfer.segment)) continue;  // another replica's (ZeRO-1)
+    const std::string prefix = SegmentName(rt, in.transfer.segment) + ".";
+    for (const auto& [param, tensors] : in.state) {
+      const torch::Tensor live = stage.Find(prefix + param);
+      if (Status s = rt.optimizer().SetState(live, OnDeviceOf(live, tensors)); !s.ok()) return s;
+    }
+  }
+  for (auto& work : transfers_->sends) comm_.Wait(work, "sending state to a peer");
+  transfers_->sends.clear();
+  return Status::Ok();
+}
+
+void StateInFlight::Abort() {
+  if (!thread_.joinable()) return;
+  for (Incoming& in : transfers_->incoming) {
+    for (auto& work : in.works) {
+      if (work && !work->isCompleted()) work->abort();
+    }
+  }
+  thread_.join();
 }
 
 }  // namespace mitra::worker

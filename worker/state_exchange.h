@@ -8,13 +8,19 @@
 // (nothing moves), one that a peer holds is sent by that peer, point to point, directly into
 // the receiver's tensors, and one that nobody holds is read from the checkpoint of the step.
 // A transfer's sender is chosen among the holders to spread the sending; all transfers run at
-// once. The trainer state (loss scale, generator) comes from the lowest rank that holds any
-// state of the step, or from the checkpoint when none does.
+// once. The exchange waits for the parameters and buffers; the optimizer state, two thirds of
+// AdamW's bytes, goes on arriving while the first step computes, and its update waits for it
+// (StateInFlight). The trainer state (loss scale, generator) comes from the lowest rank that
+// holds any state of the step, or from the checkpoint when none does.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -22,6 +28,7 @@
 
 namespace mitra::worker {
 
+class Comm;
 class Runtime;
 struct HeldState;
 
@@ -62,8 +69,13 @@ ResumePlan PlanResume(const std::vector<Holding>& held, const std::vector<std::v
 struct ResumeSummary {
   std::vector<StateSource> rank_sources;  // by rank
   int64_t peer_bytes = 0;                 // sent point to point, all ranks together
-  double seconds = 0;                     // the slowest rank's exchange, checkpoint reads included
-  double transfer_seconds = 0;            // the slowest rank's sending and receiving
+  // The slowest rank's exchange until it could train, checkpoint reads included; its transfers
+  // from their start to the last byte received (the optimizer state arrives while the first
+  // step trains); and how long its first step waited for that state. All this rank's own until
+  // CompleteResumeSummary.
+  double seconds = 0;
+  double transfer_seconds = 0;
+  double first_step_wait_s = 0;
   // Rank 0 found a complete checkpoint of the step: none needs to be written after the resume.
   bool checkpoint_complete = false;
   int kept = 0, peer = 0, checkpoint = 0;  // ranks by source
@@ -77,9 +89,55 @@ using CheckpointReader =
 // Runs the exchange on `runtime` (created with `held`, whose left-over segments it serves to
 // peers; may be null) for the placement's resume step. `checkpoint_complete`: whether this rank
 // sees a complete checkpoint of that step (rank 0's view is the one used). A collective: every
-// rank of the generation calls it once, before the first step. Throws PeerError when a peer
-// fails; a Status for a segment nobody holds and no checkpoint has.
+// rank of the generation calls it once, before the first step. It returns once the parameters
+// and buffers have arrived; the optimizer state goes on arriving while the first step trains
+// (Runtime::ExpectStateFromPeers). Throws PeerError when a peer fails; a Status for a segment
+// nobody holds and no checkpoint has.
 Result<ResumeSummary> ResumeFromPeers(Runtime& runtime, HeldState* held, bool checkpoint_complete,
                                       const CheckpointReader& read_checkpoint);
+
+// The summary's times, the slowest rank's: a collective, once every rank's state has arrived
+// (after the first step).
+void CompleteResumeSummary(Runtime& runtime, ResumeSummary* summary);
+
+// The transfers of a resume still on their way when training starts: the optimizer state this
+// rank receives, which a thread of its own waits for (and times) while the first step computes,
+// and the messages this rank sends. The first update waits for both (Finish): the optimizer
+// needs its state, and until a message is sent the tensor it is sent from must not change.
+class StateInFlight {
+ public:
+  struct Transfers;  // the messages, posted (state_exchange.cc)
+  // Starts waiting for `transfers`' incoming messages; `start`: when the transfers began.
+  StateInFlight(Comm& comm, std::unique_ptr<Transfers> transfers,
+                std::chrono::steady_clock::time_point start);
+  // Aborts the receives still pending and waits for the thread. The tensors of the messages are
+  // freed with it: destroy it after the process groups (a send may still be reading them).
+  ~StateInFlight();
+  StateInFlight(const StateInFlight&) = delete;
+  StateInFlight& operator=(const StateInFlight&) = delete;
+
+  // Blocks until everything this rank receives is in place, gives the optimizer its state and
+  // waits for what this rank sends. Throws PeerError; a Status for state the optimizer refuses.
+  // Once, on the training thread.
+  Status Finish(Runtime& runtime);
+  // After Finish: from the transfers' start until the last byte this rank received (0: none),
+  // and how long Finish waited for it.
+  double arrival_s() const { return arrival_s_; }
+  double wait_s() const { return wait_s_; }
+  // Aborts the receives still pending and waits for the thread (no-op once it has ended).
+  void Abort();
+
+ private:
+  void Receive();  // the thread
+
+  Comm& comm_;
+  std::unique_ptr<Transfers> transfers_;
+  std::chrono::steady_clock::time_point start_;
+  double wait_s_ = 0;
+  // Written by the thread, read once it has been joined.
+  double arrival_s_ = 0;
+  std::exception_ptr error_;
+  std::thread thread_;
+};
 
 }  // namespace mitra::worker

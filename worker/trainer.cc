@@ -359,16 +359,12 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
     }
     checkpointer = std::make_unique<Checkpointer>(rt, spec_, ck);
   }
-  const Resumed resumed = Resume(placement, rt, checkpointer.get());
+  Resumed resumed = Resume(placement, rt, checkpointer.get());
   if (resumed.step < 0) return {resumed.exit_code};
   int64_t step = resumed.step;
-  if (checkpointer && resumed.save) {
-    // The state came from memory and storage has no copy of it: written now, in the
-    // background, while the first step trains.
-    checkpointer->Save(step);
-  } else if (checkpointer) {
-    checkpointer->PrepareStaging();  // the first save's staging memory, while the steps train
-  }
+  // The first save's memory, while the steps train; unless the first step is saved anyway,
+  // which then allocates it off the path, while the second trains.
+  if (checkpointer && !resumed.save) checkpointer->PrepareStaging();
   int64_t saved_step = step;
 
   const EvalOptions& eval = options_.eval;
@@ -389,6 +385,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     if (times != nullptr) times->Add(step, r.compute_s, r.wait_s);
+    if (resumed.summary) ReportResume(placement, rt, *std::exchange(resumed.summary, {}));
     ReportStep(placement, rt, step, r, seconds);
     if (step == resumed.step + 1) {
       // Its optimizer state exists from the first update on: what this process holds (ZeRO-1
@@ -403,7 +400,12 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
                          (step == max_steps && !r.stop))) {
       Evaluate(rt, step);
     }
-    if (checkpointer && ck.every > 0 && step % ck.every == 0 && step < max_steps && !r.stop) {
+    // The state came from memory and storage has no copy of it: the first step's is written
+    // in the background while the second trains (the resume step's could not be copied before
+    // all of it had arrived, late in the first step).
+    const bool save_first = resumed.save && step == resumed.step + 1;
+    if (checkpointer && (save_first || (ck.every > 0 && step % ck.every == 0)) &&
+        step < max_steps && !r.stop) {
       checkpointer->Save(step);
       saved_step = step;
     }
@@ -413,10 +415,16 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
       break;
     }
   }
+  if (resumed.summary) {  // no step ran: the state from peers arrives now
+    rt.AwaitStateFromPeers();
+    ReportResume(placement, rt, *std::exchange(resumed.summary, {}));
+  }
   if (checkpointer) {
     // The final save is synchronous: Wait() returns when it is on disk. A morph whose next
     // generation takes the state from memory needs none (every rank skips it alike).
-    if (saved_step != step && !hold) checkpointer->Save(step);
+    if ((saved_step != step || (resumed.save && step == resumed.step)) && !hold) {
+      checkpointer->Save(step);
+    }
     if (Status s = checkpointer->Wait(); !s.ok()) {
       spdlog::error("rank {}: {}", placement.rank, s.message());
       return {1};
@@ -492,31 +500,37 @@ Trainer::Resumed Trainer::ResumeFromMemory(const Placement& placement, Runtime& 
     return {-1, summary.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
   }
   rt.MarkRestored();
+  return {step, 0, checkpointer != nullptr && !summary->checkpoint_complete, *summary};
+}
+
+void Trainer::ReportResume(const Placement& placement, Runtime& rt, ResumeSummary summary) const {
+  CompleteResumeSummary(rt, &summary);
   const double rate =
-      summary->transfer_seconds > 0 ? summary->peer_bytes / summary->transfer_seconds : 0;
+      summary.transfer_seconds > 0 ? summary.peer_bytes / summary.transfer_seconds : 0;
   spdlog::info("rank {}: resumed at step {} ({}): {} ranks kept their state, {} took it from "
-               "peers ({:.1f} MB at {:.0f} MB/s), {} from the checkpoint, in {:.3f} s",
-               placement.rank, step, StateSourceName(summary->rank_sources[placement.rank]),
-               summary->kept, summary->peer, summary->peer_bytes / 1e6, rate / 1e6,
-               summary->checkpoint, summary->seconds);
-  if (placement.rank == 0) {
-    std::string sources = "[";
-    for (size_t r = 0; r < summary->rank_sources.size(); ++r) {
-      sources += std::string(r ? "," : "") + "\"" + StateSourceName(summary->rank_sources[r]) + "\"";
-    }
-    Record("restored")
-        .Add("step", step)
-        .Add("seconds", summary->seconds)
-        .Add("kept", summary->kept)
-        .Add("peer", summary->peer)
-        .Add("from_checkpoint", summary->checkpoint)
-        .Add("peer_bytes", summary->peer_bytes)
-        .Add("peer_bytes_per_s", rate)
-        .Add("transfer_s", summary->transfer_seconds)
-        .AddJson("sources", sources + "]")
-        .Emit();
+               "peers ({:.1f} MB at {:.0f} MB/s, the first step waiting {:.3f} s of it), {} "
+               "from the checkpoint; training after {:.3f} s",
+               placement.rank, placement.resume_step,
+               StateSourceName(summary.rank_sources[placement.rank]), summary.kept, summary.peer,
+               summary.peer_bytes / 1e6, rate / 1e6, summary.first_step_wait_s,
+               summary.checkpoint, summary.seconds);
+  if (placement.rank != 0) return;
+  std::string sources = "[";
+  for (size_t r = 0; r < summary.rank_sources.size(); ++r) {
+    sources += std::string(r ? "," : "") + "\"" + StateSourceName(summary.rank_sources[r]) + "\"";
   }
-  return {step, 0, checkpointer != nullptr && !summary->checkpoint_complete};
+  Record("restored")
+      .Add("step", placement.resume_step)
+      .Add("seconds", summary.seconds)
+      .Add("kept", summary.kept)
+      .Add("peer", summary.peer)
+      .Add("from_checkpoint", summary.checkpoint)
+      .Add("peer_bytes", summary.peer_bytes)
+      .Add("peer_bytes_per_s", rate)
+      .Add("transfer_s", summary.transfer_seconds)
+      .Add("first_step_wait_s", summary.first_step_wait_s)
+      .AddJson("sources", sources + "]")
+      .Emit();
 }
 
 void Trainer::Evaluate(Runtime& rt, int64_t step) {

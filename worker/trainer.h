@@ -24,12 +24,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "mitra/cutpoint/model.h"
 #include "mitra/worker/checkpoint_options.h"
 #include "mitra/worker/data.h"
 #include "mitra/worker/runtime.h"
+#include "worker/state_exchange.h"
 
 namespace mitra::worker {
 
@@ -96,7 +98,10 @@ class Trainer {
   struct Resumed {
     int64_t step = 0;
     int exit_code = 0;
+    // The state came from memory and storage has no copy of it: the first step's is saved.
     bool save = false;
+    // A resume from memory, reported once the state has arrived (ReportResume).
+    std::optional<ResumeSummary> summary = std::nullopt;
   };
   // Which step to start from: the placement's resume step, or for a program run alone, the
   // newest valid checkpoint in its checkpoint directory; and its state: a program run alone
@@ -106,6 +111,10 @@ class Trainer {
   Resumed RestoreFromCheckpoint(const Placement& placement, Runtime& rt,
                                 Checkpointer* checkpointer, int64_t step);
   Resumed ResumeFromMemory(const Placement& placement, Runtime& rt, Checkpointer* checkpointer);
+  // Where each rank's state came from and how fast it moved, once all of it has arrived (a
+  // collective: every rank calls it after the first step): the log line and rank 0's
+  // `restored` record.
+  void ReportResume(const Placement& placement, Runtime& rt, ResumeSummary summary) const;
   // What held_ holds, for the parked record.
   ParkedHolding Holding() const;
   // Runs the evaluation after step `step` and reports it (rank 0).

@@ -78,14 +78,14 @@ TEST_F(ElasticGpt, ShrinkingTheMachineListMorphsWithoutLosingAStep) {
   const auto launches = testing::EventsNamed(run_dir_, "launch");
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_TRUE(testing::EventsNamed(run_dir_, "step_lost").empty());
-  // The checkpoint of the step it resumed from follows in the background, by the new generation.
+  // Storage gets a copy in the background: the new generation's first step's.
   const int64_t resumed = static_cast<int64_t>(launches[1].GetNumber("resume_step").value_or(0));
   EXPECT_GT(resumed, 0);
   bool written = false;
   for (const JsonObject& c : testing::EventsNamed(run_dir_, "checkpoint")) {
-    written |= c.GetNumber("step") == resumed && c.GetNumber("generation") == 1;
+    written |= c.GetNumber("step") == resumed + 1 && c.GetNumber("generation") == 1;
   }
-  EXPECT_TRUE(written) << "no checkpoint of step " << resumed << " after the morph";
+  EXPECT_TRUE(written) << "no checkpoint of step " << resumed + 1 << " after the morph";
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoProcessLeft(run_dir_);
 }

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -196,9 +197,11 @@ TEST(HeldState, AStageTakesTheSegmentsBuiltAheadWithItsSeed) {
 
 // Trains steps [first, end) in `stages` x `replicas`, ranks as threads, rank r starting from
 // `held[r]` (missing or empty: a new process) through ResumeFromPeers when first > 0 and
-// `exchange`.
+// `exchange`; `after_exchange(rank, runtime)`, when given, runs between the exchange and the
+// first step.
 Generation Train(int stages, int replicas, int64_t first, int64_t end,
-                 std::vector<HeldState> held, bool exchange = true) {
+                 std::vector<HeldState> held, bool exchange = true,
+                 const std::function<void(int, Runtime&)>& after_exchange = nullptr) {
   const int world = stages * replicas;
   held.resize(world);
   Generation out;
@@ -216,6 +219,7 @@ Generation Train(int stages, int replicas, int64_t first, int64_t end,
     Placement placement = testing::LoopbackPlacement(stages, replicas, rank, *port);
     placement.resume_step = first;
     HeldState* mine = held[rank].empty() ? nullptr : &held[rank];
+    int64_t step = first;
     auto rt = Runtime::Create(Spec(), dataset, placement, options, mine);
     ASSERT_TRUE(rt.ok()) << rt.status().message();
     if (first > 0 && exchange) {
@@ -223,10 +227,14 @@ Generation Train(int stages, int replicas, int64_t first, int64_t end,
         return Status::IoError("no checkpoint in this test");
       });
       ASSERT_TRUE(summary.ok()) << summary.status().message();
+      (*rt)->MarkRestored();
+      if (after_exchange) after_exchange(rank, **rt);
+      if (step < end) (*rt)->Step(step++);  // the first step waits for what is still arriving
+      CompleteResumeSummary(**rt, &*summary);
       if (rank == 0) out.summary = *summary;
     }
     (*rt)->MarkRestored();
-    for (int64_t step = first; step < end; ++step) (*rt)->Step(step);
+    for (; step < end; ++step) (*rt)->Step(step);
     std::lock_guard<std::mutex> lock(mu);
     for (const NamedTensor& p : (*rt)->stage().parameters()) {
       out.state.emplace(p.name, p.tensor.detach().clone());
@@ -263,6 +271,27 @@ TEST(StateExchange, AKilledRanksReplacementTakesItsStageFromAReplicaExactly) {
   EXPECT_GT(after.summary.peer_bytes, 0);
   // The same shape does the same arithmetic: the state is bit for bit the uninterrupted one's.
   EXPECT_EQ(Difference(after.state, uninterrupted.state), 0);
+}
+
+// The exchange returns before a new rank's optimizer state is in: it arrives while the first
+// step computes, and the step waits for it before its update. The state after the steps is the
+// uninterrupted job's (above); here, that the exchange did not wait for it, and that the summary
+// times the transfer to its last byte.
+TEST(StateExchange, ANewRanksStateArrivesWhileItsFirstStepTrains) {
+  Generation before = Train(2, 2, 0, 2, {});
+  before.held[3] = HeldState();
+  std::vector<size_t> with_state(4, 0), params(4, 0);
+  const Generation after =
+      Train(2, 2, 2, 4, std::move(before.held), true, [&](int rank, Runtime& rt) {
+        for (const NamedTensor& p : rt.stage().parameters()) {
+          with_state[rank] += !rt.optimizer().State(p.tensor).empty();
+          ++params[rank];
+        }
+      });
+  EXPECT_EQ(with_state[3], 0u) << "the exchange waited for the optimizer state";
+  EXPECT_EQ(with_state[1], params[1]) << "a rank that kept its stage keeps its optimizer state";
+  EXPECT_GT(after.summary.transfer_seconds, 0);
+  EXPECT_GT(after.summary.seconds, 0);
 }
 
 TEST(StateExchange, GuardWithoutTheExchangeTheReplacementTrainsFromItsInitialValues) {
