@@ -61,6 +61,9 @@ StopWish CurrentStopWish() {
   return g_stop_requested == kHoldAfterStop ? StopWish::kHold : StopWish::kStop;
 }
 
+// What glibc's heap keeps when freed, at the top, before it returns memory to the system.
+constexpr int64_t kHeapKeeps = int64_t{1} << 30;
+
 // glibc serves allocations above its mmap threshold (128 KiB at first, adapting upwards only
 // after such a block is freed) with fresh mmap'd pages and returns them on free, so every step
 // pays page faults and zeroing for its activation and gradient buffers. Keeping them in the heap
@@ -70,7 +73,24 @@ void TuneMalloc() {
   const char* setting = std::getenv("MITRA_MALLOC_TUNING");
   if (setting && std::string(setting) == "0") return;
   if (mallopt(M_MMAP_THRESHOLD, 256 << 20) == 0) mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kHeapKeeps));
+}
+
+// Allocates about `bytes` in blocks the heap serves (under either mmap threshold above), writes
+// to every page and frees them: the process's next allocations reuse those pages instead of
+// faulting in new ones. At most 3/4 of what the heap keeps once freed (TuneMalloc).
+void TouchHeapAhead(int64_t bytes) {
+  constexpr int64_t kBlock = 16 << 20, kPage = 4096;
+  bytes = std::min(bytes, kHeapKeeps / 4 * 3);
+  std::vector<void*> blocks;
+  for (int64_t done = 0; done < bytes; done += kBlock) {
+    void* block = std::malloc(kBlock);
+    if (block == nullptr) break;
+    auto* bytes_of = static_cast<volatile char*>(block);
+    for (int64_t i = 0; i < kBlock; i += kPage) bytes_of[i] = 0;
+    blocks.push_back(block);
+  }
+  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) std::free(*it);
 }
 
 // How long a rank that stopped on its peers' wish waits for its own stop signal.
@@ -137,8 +157,9 @@ int Trainer::Run() {
 
 int Trainer::RunStandby() {
   // Started ahead of a grow: everything up to here (the process, LibTorch, the program's data,
-  // the segments of the stage it is meant for) is ready when the morph comes; the place in the
-  // grid comes with it.
+  // the segments of the stage it is meant for, the memory its first step takes) is ready when
+  // the morph comes; the place in the grid comes with it.
+  TuneMalloc();
   BuildAhead();
   Result<std::optional<Placement>> placement =
       AwaitPlacement(STDIN_FILENO, /*rank=*/-1, /*step=*/-1, kParkTimeoutS);
@@ -217,9 +238,17 @@ void Trainer::BuildAhead() {
   held_ = std::make_unique<HeldState>();
   held_->built_seed = options_.runtime.seed;
   const int first = partition->FirstSegment(hint->stage), end = partition->EndSegment(hint->stage);
+  int64_t parameter_bytes = 0;
   for (int i = first; i < end; ++i) {
     held_->built[i] = cutpoint::BuildSegment(spec_, i, held_->built_seed);
+    for (const torch::Tensor& p : held_->built[i]->parameters()) {
+      parameter_bytes += p.numel() * p.element_size();
+    }
   }
+  // Its first step allocates a few times the stage's parameters (their gradients, the
+  // data-parallel buckets, the optimizer state arriving from peers, the update's temporaries):
+  // as a new process it would fault every page in, on the path of the grow.
+  TouchHeapAhead(4 * parameter_bytes);
   spdlog::info("standby: built segments {}..{} (stage {} of {}) while waiting, in {:.2f} s", first,
                end - 1, hint->stage, hint->stages,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
