@@ -21,7 +21,8 @@
 namespace mitra::worker {
 namespace {
 
-// Tags of the exchange's messages, clear of the pipeline's (which it never overlaps anyway):
+// Tags of the exchange's messages, clear of the pipeline's (the optimizer state still arrives
+// during the first step; a pipeline tag reaches 2^24 only with 2^16 micro-batches times edges):
 // message i of segment s is kTagBase + s * kTagsPerSegment + i, the first two being the header's
 // length and the header.
 constexpr int kTagBase = 1 << 24;
