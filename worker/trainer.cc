@@ -414,7 +414,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ++step;
     if (times != nullptr) times->Add(step, r.compute_s, r.wait_s);
-    if (resumed.summary) ReportResume(placement, rt, *std::exchange(resumed.summary, {}));
+    if (resumed.summary) ReportResume(placement, rt, *std::exchange(resumed.summary, nullptr));
     ReportStep(placement, rt, step, r, seconds);
     if (step == resumed.step + 1) {
       // Its optimizer state exists from the first update on: what this process holds (ZeRO-1
@@ -446,7 +446,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
   }
   if (resumed.summary) {  // no step ran: the state from peers arrives now
     rt.AwaitStateFromPeers();
-    ReportResume(placement, rt, *std::exchange(resumed.summary, {}));
+    ReportResume(placement, rt, *std::exchange(resumed.summary, nullptr));
   }
   if (checkpointer) {
     // The final save is synchronous: Wait() returns when it is on disk. A morph whose next
@@ -529,7 +529,8 @@ Trainer::Resumed Trainer::ResumeFromMemory(const Placement& placement, Runtime& 
     return {-1, summary.status().code() == Status::Code::kInvalidArgument ? 2 : 1};
   }
   rt.MarkRestored();
-  return {step, 0, checkpointer != nullptr && !summary->checkpoint_complete, *summary};
+  return {step, 0, checkpointer != nullptr && !summary->checkpoint_complete,
+          std::make_shared<const ResumeSummary>(*summary)};
 }
 
 void Trainer::ReportResume(const Placement& placement, Runtime& rt, ResumeSummary summary) const {

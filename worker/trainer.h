@@ -24,14 +24,12 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "mitra/cutpoint/model.h"
 #include "mitra/worker/checkpoint_options.h"
 #include "mitra/worker/data.h"
 #include "mitra/worker/runtime.h"
-#include "worker/state_exchange.h"
 
 namespace mitra::worker {
 
@@ -39,6 +37,7 @@ class Checkpointer;
 class Stage;
 class StepTimes;
 struct HeldState;
+struct ResumeSummary;
 struct ParkedHolding;
 
 // Evaluation during training: a forward-only pass in evaluation mode over `dataset`, shared
@@ -101,7 +100,7 @@ class Trainer {
     // The state came from memory and storage has no copy of it: the first step's is saved.
     bool save = false;
     // A resume from memory, reported once the state has arrived (ReportResume).
-    std::optional<ResumeSummary> summary = std::nullopt;
+    std::shared_ptr<const ResumeSummary> summary = nullptr;
   };
   // Which step to start from: the placement's resume step, or for a program run alone, the
   // newest valid checkpoint in its checkpoint directory; and its state: a program run alone
