@@ -188,6 +188,11 @@ bool Direct(const std::vector<TensorSpec>& specs, const std::vector<size_t>& gro
   return group.size() == 1 && Bytes(specs[group[0]]) >= kDirectBytes;
 }
 
+// The part a message of the segment `specs` carries (one: Messages never mixes them).
+Part PartOf(const std::vector<TensorSpec>& specs, const std::vector<size_t>& group) {
+  return PartOf(specs[group[0]].name);
+}
+
 // The bytes of `t` (contiguous) as a flat uint8 tensor sharing its memory.
 torch::Tensor RawBytes(const torch::Tensor& t) {
   return torch::from_blob(t.data_ptr(), {static_cast<int64_t>(t.numel() * t.element_size())},
@@ -252,7 +257,7 @@ void Pack(Outgoing& out) {
 void PostTensors(Comm& comm, const Outgoing& out, Part part,
                  std::vector<c10::intrusive_ptr<c10d::Work>>* works) {
   for (size_t m = 0; m < out.groups.size(); ++m) {
-    if (PartOf(out.specs[out.groups[m][0]].name) != part) continue;
+    if (PartOf(out.specs, out.groups[m]) != part) continue;
     std::vector<torch::Tensor> one{out.messages[m]};
     works->push_back(comm.PostSend(one, out.transfer.to, Tag(out.transfer.segment, m + 2)));
   }
@@ -343,8 +348,6 @@ void Unpack(Incoming& in, size_t m) {
     offset += n;
   }
 }
-
-Part PartOfMessage(const Incoming& in, size_t m) { return PartOf(in.specs[in.groups[m][0]].name); }
 
 }  // namespace
 
@@ -527,7 +530,7 @@ void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
   for (Part part : kParts) {
     for (Incoming& in : state->incoming) {
       for (size_t m = 0; m < in.groups.size(); ++m) {
-        if (PartOfMessage(in, m) != part) continue;
+        if (PartOf(in.specs, in.groups[m]) != part) continue;
         std::vector<torch::Tensor> one{in.messages[m]};
         in.works[m] = comm.PostRecv(one, in.transfer.from, Tag(in.transfer.segment, m + 2));
       }
@@ -535,7 +538,7 @@ void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
   }
   for (Incoming& in : state->incoming) {
     for (size_t m = 0; m < in.groups.size(); ++m) {
-      if (PartOfMessage(in, m) != Part::kModel) continue;
+      if (PartOf(in.specs, in.groups[m]) != Part::kModel) continue;
       comm.Wait(in.works[m], "receiving " + in.what);
       Unpack(in, m);
     }
@@ -639,7 +642,7 @@ void StateInFlight::Receive() {
   try {
     for (Incoming& in : transfers_->incoming) {
       for (size_t m = 0; m < in.groups.size(); ++m) {
-        if (PartOfMessage(in, m) != Part::kOptimizerState) continue;
+        if (PartOf(in.specs, in.groups[m]) != Part::kOptimizerState) continue;
         comm_.Wait(in.works[m], "receiving " + in.what);
         Unpack(in, m);
       }
@@ -653,8 +656,10 @@ void StateInFlight::Receive() {
 Status StateInFlight::Finish(Runtime& rt) {
   const auto start = std::chrono::steady_clock::now();
   if (thread_.joinable()) thread_.join();
-  wait_s_ = SecondsSince(start);
   if (error_) std::rethrow_exception(error_);
+  for (auto& work : transfers_->sends) comm_.Wait(work, "sending state to a peer");
+  transfers_->sends.clear();
+  wait_s_ = SecondsSince(start);
   const Stage& stage = rt.stage();
   for (const Incoming& in : transfers_->incoming) {
     if (!rt.KeepsOptimizerStateOf(in.transfer.segment)) continue;  // another replica's (ZeRO-1)
@@ -664,8 +669,6 @@ Status StateInFlight::Finish(Runtime& rt) {
       if (Status s = rt.optimizer().SetState(live, OnDeviceOf(live, tensors)); !s.ok()) return s;
     }
   }
-  for (auto& work : transfers_->sends) comm_.Wait(work, "sending state to a peer");
-  transfers_->sends.clear();
   return Status::Ok();
 }
 

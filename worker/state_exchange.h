@@ -121,7 +121,7 @@ class StateInFlight {
   // Once, on the training thread.
   Status Finish(Runtime& runtime);
   // After Finish: from the transfers' start until the last byte this rank received (0: none),
-  // and how long Finish waited for it.
+  // and how long Finish waited for that and for this rank's sends.
   double arrival_s() const { return arrival_s_; }
   double wait_s() const { return wait_s_; }
   // Aborts the receives still pending and waits for the thread (no-op once it has ended).
