@@ -41,11 +41,11 @@
    from, and the background checkpoint that follows (of the first step after the change); (b)
    2 x 2 with --spares 1 and --checkpoint-every 100, a replica of stage 0 SIGKILLed: steps
    trained again and kill -> first step, less that step's computing (and less a steady step);
-   (c) 2 x 1 -> 4 x 1, chosen by the planner
-   under a made-up profile in which pipelines win (batch 16: four micro-batches): the bytes
-   sent between ranks against the bytes of the segments that changed owner (from the model's
-   description: parameters, AdamW's two moments and step count, buffers), and their rate (to
-   the last byte received) against one TCP stream over loopback measured in the same run.
+   (c) 2 x 1 -> 4 x 1, chosen by the planner under a made-up profile in which pipelines win
+   (batch 16: four micro-batches): the bytes sent between ranks against the bytes of the
+   segments that changed owner (from the model's description: parameters, AdamW's two moments
+   and step count, buffers), and their rate (to the last byte received) against one TCP
+   stream over loopback measured in the same run.
 
 5. chaos (mitra): the tiny GPT, 2 stages, batch 16 in micro-batches of 4, --chaos-steps steps
    with --checkpoint-every 50, --spares 1 and --heartbeat-timeout 2 on `localhost slots=4`; after
@@ -462,9 +462,12 @@ def first_after(m, generation):
     """The first step record of `generation`, the last of the one before it, and the median time
     of the STEADY_STEPS steps after the first (a step of the new shape once the change is over)."""
     steps = m.wait_steps(generation, 1 + STEADY_STEPS, 900)
-    last_old = m.steps(generation - 1)[-1]
-    steady = median([r["step_time_s"] for r in steps[1:1 + STEADY_STEPS]])
-    return steps[0], last_old, steady
+    return steps[0], m.steps(generation - 1)[-1], steady_step(steps)
+
+
+def steady_step(steps):
+    """The median time of the STEADY_STEPS steps after the first of `steps`."""
+    return median([r["step_time_s"] for r in steps[1:1 + STEADY_STEPS]])
 
 
 def first_step_work(m, generation, first):
@@ -537,8 +540,7 @@ def peers_kill(args, model):
         t_kill = time.time()
         os.kill(launch["pids"][victim_rank], signal.SIGKILL)
         steps = m.wait_steps(1, 1 + STEADY_STEPS, args.recover_timeout)
-        first = steps[0]
-        steady = median([r["step_time_s"] for r in steps[1:1 + STEADY_STEPS]])
+        first, steady = steps[0], steady_step(steps)
         work, wait = first_step_work(m, 1, first)
         fs = m.wait_event("first_step", 1, 60)
         trained_before = max(r["step"] for r in m.steps(0))
