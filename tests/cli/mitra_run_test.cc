@@ -289,9 +289,12 @@ TEST_F(MitraRunTest, RepeatedFailuresBeyondTheRestartBudgetFailTheJob) {
 
 // Exit code 2 before the job's first step is a configuration no relaunch can fix: one
 // generation, the worker's words, and `mitra run` exits 2 (not after --max-restarts 5).
+// fake_worker's ranks do not wait for each other as a real step's collectives do, so the
+// others' steps take 2 s: rank 1's exit comes first, as in a real job, however slowly the
+// processes start (under ASan rank 0 once reported a 20 ms step before rank 1 had exited).
 TEST_F(MitraRunTest, AWorkerThatRefusesItsConfigurationEndsTheJobAtOnceWithItsMessage) {
   const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "100"},
-                                 {"--config-error-rank", "1"}));
+                                 {"--config-error-rank", "1", "--step-ms", "2000"}));
   EXPECT_EQ(r.exit_code, 2) << r.output();
   EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 1u) << r.output();
   EXPECT_TRUE(Contains(r.err, "  | fake_worker: error: rank 1: unknown schedule 'zb-x'")) << r.err;
