@@ -749,12 +749,14 @@ def peers_change_p(args, model):
         first, last_old, steady = first_after(m, 1)
         fs = m.wait_event("first_step", 1, 60)
         old, new = m.events("launch", 0)[0], m.events("launch", 1)[0]
-        held = ranges(old["partition"])  # kept worker r holds old stage r (one machine, in order)
+        # A kept worker keeps its pid: the new rank of old rank r's process holds old stage r
+        # (P x 1: rank r is stage r), whichever new rank the manager gave it.
+        held_by_pid = dict(zip(old["pids"], ranges(old["partition"])))
         sizes = segment_state_bytes(record)
         names = list(dict.fromkeys(p.split(".", 1)[0] for p in record["parameters"].split()))
         moved = 0
         for r, (a, b) in enumerate(ranges(new["partition"])):
-            mine = held[r] if r < len(held) else (0, 0)
+            mine = held_by_pid.get(new["pids"][r], (0, 0))
             moved += sum(sizes[names[i]] for i in range(a, b) if not mine[0] <= i < mine[1])
         return {"bench": "peers_change_p", "model": model,
                 "from": f"{old['stages']} x {old['replicas']} ({old['partition']})",

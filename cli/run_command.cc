@@ -343,6 +343,7 @@ manager::ControllerOptions ControllerOptionsFor(
   o.stages = options.stages;
   o.policy = std::move(policy);
   o.segments = plan.description.segments;
+  o.segment_weights = run::SegmentStateElements(plan.description);
   o.global_batch = options.batch_size;
   o.chunk_size = plan.chunk_size;
   o.zero = static_cast<int>(options.zero);

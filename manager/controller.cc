@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "contract/exit_codes.h"
 #include "manager/narration.h"
+#include "manager/state_placement.h"
 
 namespace mitra::manager {
 namespace {
@@ -328,6 +329,10 @@ void Controller::TryLaunch() {
     return;
   }
   waiting_reason_.clear();
+  // The parked workers keep their slots; the new ranks take the slots where those keep the
+  // most of their state (as Morph placed them when it started standby workers).
+  PlaceToKeepState(standby_.parked(), options_.segments, options_.segment_weights,
+                   desired->second, &desired->first);
   std::map<int, ParkedWorker> kept = TakeParkedFor(desired->first, desired->second);
   const std::optional<int64_t> held_step = WholeHeldStep(kept, options_.segments);
   std::optional<int64_t> expected;

@@ -73,6 +73,9 @@ struct ControllerOptions {
   // Which shape the usable machines get; null: FixedStagesPolicy(stages).
   std::shared_ptr<const ShapePolicy> policy;
   int segments = 1;          // the program's segment count
+  // What each segment's state weighs (its parameters' and buffers' elements), for keeping the
+  // most of it in place at a morph (state_placement.h); empty: every segment alike.
+  std::vector<int64_t> segment_weights;
   int64_t global_batch = 0;  // B: the same in every shape
   int chunk_size = 0;        // 0: DefaultChunkSize for each shape
   int zero = -1;             // ZeRO-1 as `mitra run --zero` fixed it; -1: the planner's choice
@@ -338,6 +341,9 @@ class Controller {
   // Whether, if every rank parked now, the parked workers a launch of the shape the machines
   // allow would keep hold every stage: then a morph needs no checkpoint (SIGURG).
   bool KeptWorkersWouldHoldEveryStage();
+  // The running ranks as the workers they will be once parked for a morph, each with its
+  // stage's segments; none when they would park without their state (or hold chunks).
+  std::vector<ParkedWorker> HoldersOnceParked();
   // The parked workers the ranks of `plan` take; the rest are let go, but for spares.
   std::map<int, ParkedWorker> TakeParkedFor(const GridPlan& plan,
                                             const std::vector<Machine>& machines);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "manager/controller.h"
+#include "manager/state_placement.h"
 
 namespace mitra::manager {
 
@@ -181,14 +182,18 @@ void Controller::Morph(const std::string& why, const GridPlan& desired,
       std::all_of(gen_.ranks.begin(), gen_.ranks.end(),
                   [](const RankState& r) { return r.running && r.can_park; });
   // The ranks of `desired` beyond those the running generation has on the same machine: their
-  // processes start now, as standby workers, while the job trains on.
+  // processes start now, as standby workers, while the job trains on. Which ranks those are
+  // depends on the slots the kept workers' ranks take, as the launch will place them.
+  GridPlan placed = desired;
   std::vector<const planner::RankPlacement*> new_ranks;
   if (all_park) {
+    PlaceToKeepState(HoldersOnceParked(), options_.segments, options_.segment_weights, machines,
+                     &placed);
     std::map<std::string, int> running_on;
     for (size_t r = 0; r < gen_.ranks.size(); ++r) {
       ++running_on[gen_.MachineOf(static_cast<int>(r)).Address()];
     }
-    for (const planner::RankPlacement& p : desired.ranks) {
+    for (const planner::RankPlacement& p : placed.ranks) {
       if (p.local_rank >= running_on[machines[p.machine].Address()]) new_ranks.push_back(&p);
     }
   }
@@ -201,8 +206,8 @@ void Controller::Morph(const std::string& why, const GridPlan& desired,
   for (const planner::RankPlacement* p : new_ranks) {
     const Machine& machine = machines[p->machine];
     StartStandbyAction start = standby_.Start(machine, p->local_rank);
-    start.stage = contract::StandbyStage{desired.stage_map.PositionOf(p->rank).stage,
-                                         desired.stages, desired.partition};
+    start.stage = contract::StandbyStage{placed.stage_map.PositionOf(p->rank).stage,
+                                         placed.stages, placed.partition};
     ids.insert(start.id);
     fact.machines.push_back(machine.Address());
     actions_.push_back(std::move(start));
@@ -253,6 +258,19 @@ bool Controller::KeptWorkersWouldHoldEveryStage() {
   std::vector<ParkedWorker> left;
   const std::map<int, ParkedWorker> kept = would_park.TakeFor(desired->first, desired->second, &left);
   return WholeHeldStep(kept, gen_.plan.stages).has_value();
+}
+
+std::vector<ParkedWorker> Controller::HoldersOnceParked() {
+  std::vector<ParkedWorker> holders;
+  if (!KeptWorkersWouldHoldEveryStage()) return holders;
+  const std::optional<std::vector<HeldSegments>> held = SegmentsByRank(gen_.plan, options_.segments);
+  if (!held) return holders;
+  for (size_t r = 0; r < gen_.ranks.size(); ++r) {
+    const int rank = static_cast<int>(r);
+    holders.push_back(ParkedWorker{gen_.number, rank, gen_.MachineOf(rank).Address(),
+                                   gen_.plan.ranks[r].local_rank, (*held)[r]});
+  }
+  return holders;
 }
 
 std::map<int, ParkedWorker> Controller::TakeParkedFor(const GridPlan& plan,

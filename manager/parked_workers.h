@@ -67,6 +67,7 @@ class ParkedWorkers {
                                       std::vector<ParkedWorker>* left);
   // Takes all of them.
   std::vector<ParkedWorker> TakeAll();
+  const std::vector<ParkedWorker>& workers() const { return workers_; }
   // Forgets the one that parked as `rank` of `generation` (its process ended); false if none.
   bool Remove(int64_t generation, int rank);
   // How many parked as generation `generation` on `machine`.

@@ -65,6 +65,8 @@ class StandbyWorkers {
   void Park(ParkedWorker worker) { parked_.Add(std::move(worker)); }
   // The process of the worker parked as `rank` of `generation` ended; false if none was.
   bool Forget(int64_t generation, int rank) { return parked_.Remove(generation, rank); }
+  // The parked workers (standby workers among them, holding nothing).
+  const std::vector<ParkedWorker>& parked() const { return parked_.workers(); }
   // The parked workers the ranks of `plan` (on `machines`) take, by rank (ParkedWorkers::
   // TakeFor). Of the others, standby workers on one of `machines` stay as spares (up to
   // `spares` a machine); the rest are added to `released`.

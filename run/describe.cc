@@ -134,6 +134,32 @@ Result<NamedShapes> ParseParameters(const std::string& text) {
   return out;
 }
 
+std::vector<int64_t> SegmentStateElements(const ProgramDescription& description) {
+  std::vector<std::string> names;  // of the segments, in order
+  std::vector<int64_t> elements;
+  auto add = [&](const NamedShapes& list, bool new_segments) {
+    for (const auto& [name, dims] : list) {
+      const std::string segment = name.substr(0, name.find('.'));
+      auto it = std::find(names.begin(), names.end(), segment);
+      if (it == names.end()) {
+        if (!new_segments) return false;
+        names.push_back(segment);
+        elements.push_back(0);
+        it = names.end() - 1;
+      }
+      int64_t n = 1;
+      for (const int64_t d : dims) n *= d;
+      elements[it - names.begin()] += n;
+    }
+    return true;
+  };
+  if (!add(description.parameters, true) || !add(description.buffers, false) ||
+      static_cast<int>(elements.size()) != description.segments) {
+    return {};
+  }
+  return elements;
+}
+
 Status CheckCheckpointMatches(const ProgramDescription& description,
                               const checkpoint::Manifest& manifest, const std::string& path) {
   const std::string fix = "; pass another --checkpoint-dir (nothing was changed)";

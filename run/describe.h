@@ -41,6 +41,11 @@ struct ProgramDescription {
 // entry.
 Result<NamedShapes> ParseParameters(const std::string& text);
 
+// The elements of each segment's parameters and buffers, by segment (the segments in the order
+// their parameters come); empty when the program did not list its parameters, or when their
+// names do not make `description.segments` segments (one without parameters, say).
+std::vector<int64_t> SegmentStateElements(const ProgramDescription& description);
+
 // Whether the checkpoint at `path` (its verified `manifest`) was written by the program that
 // gave `description`: same segments, and in each segment's file the same parameter and buffer
 // names and shapes. InvalidArgument otherwise, naming the first difference and the fix.

@@ -137,6 +137,60 @@ TEST_F(ControllerRegroupTest, AGrowStartsItsNewWorkersFirstAndKeepsEveryone) {
   EXPECT_NE(first->line.find("regroup"), std::string::npos) << first->line;
 }
 
+// P = the slots of the job's one machine, 1F1B; 2 stages of 2 segments, or 4 of one.
+class OnePipelinePolicy : public ShapePolicy {
+ public:
+  Result<GridPlan> Plan(const ShapeRequest& request) const override {
+    const int slots = request.machines.at(0).slots;
+    Result<GridPlan> plan = FixedStagesPolicy(slots).Plan(request);
+    if (plan.ok()) {
+      plan->schedule = planner::ScheduleKind::k1F1B;
+      plan->partition = slots == 2 ? "2,2" : "1,1,1,1";
+    }
+    return plan;
+  }
+};
+
+// 2 x 1 -> 4 x 1 on one machine: the worker of segments 2-3 (slot 1) takes the rank of stage 3,
+// the heaviest segment, not stage 1's, which it holds nothing of; the standby workers start on
+// the other slots, each told the stage its slot's rank will have.
+TEST_F(ControllerRegroupTest, AChangeOfPKeepsEachWorkerOnItsSlotAsTheRankThatKeepsTheMost) {
+  ControllerOptions options = Options();
+  options.policy = std::make_shared<OnePipelinePolicy>();
+  options.segment_weights = {1, 1, 1, 5};
+  Make(options);
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=4\n")});
+  const auto standby = All<StartStandbyAction>();
+  ASSERT_EQ(standby.size(), 2u);
+  for (const StartStandbyAction& s : standby) {
+    Feed(RankReport{kStandbyGeneration, s.id, RankReport::Kind::kParked, -1});
+  }
+  EXPECT_EQ(SignalsOf(SIGURG), (std::vector<int>{0, 1}));  // they hold every segment between them
+  ParkAll(6, /*holding=*/true);
+  const LaunchAction& launch = OnlyLaunch();
+  ASSERT_EQ(launch.plan.stages, 4);
+  std::vector<int> local_ranks;
+  for (const planner::RankPlacement& p : launch.plan.ranks) local_ranks.push_back(p.local_rank);
+  EXPECT_EQ(local_ranks, (std::vector<int>{0, 3, 2, 1}));
+  ASSERT_EQ(launch.kept.size(), 4u);
+  EXPECT_EQ(launch.kept.at(0).rank, 0);
+  EXPECT_EQ(launch.kept.at(3).generation, 0);
+  EXPECT_EQ(launch.kept.at(3).rank, 1);
+  EXPECT_EQ(launch.held_step, 6);
+  for (const int rank : {1, 2}) {
+    const ParkedWorker& w = launch.kept.at(rank);
+    EXPECT_EQ(w.generation, kStandbyGeneration);
+    EXPECT_EQ(w.local_rank, launch.plan.ranks[rank].local_rank);
+    const auto s = std::find_if(standby.begin(), standby.end(),
+                                [&](const StartStandbyAction& a) { return a.id == w.rank; });
+    ASSERT_NE(s, standby.end());
+    ASSERT_TRUE(s->stage.has_value());
+    EXPECT_EQ(s->stage->stage, launch.plan.stage_map.PositionOf(rank).stage);
+  }
+}
+
 TEST_F(ControllerRegroupTest, ANewWorkerThatFailsToStartLeavesTheRunningGenerationUntouched) {
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunParkingGeneration(5);

@@ -155,5 +155,19 @@ TEST(CheckpointMatch, ComparesBuffersLikeParameters) {
   EXPECT_TRUE(CheckCheckpointMatches(silent, m, "ck").ok());
 }
 
+TEST(SegmentStateElements, AddsEachSegmentsParametersAndBuffers) {
+  EXPECT_EQ(SegmentStateElements(TwoSegmentProgram("a.bn.running_mean[3] b.bn.n[]")),
+            (std::vector<int64_t>{9, 4}));
+  // A buffer of a segment with no parameters, a segment count the names do not make, or no
+  // names at all: nothing to weigh by.
+  EXPECT_TRUE(SegmentStateElements(TwoSegmentProgram("c.bn.running_mean[3]")).empty());
+  ProgramDescription three = TwoSegmentProgram("");
+  three.segments = 3;
+  EXPECT_TRUE(SegmentStateElements(three).empty());
+  ProgramDescription silent;
+  silent.segments = 2;
+  EXPECT_TRUE(SegmentStateElements(silent).empty());
+}
+
 }  // namespace
 }  // namespace mitra::run
