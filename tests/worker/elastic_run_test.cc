@@ -242,7 +242,9 @@ TEST_F(ElasticGpt, AClassifierWithBatchNormAndDropoutGrowsKeepingItsMicroBatches
 // A profile of the tiny GPT (4 segments) made up so that pipelines win: an all-reduce costs
 // seconds (so one replica is best) and messages are free, so 4 slots train in 4 x 1 and 2 in
 // 2 x 1. Costs scale with the micro-batch; every machine shares nothing.
-std::string PipelineFriendlyProfile() {
+// `send_latency_s`: what each send costs its caller (0: sends are free; 0.02 keeps the planner
+// on one chunk per rank, whose schedules send half the messages).
+std::string PipelineFriendlyProfile(double send_latency_s = 0) {
   std::string segments;
   for (const char* name : {"embed", "block0", "block1", "head"}) {
     std::string costs;
@@ -261,7 +263,13 @@ std::string PipelineFriendlyProfile() {
   return "{\"format\":1,\"program\":\"gpt_train\",\"program_args\":[],"
          "\"micro_batches\":[1,2,4,8,16],\"machines\":[{\"address\":\"localhost\","
          "\"slots\":4,\"memory_bytes\":0,\"sample_s\":0,\"speed\":[1,1,1,1],\"segments\":[" +
-         segments + "]}],\"comm\":{\"step_sync_s\":0,\"links\":[],\"allreduce\":"
+         segments + "]}],\"comm\":{\"step_sync_s\":0,\"links\":[" +
+         (send_latency_s > 0
+              ? "{\"from\":\"localhost\",\"to\":\"localhost\",\"latency_s\":0,"
+                "\"bytes_per_s\":1e12,\"samples\":[],\"send_latency_s\":" +
+                    std::to_string(send_latency_s) + ",\"send_bytes_per_s\":1e12}"
+              : "") +
+         "],\"allreduce\":"
          "[{\"group\":2,\"latency_s\":10,\"bytes_per_s\":1e9,\"samples\":[]}]}}";
 }
 
@@ -295,6 +303,55 @@ TEST_F(ElasticGpt, PlannedShapesChangeTheStagesAtAMorphAndTrainTheSame) {
   EXPECT_EQ(launches[1].GetString("partition"), "1,1,1,1");
   EXPECT_GT(launches[1].GetNumber("predicted_step_s").value_or(0), 0);
   EXPECT_NE(r.out.find("mitra: morph done: training again in 2 x 1"), std::string::npos) << r.out;
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoProcessLeft(run_dir_);
+}
+
+// A change of P from memory, 2 x 1 -> 4 x 1 on one machine (stages of 2, 2 -> 1, 1, 1, 1
+// segments). The tiny GPT's blocks outweigh its embedding and head, so each kept worker takes
+// its block's rank (not the rank of its slot in the grid's order: stage 1 for the second,
+// which holds nothing of it), only the embedding and the head move, and each standby worker
+// builds the stage that its slot's rank gets.
+// The batch makes steps long enough for the grow to come before the job's 23rd step, where the
+// manager checks the profile's predictions: this made-up profile's would be corrected for 2 busy
+// processes only, and 2 x 1 kept.
+TEST_F(ElasticGpt, AChangeOfPKeepsWhatEachWorkerHoldsInPlaceAndTrainsTheSame) {
+  std::filesystem::create_directories(tmp_.Path("profile"));
+  tmp_.Write("profile/profile.json", PipelineFriendlyProfile(/*send_latency_s=*/0.005));
+  const testing::ElasticJob job{256, 40};
+  machines_ = tmp_.Write("machines.txt", "localhost slots=2\n");
+  std::vector<std::string> args{"run", "--machines", machines_, "--batch-size",
+                                std::to_string(job.batch_size), "--chunk-size", "4",
+                                "--max-steps", std::to_string(job.steps), "--run-dir", run_dir_,
+                                "--profile", tmp_.Path("profile"), "--"};
+  for (const std::string& a : job.program) args.push_back(a);
+  auto mitra = testing::MitraProcess::Start(MITRA_BINARY, args, tmp_.path(),
+                                            {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+  RewriteFile(tmp_, "machines.txt", "localhost slots=4\n");
+  const testing::MitraResult r = mitra->Wait(180);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const auto launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_EQ(launches.size(), 2u) << r.output();
+  EXPECT_EQ(launches[0].GetString("schedule"), "1f1b");
+  EXPECT_EQ(launches[0].GetString("partition"), "2,2");
+  EXPECT_EQ(launches[1].GetString("schedule"), "1f1b");
+  EXPECT_EQ(launches[1].GetString("partition"), "1,1,1,1");
+  const std::vector<pid_t> before = testing::LaunchPids(launches[0]);
+  const std::vector<pid_t> after = testing::LaunchPids(launches[1]);
+  ASSERT_EQ(before.size(), 2u);
+  ASSERT_EQ(after.size(), 4u);
+  EXPECT_EQ(after[1], before[0]);  // the worker of embed and block0 is block0's stage
+  EXPECT_EQ(after[2], before[1]);  // the worker of block1 and head is block1's
+  EXPECT_NE(r.out.find("4 workers kept, 0 started; state: 2 kept, 2 from peers"),
+            std::string::npos) << r.out;
+  for (const std::string id : {"0", "1"}) {
+    const std::string log = testing::ReadFileOrEmpty(run_dir_ + "/logs/standby-" + id + ".log");
+    const bool first = log.find("standby: built segments 0..0 (stage 0 of 4)") != std::string::npos;
+    const bool last = log.find("standby: built segments 3..3 (stage 3 of 4)") != std::string::npos;
+    EXPECT_TRUE(first || last) << log;
+  }
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoProcessLeft(run_dir_);
 }
