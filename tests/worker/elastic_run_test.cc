@@ -54,6 +54,8 @@ std::vector<int64_t> KeptRanks(const std::string& run_dir, int64_t generation) {
   return {};
 }
 
+std::string PipelineFriendlyProfile(double send_latency_s);
+
 class ElasticGpt : public testing::ElasticRun {
  protected:
   void SetUp() override { ASSERT_FALSE(testing::Uninterrupted(kJob).losses.empty()); }
@@ -62,6 +64,31 @@ class ElasticGpt : public testing::ElasticRun {
                                                const std::vector<std::string>& flags = {},
                                                const testing::ElasticJob& job = kJob) {
     return StartJob(job, list, stages, flags);
+  }
+
+  // `job` on `list`, its shapes planned from PipelineFriendlyProfile(send_latency_s); after its
+  // second step the list becomes `next`. mitra run's result, checked to have ended well.
+  testing::MitraResult RunPlannedThenChange(const testing::ElasticJob& job, const std::string& list,
+                                            const std::string& next, double send_latency_s) {
+    std::filesystem::create_directories(tmp_.Path("profile"));
+    tmp_.Write("profile/profile.json", PipelineFriendlyProfile(send_latency_s));
+    machines_ = tmp_.Write("machines.txt", list);
+    std::vector<std::string> args{"run", "--machines", machines_, "--batch-size",
+                                  std::to_string(job.batch_size), "--chunk-size", "4",
+                                  "--max-steps", std::to_string(job.steps), "--run-dir", run_dir_,
+                                  "--profile", tmp_.Path("profile"), "--"};
+    for (const std::string& a : job.program) args.push_back(a);
+    auto mitra = testing::MitraProcess::Start(MITRA_BINARY, args, tmp_.path(),
+                                              {{"MITRA_TRACE_SAMPLES", trace_}});
+    if (!mitra) {
+      ADD_FAILURE() << "mitra run did not start";
+      return {};
+    }
+    EXPECT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
+    RewriteFile(tmp_, "machines.txt", next);
+    testing::MitraResult r = mitra->Wait(180);
+    EXPECT_EQ(r.exit_code, 0) << r.output();
+    return r;
   }
 };
 
@@ -244,7 +271,7 @@ TEST_F(ElasticGpt, AClassifierWithBatchNormAndDropoutGrowsKeepingItsMicroBatches
 // 2 x 1. Costs scale with the micro-batch; every machine shares nothing.
 // `send_latency_s`: what each send costs its caller (0: sends are free; 0.02 keeps the planner
 // on one chunk per rank, whose schedules send half the messages).
-std::string PipelineFriendlyProfile(double send_latency_s = 0) {
+std::string PipelineFriendlyProfile(double send_latency_s) {
   std::string segments;
   for (const char* name : {"embed", "block0", "block1", "head"}) {
     std::string costs;
@@ -274,22 +301,10 @@ std::string PipelineFriendlyProfile(double send_latency_s = 0) {
 }
 
 TEST_F(ElasticGpt, PlannedShapesChangeTheStagesAtAMorphAndTrainTheSame) {
-  std::filesystem::create_directories(tmp_.Path("profile"));
-  tmp_.Write("profile/profile.json", PipelineFriendlyProfile());
   const testing::ElasticJob& job = kJob;
-  machines_ = tmp_.Write("machines.txt", "localhost slots=4\n");
-  std::vector<std::string> args{"run", "--machines", machines_, "--batch-size",
-                                std::to_string(job.batch_size), "--chunk-size", "4",
-                                "--max-steps", std::to_string(job.steps), "--run-dir", run_dir_,
-                                "--profile", tmp_.Path("profile"), "--"};
-  for (const std::string& a : job.program) args.push_back(a);
-  auto mitra = testing::MitraProcess::Start(MITRA_BINARY, args, tmp_.path(),
-                                            {{"MITRA_TRACE_SAMPLES", trace_}});
-  ASSERT_TRUE(mitra);
-  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
-  RewriteFile(tmp_, "machines.txt", "localhost slots=2\n");
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const testing::MitraResult r =
+      RunPlannedThenChange(job, "localhost slots=4\n", "localhost slots=2\n", 0);
+  ASSERT_EQ(r.exit_code, 0);
   const auto launches = testing::EventsNamed(run_dir_, "launch");
   ASSERT_EQ(launches.size(), 2u);
   EXPECT_EQ(launches[0].GetNumber("stages"), 4);
@@ -316,22 +331,10 @@ TEST_F(ElasticGpt, PlannedShapesChangeTheStagesAtAMorphAndTrainTheSame) {
 // manager checks the profile's predictions: this made-up profile's would be corrected for 2 busy
 // processes only, and 2 x 1 kept.
 TEST_F(ElasticGpt, AChangeOfPKeepsWhatEachWorkerHoldsInPlaceAndTrainsTheSame) {
-  std::filesystem::create_directories(tmp_.Path("profile"));
-  tmp_.Write("profile/profile.json", PipelineFriendlyProfile(/*send_latency_s=*/0.005));
   const testing::ElasticJob job{256, 40};
-  machines_ = tmp_.Write("machines.txt", "localhost slots=2\n");
-  std::vector<std::string> args{"run", "--machines", machines_, "--batch-size",
-                                std::to_string(job.batch_size), "--chunk-size", "4",
-                                "--max-steps", std::to_string(job.steps), "--run-dir", run_dir_,
-                                "--profile", tmp_.Path("profile"), "--"};
-  for (const std::string& a : job.program) args.push_back(a);
-  auto mitra = testing::MitraProcess::Start(MITRA_BINARY, args, tmp_.path(),
-                                            {{"MITRA_TRACE_SAMPLES", trace_}});
-  ASSERT_TRUE(mitra);
-  ASSERT_TRUE(mitra->WaitForStdout("step 2/", 120)) << mitra->Stdout() << mitra->Stderr();
-  RewriteFile(tmp_, "machines.txt", "localhost slots=4\n");
-  const testing::MitraResult r = mitra->Wait(180);
-  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const testing::MitraResult r = RunPlannedThenChange(job, "localhost slots=2\n",
+                                                      "localhost slots=4\n", /*send_latency_s=*/0.005);
+  ASSERT_EQ(r.exit_code, 0);
   const auto launches = testing::EventsNamed(run_dir_, "launch");
   ASSERT_EQ(launches.size(), 2u) << r.output();
   EXPECT_EQ(launches[0].GetString("schedule"), "1f1b");
