@@ -34,12 +34,18 @@ std::string Plural(int64_t n, const std::string& word) {
 }
 
 // `written_chunk`: the micro-batch size of the checkpoint the job resumes from (0: none).
+// `unreachable`: the machines that failed their check at the start; `planned`: the plan is the
+// planner's, made on the others (else it counts every listed machine).
 void PrintPlan(RunContext& c, const manager::MachineList& machines, const planner::GridPlan& plan,
                const run::ProgramDescription& description, int64_t written_chunk,
+               const std::vector<std::string>& unreachable, bool planned,
                const run::RunDir& run_dir) {
   std::vector<std::string> names;
   for (const manager::Machine& m : machines.machines) {
-    names.push_back(m.Address() + " (" + Plural(m.slots, "slot") + ")");
+    const bool down =
+        std::find(unreachable.begin(), unreachable.end(), m.Address()) != unreachable.end();
+    names.push_back(m.Address() + " (" + Plural(m.slots, "slot") + (down ? ", unreachable now" : "") +
+                    ")");
   }
   const int64_t most = planner::ShareOf(plan.global_batch, plan.chunk_size, plan.replicas, 0).samples;
   const int64_t least =
@@ -65,6 +71,10 @@ void PrintPlan(RunContext& c, const manager::MachineList& machines, const planne
       written_chunk != plan.chunk_size) {
     out << " (the checkpoint's were of " << written_chunk
         << "; the model is micro-batch independent: only the rounding changes)";
+  }
+  if (!unreachable.empty() && !planned) {
+    out << "; that is on every listed machine: the job starts in the shape those that answer "
+           "allow";
   }
   out << "\n";
   if (plan.idle_slots > 0) {
@@ -412,7 +422,8 @@ int RunCommand(const RunOptions& options, RunContext& c) {
     *c.err << "mitra run: " << policy.status().message() << std::endl;
     return kExitFailed;
   }
-  PrintPlan(c, inputs->machines, plan->plan, plan->description, plan->resume_chunk_size, run_dir);
+  PrintPlan(c, inputs->machines, plan->plan, plan->description, plan->resume_chunk_size,
+            *unreachable, inputs->planned, run_dir);
   const records::Job job = JobOf(options, *inputs, c);
   RecordStart(*prepared->journal, job, *inputs, *plan);
 

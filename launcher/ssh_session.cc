@@ -1,6 +1,7 @@
 #include "launcher/ssh_session.h"
 
 #include <libssh/libssh.h>
+#include <netdb.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -184,11 +185,16 @@ Result<SshSessionPtr> OpenSshSession(const SshOptions& options) {
     if (!status.ok()) return status;
   }
   if (ssh_connect(s) != SSH_OK) {
-    return Status::Unavailable("cannot connect to " + DescribeHost(options) + ": " +
-                               ssh_get_error(s) +
-                               "; check that the host is up and that sshd "
-                               "listens on port " +
-                               std::to_string(port));
+    // A name that does not resolve is most likely misspelt; the resolver is asked again only
+    // on this path, where the connection has failed already.
+    addrinfo* found = nullptr;
+    const bool resolves = ::getaddrinfo(options.host.c_str(), nullptr, nullptr, &found) == 0;
+    if (found != nullptr) ::freeaddrinfo(found);
+    return Status::Unavailable(
+        "cannot connect to " + DescribeHost(options) + ": " + ssh_get_error(s) +
+        (resolves ? "; check that the host is up and that sshd listens on port " +
+                        std::to_string(port)
+                  : "; no address has that name: check its spelling in the machine list"));
   }
   if (Status status = VerifyHostKey(s, options); !status.ok()) return status;
   if (Status status = Authenticate(s, options); !status.ok()) return status;

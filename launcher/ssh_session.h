@@ -44,7 +44,9 @@ using SshSessionPtr = std::unique_ptr<ssh_session_struct, SshSessionDeleter>;
 
 // Connects, checks the host key and logs in; blocks for up to about connect_timeout_s per step.
 // The session is in blocking mode with connect_timeout_s as its timeout. Errors:
-//   Unavailable      the host cannot be reached now (down, refused, timed out); retrying may help
+//   Unavailable      the host cannot be reached now (down, refused, timed out; or its name does
+//                    not resolve, which the message calls a likely misspelling, after asking
+//                    the resolver once more); retrying may help
 //   InvalidArgument  the host answered but is refused until the user acts: unknown or changed
 //                    host key, no key accepted, bad options. The message says what to do.
 Result<SshSessionPtr> OpenSshSession(const SshOptions& options);

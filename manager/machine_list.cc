@@ -91,9 +91,15 @@ std::string ParseAddress(std::string_view address, Machine* m) {
 std::string ParseLine(std::string_view line, int default_slots, Machine* m) {
   const std::vector<std::string_view> fields = SplitFields(line);
   for (size_t i = 1; i < fields.size(); ++i) {
-    if (fields[i].find('=') == std::string_view::npos && fields[i] != "drain") {
-      return NotAHost(line);
+    if (fields[i].find('=') != std::string_view::npos || fields[i] == "drain") continue;
+    // A field that is neither key=value nor drain: a space around '=' ("slots= 2"), or a second
+    // machine on the line.
+    const bool split_setting = fields[i - 1].back() == '=' ||
+                               (i + 1 < fields.size() && fields[i + 1].front() == '=');
+    if (split_setting) {
+      return "'" + std::string(line) + "' has a space around '=': write slots=N";
     }
+    return NotAHost(line);
   }
   if (std::string reason = ParseAddress(fields[0], m); !reason.empty()) return reason;
   m->slots = default_slots;

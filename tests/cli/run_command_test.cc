@@ -190,6 +190,14 @@ TEST_F(RunCommandTest, AMachineUnreachableAtStartJoinsOnceItAnswers) {
   fake_.At(clock_.MonotonicSeconds() + 5, [this] { fake_.SetHealthy("node2", true); });
   EXPECT_EQ(Run("localhost slots=2\nnode2 slots=2\n"), kExitOk) << err_.str();
   EXPECT_NE(err_.str().find("node2 cannot be reached now"), std::string::npos) << err_.str();
+  // The shape first printed counts node2's slots, and says so.
+  EXPECT_NE(out_.str().find("machines: localhost (2 slots), node2 (2 slots, unreachable now)"),
+            std::string::npos)
+      << out_.str();
+  EXPECT_NE(out_.str().find("that is on every listed machine: the job starts in the shape those "
+                            "that answer allow"),
+            std::string::npos)
+      << out_.str();
   EXPECT_EQ(Launches(), (std::vector<std::pair<int, int>>{{0, 2}, {1, 4}}));
 }
 

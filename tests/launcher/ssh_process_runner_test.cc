@@ -392,7 +392,23 @@ TEST_F(SshProcessRunnerTest, AHostWithoutSshdIsUnavailable) {
   SshProcessRunnerOptions options = Options(kHost);
   options.ssh.host = "127.0.0.9";
   SshProcessRunner runner(options, &fs_);
-  EXPECT_EQ(runner.Connect().code(), Status::Code::kUnavailable);
+  const Status status = runner.Connect();
+  EXPECT_EQ(status.code(), Status::Code::kUnavailable);
+  EXPECT_NE(status.message().find("check that the host is up and that sshd listens on port"),
+            std::string::npos)
+      << status.ToString();
+}
+
+TEST_F(SshProcessRunnerTest, AHostNameThatDoesNotResolveIsCalledMisspelt) {
+  SshProcessRunnerOptions options = Options(kHost);
+  options.ssh.host = "no-such-host.invalid";  // RFC 2606: never resolves
+  SshProcessRunner runner(options, &fs_);
+  const Status status = runner.Connect();
+  EXPECT_EQ(status.code(), Status::Code::kUnavailable);
+  EXPECT_NE(status.message().find("no address has that name: check its spelling in the "
+                                  "machine list"),
+            std::string::npos)
+      << status.ToString();
 }
 
 TEST_F(SshProcessRunnerTest, AStoppedHostLosesItsProcessesQuicklyAndReconnectsLater) {

@@ -116,6 +116,10 @@ TEST(MachineList, RejectsBadUsersPortsAndSlots) {
             std::string::npos);
   EXPECT_NE(ParseError("node slots=1 slots=2\n").find("slots= is given twice"), std::string::npos);
   EXPECT_NE(ParseError("node gpus=2\n").find("unknown setting 'gpus=2'"), std::string::npos);
+  for (const char* spaced : {"node slots= 2\n", "node slots =2\n", "node slots = 2 drain\n"}) {
+    EXPECT_NE(ParseError(spaced).find("has a space around '=': write slots=N"), std::string::npos)
+        << ParseError(spaced);
+  }
   EXPECT_NE(ParseError("fe80::1\n").find("brackets"), std::string::npos);
   EXPECT_NE(ParseError("10.0.0.300\n").find("not a host name"), std::string::npos);
 }
