@@ -4,7 +4,7 @@
 // network copies twice and keeps a core busy on each side.
 //
 // Whether a rank may read a peer: both see the same processes (one machine and one pid
-// namespace, which the host key tells apart) and the kernel lets the reader read the peer (the same
+// namespace, which HostKey tells apart) and the kernel lets the reader read the peer (the same
 // user, no ptrace restriction). CanRead proves it on a value of the peer's that the reader knows
 // before anything relies on it; MITRA_SAME_MACHINE_COPY=0 turns the path off for a process.
 #pragma once

@@ -307,7 +307,7 @@ struct Incoming {
   bool copied = false;
   int64_t pid = 0;
   torch::Tensor table, done;
-  c10::intrusive_ptr<c10d::Work> table_work, done_work;  // once posted
+  c10::intrusive_ptr<c10d::Work> done_work;  // its sending, once posted
 };
 
 // Copies message `m` of `in` from the sender's memory (the table received).
@@ -390,20 +390,6 @@ void Unpack(Incoming& in, size_t m) {
     if (!message.is_same(in.into[i])) RawBytes(in.into[i]).copy_(message.narrow(0, offset, n));
     if (in.device[i].defined()) in.device[i].copy_(in.into[i]);
     offset += n;
-  }
-}
-
-// Brings in every message of `in` that carries `part` (copied from the sender's memory, or
-// waited for) and puts its tensors where they go.
-void TakeMessages(Comm& comm, Incoming& in, Part part) {
-  for (size_t m = 0; m < in.groups.size(); ++m) {
-    if (PartOf(in.specs, in.groups[m]) != part) continue;
-    if (in.copied) {
-      CopyMessage(in, m);
-    } else {
-      comm.Wait(in.works[m], "receiving " + in.what);
-    }
-    Unpack(in, m);
   }
 }
 
@@ -596,12 +582,13 @@ void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
       if (!out.copied) PostTensors(comm, out, part, &state->sends);
     }
   }
-  for (Incoming& in : state->incoming) {
+  std::vector<c10::intrusive_ptr<c10d::Work>> tables(state->incoming.size());
+  for (size_t i = 0; i < state->incoming.size(); ++i) {
+    Incoming& in = state->incoming[i];
     if (!in.copied) continue;
     in.table = torch::empty({2 * static_cast<int64_t>(in.groups.size())}, torch::kInt64);
     std::vector<torch::Tensor> one{in.table};
-    in.table_work =
-        comm.PostRecv(one, in.transfer.from, TableTag(in.transfer.segment, in.groups.size()));
+    tables[i] = comm.PostRecv(one, in.transfer.from, TableTag(in.transfer.segment, in.groups.size()));
   }
   for (Part part : kParts) {
     for (Incoming& in : state->incoming) {
@@ -613,9 +600,18 @@ void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
       }
     }
   }
-  for (Incoming& in : state->incoming) {
-    if (in.copied) comm.Wait(in.table_work, "receiving the table of " + in.what);
-    TakeMessages(comm, in, Part::kModel);
+  for (size_t i = 0; i < state->incoming.size(); ++i) {
+    Incoming& in = state->incoming[i];
+    if (in.copied) comm.Wait(tables[i], "receiving the table of " + in.what);
+    for (size_t m = 0; m < in.groups.size(); ++m) {
+      if (PartOf(in.specs, in.groups[m]) != Part::kModel) continue;
+      if (in.copied) {
+        CopyMessage(in, m);
+      } else {
+        comm.Wait(in.works[m], "receiving " + in.what);
+      }
+      Unpack(in, m);
+    }
   }
 }
 
@@ -756,7 +752,15 @@ StateInFlight::~StateInFlight() { Abort(); }
 void StateInFlight::Receive() {
   try {
     for (Incoming& in : transfers_->incoming) {
-      TakeMessages(comm_, in, Part::kOptimizerState);
+      for (size_t m = 0; m < in.groups.size(); ++m) {
+        if (PartOf(in.specs, in.groups[m]) != Part::kOptimizerState) continue;
+        if (in.copied) {
+          CopyMessage(in, m);
+        } else {
+          comm_.Wait(in.works[m], "receiving " + in.what);
+        }
+        Unpack(in, m);
+      }
       // Every message of the segment copied: its sender may change or free their memory.
       if (in.copied) {
         in.done = torch::ones({1}, torch::kInt64);
