@@ -10,6 +10,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <utility>
 
 #include "common/overloaded.h"
 #include "common/strings.h"
@@ -167,6 +168,9 @@ void Controller::OnReport(const RankReport& in) {
       if (gen_.AllReady()) {
         gen_.all_ready_at = now_;
         Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - gen_.launched_at});
+        if (morph_when_ready_ && phase_ == Phase::kRunning && ending_ == Ending::kNone) {
+          FollowMachineList(*std::exchange(morph_when_ready_, std::nullopt), nullptr);
+        }
       }
       return;
     case RankReport::Kind::kHeartbeat:
@@ -329,6 +333,7 @@ void Controller::TryLaunch() {
     return;
   }
   waiting_reason_.clear();
+  morph_when_ready_.reset();  // the new generation is planned on the list as it is
   // The parked workers keep their slots; the new ranks take the slots where those keep the
   // most of their state (as Morph placed them when it started standby workers).
   PlaceToKeepState(standby_.parked(), options_.segments, options_.segment_weights,

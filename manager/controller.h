@@ -23,7 +23,8 @@
 //   finished    done, stopped or failed; the Finish action has been returned
 //
 // A rank that has reported `stopped` has left training; it may go on working (evaluating,
-// exporting) for as long as it needs: it is not expected to send heartbeats, and once every
+// exporting) for as long as it needs: it is not expected to send heartbeats (but one that can
+// park and stopped for a morph is: it beats until it parks or exits), and once every
 // rank has stopped at the last step the job is complete and is never relaunched.
 //
 // controller.cc dispatches the inputs, follows each rank and launches generations;
@@ -330,6 +331,9 @@ class Controller {
   // Whether `desired` differs from what runs now (shape or machines).
   bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
   void BeginMorph(const std::string& why);
+  // The running generation, every rank ready, against the machine list as it is now: morphs
+  // when the list changed its shape or machines. Tells `fact` (when not null) with what it does.
+  void FollowMachineList(const std::string& why, ListChangedFact* fact);
   // A morph into `desired`: when it needs new processes and every rank can park, they start
   // first as standby workers and the morph waits for them (the warm-up, standby.h); otherwise
   // it begins now.
@@ -417,6 +421,9 @@ class Controller {
   Phase phase_ = Phase::kWaiting;
   std::string reason_;
   std::string waiting_reason_;  // the last "waiting" recorded, to record each reason once
+  // A change that came while the running generation's workers were still starting (why it
+  // morphs): its morph waits until they are all ready, to keep their state.
+  std::optional<std::string> morph_when_ready_;
   Ending ending_ = Ending::kNone;
   bool stop_requested_ = false;
   std::optional<FinishAction> final_failure_;

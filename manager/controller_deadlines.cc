@@ -28,7 +28,10 @@ void Controller::WatchSilence(const RankState& r) {
 }
 
 std::optional<double> Controller::SilenceBound(const RankState& r) const {
-  if (!r.running || !r.started || r.stopped) return std::nullopt;
+  // A rank that left training may work on without heartbeats (worker-contract.md), except one
+  // that said it parks and stopped for a morph: it beats until it parks or exits.
+  const bool may_be_silent = r.stopped && (r.finished || !r.can_park);
+  if (!r.running || !r.started || may_be_silent) return std::nullopt;
   return r.heartbeats ? options_.heartbeat_timeout_s : options_.first_heartbeat_timeout_s;
 }
 

@@ -45,30 +45,15 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
         Tell(fact);
         return;
       }
-      // A machine the generation runs on left or lost slots: the job moves off it now.
-      // Otherwise the machines only grew, and new workers may start before the morph.
-      const bool shrunk = std::any_of(gen_.machines.begin(), gen_.machines.end(),
-                                      [&](const Machine& m) { return pool_.Shrunk(m); });
-      if (desired && !shrunk) {
-        fact.action = Action::kMorph;
+      if (!gen_.AllReady()) {
+        // Workers still starting cannot keep their state through a morph yet: it waits.
+        fact.action = Action::kAfterReady;
+        fact.starting = static_cast<int>(gen_.ranks.size()) - gen_.ready;
+        morph_when_ready_ = "machine list changed: " + fact.change;
         Tell(fact);
-        Morph("machine list changed: " + fact.change, desired->first, desired->second);
         return;
       }
-      if (!desired) {
-        // Fewer usable slots than stages. The running generation goes on unless it runs on a
-        // machine that left the list or lost slots.
-        bool affected = false;
-        for (const Machine& m : gen_.machines) affected |= pool_.Shrunk(m);
-        if (!affected) {
-          fact.why = why;
-          Tell(fact);
-          return;
-        }
-      }
-      fact.action = Action::kMorph;
-      Tell(fact);
-      BeginMorph("machine list changed: " + fact.change);
+      FollowMachineList("machine list changed: " + fact.change, &fact);
       return;
     }
     case Phase::kMorphing:
@@ -81,6 +66,35 @@ void Controller::OnMachinesChanged(const MachinesChanged& in) {
       Tell(fact);
       return;
   }
+}
+
+void Controller::FollowMachineList(const std::string& why, ListChangedFact* fact) {
+  using Action = ListChangedFact::Action;
+  const auto tell = [&](Action action, const std::string& ignored_why = "") {
+    if (fact == nullptr) return;
+    fact->action = action;
+    fact->why = ignored_why;
+    Tell(*fact);
+  };
+  std::string unplanned;
+  const auto desired = DesiredPlan(&unplanned);
+  if (desired && !DiffersFromCurrent(desired->first, desired->second)) return;
+  // A machine the generation runs on left or lost slots: the job moves off it now.
+  // Otherwise the machines only grew, and new workers may start before the morph.
+  const bool shrunk = std::any_of(gen_.machines.begin(), gen_.machines.end(),
+                                  [&](const Machine& m) { return pool_.Shrunk(m); });
+  if (desired && !shrunk) {
+    tell(Action::kMorph);
+    Morph(why, desired->first, desired->second);
+    return;
+  }
+  if (!desired && !shrunk) {
+    // Fewer usable slots than stages: the running generation goes on where it is.
+    tell(Action::kIgnored, unplanned);
+    return;
+  }
+  tell(Action::kMorph);
+  BeginMorph(why);
 }
 
 void Controller::OnDrain(const DrainMachine& in) {
@@ -132,12 +146,12 @@ void Controller::OnHostChecked(const HostChecked& in) {
       return;
     case Phase::kRunning: {
       if (!in.healthy || !result.listed) return;
-      std::string why;
-      const auto desired = DesiredPlan(&why);
-      if (desired && DiffersFromCurrent(desired->first, desired->second)) {
-        Morph(in.address + (result.first ? " joined" : " is healthy again"), desired->first,
-              desired->second);
+      const std::string why = in.address + (result.first ? " joined" : " is healthy again");
+      if (!gen_.AllReady()) {
+        morph_when_ready_ = why;  // as a list change's morph waits
+        return;
       }
+      FollowMachineList(why, nullptr);
       return;
     }
     case Phase::kRecovering:

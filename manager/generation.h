@@ -27,7 +27,7 @@ struct RankState {
   bool started = false;     // its process is running (RankStarted)
   bool ready = false;
   bool heartbeats = false;  // has sent a heartbeat: hang detection is on
-  bool stopped = false;     // printed `stopped`: may keep working, no heartbeats expected
+  bool stopped = false;     // printed `stopped`: may keep working (Controller::SilenceBound)
   bool can_park = false;    // said so when ready: a morph may ask it to park (SIGUSR2)
   bool can_hold = true;     // said so when ready: parked, it holds its stage's whole state
   bool parked = false;      // parked: no longer running, its process waits for a placement

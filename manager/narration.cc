@@ -50,6 +50,11 @@ Narration ListChanged(const ListChangedFact& f) {
     case Action::kFolded:
       return Told("machines_changed", fields.SetString("action", "folded"),
                   changed + "the next generation will use it");
+    case Action::kAfterReady:
+      return Told("machines_changed", fields.SetString("action", "after_ready"),
+                  changed + "the morph waits until the " + std::to_string(f.starting) +
+                      (f.starting == 1 ? " worker" : " workers") +
+                      " still starting are ready, to keep their state");
     case Action::kIgnored:
       fields.SetString("action", "none");
       if (!f.why.empty()) fields.SetString("why", f.why);

@@ -27,6 +27,7 @@ struct ListChangedFact {
     kKeep,     // running: the shape stays (machines joining are checked first)
     kMorph,    // running: morph into the new shape
     kFolded,   // morphing or recovering: the next generation uses it
+    kAfterReady,  // running, some workers still starting: the morph waits until they are ready
     kIgnored,  // nothing to do (why says so when there is a reason)
   };
   Action action = Action::kIgnored;
@@ -36,6 +37,7 @@ struct ListChangedFact {
   std::string phase;
   std::string shape;  // kKeep: the shape that stays
   std::string why;    // kIgnored
+  int starting = 0;   // kAfterReady: the workers not ready yet
 };
 
 // A machine is drained (controller.h's DrainMachine); what the controller does about it.

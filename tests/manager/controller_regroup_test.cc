@@ -91,6 +91,69 @@ TEST_F(ControllerRegroupTest, AMorphParksTheRanksAndTheNextGenerationKeepsThemOn
   EXPECT_EQ(Released()[0].machine, "127.0.0.3");
 }
 
+// A list edit that comes while the kept workers of a morph's launch are still getting ready
+// waits for them: asked to stop then, they would have trained nothing and held nothing the
+// checkpoint does not, and the job would go back to the newest checkpoint.
+TEST_F(ControllerRegroupTest, AChangeWhileTheKeptWorkersGetReadyWaitsAndKeepsTheirState) {
+  Feed(StartInput{List("127.0.0.2 slots=4\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});  // 2 x 2 -> 2 x 1
+  ParkAll(6, /*holding=*/true);
+  ASSERT_EQ(OnlyLaunch().held_step, 6);
+  Feed(MachinesChanged{List("127.0.0.2 slots=4\n")});  // back before they are ready
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_TRUE(All<StartStandbyAction>().empty());
+  EXPECT_TRUE(Recorded("machines_changed"));
+  const int64_t g = controller_->generation();
+  RankReport ready{g, 0, RankReport::Kind::kReady, 0};
+  ready.can_park = true;
+  Feed(ready);
+  EXPECT_TRUE(All<StartStandbyAction>().empty()) << "one rank is not ready yet";
+  ready.rank = 1;
+  Feed(ready);
+  // Both ready: the grow goes on as any other, its new workers started first.
+  EXPECT_EQ(All<StartStandbyAction>().size(), 2u);
+  EXPECT_TRUE(All<SignalAction>().empty());
+}
+
+// The same for a shrink: the kept workers, once ready, park holding their state.
+TEST_F(ControllerRegroupTest, AShrinkWhileTheKeptWorkersGetReadyParksThemHoldingTheirState) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=4\n")});  // 2 x 1 -> 2 x 2, started first
+  for (const StartStandbyAction& s : All<StartStandbyAction>()) {
+    Feed(RankReport{kStandbyGeneration, s.id, RankReport::Kind::kParked, -1});
+  }
+  ASSERT_EQ(SignalsOf(SIGURG).size(), 2u);
+  ParkAll(6, /*holding=*/true);
+  ASSERT_EQ(OnlyLaunch().held_step, 6);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  EXPECT_TRUE(All<SignalAction>().empty());
+  const int64_t g = controller_->generation();
+  for (int r = 0; r < 4; ++r) {
+    RankReport ready{g, r, RankReport::Kind::kReady, 0};
+    ready.can_park = true;
+    Feed(ready);
+  }
+  EXPECT_EQ(SignalsOf(SIGURG), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(SignalsOf(SIGUSR2).empty());
+  EXPECT_TRUE(SignalsOf(SIGUSR1).empty());
+}
+
+// A rank that stopped for a morph and then falls silent (SIGSTOP, before it parks) is hung after
+// the heartbeat timeout, not after the stop timeout: it would park, so it beats until then.
+TEST_F(ControllerRegroupTest, ARankSilentAfterItStoppedForAMorphIsHungAtTheHeartbeatTimeout) {
+  Feed(StartInput{List("127.0.0.2 slots=4\n"), {}});
+  RunParkingGeneration(5);
+  Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
+  const int64_t g = controller_->generation();
+  for (int r = 0; r < 4; ++r) Feed(RankReport{g, r, RankReport::Kind::kStopped, 6});
+  for (int r = 1; r < 4; ++r) Park(r, 6);
+  Advance(5.5);  // past the heartbeat timeout (5 s), far inside the stop timeout
+  EXPECT_TRUE(Recorded("failure"));
+  EXPECT_EQ(controller_->phase(), Phase::kRecovering);
+}
+
 TEST_F(ControllerRegroupTest, AGrowStartsItsNewWorkersFirstAndKeepsEveryone) {
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunParkingGeneration(5);

@@ -351,18 +351,32 @@ TEST_F(ControllerTest, AChangeDuringAMorphIsFoldedIntoIt) {
   EXPECT_EQ(Addresses(launch)[2], "127.0.0.4");
 }
 
-TEST_F(ControllerTest, AMorphBeforeEveryRankIsReadyTerminatesInsteadOfSigusr1) {
+// Ranks not ready yet may not have their SIGUSR1 handler: the morph waits until they are.
+TEST_F(ControllerTest, AMorphBeforeEveryRankIsReadyWaitsUntilTheyAre) {
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   Feed(RankStarted{0, 0, 10});
   Feed(RankStarted{0, 1, 11});
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n")});
   Feed(HostChecked{"127.0.0.3", true, ""});
-  EXPECT_TRUE(SignalsOf(SIGUSR1).empty());
-  EXPECT_EQ(SignalsOf(SIGTERM).size(), 2u);
-  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGTERM}});
-  Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGTERM}});
+  EXPECT_TRUE(All<SignalAction>().empty());
+  Feed(RankReport{0, 0, RankReport::Kind::kReady, 0});
+  EXPECT_TRUE(All<SignalAction>().empty());
+  Feed(RankReport{0, 1, RankReport::Kind::kReady, 0});
+  EXPECT_EQ(SignalsOf(SIGUSR1), (std::vector<int>{0, 1}));
+  StopAll(0);
   EXPECT_EQ(OnlyLaunch().plan.replicas, 2);
   EXPECT_FALSE(Recorded("failure"));
+}
+
+// A list edit during the start that the running shape absorbs changes nothing, then or later.
+TEST_F(ControllerTest, AChangeBeforeEveryRankIsReadyThatKeepsTheShapeWaitsForNothing) {
+  Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+  Feed(RankStarted{0, 0, 10});
+  Feed(RankStarted{0, 1, 11});
+  Feed(MachinesChanged{List("127.0.0.2 slots=3\n")});
+  RunGeneration(1);
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
 }
 
 TEST_F(ControllerTest, AFailedRankStopsTheOthersChecksItsMachineAndRelaunches) {
