@@ -126,11 +126,20 @@ bool MitraProcess::Reap(int options) {
 std::string MitraProcess::Stdout() const { return ReadFileOrEmpty(out_path_); }
 std::string MitraProcess::Stderr() const { return ReadFileOrEmpty(err_path_); }
 
-bool MitraProcess::WaitForStdout(const std::string& text, double timeout_s) {
+bool MitraProcess::WaitForStdout(const std::string& text, double timeout_s, size_t count) {
+  const auto seen = [&] {
+    const std::string out = Stdout();
+    size_t found = 0;
+    for (size_t at = out.find(text); at != std::string::npos && found < count;
+         at = out.find(text, at + text.size())) {
+      ++found;
+    }
+    return found >= count;
+  };
   const double deadline = Now() + timeout_s;
   while (Now() < deadline) {
-    if (Stdout().find(text) != std::string::npos) return true;
-    if (Reap(WNOHANG)) return Stdout().find(text) != std::string::npos;
+    if (seen()) return true;
+    if (Reap(WNOHANG)) return seen();
     SleepBriefly();
   }
   return false;

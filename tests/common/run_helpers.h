@@ -63,8 +63,9 @@ class MitraProcess {
   pid_t pid() const { return pid_; }
   std::string Stdout() const;
   std::string Stderr() const;
-  // Waits until stdout contains `text`; false on timeout or if the process exited first.
-  bool WaitForStdout(const std::string& text, double timeout_s);
+  // Waits until stdout contains `text` (`count` times); false on timeout or if the process
+  // exited first.
+  bool WaitForStdout(const std::string& text, double timeout_s, size_t count = 1);
   void Signal(int signal_number);
   // Waits for the exit; after `timeout_s` SIGKILLs it and reports timed_out.
   MitraResult Wait(double timeout_s);
