@@ -17,6 +17,7 @@
 #include "worker/checkpointer.h"
 #include "worker/comm.h"
 #include "worker/held_state.h"
+#include "worker/peer_memory.h"
 
 namespace mitra::worker {
 namespace {
@@ -24,7 +25,9 @@ namespace {
 // Tags of the exchange's messages, clear of the pipeline's (the optimizer state still arrives
 // during the first step; a pipeline tag reaches 2^24 only with 2^16 micro-batches times edges):
 // message i of segment s is kTagBase + s * kTagsPerSegment + i, the first two being the header's
-// length and the header.
+// length and the header; after a segment's messages come, when the receiver copies them from
+// the sender's memory instead, the table of their addresses and the receiver's word that it is
+// done (TableTag, DoneTag).
 constexpr int kTagBase = 1 << 24;
 constexpr int kTagsPerSegment = 1 << 14;
 
@@ -35,6 +38,8 @@ const std::string& SegmentName(const Runtime& rt, int segment) {
 int Tag(int segment, size_t message) {
   return kTagBase + segment * kTagsPerSegment + static_cast<int>(message);
 }
+int TableTag(int segment, size_t messages) { return Tag(segment, messages + 2); }
+int DoneTag(int segment, size_t messages) { return Tag(segment, messages + 3); }
 
 StateSource Costlier(StateSource a, StateSource b) {
   return static_cast<int>(a) > static_cast<int>(b) ? a : b;
@@ -215,6 +220,9 @@ struct Outgoing {
   Groups groups;
   std::vector<torch::Tensor> messages;  // by group: a tensor of the payload, or a packed copy
   torch::Tensor length, text;           // the header's
+  bool copied = false;   // the receiver copies the messages from this process's memory
+  torch::Tensor table;   // then: each message's address and bytes
+  torch::Tensor done;    // and where its word that it is done lands
 };
 
 // Posts the header of `out` (its length, then its text: messages 0 and 1).
@@ -235,7 +243,7 @@ void PostHeader(Comm& comm, Outgoing& out, std::vector<c10::intrusive_ptr<c10d::
 // smaller ones packed.
 void Pack(Outgoing& out) {
   out.groups = Messages(out.specs);
-  TORCH_CHECK(out.groups.size() + 2 < static_cast<size_t>(kTagsPerSegment), "segment ",
+  TORCH_CHECK(out.groups.size() + 4 < static_cast<size_t>(kTagsPerSegment), "segment ",
               out.transfer.segment, " has too many tensors to send");
   for (const std::vector<size_t>& group : out.groups) {
     if (Direct(out.specs, group)) {
@@ -251,6 +259,23 @@ void Pack(Outgoing& out) {
     }
     out.messages.push_back(packed);
   }
+}
+
+// Posts the table of `out`'s messages, their addresses and bytes, for a receiver that copies
+// them, and the receive of its word that it is done, which the messages' memory waits for.
+void PostTable(Comm& comm, Outgoing& out, std::vector<c10::intrusive_ptr<c10d::Work>>* works) {
+  out.table = torch::empty({2 * static_cast<int64_t>(out.messages.size())}, torch::kInt64);
+  int64_t* table = out.table.data_ptr<int64_t>();
+  for (size_t m = 0; m < out.messages.size(); ++m) {
+    table[2 * m] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out.messages[m].data_ptr()));
+    table[2 * m + 1] = out.messages[m].numel() * out.messages[m].element_size();
+  }
+  const size_t n = out.groups.size();
+  std::vector<torch::Tensor> table_message{out.table};
+  works->push_back(comm.PostSend(table_message, out.transfer.to, TableTag(out.transfer.segment, n)));
+  out.done = torch::empty({1}, torch::kInt64);
+  std::vector<torch::Tensor> done{out.done};
+  works->push_back(comm.PostRecv(done, out.transfer.to, DoneTag(out.transfer.segment, n)));
 }
 
 // Posts the messages of `out` (2 on) that carry `part`.
@@ -277,7 +302,26 @@ struct Incoming {
   Groups groups;
   std::vector<torch::Tensor> messages;  // by group
   std::vector<c10::intrusive_ptr<c10d::Work>> works;  // by group, once posted
+  // Copied from the sender's memory instead: the sender's process, its table (each message's
+  // address and bytes, once received) and this rank's word that it is done.
+  bool copied = false;
+  int64_t pid = 0;
+  torch::Tensor table, done;
+  c10::intrusive_ptr<c10d::Work> table_work, done_work;  // once posted
 };
+
+// Copies message `m` of `in` from the sender's memory (the table received).
+void CopyMessage(Incoming& in, size_t m) {
+  const int64_t* table = in.table.data_ptr<int64_t>();
+  const torch::Tensor& message = in.messages[m];
+  const int64_t bytes = message.numel() * message.element_size();
+  if (table[2 * m + 1] != bytes) {
+    throw PeerError(in.what + ": message " + std::to_string(m) + " is " +
+                    std::to_string(table[2 * m + 1]) + " bytes there, " + std::to_string(bytes) +
+                    " here");
+  }
+  ReadPeerMemory(in.pid, table[2 * m], message.data_ptr(), bytes, "copying " + in.what);
+}
 
 // A message this rank expects: into which tensor, from whom, and what it is (for errors).
 struct Expected {
@@ -349,6 +393,20 @@ void Unpack(Incoming& in, size_t m) {
   }
 }
 
+// Brings in every message of `in` that carries `part` (copied from the sender's memory, or
+// waited for) and puts its tensors where they go.
+void TakeMessages(Comm& comm, Incoming& in, Part part) {
+  for (size_t m = 0; m < in.groups.size(); ++m) {
+    if (PartOf(in.specs, in.groups[m]) != part) continue;
+    if (in.copied) {
+      CopyMessage(in, m);
+    } else {
+      comm.Wait(in.works[m], "receiving " + in.what);
+    }
+    Unpack(in, m);
+  }
+}
+
 }  // namespace
 
 // The transfers of a resume still on their way when training starts: this rank's incoming
@@ -394,12 +452,15 @@ Status ReceiveHeaders(Runtime& rt, const ResumePlan& plan, StateInFlight::Transf
   return Status::Ok();
 }
 
-// Every rank's holding and rank 0's view of the checkpoint, in one all-gather.
+// Every rank's holding and process, and rank 0's view of the checkpoint, in one all-gather.
 std::vector<Holding> GatherHoldings(Comm& comm, const Holding& mine, int world,
-                                    bool* checkpoint_complete) {
+                                    bool* checkpoint_complete,
+                                    std::vector<ProcessAddress>* processes) {
+  const ProcessAddress me = ThisProcess();
   torch::Tensor in = torch::tensor(
       {mine.step, static_cast<int64_t>(mine.first), static_cast<int64_t>(mine.end),
-       static_cast<int64_t>(*checkpoint_complete)},
+       static_cast<int64_t>(*checkpoint_complete), me.host_key, me.pid, me.canary_address,
+       me.canary_value},
       torch::kInt64);
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int r = 0; r < world; ++r) out[0].push_back(torch::empty_like(in));
@@ -409,6 +470,7 @@ std::vector<Holding> GatherHoldings(Comm& comm, const Holding& mine, int world,
   for (int r = 0; r < world; ++r) {
     const auto* v = out[0][r].data_ptr<int64_t>();
     held.push_back({v[0], static_cast<int>(v[1]), static_cast<int>(v[2])});
+    processes->push_back({v[4], v[5], v[6], v[7]});
   }
   *checkpoint_complete = out[0][0].data_ptr<int64_t>()[3] != 0;
   return held;
@@ -485,14 +547,15 @@ ResumePlan PlanResume(const std::vector<Holding>& held, const std::vector<std::v
 namespace {
 
 // Every rank's holding, gathered, and the plan all ranks derive from it; `checkpoint_complete`
-// becomes rank 0's view.
-ResumePlan PlanForJob(Runtime& rt, const HeldState* held, bool* checkpoint_complete) {
+// becomes rank 0's view, `processes` every rank's process.
+ResumePlan PlanForJob(Runtime& rt, const HeldState* held, bool* checkpoint_complete,
+                      std::vector<ProcessAddress>* processes) {
   const Placement& placement = rt.placement();
   const int64_t step = placement.resume_step;
   Holding mine;
   if (held != nullptr && held->step == step) mine = {step, held->first_segment, held->end_segment};
   const std::vector<Holding> holdings =
-      GatherHoldings(rt.comm(), mine, placement.world_size(), checkpoint_complete);
+      GatherHoldings(rt.comm(), mine, placement.world_size(), checkpoint_complete, processes);
   std::vector<std::vector<int>> needs(placement.world_size());
   const planner::ChunkLayout& layout = rt.layout();
   for (int r = 0; r < placement.world_size(); ++r) {
@@ -521,14 +584,28 @@ void SendHeaders(Runtime& rt, HeldState* held, const ResumePlan& plan,
   for (Outgoing& out : state->outgoing) Pack(out);
 }
 
-// Every message of the transfers, this rank's sends and receives, posted: the model's first,
-// then the optimizer state. Then waits for the model's parameters and buffers it receives.
+// Every message of the transfers, this rank's sends and receives, posted: the tables of what
+// receivers copy first, then the model's messages, then the optimizer state's. Then waits for
+// (or copies) the model's parameters and buffers it receives.
 void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
+  for (Outgoing& out : state->outgoing) {
+    if (out.copied) PostTable(comm, out, &state->sends);
+  }
   for (Part part : kParts) {
-    for (const Outgoing& out : state->outgoing) PostTensors(comm, out, part, &state->sends);
+    for (const Outgoing& out : state->outgoing) {
+      if (!out.copied) PostTensors(comm, out, part, &state->sends);
+    }
+  }
+  for (Incoming& in : state->incoming) {
+    if (!in.copied) continue;
+    in.table = torch::empty({2 * static_cast<int64_t>(in.groups.size())}, torch::kInt64);
+    std::vector<torch::Tensor> one{in.table};
+    in.table_work =
+        comm.PostRecv(one, in.transfer.from, TableTag(in.transfer.segment, in.groups.size()));
   }
   for (Part part : kParts) {
     for (Incoming& in : state->incoming) {
+      if (in.copied) continue;
       for (size_t m = 0; m < in.groups.size(); ++m) {
         if (PartOf(in.specs, in.groups[m]) != part) continue;
         std::vector<torch::Tensor> one{in.messages[m]};
@@ -537,11 +614,40 @@ void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
     }
   }
   for (Incoming& in : state->incoming) {
-    for (size_t m = 0; m < in.groups.size(); ++m) {
-      if (PartOf(in.specs, in.groups[m]) != Part::kModel) continue;
-      comm.Wait(in.works[m], "receiving " + in.what);
-      Unpack(in, m);
+    if (in.copied) comm.Wait(in.table_work, "receiving the table of " + in.what);
+    TakeMessages(comm, in, Part::kModel);
+  }
+}
+
+// What this rank would copy: the bytes it receives from peers of its machine, and whether it
+// can read every one of them (CanRead). The pairs on one machine copy only when every rank can.
+struct CopyWish {
+  int64_t bytes = 0;
+  bool cannot = false;
+};
+
+CopyWish WishToCopy(const StateInFlight::Transfers& state,
+                    const std::vector<ProcessAddress>& processes) {
+  CopyWish wish;
+  for (const Incoming& in : state.incoming) {
+    const ProcessAddress& from = processes[in.transfer.from];
+    if (!SameHost(ThisProcess(), from)) continue;
+    if (!CanRead(from)) wish.cannot = true;
+    for (const torch::Tensor& message : in.messages) {
+      wish.bytes += message.numel() * message.element_size();
     }
+  }
+  return wish;
+}
+
+// Marks the transfers between two processes of one machine as copied, when `copy`.
+void MarkCopied(StateInFlight::Transfers* state, const std::vector<ProcessAddress>& processes,
+                bool copy) {
+  const ProcessAddress me = ThisProcess();
+  for (Outgoing& out : state->outgoing) out.copied = copy && SameHost(me, processes[out.transfer.to]);
+  for (Incoming& in : state->incoming) {
+    in.copied = copy && SameHost(me, processes[in.transfer.from]);
+    in.pid = processes[in.transfer.from].pid;
   }
 }
 
@@ -573,15 +679,21 @@ Status ReadTheRest(Runtime& rt, const ResumePlan& plan, bool checkpoint_complete
   return read_checkpoint(segments, trainer_state);
 }
 
-// The totals, the same on every rank: the bytes the transfers move; the times come once they
-// are done (CompleteResumeSummary).
+// The totals, the same on every rank: the bytes the transfers move, and whether the pairs on
+// one machine copy (no rank's `wish` says it cannot), which `copy` gets, and then how many of
+// the bytes; the times come once they are done (CompleteResumeSummary).
 ResumeSummary Summarize(Comm& comm, const ResumePlan& plan, int64_t received,
-                        bool checkpoint_complete) {
-  std::vector<torch::Tensor> bytes{torch::tensor({static_cast<double>(received)}, torch::kFloat64)};
-  comm.Wait(comm.global().allreduce(bytes), "summing the bytes moved");
+                        bool checkpoint_complete, const CopyWish& wish, bool* copy) {
+  std::vector<torch::Tensor> sums{torch::tensor(
+      {static_cast<double>(received), static_cast<double>(wish.bytes),
+       static_cast<double>(wish.cannot)},
+      torch::kFloat64)};
+  comm.Wait(comm.global().allreduce(sums), "summing the bytes moved");
+  *copy = sums[0][2].item<double>() == 0;
   ResumeSummary summary;
   summary.rank_sources = plan.rank_sources;
-  summary.peer_bytes = static_cast<int64_t>(bytes[0].item<double>());
+  summary.peer_bytes = static_cast<int64_t>(sums[0][0].item<double>());
+  summary.copied_bytes = *copy ? static_cast<int64_t>(sums[0][1].item<double>()) : 0;
   summary.checkpoint_complete = checkpoint_complete;
   for (StateSource s : plan.rank_sources) {
     (s == StateSource::kKept ? summary.kept : s == StateSource::kPeer ? summary.peer
@@ -599,7 +711,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpoint_complete,
                                       const CheckpointReader& read_checkpoint) {
   const auto start = std::chrono::steady_clock::now();
-  const ResumePlan plan = PlanForJob(rt, held, &checkpoint_complete);
+  std::vector<ProcessAddress> processes;
+  const ResumePlan plan = PlanForJob(rt, held, &checkpoint_complete, &processes);
   auto state = std::make_unique<StateInFlight::Transfers>();
   SendHeaders(rt, held, plan, state.get());
   if (Status s = ReceiveHeaders(rt, plan, state.get()); !s.ok()) return s;
@@ -607,8 +720,10 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
   // The collectives before the tensors: on a pair of ranks that also moves state, a message
   // waits for every one posted before it.
   if (plan.trainer_donor >= 0) ShareTrainerState(rt, held, plan.trainer_donor);
-  ResumeSummary summary =
-      Summarize(rt.comm(), plan, BytesToReceive(*state), checkpoint_complete);
+  bool copy = false;
+  ResumeSummary summary = Summarize(rt.comm(), plan, BytesToReceive(*state), checkpoint_complete,
+                                    WishToCopy(*state, processes), &copy);
+  MarkCopied(state.get(), processes, copy);
   const auto transfer_start = std::chrono::steady_clock::now();
   PostTransfers(rt.comm(), state.get());
   summary.seconds = SecondsSince(start);  // this rank's, until CompleteResumeSummary
@@ -641,10 +756,13 @@ StateInFlight::~StateInFlight() { Abort(); }
 void StateInFlight::Receive() {
   try {
     for (Incoming& in : transfers_->incoming) {
-      for (size_t m = 0; m < in.groups.size(); ++m) {
-        if (PartOf(in.specs, in.groups[m]) != Part::kOptimizerState) continue;
-        comm_.Wait(in.works[m], "receiving " + in.what);
-        Unpack(in, m);
+      TakeMessages(comm_, in, Part::kOptimizerState);
+      // Every message of the segment copied: its sender may change or free their memory.
+      if (in.copied) {
+        in.done = torch::ones({1}, torch::kInt64);
+        std::vector<torch::Tensor> one{in.done};
+        in.done_work =
+            comm_.PostSend(one, in.transfer.from, DoneTag(in.transfer.segment, in.groups.size()));
       }
     }
     arrival_s_ = SecondsSince(start_);
@@ -657,6 +775,9 @@ Status StateInFlight::Finish(Runtime& rt) {
   const auto start = std::chrono::steady_clock::now();
   if (thread_.joinable()) thread_.join();
   if (error_) std::rethrow_exception(error_);
+  for (Incoming& in : transfers_->incoming) {
+    if (in.done_work) comm_.Wait(in.done_work, "telling a peer its state was copied");
+  }
   for (auto& work : transfers_->sends) comm_.Wait(work, "sending state to a peer");
   transfers_->sends.clear();
   wait_s_ = SecondsSince(start);

@@ -8,7 +8,9 @@
 // (nothing moves), one that a peer holds is sent by that peer, point to point, directly into
 // the receiver's tensors, and one that nobody holds is read from the checkpoint of the step.
 // A transfer's sender is chosen among the holders to spread the sending; all transfers run at
-// once. The exchange waits for the parameters and buffers; the optimizer state, two thirds of
+// once; between two processes of one machine the receiver copies straight from the sender's
+// memory (worker/peer_memory.h) when every rank can, and tells the sender when it is done.
+// The exchange waits for the parameters and buffers; the optimizer state, two thirds of
 // AdamW's bytes, goes on arriving while the first step computes, and its update waits for it
 // (StateInFlight). The trainer state (loss scale, generator) comes from the lowest rank that
 // holds any state of the step, or from the checkpoint when none does.
@@ -69,6 +71,9 @@ ResumePlan PlanResume(const std::vector<Holding>& held, const std::vector<std::v
 struct ResumeSummary {
   std::vector<StateSource> rank_sources;  // by rank
   int64_t peer_bytes = 0;                 // sent point to point, all ranks together
+  // Of those, the bytes a rank copied straight from a peer process of its machine
+  // (worker/peer_memory.h) rather than through the job's backend.
+  int64_t copied_bytes = 0;
   // The slowest rank's exchange until it could train, checkpoint reads included; its transfers
   // from their start to the last byte received (the optimizer state arrives while the first
   // step trains); and how long its first step waited for that state. All this rank's own until

@@ -538,12 +538,13 @@ void Trainer::ReportResume(const Placement& placement, Runtime& rt, ResumeSummar
   const double rate =
       summary.transfer_seconds > 0 ? summary.peer_bytes / summary.transfer_seconds : 0;
   spdlog::info("rank {}: resumed at step {} ({}): {} ranks kept their state, {} took it from "
-               "peers ({:.1f} MB at {:.0f} MB/s, the first step waiting {:.3f} s of it), {} "
-               "from the checkpoint; training after {:.3f} s",
+               "peers ({:.1f} MB at {:.0f} MB/s, {:.1f} MB of it copied within a machine, the "
+               "first step waiting {:.3f} s of it), {} from the checkpoint; training after "
+               "{:.3f} s",
                placement.rank, placement.resume_step,
                StateSourceName(summary.rank_sources[placement.rank]), summary.kept, summary.peer,
-               summary.peer_bytes / 1e6, rate / 1e6, summary.first_step_wait_s,
-               summary.checkpoint, summary.seconds);
+               summary.peer_bytes / 1e6, rate / 1e6, summary.copied_bytes / 1e6,
+               summary.first_step_wait_s, summary.checkpoint, summary.seconds);
   if (placement.rank != 0) return;
   std::string sources = "[";
   for (size_t r = 0; r < summary.rank_sources.size(); ++r) {

@@ -269,7 +269,24 @@ TEST(StateExchange, AKilledRanksReplacementTakesItsStageFromAReplicaExactly) {
   EXPECT_EQ(after.summary.peer, 1);
   EXPECT_EQ(after.summary.checkpoint, 0);
   EXPECT_GT(after.summary.peer_bytes, 0);
+  // The ranks are threads of one process: every byte was copied from the sender's memory.
+  EXPECT_EQ(after.summary.copied_bytes, after.summary.peer_bytes);
   // The same shape does the same arithmetic: the state is bit for bit the uninterrupted one's.
+  EXPECT_EQ(Difference(after.state, uninterrupted.state), 0);
+}
+
+// With copying turned off (as between processes that cannot read each other), the same state
+// goes over the job's backend, and arrives the same.
+TEST(StateExchange, WithoutCopyingWithinAMachineTheStateGoesOverTheBackendExactly) {
+  const Generation uninterrupted = Train(2, 2, 0, 4, {});
+  Generation before = Train(2, 2, 0, 2, {});
+  before.held[3] = HeldState();
+  ::setenv("MITRA_SAME_MACHINE_COPY", "0", 1);
+  const Generation after = Train(2, 2, 2, 4, std::move(before.held));
+  ::unsetenv("MITRA_SAME_MACHINE_COPY");
+  EXPECT_EQ(after.summary.peer, 1);
+  EXPECT_GT(after.summary.peer_bytes, 0);
+  EXPECT_EQ(after.summary.copied_bytes, 0);
   EXPECT_EQ(Difference(after.state, uninterrupted.state), 0);
 }
 
