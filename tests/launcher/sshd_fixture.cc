@@ -149,7 +149,11 @@ Result<std::unique_ptr<SshdFixture>> SshdFixture::Create(
                                "StrictModes no\nUsePAM no\nPermitRootLogin yes\n"
                                "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
                                "PubkeyAuthentication yes\nUseDNS no\nPrintMotd no\n"
-                               "MaxSessions 50\nMaxStartups 100\nLogLevel VERBOSE\n";
+                               "MaxSessions 50\nMaxStartups 100\nLogLevel VERBOSE\n"
+                               // bash started by sshd reads ~/.bashrc unless it is a nested
+                               // shell; the tests' user's (one whose `pyenv rehash` waits a
+                               // minute on a lock a killed session left) is not under test.
+                               "SetEnv SHLVL=1\n";
     if (!WriteFile(host.config_path, config)) {
       return Status::IoError("cannot write " + host.config_path);
     }
