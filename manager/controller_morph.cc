@@ -350,7 +350,7 @@ void Controller::EndWarmUp() {
 
 void Controller::KeepSpares() {
   if (options_.spares <= 0 || !gen_.live) return;
-  for (StartStandbyAction& start : standby_.KeepSpares(gen_.machines)) {
+  for (StartStandbyAction& start : standby_.KeepSpares(gen_.machines, gen_.plan)) {
     actions_.push_back(std::move(start));
   }
 }

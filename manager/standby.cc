@@ -11,16 +11,40 @@ StartStandbyAction StandbyWorkers::Start(const Machine& machine, int local_rank)
   return StartStandbyAction{id, machine, local_rank, std::nullopt};
 }
 
-std::vector<StartStandbyAction> StandbyWorkers::KeepSpares(const std::vector<Machine>& machines) {
+std::vector<StartStandbyAction> StandbyWorkers::KeepSpares(const std::vector<Machine>& machines,
+                                                            const planner::GridPlan& plan) {
   std::vector<StartStandbyAction> started;
   std::set<std::string> seen;
   for (const Machine& machine : machines) {
     if (!seen.insert(machine.Address()).second) continue;
+    std::vector<int> covered = StagesCovered(machine.Address(), plan);
     for (int n = SparesOn(machine.Address()); n < spares_; ++n) {
-      started.push_back(Start(machine, /*local_rank=*/-1));
+      StartStandbyAction& start = started.emplace_back(Start(machine, /*local_rank=*/-1));
+      if (covered.empty()) continue;
+      const int stage = static_cast<int>(std::min_element(covered.begin(), covered.end()) -
+                                         covered.begin());
+      ++covered[stage];
+      meant_for_[start.id] = stage;
+      start.stage = contract::StandbyStage{stage, plan.stages, plan.partition};
     }
   }
   return started;
+}
+
+std::vector<int> StandbyWorkers::StagesCovered(const std::string& address,
+                                               const planner::GridPlan& plan) const {
+  std::vector<int> covered(std::max(plan.stages, 0), 0);
+  const auto count = [&](int id) {
+    const auto it = meant_for_.find(id);
+    if (it != meant_for_.end() && it->second < plan.stages) ++covered[it->second];
+  };
+  for (const auto& [id, worker] : starting_) {
+    if (worker.machine == address) count(id);
+  }
+  for (const ParkedWorker& worker : parked_.workers()) {
+    if (worker.generation == kStandbyGeneration && worker.machine == address) count(worker.rank);
+  }
+  return covered;
 }
 
 int StandbyWorkers::SparesOn(const std::string& address) const {
@@ -42,12 +66,16 @@ std::map<int, ParkedWorker> StandbyWorkers::TakeFor(const planner::GridPlan& pla
                                                     std::vector<ParkedWorker>* released) {
   std::vector<ParkedWorker> unneeded;
   std::map<int, ParkedWorker> kept = parked_.TakeFor(plan, machines, &unneeded);
+  for (const auto& [rank, w] : kept) {
+    if (w.generation == kStandbyGeneration) meant_for_.erase(w.rank);  // a spare no more
+  }
   for (ParkedWorker& w : unneeded) {
     const bool used = std::any_of(machines.begin(), machines.end(),
                                   [&](const Machine& m) { return m.Address() == w.machine; });
     if (w.generation == kStandbyGeneration && used && WantsSpare(w.machine)) {
       parked_.Add(std::move(w));
     } else {
+      if (w.generation == kStandbyGeneration) meant_for_.erase(w.rank);
       released->push_back(std::move(w));
     }
   }
@@ -58,6 +86,7 @@ std::vector<ParkedWorker> StandbyWorkers::TakeAll() {
   std::vector<ParkedWorker> workers = parked_.TakeAll();
   for (auto& [id, worker] : starting_) workers.push_back(std::move(worker));
   starting_.clear();
+  meant_for_.clear();
   return workers;
 }
 

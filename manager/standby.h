@@ -34,8 +34,8 @@ struct StartStandbyAction {
   int id = 0;
   Machine machine;
   int local_rank = 0;  // the place it is meant for on its machine; -1: a spare
-  // The stage of the planned grid that place has (MITRA_STANDBY_STAGE): the worker builds its
-  // segments while it waits. None for a spare.
+  // The stage of the planned grid that place has (MITRA_STANDBY_STAGE), or the stage a spare is
+  // meant for (KeepSpares): the worker builds its segments while it waits.
   std::optional<contract::StandbyStage> stage;
 };
 
@@ -50,8 +50,13 @@ class StandbyWorkers {
   // counts as starting until it parks or is gone.
   StartStandbyAction Start(const Machine& machine, int local_rank);
   // Spares to start so that every machine of `machines` has `spares` standby workers, parked or
-  // starting.
-  std::vector<StartStandbyAction> KeepSpares(const std::vector<Machine>& machines);
+  // starting. Each is meant for a stage of `plan`, the running generation's grid, and builds it
+  // while it waits: a failed rank of that stage takes it over without building anything, and
+  // one of another stage finds the memory its build and first step take touched already. A
+  // machine's spares spread over the stages: a new one is meant for the stage its spares cover
+  // least (the lowest of those).
+  std::vector<StartStandbyAction> KeepSpares(const std::vector<Machine>& machines,
+                                             const planner::GridPlan& plan);
   // How many standby workers `address` has, parked or starting.
   int SparesOn(const std::string& address) const;
   // Whether `address` has fewer standby workers than `spares`.
@@ -106,8 +111,12 @@ class StandbyWorkers {
     std::set<int> pending;  // ids not parked yet
   };
 
+  // The stages of `plan` the spares of `address` (starting or parked) are meant for, counted.
+  std::vector<int> StagesCovered(const std::string& address, const planner::GridPlan& plan) const;
+
   int spares_ = 0;
   int next_id_ = 0;
+  std::map<int, int> meant_for_;  // a spare's id -> the stage it builds (of the plan then)
   ParkedWorkers parked_;
   std::map<int, ParkedWorker> starting_;  // standby workers not parked yet, by id
   std::optional<WarmUp> warm_up_;

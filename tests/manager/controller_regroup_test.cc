@@ -585,7 +585,10 @@ TEST_F(ControllerRecoveryParkTest, SparesStartWithTheJobTakeAFailedRanksPlaceAnd
   const auto spares = All<StartStandbyAction>();
   ASSERT_EQ(spares.size(), 1u);
   EXPECT_EQ(spares[0].machine.Address(), "127.0.0.2");
-  EXPECT_FALSE(spares[0].stage.has_value());  // meant for no stage in particular
+  // It builds a stage of the running grid while it waits (the first: the machine has no other).
+  ASSERT_TRUE(spares[0].stage.has_value());
+  EXPECT_EQ(spares[0].stage->stage, 0);
+  EXPECT_EQ(spares[0].stage->stages, 2);
   RunParkingGeneration(5);
   Feed(RankReport{kStandbyGeneration, spares[0].id, RankReport::Kind::kParked, -1});
   EXPECT_TRUE(All<ReleaseAction>().empty()) << "a spare is kept";

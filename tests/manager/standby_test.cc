@@ -37,25 +37,61 @@ planner::GridPlan Grid(const MachineList& machines, int world) {
 
 TEST(StandbyWorkers, SparesAreToppedUpPerMachineCountingThoseStillStarting) {
   const MachineList list = List("a slots=2\nb slots=1\n");
+  const planner::GridPlan plan = Grid(list, 3);
   StandbyWorkers standby(/*spares=*/2);
-  const std::vector<StartStandbyAction> first = standby.KeepSpares(list.machines);
+  const std::vector<StartStandbyAction> first = standby.KeepSpares(list.machines, plan);
   ASSERT_EQ(first.size(), 4u);
   EXPECT_EQ(Ids(first), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(first[0].machine.Address(), "a");
   EXPECT_EQ(first[0].local_rank, -1);
   EXPECT_EQ(standby.SparesOn("a"), 2);
-  EXPECT_TRUE(standby.KeepSpares(list.machines).empty()) << "starting ones count";
+  EXPECT_TRUE(standby.KeepSpares(list.machines, plan).empty()) << "starting ones count";
 
   // One parks, one dies while loading: only the dead one is replaced.
   std::optional<ParkedWorker> parked = standby.TakeStarting(0);
   ASSERT_TRUE(parked);
   standby.Park(*parked);
   EXPECT_TRUE(standby.TakeStarting(1));
-  const std::vector<StartStandbyAction> again = standby.KeepSpares(list.machines);
+  const std::vector<StartStandbyAction> again = standby.KeepSpares(list.machines, plan);
   ASSERT_EQ(again.size(), 1u);
   EXPECT_EQ(again[0].machine.Address(), "a");
   EXPECT_EQ(again[0].id, 4) << "ids are never reused";
   EXPECT_FALSE(standby.TakeStarting(1)) << "taken already";
+}
+
+// A spare builds a stage of the running grid while it waits; a machine's spares spread over the
+// stages, with the grid's partition.
+TEST(StandbyWorkers, SparesAreMeantForTheStagesOfTheRunningGridInTurn) {
+  const MachineList list = List("a slots=4\nb slots=4\n");
+  planner::GridPlan plan = Grid(list, 4);
+  plan.stages = 2;
+  plan.partition = "3,5";
+  StandbyWorkers standby(/*spares=*/3);
+  const std::vector<StartStandbyAction> started = standby.KeepSpares(list.machines, plan);
+  ASSERT_EQ(started.size(), 6u);
+  std::vector<std::string> hints;
+  for (const StartStandbyAction& s : started) {
+    ASSERT_TRUE(s.stage) << s.id;
+    hints.push_back(s.machine.Address() + ":" + s.stage->ToString());
+  }
+  EXPECT_EQ(hints, (std::vector<std::string>{"a:0/2/3,5", "a:1/2/3,5", "a:0/2/3,5", "b:0/2/3,5",
+                                             "b:1/2/3,5", "b:0/2/3,5"}));
+
+  // a's spare of stage 1 parks and a launch takes it: its replacement builds stage 1 again.
+  std::optional<ParkedWorker> parked = standby.TakeStarting(started[1].id);
+  ASSERT_TRUE(parked);
+  standby.Park(*parked);
+  EXPECT_EQ(standby.KeepSpares(list.machines, plan).size(), 0u);
+  std::vector<ParkedWorker> released;
+  planner::GridPlan one_rank = Grid(List("a slots=1\n"), 1);
+  const std::map<int, ParkedWorker> taken =
+      standby.TakeFor(one_rank, List("a slots=1\n").machines, &released);
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken.begin()->second.rank, started[1].id);
+  const std::vector<StartStandbyAction> again = standby.KeepSpares(list.machines, plan);
+  ASSERT_EQ(again.size(), 1u);
+  ASSERT_TRUE(again[0].stage);
+  EXPECT_EQ(again[0].stage->ToString(), "1/2/3,5");
 }
 
 TEST(StandbyWorkers, ALaunchGivesParkedWorkersTheRanksOnTheirMachinesAndKeepsSpares) {
