@@ -39,13 +39,16 @@
    the new shape instead, the median of the three after the first (`overhead_vs_steady_s`:
    all the change costs, the first step's own slowdowns too); where each rank's state came
    from, and the background checkpoint that follows (of the first step after the change); (b)
-   2 x 2 with --spares 1 and --checkpoint-every 100, a replica of stage 0 SIGKILLed: steps
-   trained again and kill -> first step, less that step's computing (and less a steady step);
+   2 x 2 with --spares 1 and --checkpoint-every 100, a replica of stage --heal-stage SIGKILLed
+   (default 0, the stage the spare builds while it waits; 1: the spare builds the failed rank's
+   stage after the failure): steps trained again and kill -> first step, less that step's
+   computing (and less a steady step);
    (c) 2 x 1 -> 4 x 1, chosen by the planner under a made-up profile in which pipelines win
    (batch 16: four micro-batches): the bytes sent between ranks against the bytes of the
    segments that changed owner (from the model's description: parameters, AdamW's two moments
    and step count, buffers), and their rate (to the last byte received) against one TCP
-   stream over loopback measured in the same run.
+   stream over loopback measured in the same run. --peers-parts picks among morphs, heal and
+   change_p (default all three).
 
 5. chaos (mitra): the tiny GPT, 2 stages, batch 16 in micro-batches of 4, --chaos-steps steps
    with --checkpoint-every 50, --spares 1 and --heartbeat-timeout 2 on `localhost slots=4`; after
@@ -527,13 +530,15 @@ def peers_morphs(args, model):
 
 
 def peers_kill(args, model):
-    """2 x 2 with a spare, --checkpoint-every 100: a replica of stage 0 is killed."""
+    """2 x 2 with a spare, --checkpoint-every 100: a replica of stage --heal-stage is killed. The
+    spare is meant for stage 0 and has built it by then: stage 1 measures a heal whose spare
+    builds the failed rank's stage after the failure."""
     with mitra_job(args, "mitra-heal-", "localhost slots=4\n", 2, model,
                    ["--chunk-size", "4", "--spares", "1", "--checkpoint-every", "100"],
                    batch=args.peers_batch_size) as m:
         m.wait_steps(0, args.peers_warm_steps, args.start_timeout)
         launch = m.events("launch", 0)[0]
-        victim_rank = int(launch["stage_to_rank_map"].split(";")[0].split(",")[1])
+        victim_rank = int(launch["stage_to_rank_map"].split(";")[args.heal_stage].split(",")[1])
         # The spare must be parked before the kill, or the heal starts a process instead.
         wait_for("the spare to park", lambda: "parked" in m.job.tail(10 ** 7) or
                  len(m.steps(0)) >= args.peers_warm_steps + 3, args.start_timeout, m.job)
@@ -546,6 +551,7 @@ def peers_kill(args, model):
         trained_before = max(r["step"] for r in m.steps(0))
         resumed = m.events("launch", 1)[0].get("resume_step")
         return {"bench": "peers_heal", "model": model, "killed_rank": victim_rank,
+                "killed_stage": args.heal_stage,
                 "last_step_before_kill": trained_before, "resume_step": resumed,
                 "steps_retrained": trained_before - resumed,
                 "kill_to_first_step_s": rel(first["time"], t_kill),
@@ -805,40 +811,48 @@ def loopback_bandwidth(total_mb=1024):
 def peers(args):
     out = {"loopback": loopback_bandwidth()}
     emit(out["loopback"])
+    parts = set(args.peers_parts.split(","))
     for model in args.peers_models.split(","):
-        out[model] = {"morphs": peers_morphs(args, model)}
-        out[model]["heal"] = peers_kill(args, model)
-        emit(out[model]["heal"])
-        out[model]["change_p"] = peers_change_p(args, model)
-        emit(out[model]["change_p"])
+        out[model] = {}
+        if "morphs" in parts:
+            out[model]["morphs"] = peers_morphs(args, model)
+        if "heal" in parts:
+            out[model]["heal"] = peers_kill(args, model)
+            emit(out[model]["heal"])
+        if "change_p" in parts:
+            out[model]["change_p"] = peers_change_p(args, model)
+            emit(out[model]["change_p"])
     return out
 
 
 def peers_targets(result):
     targets = {}
     models = [k for k in result if k != "loopback"]
-    overhead = {m: max(r["overhead_s"] for r in result[m]["morphs"]) for m in models}
-    targets["kept_p_morph_overhead_le_0_3s"] = {
-        **{f"{m}_worst_s": overhead[m] for m in models},
-        **{f"{m}_worst_vs_steady_s": max(r["overhead_vs_steady_s"] for r in result[m]["morphs"])
-           for m in models},
-        "met": all(v <= 0.3 for v in overhead.values())}
+    measured = lambda part: [m for m in models if part in result[m]]  # noqa: E731 (--peers-parts)
+    overhead = {m: max(r["overhead_s"] for r in result[m]["morphs"]) for m in measured("morphs")}
+    if overhead:
+        targets["kept_p_morph_overhead_le_0_3s"] = {
+            **{f"{m}_worst_s": overhead[m] for m in overhead},
+            **{f"{m}_worst_vs_steady_s": max(r["overhead_vs_steady_s"]
+                                             for r in result[m]["morphs"]) for m in overhead},
+            "met": all(v <= 0.3 for v in overhead.values())}
     if "bench" in overhead and "large" in overhead and overhead["bench"] > 0:
         targets["kept_p_morph_large_over_bench_le_1_5"] = {
             "ratio": round(overhead["large"] / overhead["bench"], 2),
             "met": overhead["large"] / overhead["bench"] <= 1.5}
     loop = result["loopback"]["bytes_per_s"]
     change = {}
-    for m in models:
+    for m in measured("change_p"):
         c = result[m]["change_p"]
         rate = c.get("peer_bytes_per_s") or 0
         change[m] = {"changed_owner_bytes": c["changed_owner_bytes"],
                      "peer_bytes": c.get("peer_bytes"),
                      "rate_over_loopback": round(rate / loop, 3),
                      "met": c.get("peer_bytes") == c["changed_owner_bytes"] and rate >= 0.5 * loop}
-    targets["change_p_moves_the_changed_segments_at_half_loopback"] = change
+    if change:
+        targets["change_p_moves_the_changed_segments_at_half_loopback"] = change
     heal = {}
-    for m in models:
+    for m in measured("heal"):
         h = result[m]["heal"]
         limit = 0.3 if m == "bench" else 2.0
         heal[m] = {"steps_retrained": h["steps_retrained"],
@@ -846,7 +860,8 @@ def peers_targets(result):
                    "kill_to_first_step_s": h["kill_to_first_step_s"], "limit_s": limit,
                    "met": h["steps_retrained"] == 0 and
                           h["kill_to_first_step_less_that_step_s"] <= limit}
-    targets["heal_retrains_nothing"] = heal
+    if heal:
+        targets["heal_retrains_nothing"] = heal
     return targets
 
 
@@ -1012,6 +1027,12 @@ def main():
                         "chaos: part 5)")
     p.add_argument("--peers-models", default="bench,large",
                    help="part peers: the GPT models (default bench,large)")
+    p.add_argument("--peers-parts", default="morphs,heal,change_p",
+                   help="part peers: which measurements (default morphs,heal,change_p; the "
+                        "targets of the others are left out)")
+    p.add_argument("--heal-stage", type=int, default=0, choices=(0, 1),
+                   help="part peers: the stage whose replica the heal kills (default 0, the "
+                        "stage the spare has built)")
     p.add_argument("--peers-batch-size", type=int, default=8,
                    help="part peers: the global batch, in micro-batches of 4 (default 8)")
     p.add_argument("--peers-warm-steps", type=int, default=4,
