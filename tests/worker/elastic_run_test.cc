@@ -377,13 +377,19 @@ TEST_F(ElasticGpt, AKilledWorkersPlaceIsTakenByASpareAndItsPeerIsKept) {
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
   ASSERT_TRUE(testing::SpareParked(run_dir_, 60)) << mitra->Stdout() << mitra->Stderr();
+  // The spare built a stage of the running grid while it waited (a machine's first: stage 0).
+  EXPECT_NE(testing::ReadFileOrEmpty(run_dir_ + "/logs/standby-0.log")
+                .find("standby: built segments 0..1 (stage 0 of 2) while waiting"),
+            std::string::npos)
+      << testing::ReadFileOrEmpty(run_dir_ + "/logs/standby-0.log");
   const std::vector<pid_t> pids = testing::LaunchedPids(run_dir_);
   ASSERT_EQ(pids.size(), 2u);
   ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
   const testing::MitraResult r = mitra->Wait(180);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_NE(r.err.find("was killed by signal SIGKILL"), std::string::npos) << r.err;
-  // The survivor parked when its peer vanished; the spare took the dead rank's place.
+  // The survivor parked when its peer vanished; the spare took the dead rank's place (stage 1:
+  // it builds that stage's segments now, and lets stage 0's go).
   EXPECT_NE(r.out.find("recovery done: training again in 2 x 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("2 workers kept, 0 started"), std::string::npos) << r.out;
   EXPECT_EQ(KeptRanks(run_dir_, 1), (std::vector<int64_t>{0, 1}));
