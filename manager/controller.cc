@@ -199,6 +199,7 @@ void Controller::OnReport(const RankReport& in) {
         trained_ = true;
         budget_.OnStepTrained();
         if (!change_.kind.empty()) TellTrainingAgain(in.step);
+        KeepSpares();
       }
       return;
     case RankReport::Kind::kStopped:
@@ -359,7 +360,6 @@ void Controller::TryLaunch() {
   ending_ = Ending::kNone;
   actions_.push_back(
       LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept), held_step});
-  KeepSpares();
 }
 
 // ---- A generation's end ------------------------------------------------------------------

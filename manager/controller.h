@@ -393,7 +393,9 @@ class Controller {
   // Lets every parked worker go, and every standby worker not parked yet (ReleaseAction).
   void ReleaseParked();
   // Starts standby workers until every machine of the running generation has options_.spares
-  // of them, parked or starting.
+  // of them, parked or starting. Called at the generation's first step, not at its launch: a
+  // spare builds a stage while it starts, and would take cores from the workers' own start, or
+  // from the first step after a heal.
   void KeepSpares();
   void Terminate(const std::string& why);
   void MaybeEndGeneration();

@@ -577,19 +577,20 @@ TEST_F(ControllerRecoveryParkTest, AfterALostMachineEveryoneIsKilledAtOnce) {
   EXPECT_EQ(SignalsOf(SIGKILL), (std::vector<int>{0, 1, 2}));
 }
 
-TEST_F(ControllerRecoveryParkTest, SparesStartWithTheJobTakeAFailedRanksPlaceAndAreReplaced) {
+TEST_F(ControllerRecoveryParkTest, SparesStartAtTheFirstStepTakeAFailedRanksPlaceAndAreReplaced) {
   ControllerOptions options = Options();
   options.spares = 1;
   Make(options);
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
-  const auto spares = All<StartStandbyAction>();
+  EXPECT_TRUE(All<StartStandbyAction>().empty()) << "not while the job's workers start";
+  RunParkingGeneration(5);
+  const auto spares = All<StartStandbyAction>();  // with the first step
   ASSERT_EQ(spares.size(), 1u);
   EXPECT_EQ(spares[0].machine.Address(), "127.0.0.2");
   // It builds a stage of the running grid while it waits (the first: the machine has no other).
   ASSERT_TRUE(spares[0].stage.has_value());
   EXPECT_EQ(spares[0].stage->stage, 0);
   EXPECT_EQ(spares[0].stage->stages, 2);
-  RunParkingGeneration(5);
   Feed(RankReport{kStandbyGeneration, spares[0].id, RankReport::Kind::kParked, -1});
   EXPECT_TRUE(All<ReleaseAction>().empty()) << "a spare is kept";
   Feed(RankExited{0, 1, launcher::ExitStatus{0, SIGKILL}});
@@ -599,7 +600,9 @@ TEST_F(ControllerRecoveryParkTest, SparesStartWithTheJobTakeAFailedRanksPlaceAnd
   ASSERT_EQ(launch.kept.size(), 2u);
   EXPECT_EQ(launch.kept.at(0).generation, 0);  // the survivor keeps its place
   EXPECT_EQ(launch.kept.at(1).generation, kStandbyGeneration);
-  // The spare that was used is replaced.
+  // The spare that was used is replaced, once the healed generation has trained a step.
+  EXPECT_TRUE(All<StartStandbyAction>().empty());
+  Feed(RankReport{controller_->generation(), 0, RankReport::Kind::kStep, 6});
   ASSERT_EQ(All<StartStandbyAction>().size(), 1u);
   EXPECT_NE(All<StartStandbyAction>()[0].id, spares[0].id);
 }
@@ -609,8 +612,8 @@ TEST_F(ControllerRecoveryParkTest, SparesOutliveAMorphThatDoesNotNeedThem) {
   options.spares = 1;
   Make(options);
   Feed(StartInput{List("127.0.0.2 slots=4\n"), {}});
-  const int spare = All<StartStandbyAction>().at(0).id;
   RunParkingGeneration(5);
+  const int spare = All<StartStandbyAction>().at(0).id;
   Feed(RankReport{kStandbyGeneration, spare, RankReport::Kind::kParked, -1});
   Feed(MachinesChanged{List("127.0.0.2 slots=2\n")});
   ParkAll(6);
