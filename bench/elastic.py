@@ -560,6 +560,9 @@ def peers_kill(args, model):
                 "steady_step_time_s": round(steady, 3),
                 "kill_to_first_step_less_that_step_s": round(first["time"] - t_kill - work, 3),
                 "kill_to_first_step_less_a_step_s": round(first["time"] - t_kill - steady, 3),
+                # 0 when the spare took the place; 1 when it had not parked by the kill, and the
+                # heal started a process instead.
+                "workers_started": fs.get("started"),
                 **state_record(fs)}
 
 
