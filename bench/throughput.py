@@ -75,8 +75,10 @@ def run(cmd, **kw):
     return out.stdout
 
 
-# What mitra's workers do with mallopt() at start (worker/trainer.cc), as environment variables.
-TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+# What mitra's workers do with mallopt() at start (worker/heap.cc) and the huge pages the
+# manager asks glibc for (run/worker_env.cc), as environment variables.
+TUNED_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(256 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
 
 
 def plain(args, tuned=False):

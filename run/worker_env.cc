@@ -13,6 +13,20 @@ Environment WithoutContract(const Environment& base) {
   return env;
 }
 
+// Asks glibc's malloc (2.35 and later; older ones ignore it) to put the memory it takes from
+// the system on transparent huge pages, where the kernel leaves them to madvise(): a worker's
+// parameters, gradients and activations then sit on 2 MiB pages instead of 4 KiB ones. A page's
+// first use, by the process or by the kernel on its behalf (a copy from a peer, a receive from
+// the network), costs per page, and on some virtual machines dearly (docs/performance.md).
+// A setting of the user's own, or MITRA_MALLOC_TUNING=0, is left as it is.
+void AskForHugePages(Environment& env) {
+  static constexpr char kTunables[] = "GLIBC_TUNABLES", kHugePages[] = "glibc.malloc.hugetlb";
+  if (auto it = env.find(contract::kMallocTuning); it != env.end() && it->second == "0") return;
+  std::string& tunables = env[kTunables];
+  if (tunables.find(kHugePages) != std::string::npos) return;
+  tunables += (tunables.empty() ? "" : ":") + std::string(kHugePages) + "=1";
+}
+
 }  // namespace
 
 Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
@@ -40,7 +54,8 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
 }
 
 Environment RemoteEnvironment(const Environment& base) {
-  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "LANG", "TZ", "PYTHONPATH"};
+  static const char* const kNames[] = {"PATH", "LD_LIBRARY_PATH", "LANG", "TZ", "PYTHONPATH",
+                                          "GLIBC_TUNABLES"};
   static const char* const kPrefixes[] = {"LC_",     "OMP_",  "MKL_",  "OPENBLAS_",
                                           "GLOO_",   "NCCL_", "CUDA_", "MITRA_"};
   Environment env;
@@ -66,6 +81,8 @@ WorkerProgram WorkerProgram::Make(std::string program, std::vector<std::string> 
     w.local_environment[key] = value;
     w.remote_environment[key] = value;
   }
+  AskForHugePages(w.local_environment);
+  AskForHugePages(w.remote_environment);
   w.working_directory = std::move(working_directory);
   w.code_dir = std::move(code_dir);
   return w;

@@ -46,8 +46,8 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
                               const LaunchSettings& settings);
 
 // What of the manager's environment travels to a worker on another machine: PATH and the
-// locale, library and thread settings (LD_LIBRARY_PATH, LANG, LC_*, TZ, OMP_*, MKL_*,
-// OPENBLAS_*, GLOO_*, NCCL_*, CUDA_*, MITRA_*), not the rest (HOME, USER, SSH_*, DISPLAY, ...
+// locale, library and thread settings (LD_LIBRARY_PATH, GLIBC_TUNABLES, LANG, LC_*, TZ, OMP_*,
+// MKL_*, OPENBLAS_*, GLOO_*, NCCL_*, CUDA_*, MITRA_*), not the rest (HOME, USER, SSH_*, DISPLAY, ...
 // belong to the other machine). --env adds to it.
 Environment RemoteEnvironment(const Environment& base);
 
@@ -61,7 +61,9 @@ struct WorkerProgram {
   std::string working_directory;   // of local workers
   std::string code_dir;            // of SSH workers; "": working_directory
 
-  // `overrides` (--env KEY=VALUE) win over what the manager's environment gives.
+  // `overrides` (--env KEY=VALUE) win over what the manager's environment gives. Both
+  // environments also ask glibc for a heap on huge pages (GLIBC_TUNABLES gains
+  // glibc.malloc.hugetlb=1) unless they already say how, or MITRA_MALLOC_TUNING=0.
   static WorkerProgram Make(std::string program, std::vector<std::string> args,
                             const Environment& manager,
                             const std::vector<std::pair<std::string, std::string>>& overrides,

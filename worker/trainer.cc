@@ -1,6 +1,5 @@
 #include "mitra/worker/trainer.h"
 
-#include <malloc.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -21,6 +20,7 @@
 #include "worker/checkpointer.h"
 #include "worker/comm.h"
 #include "mitra/worker/stage.h"
+#include "worker/heap.h"
 #include "worker/heartbeat.h"
 #include "worker/held_state.h"
 #include "worker/parking.h"
@@ -61,38 +61,6 @@ StopWish CurrentStopWish() {
   return g_stop_requested == kHoldAfterStop ? StopWish::kHold : StopWish::kStop;
 }
 
-// What glibc's heap keeps when freed, at the top, before it returns memory to the system.
-constexpr int64_t kHeapKeeps = int64_t{1} << 30;
-
-// glibc serves allocations above its mmap threshold (128 KiB at first, adapting upwards only
-// after such a block is freed) with fresh mmap'd pages and returns them on free, so every step
-// pays page faults and zeroing for its activation and gradient buffers. Keeping them in the heap
-// made the bench GPT ~25% faster here (docs/performance.md). Memory stays at its peak instead of
-// shrinking between steps, which suits a training process. MITRA_MALLOC_TUNING=0 disables it.
-void TuneMalloc() {
-  const char* setting = std::getenv("MITRA_MALLOC_TUNING");
-  if (setting && std::string(setting) == "0") return;
-  if (mallopt(M_MMAP_THRESHOLD, 256 << 20) == 0) mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, static_cast<int>(kHeapKeeps));
-}
-
-// Allocates about `bytes` in blocks the heap serves (under either mmap threshold above), writes
-// to every page and frees them: the process's next allocations reuse those pages instead of
-// faulting in new ones. At most 3/4 of what the heap keeps once freed (TuneMalloc).
-void TouchHeapAhead(int64_t bytes) {
-  constexpr int64_t kBlock = 16 << 20, kPage = 4096;
-  bytes = std::min(bytes, kHeapKeeps / 4 * 3);
-  std::vector<void*> blocks;
-  for (int64_t done = 0; done < bytes; done += kBlock) {
-    void* block = std::malloc(kBlock);
-    if (block == nullptr) break;
-    auto* bytes_of = static_cast<volatile char*>(block);
-    for (int64_t i = 0; i < kBlock; i += kPage) bytes_of[i] = 0;
-    blocks.push_back(block);
-  }
-  for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) std::free(*it);
-}
-
 // How long a rank that stopped on its peers' wish waits for its own stop signal.
 constexpr auto kLateSignalWait = std::chrono::seconds(1);
 
@@ -119,6 +87,20 @@ void InstallStopHandlers() {
   sigaction(SIGURG, &sa, nullptr);
   sigaction(SIGALRM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+}
+
+// How much of what the process holds is on huge pages says whether the manager's request for
+// them (run/worker_env.h) took effect: copies from peers and first writes cost per page.
+void ReportMemory(int rank) {
+  const std::optional<ResidentMemory> memory = ReadResidentMemory();
+  if (!memory) return;
+  spdlog::info("rank {}: {:.1f} MB resident after the first step, {:.1f} MB of it on huge pages",
+               rank, memory->resident_bytes / 1e6, memory->huge_page_bytes / 1e6);
+  Record("memory")
+      .Add("rank", rank)
+      .Add("resident_bytes", memory->resident_bytes)
+      .Add("huge_page_bytes", memory->huge_page_bytes)
+      .Emit();
 }
 
 }  // namespace
@@ -424,6 +406,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
           .Add("bytes", rt.OptimizerStateBytes())
           .Add("sharded", rt.ShardsOptimizerState())
           .Emit();
+      ReportMemory(placement.rank);
     }
     if (eval.dataset && ((eval.every > 0 && step % eval.every == 0) ||
                          (step == max_steps && !r.stop))) {

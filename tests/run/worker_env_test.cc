@@ -89,5 +89,28 @@ TEST(WorkerEnv, RemoteWorkersGetThePortableVariablesAndTheCodeDirectory) {
   EXPECT_EQ(no_code_dir.DirectoryFor(false), "/here");
 }
 
+TEST(WorkerEnv, WorkersAskForAHeapOnHugePagesUnlessTheUserSaysOtherwise) {
+  const auto local = [](const Environment& manager,
+                        std::vector<std::pair<std::string, std::string>> overrides = {}) {
+    const WorkerProgram w = WorkerProgram::Make("/opt/train", {}, manager, overrides, "/here", "");
+    EXPECT_EQ(w.EnvironmentFor(true).count("GLIBC_TUNABLES"),
+              w.EnvironmentFor(false).count("GLIBC_TUNABLES"));
+    if (w.EnvironmentFor(true).count("GLIBC_TUNABLES")) {
+      EXPECT_EQ(w.EnvironmentFor(true).at("GLIBC_TUNABLES"),
+                w.EnvironmentFor(false).at("GLIBC_TUNABLES"));
+    }
+    const auto it = w.EnvironmentFor(true).find("GLIBC_TUNABLES");
+    return it == w.EnvironmentFor(true).end() ? std::string("(unset)") : it->second;
+  };
+  EXPECT_EQ(local({}), "glibc.malloc.hugetlb=1");
+  EXPECT_EQ(local({{"GLIBC_TUNABLES", "glibc.malloc.arena_max=2"}}),
+            "glibc.malloc.arena_max=2:glibc.malloc.hugetlb=1");
+  EXPECT_EQ(local({{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=0"}}), "glibc.malloc.hugetlb=0");
+  EXPECT_EQ(local({}, {{"GLIBC_TUNABLES", "glibc.malloc.hugetlb=2"}}), "glibc.malloc.hugetlb=2");
+  EXPECT_EQ(local({{"MITRA_MALLOC_TUNING", "0"}}), "(unset)");
+  EXPECT_EQ(local({}, {{"MITRA_MALLOC_TUNING", "0"}}), "(unset)");
+  EXPECT_EQ(local({{"MITRA_MALLOC_TUNING", "1"}}), "glibc.malloc.hugetlb=1");
+}
+
 }  // namespace
 }  // namespace mitra::run

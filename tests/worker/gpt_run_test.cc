@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 
@@ -52,6 +53,50 @@ TEST(MitraRunGpt, TrainsAcrossTwoStagesAndTwoReplicasToCompletion) {
   EXPECT_LT(Losses(run.metrics).back(), Losses(run.metrics).front());
   EXPECT_NE(run.result.out.find("step 5/5"), std::string::npos) << run.result.out;
   ExpectNoProcessLeft(run_dir);
+}
+
+// What the kernel does with madvise(MADV_HUGEPAGE): "always", "madvise" or "never" (the word
+// in brackets of /sys/kernel/mm/transparent_hugepage/enabled); "" where the file is missing.
+std::string TransparentHugePages() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t open = text.find('['), close = text.find(']');
+  return open == std::string::npos || close < open ? "" : text.substr(open + 1, close - open - 1);
+}
+
+// The huge_page_bytes of rank 0's `memory` record in generation 0's log; -1 when it has none.
+int64_t HugePageBytesOfRankZero(const std::string& run_dir) {
+  std::ifstream log(run_dir + "/logs/gen-0/rank-0.log");
+  for (std::string line; std::getline(log, line);) {
+    const std::string prefix = "@mitra ";
+    if (line.rfind(prefix, 0) != 0) continue;
+    Result<JsonObject> record = JsonObject::Parse(std::string_view(line).substr(prefix.size()));
+    if (record.ok() && record->GetString("event") == "memory") {
+      return static_cast<int64_t>(record->GetNumber("huge_page_bytes").value_or(-1));
+    }
+  }
+  return -1;
+}
+
+// The manager asks glibc for a heap on huge pages for every worker (run/worker_env.h), and the
+// worker's `memory` record shows whether the kernel gave them; MITRA_MALLOC_TUNING=0 does not
+// ask (the guard: the same check on a worker that did not ask finds none).
+TEST(MitraRunGpt, WorkersHoldTheirHeapOnHugePagesUnlessTurnedOff) {
+  const std::string mode = TransparentHugePages();
+  if (mode != "madvise" && mode != "always") {
+    GTEST_SKIP() << "the kernel gives no huge pages on request (transparent_hugepage: '" << mode
+                 << "')";
+  }
+  TempDir tmp;
+  const std::string asked = tmp.Path("asked"), not_asked = tmp.Path("not-asked");
+  RunOutcome run = MitraRun(tmp, asked, 1, 1, 2, {}, GptArgs());
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.output();
+  EXPECT_GE(HugePageBytesOfRankZero(asked), int64_t{2} << 20);
+  if (mode == "always") return;  // huge pages without asking: no guard to run
+  RunOutcome plain = MitraRun(tmp, not_asked, 1, 1, 2, {"--env", "MITRA_MALLOC_TUNING=0"},
+                              GptArgs());
+  ASSERT_EQ(plain.result.exit_code, 0) << plain.result.output();
+  EXPECT_EQ(HugePageBytesOfRankZero(not_asked), 0);
 }
 
 TEST(MitraRunGpt, AJobAlreadyAtMaxStepsStartsNothing) {
