@@ -363,8 +363,9 @@ void Runtime::ShareUpdatedParameters() {
   }
 }
 
-void Runtime::ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight) {
+void Runtime::ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight, double exchange_s) {
   in_flight_ = std::move(in_flight);
+  resume_times_ = {exchange_s, 0, 0};
 }
 
 void Runtime::AwaitStateFromPeers() {
@@ -372,9 +373,26 @@ void Runtime::AwaitStateFromPeers() {
   if (Status s = in_flight_->Finish(*this); !s.ok()) {
     throw std::runtime_error("the state from peers: " + s.message());
   }
-  state_arrival_s_ = in_flight_->arrival_s();
-  state_wait_s_ = in_flight_->wait_s();
+  resume_times_.arrival_s = in_flight_->arrival_s();
+  resume_times_.wait_s = in_flight_->wait_s();
   in_flight_.reset();
+}
+
+// Every rank's resume times in a sum: three slots per rank, this rank's filled, the others 0.
+torch::Tensor Runtime::ResumeTimeSlots() const {
+  torch::Tensor slots = torch::zeros({3 * static_cast<int64_t>(placement_.world_size())},
+                                     torch::kFloat64);
+  const int64_t mine = 3 * static_cast<int64_t>(placement_.rank);
+  slots[mine] = resume_times_.exchange_s;
+  slots[mine + 1] = resume_times_.arrival_s;
+  slots[mine + 2] = resume_times_.wait_s;
+  return slots;
+}
+
+void Runtime::TakeSlowestResumeTimes(const torch::Tensor& summed_slots) {
+  const torch::Tensor slowest = std::get<0>(summed_slots.view({-1, 3}).max(0));
+  resume_times_ = {slowest[0].item<double>(), slowest[1].item<double>(),
+                   slowest[2].item<double>()};
 }
 
 HeldState Runtime::Release() {
@@ -515,6 +533,7 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   if (buffer_sync_) phase("buffers", [&] { buffer_sync_->EndStep(); });
   // The first step after a resume: the state still arriving from peers, before anything is
   // reduced or updated (a failed transfer fails the step on every rank alike).
+  const bool first_after_resume = in_flight_ != nullptr;
   if (in_flight_) phase("state", [&] { AwaitStateFromPeers(); });
 
   // One all-reduce per step carries the squared gradient norm (replica 0 of every stage, tied
@@ -535,11 +554,13 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   auto totals = torch::tensor({squared_norm, loss, wish != StopWish::kNone ? 1.0 : 0.0,
                                wish == StopWish::kHold ? 1.0 : 0.0},
                               torch::kFloat64);
+  if (first_after_resume) totals = torch::cat({totals, ResumeTimeSlots()});
   std::vector<torch::Tensor> buffers{totals};
   phase("sync", [&] {
     comm_->Wait(comm_->global().allreduce(buffers),
                 "the step's all-reduce of loss and gradient norm");
   });
+  if (first_after_resume) TakeSlowestResumeTimes(totals.narrow(0, 4, totals.numel() - 4));
   const auto update_start = StepTrace::Clock::now();
 
   StepResult result = Update(step, totals);

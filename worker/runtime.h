@@ -214,18 +214,30 @@ class Runtime {
   // State from peers still on its way after a resume (worker/state_exchange.h): the next step
   // waits for it before its all-reduce. Until then the state this runtime would hold is not
   // whole (Release()).
-  void ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight);
+  // `exchange_s`: how long this rank's exchange took until it could train. A collective's
+  // part: every rank of the generation calls it, or none.
+  void ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight, double exchange_s);
   // Waits for all of it, gives the optimizer its state and waits for this rank's sends (at once
   // when nothing is on its way). Throws PeerError when a peer failed.
   void AwaitStateFromPeers();
-  // Once AwaitStateFromPeers returned: from the start of the last resume's transfers until the
-  // last byte this rank received (0: none), and how long it waited for them.
-  double state_arrival_s() const { return state_arrival_s_; }
-  double state_wait_s() const { return state_wait_s_; }
+  // The last resume from peers, timed, the slowest rank's of each once the first step after it
+  // is done (that step's all-reduce gathers them: no collective of their own, which would wait
+  // for the slowest rank's update): the exchange until the rank could train, its transfers from
+  // their start to the last byte it received (0: none), and how long its first step waited
+  // for them.
+  struct ResumeTimes {
+    double exchange_s = 0, arrival_s = 0, wait_s = 0;
+  };
+  const ResumeTimes& resume_times() const { return resume_times_; }
 
  private:
   Runtime(const cutpoint::ModelSpec& spec, std::shared_ptr<const Dataset> dataset,
           const Placement& placement, const RuntimeOptions& options);
+
+  // The first step after a resume from peers carries every rank's ResumeTimes in its
+  // all-reduce (a sum): this rank's slots of it, and the slowest of each taken from the sum.
+  torch::Tensor ResumeTimeSlots() const;
+  void TakeSlowestResumeTimes(const torch::Tensor& summed_slots);
 
   // Create's steps, in order, each on what the ones before set up: the loss scaler (fp16, or
   // asked for); the partition, this replica's share of the batch, the schedule and the sampler,
@@ -273,7 +285,7 @@ class Runtime {
   std::unique_ptr<Sampler> sampler_;
   // Destroyed after comm_: its messages' tensors outlive the process groups that send them.
   std::unique_ptr<StateInFlight> in_flight_;
-  double state_arrival_s_ = 0, state_wait_s_ = 0;
+  ResumeTimes resume_times_;  // this rank's until the first step's all-reduce, then the slowest
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Stage> stage_;
   std::unique_ptr<GradReducer> reducer_;

@@ -735,19 +735,16 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
   PostTransfers(rt.comm(), state.get());
   summary.seconds = SecondsSince(start);  // this rank's, until CompleteResumeSummary
   rt.ExpectStateFromPeers(
-      std::make_unique<StateInFlight>(rt.comm(), std::move(state), transfer_start));
+      std::make_unique<StateInFlight>(rt.comm(), std::move(state), transfer_start),
+      summary.seconds);
   return summary;
 }
 
-void CompleteResumeSummary(Runtime& rt, ResumeSummary* summary) {
-  std::vector<torch::Tensor> times{torch::tensor(
-      {summary->seconds, rt.state_arrival_s(), rt.state_wait_s()}, torch::kFloat64)};
-  c10d::AllreduceOptions max;
-  max.reduceOp = c10d::ReduceOp::MAX;
-  rt.comm().Wait(rt.comm().global().allreduce(times, max), "timing the exchange");
-  summary->seconds = times[0][0].item<double>();
-  summary->transfer_seconds = times[0][1].item<double>();
-  summary->first_step_wait_s = times[0][2].item<double>();
+void CompleteResumeSummary(const Runtime& rt, ResumeSummary* summary) {
+  const Runtime::ResumeTimes& slowest = rt.resume_times();
+  summary->seconds = slowest.exchange_s;
+  summary->transfer_seconds = slowest.arrival_s;
+  summary->first_step_wait_s = slowest.wait_s;
 }
 
 // StateInFlight

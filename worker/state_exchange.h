@@ -101,9 +101,9 @@ using CheckpointReader =
 Result<ResumeSummary> ResumeFromPeers(Runtime& runtime, HeldState* held, bool checkpoint_complete,
                                       const CheckpointReader& read_checkpoint);
 
-// The summary's times, the slowest rank's: a collective, once every rank's state has arrived
-// (after the first step).
-void CompleteResumeSummary(Runtime& runtime, ResumeSummary* summary);
+// The summary's times, the slowest rank's, once the first step after the exchange is done (its
+// all-reduce gathered them: Runtime::resume_times).
+void CompleteResumeSummary(const Runtime& runtime, ResumeSummary* summary);
 
 // The transfers of a resume still on their way when training starts: the optimizer state this
 // rank receives, which a thread of its own waits for (and times) while the first step computes,
