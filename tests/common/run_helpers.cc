@@ -192,6 +192,18 @@ std::vector<JsonObject> ReadJsonLines(const std::string& path) {
   return records;
 }
 
+std::vector<JsonObject> WorkerRecords(std::string_view log_text) {
+  constexpr std::string_view kPrefix = "@mitra ";
+  std::vector<JsonObject> records;
+  for (const std::string_view line : SplitLines(log_text)) {
+    if (line.substr(0, kPrefix.size()) != kPrefix) continue;
+    if (Result<JsonObject> record = JsonObject::Parse(line.substr(kPrefix.size())); record.ok()) {
+      records.push_back(std::move(record).value());
+    }
+  }
+  return records;
+}
+
 std::optional<JsonObject> ReadJsonFile(const std::string& path) {
   Result<JsonObject> parsed = JsonObject::Parse(ReadFileOrEmpty(path));
   if (!parsed.ok()) return std::nullopt;

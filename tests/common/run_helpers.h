@@ -93,6 +93,9 @@ std::string ReadFileOrEmpty(const std::string& path);
 // single field "unparsed" holding the line, so tests can report it.
 std::vector<JsonObject> ReadJsonLines(const std::string& path);
 std::optional<JsonObject> ReadJsonFile(const std::string& path);
+// The records (`@mitra <json>` lines, docs/worker-contract.md) of a worker's log text, in order;
+// lines that do not parse are skipped.
+std::vector<JsonObject> WorkerRecords(std::string_view log_text);
 // Records of events.jsonl with "event" == `name`.
 std::vector<JsonObject> EventsNamed(const std::string& run_dir, const std::string& name);
 // Every pid in the "pids" arrays of the launch records of events.jsonl.

@@ -66,13 +66,10 @@ std::string TransparentHugePages() {
 
 // The huge_page_bytes of rank 0's `memory` record in generation 0's log; -1 when it has none.
 int64_t HugePageBytesOfRankZero(const std::string& run_dir) {
-  std::ifstream log(run_dir + "/logs/gen-0/rank-0.log");
-  for (std::string line; std::getline(log, line);) {
-    const std::string prefix = "@mitra ";
-    if (line.rfind(prefix, 0) != 0) continue;
-    Result<JsonObject> record = JsonObject::Parse(std::string_view(line).substr(prefix.size()));
-    if (record.ok() && record->GetString("event") == "memory") {
-      return static_cast<int64_t>(record->GetNumber("huge_page_bytes").value_or(-1));
+  for (const JsonObject& record :
+       testing::WorkerRecords(testing::ReadFileOrEmpty(run_dir + "/logs/gen-0/rank-0.log"))) {
+    if (record.GetString("event") == "memory") {
+      return static_cast<int64_t>(record.GetNumber("huge_page_bytes").value_or(-1));
     }
   }
   return -1;

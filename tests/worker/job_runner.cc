@@ -10,12 +10,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <regex>
-#include <sstream>
 #include <thread>
 
 #include "common/free_port.h"
 #include "mitra/contract/stage_map.h"
+#include "tests/common/run_helpers.h"
 
 namespace mitra::testing {
 namespace fs = std::filesystem;
@@ -26,15 +25,6 @@ bool JobResult::ok() const {
   }
   return !exit_codes.empty();
 }
-
-namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-}  // namespace
 
 JobResult RunJob(const std::string& program, int stages, int replicas,
                  const std::vector<std::string>& args,
@@ -94,18 +84,12 @@ JobResult RunJob(const std::string& program, int stages, int replicas,
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const std::regex loss_re("\"event\":\"step\".*\"loss\":([-0-9.eE+]+)");
   for (int rank = 0; rank < world; ++rank) {
-    result.rank_output.push_back(ReadFile(dir + "/rank-" + std::to_string(rank) + ".log"));
+    result.rank_output.push_back(ReadFileOrEmpty(dir + "/rank-" + std::to_string(rank) + ".log"));
   }
-  std::istringstream lines(result.rank_output[0]);
-  for (std::string line; std::getline(lines, line);) {
-    std::smatch m;
-    if (line.rfind("@mitra ", 0) != 0) continue;
-    if (std::regex_search(line, m, loss_re)) result.losses.push_back(std::stod(m[1]));
-    if (Result<JsonObject> record = JsonObject::Parse(line.substr(7)); record.ok()) {
-      result.records.push_back(std::move(record).value());
-    }
+  result.records = WorkerRecords(result.rank_output[0]);
+  for (const JsonObject& record : result.records) {
+    if (record.GetString("event") == "step") result.losses.push_back(*record.GetNumber("loss"));
   }
   fs::remove_all(dir);
   return result;

@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "common/json.h"
-#include "tests/common/run_helpers.h"  // MakeTempDir
+#include "tests/common/run_helpers.h"  // MakeTempDir, ReadFileOrEmpty, WorkerRecords
 
 namespace mitra::testing {
 
