@@ -52,7 +52,7 @@ inline constexpr char kProfileSlots[] = "MITRA_PROFILE_SLOTS";
 inline constexpr char kProfileMicroBatches[] = "MITRA_PROFILE_MICRO_BATCHES";
 inline constexpr char kProfileRepeats[] = "MITRA_PROFILE_REPEATS";
 
-// "0": a worker keeps glibc's malloc as it comes: no mallopt() at start (worker/trainer.cc) and
+// "0": a worker keeps glibc's malloc as it comes: no mallopt() at start (worker/heap.h) and
 // no huge pages asked for its heap (run/worker_env.h). A debugging setting a user may give.
 inline constexpr char kMallocTuning[] = "MITRA_MALLOC_TUNING";
 
