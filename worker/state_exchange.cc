@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -25,9 +26,9 @@ namespace {
 // Tags of the exchange's messages, clear of the pipeline's (the optimizer state still arrives
 // during the first step; a pipeline tag reaches 2^24 only with 2^16 micro-batches times edges):
 // message i of segment s is kTagBase + s * kTagsPerSegment + i, the first two being the header's
-// length and the header; after a segment's messages come, when the receiver copies them from
-// the sender's memory instead, the table of their addresses and the receiver's word that it is
-// done (TableTag, DoneTag).
+// length and the header; after a segment's messages come, between two processes of one
+// machine, the table of their addresses in the sender's memory and, when the receiver copies
+// from there, its word that it is done (TableTag, DoneTag).
 constexpr int kTagBase = 1 << 24;
 constexpr int kTagsPerSegment = 1 << 14;
 
@@ -228,8 +229,8 @@ struct Outgoing {
   std::vector<torch::Tensor> messages;  // by group: a tensor of the payload, or a packed copy
   torch::Tensor length, text;           // the header's
   bool copied = false;   // the receiver copies the messages from this process's memory
-  torch::Tensor table;   // then: each message's address and bytes
-  torch::Tensor done;    // and where its word that it is done lands
+  torch::Tensor table;   // each message's address and bytes, for a receiver on this machine
+  torch::Tensor done;    // where the copying receiver's word that it is done lands
 };
 
 // Posts the header of `out` (its length, then its text: messages 0 and 1).
@@ -268,8 +269,8 @@ void Pack(Outgoing& out) {
   }
 }
 
-// Posts the table of `out`'s messages, their addresses and bytes, for a receiver that copies
-// them, and the receive of its word that it is done, which the messages' memory waits for.
+// Posts the table of `out`'s messages, their addresses and bytes, for a receiver on this
+// machine, which may copy them (the ranks decide that later, all together).
 void PostTable(Comm& comm, Outgoing& out, std::vector<c10::intrusive_ptr<c10d::Work>>* works) {
   out.table = torch::empty({2 * static_cast<int64_t>(out.messages.size())}, torch::kInt64);
   int64_t* table = out.table.data_ptr<int64_t>();
@@ -280,6 +281,13 @@ void PostTable(Comm& comm, Outgoing& out, std::vector<c10::intrusive_ptr<c10d::W
   const size_t n = out.groups.size();
   std::vector<torch::Tensor> table_message{out.table};
   works->push_back(comm.PostSend(table_message, out.transfer.to, TableTag(out.transfer.segment, n)));
+}
+
+// Posts the receive of the word that the receiver copying `out` is done, which the messages'
+// memory waits for.
+void PostDoneReceive(Comm& comm, Outgoing& out,
+                     std::vector<c10::intrusive_ptr<c10d::Work>>* works) {
+  const size_t n = out.groups.size();
   out.done = torch::empty({1}, torch::kInt64);
   std::vector<torch::Tensor> done{out.done};
   works->push_back(comm.PostRecv(done, out.transfer.to, DoneTag(out.transfer.segment, n)));
@@ -309,12 +317,15 @@ struct Incoming {
   Groups groups;
   std::vector<torch::Tensor> messages;  // by group
   std::vector<c10::intrusive_ptr<c10d::Work>> works;  // by group, once posted
-  // Copied from the sender's memory instead: the sender's process, its table (each message's
-  // address and bytes, once received) and this rank's word that it is done.
+  // From a sender on this machine, its table (each message's address and bytes in its memory;
+  // table_work undefined for another machine's). Copied from there instead of received: the
+  // sender's process and this rank's word that it is done.
+  torch::Tensor table;
+  c10::intrusive_ptr<c10d::Work> table_work;
   bool copied = false;
   int64_t pid = 0;
-  torch::Tensor table, done;
-  c10::intrusive_ptr<c10d::Work> table_work, done_work;  // once posted
+  torch::Tensor done;
+  c10::intrusive_ptr<c10d::Work> done_work;  // once posted
 };
 
 // Copies message `m` of `in` from the sender's memory (the table received).
@@ -427,9 +438,12 @@ struct StateInFlight::Transfers {
 namespace {
 
 // Receives the headers of every segment the plan sends to this rank, in two rounds over all of
-// them at once (the lengths, then the texts), so a segment costs no round trip of its own, and
-// works out where their tensors go.
-Status ReceiveHeaders(Runtime& rt, const ResumePlan& plan, StateInFlight::Transfers* state) {
+// them at once (the lengths, then the texts), so a segment costs no round trip of its own, works
+// out where their tensors go, and posts the receive of the table of each sender on this machine
+// (its messages' addresses: it arrives while the ranks decide whether to copy).
+Status ReceiveHeaders(Runtime& rt, const ResumePlan& plan,
+                      const std::vector<ProcessAddress>& processes,
+                      StateInFlight::Transfers* state) {
   Comm& comm = rt.comm();
   std::vector<Incoming>& incoming = state->incoming;
   for (const SegmentTransfer& t : plan.transfers) {
@@ -455,6 +469,12 @@ Status ReceiveHeaders(Runtime& rt, const ResumePlan& plan, StateInFlight::Transf
         std::string(reinterpret_cast<const char*>(in.text.data_ptr<uint8_t>()), in.text.numel()));
     if (Status s = PlaceIncoming(rt, in); !s.ok()) return s;
     in.works.resize(in.groups.size());
+    if (SameHost(ThisProcess(), processes[in.transfer.from])) {
+      in.table = torch::empty({2 * static_cast<int64_t>(in.groups.size())}, torch::kInt64);
+      std::vector<torch::Tensor> one{in.table};
+      in.table_work =
+          comm.PostRecv(one, in.transfer.from, TableTag(in.transfer.segment, in.groups.size()));
+    }
   }
   return Status::Ok();
 }
@@ -578,9 +598,11 @@ ResumePlan PlanForJob(Runtime& rt, const HeldState* held, bool* checkpoint_compl
 }
 
 // This rank's headers of the plan's transfers, posted (asynchronous), and their messages
-// packed: every header first, so that the receivers place their tensors while the rest is packed.
+// packed: every header first, so that the receivers place their tensors while the rest is
+// packed; then the tables of the receivers on this machine, so that one which copies finds
+// its table there when the ranks have decided to.
 void SendHeaders(Runtime& rt, HeldState* held, const ResumePlan& plan,
-                 StateInFlight::Transfers* state) {
+                 const std::vector<ProcessAddress>& processes, StateInFlight::Transfers* state) {
   for (const SegmentTransfer& t : plan.transfers) {
     if (t.from != rt.placement().rank) continue;
     Outgoing& out = state->outgoing.emplace_back();
@@ -589,26 +611,24 @@ void SendHeaders(Runtime& rt, HeldState* held, const ResumePlan& plan,
     PostHeader(rt.comm(), out, &state->sends);
   }
   for (Outgoing& out : state->outgoing) Pack(out);
+  for (Outgoing& out : state->outgoing) {
+    if (SameHost(ThisProcess(), processes[out.transfer.to])) {
+      PostTable(rt.comm(), out, &state->sends);
+    }
+  }
 }
 
-// Every message of the transfers, this rank's sends and receives, posted: the tables of what
-// receivers copy first, then the model's messages, then the optimizer state's. Then waits for
-// (or copies) the model's parameters and buffers it receives.
+// Every message of the transfers, this rank's sends and receives, posted: the receives of the
+// copying receivers' words, then the model's messages, then the optimizer state's. Then waits
+// for (or copies) the model's parameters and buffers it receives.
 void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
   for (Outgoing& out : state->outgoing) {
-    if (out.copied) PostTable(comm, out, &state->sends);
+    if (out.copied) PostDoneReceive(comm, out, &state->sends);
   }
   for (Part part : kParts) {
     for (const Outgoing& out : state->outgoing) {
       if (!out.copied) PostTensors(comm, out, part, &state->sends);
     }
-  }
-  for (Incoming& in : state->incoming) {
-    if (!in.copied) continue;
-    in.table = torch::empty({2 * static_cast<int64_t>(in.groups.size())}, torch::kInt64);
-    std::vector<torch::Tensor> one{in.table};
-    in.table_work =
-        comm.PostRecv(one, in.transfer.from, TableTag(in.transfer.segment, in.groups.size()));
   }
   for (Part part : kParts) {
     for (Incoming& in : state->incoming) {
@@ -621,7 +641,7 @@ void PostTransfers(Comm& comm, StateInFlight::Transfers* state) {
     }
   }
   for (Incoming& in : state->incoming) {
-    if (in.copied) comm.Wait(in.table_work, "receiving the table of " + in.what);
+    if (in.table_work) comm.Wait(in.table_work, "receiving the table of " + in.what);
     TakeMessages(comm, in, Part::kModel);
   }
 }
@@ -665,6 +685,27 @@ int64_t BytesToReceive(const StateInFlight::Transfers& state) {
     for (const torch::Tensor& message : in.messages) bytes += message.numel() * message.element_size();
   }
   return bytes;
+}
+
+// The optimizer state a rank copies from the memory of peers on its machine, once training
+// waits for the parameters only, is copied before training starts rather than on a thread when
+// it is at most this: 16 MiB take 1.6 ms at the 10 GB/s of such a copy on transparent huge
+// pages, where a new thread waited 1-5 ms for a core while four workers shared two
+// (docs/performance.md, state from peers, item 14).
+constexpr int64_t kInlineCopyBytes = int64_t{16} << 20;
+std::atomic<int64_t> g_inline_copy_bytes{kInlineCopyBytes};
+
+// Whether every incoming segment of `state` is copied and their optimizer state is small.
+bool CopiesFewBytes(const StateInFlight::Transfers& state) {
+  int64_t bytes = 0;
+  for (const Incoming& in : state.incoming) {
+    if (!in.copied) return false;
+    for (size_t m = 0; m < in.groups.size(); ++m) {
+      if (PartOf(in.specs, in.groups[m]) != Part::kOptimizerState) continue;
+      bytes += in.messages[m].numel() * in.messages[m].element_size();
+    }
+  }
+  return bytes <= g_inline_copy_bytes.load();
 }
 
 // What no rank holds: this rank's segments of it, and the trainer state when no rank holds
@@ -721,8 +762,8 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
   std::vector<ProcessAddress> processes;
   const ResumePlan plan = PlanForJob(rt, held, &checkpoint_complete, &processes);
   auto state = std::make_unique<StateInFlight::Transfers>();
-  SendHeaders(rt, held, plan, state.get());
-  if (Status s = ReceiveHeaders(rt, plan, state.get()); !s.ok()) return s;
+  SendHeaders(rt, held, plan, processes, state.get());
+  if (Status s = ReceiveHeaders(rt, plan, processes, state.get()); !s.ok()) return s;
   if (Status s = ReadTheRest(rt, plan, checkpoint_complete, read_checkpoint); !s.ok()) return s;
   // The collectives before the tensors: on a pair of ranks that also moves state, a message
   // waits for every one posted before it.
@@ -733,11 +774,15 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& rt, HeldState* held, bool checkpo
   MarkCopied(state.get(), processes, copy);
   const auto transfer_start = std::chrono::steady_clock::now();
   PostTransfers(rt.comm(), state.get());
+  auto in_flight = std::make_unique<StateInFlight>(rt.comm(), std::move(state), transfer_start);
+  if (Status s = in_flight->GiveStateIfArrived(rt); !s.ok()) return s;
   summary.seconds = SecondsSince(start);  // this rank's, until CompleteResumeSummary
-  rt.ExpectStateFromPeers(
-      std::make_unique<StateInFlight>(rt.comm(), std::move(state), transfer_start),
-      summary.seconds);
+  rt.ExpectStateFromPeers(std::move(in_flight), summary.seconds);
   return summary;
+}
+
+void SetInlineCopyBytesForTesting(int64_t bytes) {
+  g_inline_copy_bytes = bytes < 0 ? kInlineCopyBytes : bytes;
 }
 
 void CompleteResumeSummary(const Runtime& rt, ResumeSummary* summary) {
@@ -752,11 +797,17 @@ void CompleteResumeSummary(const Runtime& rt, ResumeSummary* summary) {
 StateInFlight::StateInFlight(Comm& comm, std::unique_ptr<Transfers> transfers,
                              std::chrono::steady_clock::time_point start)
     : comm_(comm), transfers_(std::move(transfers)), start_(start) {
-  if (!transfers_->incoming.empty()) thread_ = std::thread([this] { Receive(); });
+  if (transfers_->incoming.empty()) return;
+  if (CopiesFewBytes(*transfers_)) {
+    Receive();
+    return;
+  }
+  thread_ = std::thread([this] { Receive(); });
 }
 
 StateInFlight::~StateInFlight() { Abort(); }
 
+// Receives the optimizer state, on the thread or, for a small copy, in the constructor.
 void StateInFlight::Receive() {
   try {
     for (Incoming& in : transfers_->incoming) {
@@ -775,6 +826,11 @@ void StateInFlight::Receive() {
   }
 }
 
+Status StateInFlight::GiveStateIfArrived(Runtime& rt) {
+  if (thread_.joinable() || error_ || given_) return Status::Ok();
+  return GiveState(rt);
+}
+
 Status StateInFlight::Finish(Runtime& rt) {
   const auto start = std::chrono::steady_clock::now();
   if (thread_.joinable()) thread_.join();
@@ -785,6 +841,11 @@ Status StateInFlight::Finish(Runtime& rt) {
   for (auto& work : transfers_->sends) comm_.Wait(work, "sending state to a peer");
   transfers_->sends.clear();
   wait_s_ = SecondsSince(start);
+  return given_ ? Status::Ok() : GiveState(rt);
+}
+
+Status StateInFlight::GiveState(Runtime& rt) {
+  given_ = true;
   const Stage& stage = rt.stage();
   for (const Incoming& in : transfers_->incoming) {
     if (!rt.KeepsOptimizerStateOf(in.transfer.segment)) continue;  // another replica's (ZeRO-1)

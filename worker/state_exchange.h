@@ -96,7 +96,8 @@ using CheckpointReader =
 // sees a complete checkpoint of that step (rank 0's view is the one used). A collective: every
 // rank of the generation calls it once, before the first step. It returns once the parameters
 // and buffers have arrived; the optimizer state goes on arriving while the first step trains
-// (Runtime::ExpectStateFromPeers). Throws PeerError when a peer fails; a Status for a segment
+// (Runtime::ExpectStateFromPeers), unless it is a small copy from this machine's peers, which
+// is done before it returns (StateInFlight). Throws PeerError when a peer fails; a Status for a segment
 // nobody holds and no checkpoint has.
 Result<ResumeSummary> ResumeFromPeers(Runtime& runtime, HeldState* held, bool checkpoint_complete,
                                       const CheckpointReader& read_checkpoint);
@@ -105,14 +106,20 @@ Result<ResumeSummary> ResumeFromPeers(Runtime& runtime, HeldState* held, bool ch
 // all-reduce gathered them: Runtime::resume_times).
 void CompleteResumeSummary(const Runtime& runtime, ResumeSummary* summary);
 
+// Tests: the most optimizer-state bytes a rank copies before training rather than on a thread
+// (-1: the default, 16 MiB), so that a small model can take either way.
+void SetInlineCopyBytesForTesting(int64_t bytes);
+
 // The transfers of a resume still on their way when training starts: the optimizer state this
 // rank receives, which a thread of its own waits for (and times) while the first step computes,
-// and the messages this rank sends. The first update waits for both (Finish): the optimizer
+// and the messages this rank sends. A rank that copies all of it from peers of its machine,
+// 16 MiB at most, copies it before training instead: a thread would wait longer for a core. The first update waits for both (Finish): the optimizer
 // needs its state, and until a message is sent the tensor it is sent from must not change.
 class StateInFlight {
  public:
   struct Transfers;  // the messages, posted (state_exchange.cc)
-  // Starts waiting for `transfers`' incoming messages; `start`: when the transfers began.
+  // Starts waiting for `transfers`' incoming messages (or copies them, when few, before it
+  // returns); `start`: when the transfers began.
   StateInFlight(Comm& comm, std::unique_ptr<Transfers> transfers,
                 std::chrono::steady_clock::time_point start);
   // Aborts the receives still pending and waits for the thread. The tensors of the messages are
@@ -121,9 +128,13 @@ class StateInFlight {
   StateInFlight(const StateInFlight&) = delete;
   StateInFlight& operator=(const StateInFlight&) = delete;
 
-  // Blocks until everything this rank receives is in place, gives the optimizer its state and
-  // waits for what this rank sends. Throws PeerError; a Status for state the optimizer refuses.
-  // Once, on the training thread.
+  // When the optimizer state has arrived already (copied by the constructor), gives it to the
+  // optimizer now; otherwise does nothing (Finish will). Does not block; a Status for state
+  // the optimizer refuses. On the training thread, before the first step.
+  Status GiveStateIfArrived(Runtime& runtime);
+  // Blocks until everything this rank receives is in place, gives the optimizer its state
+  // (unless it has it already) and waits for what this rank sends. Throws PeerError; a Status
+  // for state the optimizer refuses. Once, on the training thread.
   Status Finish(Runtime& runtime);
   // After Finish: from the transfers' start until the last byte this rank received (0: none),
   // and how long Finish waited for that and for this rank's sends.
@@ -133,12 +144,14 @@ class StateInFlight {
   void Abort();
 
  private:
-  void Receive();  // the thread
+  void Receive();  // the thread's, or the constructor's for a small copy
+  Status GiveState(Runtime& runtime);  // the optimizer's state received, to it
 
   Comm& comm_;
   std::unique_ptr<Transfers> transfers_;
   std::chrono::steady_clock::time_point start_;
   double wait_s_ = 0;
+  bool given_ = false;  // the optimizer has the state received
   // Written by the thread, read once it has been joined.
   double arrival_s_ = 0;
   std::exception_ptr error_;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -290,25 +291,59 @@ TEST(StateExchange, WithoutCopyingWithinAMachineTheStateGoesOverTheBackendExactl
   EXPECT_EQ(Difference(after.state, uninterrupted.state), 0);
 }
 
-// The exchange returns before a new rank's optimizer state is in: it arrives while the first
-// step computes, and the step waits for it before its update. The state after the steps is the
-// uninterrupted job's (above); here, that the exchange did not wait for it, and that the summary
-// times the transfer to its last byte.
-TEST(StateExchange, ANewRanksStateArrivesWhileItsFirstStepTrains) {
+// A rank's parameters after the exchange, before the first step, and how many of them the
+// optimizer has state for.
+struct StateBeforeTheFirstStep {
+  size_t with_state = 0, params = 0;
+};
+
+// Rank 3 of a 2 x 2 job dies after step 2; its replacement takes its stage from a replica.
+Generation HealRank3(std::array<StateBeforeTheFirstStep, 4>* ranks) {
   Generation before = Train(2, 2, 0, 2, {});
   before.held[3] = HeldState();
-  std::vector<size_t> with_state(4, 0), params(4, 0);
-  const Generation after =
-      Train(2, 2, 2, 4, std::move(before.held), true, [&](int rank, Runtime& rt) {
-        for (const NamedTensor& p : rt.stage().parameters()) {
-          with_state[rank] += !rt.optimizer().State(p.tensor).empty();
-          ++params[rank];
-        }
-      });
-  EXPECT_EQ(with_state[3], 0u) << "the exchange waited for the optimizer state";
-  EXPECT_EQ(with_state[1], params[1]) << "a rank that kept its stage keeps its optimizer state";
+  return Train(2, 2, 2, 4, std::move(before.held), true, [&](int rank, Runtime& rt) {
+    for (const NamedTensor& p : rt.stage().parameters()) {
+      (*ranks)[rank].with_state += !rt.optimizer().State(p.tensor).empty();
+      ++(*ranks)[rank].params;
+    }
+  });
+}
+
+// The exchange returns before a new rank's optimizer state is in, when it comes over the
+// backend or is copied on a thread (a large copy): it arrives while the first step computes,
+// and the step waits for it before its update. Here, that the exchange did not wait for it, that
+// the summary times the transfer to its last byte, and that the state trains on exactly.
+TEST(StateExchange, ANewRanksStateArrivesWhileItsFirstStepTrains) {
+  const Generation uninterrupted = Train(2, 2, 0, 4, {});
+  for (const bool copy : {false, true}) {
+    SCOPED_TRACE(copy ? "copied on a thread" : "over the backend");
+    if (!copy) ::setenv("MITRA_SAME_MACHINE_COPY", "0", 1);
+    if (copy) SetInlineCopyBytesForTesting(0);
+    std::array<StateBeforeTheFirstStep, 4> ranks;
+    const Generation after = HealRank3(&ranks);
+    ::unsetenv("MITRA_SAME_MACHINE_COPY");
+    SetInlineCopyBytesForTesting(-1);
+    EXPECT_EQ(ranks[3].with_state, 0u) << "the exchange waited for the optimizer state";
+    EXPECT_EQ(ranks[1].with_state, ranks[1].params) << "a rank that kept its stage keeps its state";
+    EXPECT_EQ(after.summary.copied_bytes, copy ? after.summary.peer_bytes : 0);
+    EXPECT_GT(after.summary.transfer_seconds, 0);
+    EXPECT_GT(after.summary.seconds, 0);
+    EXPECT_EQ(Difference(after.state, uninterrupted.state), 0);
+  }
+}
+
+// A small optimizer state copied from peers of the machine is copied before training: the
+// optimizer has it when the first step starts (a new thread would wait longer for a core than
+// the copy takes), and it trains on exactly.
+TEST(StateExchange, ASmallCopyIsInTheOptimizerBeforeTheFirstStep) {
+  const Generation uninterrupted = Train(2, 2, 0, 4, {});
+  std::array<StateBeforeTheFirstStep, 4> ranks;
+  const Generation after = HealRank3(&ranks);
+  EXPECT_GT(ranks[3].params, 0u);
+  EXPECT_EQ(ranks[3].with_state, ranks[3].params);
+  EXPECT_EQ(after.summary.copied_bytes, after.summary.peer_bytes);
   EXPECT_GT(after.summary.transfer_seconds, 0);
-  EXPECT_GT(after.summary.seconds, 0);
+  EXPECT_EQ(Difference(after.state, uninterrupted.state), 0);
 }
 
 TEST(StateExchange, GuardWithoutTheExchangeTheReplacementTrainsFromItsInitialValues) {
