@@ -33,7 +33,8 @@
 4. peers (mitra): what a change costs when the state comes from memory (docs/manager.md, "State
    from peers"), for each of --peers-models (default bench and large; batch 8 in micro-batches
    of 4): (a) 2 x 2 -> 2 x 1 -> 2 x 2 on `localhost slots=4` -> 2 -> 4: the gap between the old
-   shape's last step and the new shape's first, less that first step's computing, i.e. its own
+   shape's last step (done on every rank: the latest of rank 0's record and the ranks'
+   `rank_stopped`) and the new shape's first, less that first step's computing, i.e. its own
    time less what it waited for the optimizer state still arriving (`overhead_s`: the stop, the
    regroup, the transfer and its waits; the step in flight is in neither), and less a step of
    the new shape instead, the median of the three after the first (`overhead_vs_steady_s`:
@@ -462,10 +463,20 @@ STEADY_STEPS = 3
 
 
 def first_after(m, generation):
-    """The first step record of `generation`, the last of the one before it, and the median time
-    of the STEADY_STEPS steps after the first (a step of the new shape once the change is over)."""
+    """The first step record of `generation`, when the generation before it had done its last step
+    on every rank (old_shape_end), and the median time of the STEADY_STEPS steps after the first
+    (a step of the new shape once the change is over)."""
     steps = m.wait_steps(generation, 1 + STEADY_STEPS, 900)
-    return steps[0], m.steps(generation - 1)[-1], steady_step(steps)
+    return steps[0], old_shape_end(m, generation - 1), steady_step(steps)
+
+
+def old_shape_end(m, generation):
+    """When `generation`'s last step was done on every rank: the step in flight at a change ends
+    there. Rank 0's step record, or the manager's `rank_stopped` record of a rank that finished
+    later (each rank stops once its update is done; the four updates share two cores, and the
+    last can end 0.2 s after rank 0's); the gap past it is the change's own."""
+    times = [m.steps(generation)[-1]["time"]] + [e["time"] for e in m.events("rank_stopped", generation)]
+    return {"time": max(times), "after_rank_0_s": round(max(times) - times[0], 3)}
 
 
 def steady_step(steps):
@@ -504,7 +515,7 @@ def peers_morphs(args, model):
         for generation, (direction, slots) in enumerate((("shrink", 2), ("grow", 4))):
             m.wait_steps(generation, args.peers_warm_steps, args.start_timeout)
             m.replace_machines(f"localhost slots={slots}\n")
-            first, last_old, steady = first_after(m, generation + 1)
+            first, old_end, steady = first_after(m, generation + 1)
             fs = m.wait_event("first_step", generation + 1, 60)
             morph_record = m.events("morph", generation)[0]
             resumed = m.events("launch", generation + 1)[0].get("resume_step")
@@ -512,7 +523,7 @@ def peers_morphs(args, model):
             save = wait_for("the checkpoint after the morph", lambda: [
                 c for c in m.events("checkpoint", generation + 1)
                 if c.get("step") == resumed + 1], 120, m.job)[0]
-            gap = first["time"] - last_old["time"]
+            gap = first["time"] - old_end["time"]
             work, wait = first_step_work(m, generation + 1, first)
             out.append({"bench": "peers_morph", "model": model, "direction": direction,
                         "from": morph_record.get("from"), "state": morph_record.get("state"),
@@ -520,6 +531,7 @@ def peers_morphs(args, model):
                         "first_step_wait_s": round(wait, 3),
                         "steady_step_time_s": round(steady, 3),
                         "last_step_to_first_step_s": round(gap, 3),
+                        "last_rank_after_rank_0_s": old_end["after_rank_0_s"],
                         **overheads(gap, work, steady),
                         "manager_downtime_s": fs.get("downtime_s"),
                         **state_record(fs),
@@ -755,7 +767,7 @@ def peers_change_p(args, model):
                    prepare=write_profile) as m:
         m.wait_steps(0, args.peers_warm_steps, args.start_timeout)
         m.replace_machines("localhost slots=4\n")
-        first, last_old, steady = first_after(m, 1)
+        first, old_end, steady = first_after(m, 1)
         fs = m.wait_event("first_step", 1, 60)
         old, new = m.events("launch", 0)[0], m.events("launch", 1)[0]
         # A kept worker keeps its pid: the new rank of old rank r's process holds old stage r
@@ -773,7 +785,8 @@ def peers_change_p(args, model):
                 "changed_owner_bytes": moved, **state_record(fs),
                 "first_step_time_s": round(first["step_time_s"], 3),
                 "steady_step_time_s": round(steady, 3),
-                **overheads(first["time"] - last_old["time"], first_step_work(m, 1, first)[0],
+                "last_rank_after_rank_0_s": old_end["after_rank_0_s"],
+                **overheads(first["time"] - old_end["time"], first_step_work(m, 1, first)[0],
                             steady)}
 
 
