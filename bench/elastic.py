@@ -475,7 +475,8 @@ def old_shape_end(m, generation):
     there. Rank 0's step record, or the manager's `rank_stopped` record of a rank that finished
     later (each rank stops once its update is done; the four updates share two cores, and the
     last can end 0.2 s after rank 0's); the gap past it is the change's own."""
-    times = [m.steps(generation)[-1]["time"]] + [e["time"] for e in m.events("rank_stopped", generation)]
+    times = [m.steps(generation)[-1]["time"]]
+    times += [e["time"] for e in m.events("rank_stopped", generation)]
     return {"time": max(times), "after_rank_0_s": round(max(times) - times[0], 3)}
 
 

@@ -97,8 +97,8 @@ using CheckpointReader =
 // rank of the generation calls it once, before the first step. It returns once the parameters
 // and buffers have arrived; the optimizer state goes on arriving while the first step trains
 // (Runtime::ExpectStateFromPeers), unless it is a small copy from this machine's peers, which
-// is done before it returns (StateInFlight). Throws PeerError when a peer fails; a Status for a segment
-// nobody holds and no checkpoint has.
+// is done before it returns (StateInFlight). Throws PeerError when a peer fails; a Status for
+// a segment nobody holds and no checkpoint has.
 Result<ResumeSummary> ResumeFromPeers(Runtime& runtime, HeldState* held, bool checkpoint_complete,
                                       const CheckpointReader& read_checkpoint);
 
@@ -113,8 +113,9 @@ void SetInlineCopyBytesForTesting(int64_t bytes);
 // The transfers of a resume still on their way when training starts: the optimizer state this
 // rank receives, which a thread of its own waits for (and times) while the first step computes,
 // and the messages this rank sends. A rank that copies all of it from peers of its machine,
-// 16 MiB at most, copies it before training instead: a thread would wait longer for a core. The first update waits for both (Finish): the optimizer
-// needs its state, and until a message is sent the tensor it is sent from must not change.
+// 16 MiB at most, copies it before training instead: a thread would wait longer for a core.
+// The first update waits for both (Finish): the optimizer needs its state, and until a message
+// is sent the tensor it is sent from must not change.
 class StateInFlight {
  public:
   struct Transfers;  // the messages, posted (state_exchange.cc)
