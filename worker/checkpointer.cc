@@ -17,6 +17,7 @@
 #include "checkpoint/store.h"
 #include "checkpoint/tensor_file.h"
 #include "worker/report.h"
+#include "worker/staging_pool.h"
 
 namespace mitra::worker {
 // A file's tensors in the order they are written.
@@ -96,39 +97,26 @@ Checkpointer::Checkpointer(Runtime& runtime, const cutpoint::ModelSpec& spec,
 
 void Checkpointer::PrepareStaging() {
   if (options_.dir.empty() || !options_.async || options_.every <= 0 || writer_.joinable()) return;
-  struct Wanted {
-    std::string key;  // "" for a spare
-    std::vector<int64_t> sizes;
-    c10::ScalarType type;
-  };
-  std::vector<Wanted> wanted;
-  const int spares_each = runtime_.optimizer().StateTensorsPerParameter();
+  std::vector<torch::Tensor> written;  // the parameters this rank writes
   for (int i : SegmentsThisRankWrites()) {
     const std::string prefix = spec_.segments[i].name + ".";
     for (const auto& p : runtime_.stage().parameters()) {
-      if (p.name.rfind(prefix, 0) != 0 || p.tensor.dim() == 0) continue;
-      const std::vector<int64_t> sizes = p.tensor.sizes().vec();
-      wanted.push_back({prefix + "param/" + p.name.substr(prefix.size()), sizes,
-                        p.tensor.scalar_type()});
-      for (int k = 0; k < spares_each; ++k) wanted.push_back({"", sizes, p.tensor.scalar_type()});
+      if (p.name.rfind(prefix, 0) == 0) written.push_back(p.tensor.detach());
     }
   }
+  // Each parameter and its optimizer state: that many buffers of its shape.
+  const int each = 1 + runtime_.optimizer().StateTensorsPerParameter();
   preparing_ = true;
-  writer_ = std::thread([this, wanted = std::move(wanted)] {
-    torch::NoGradGuard no_grad;
-    for (const Wanted& w : wanted) {
-      // Zeroing touches every page now, rather than in the first save's copy.
-      torch::Tensor buffer = checkpoint::EmptyAligned(w.sizes, w.type).zero_();
-      if (w.key.empty()) {
-        spares_[{w.sizes, w.type}].push_back(std::move(buffer));
-      } else {
-        staging_[w.key] = std::move(buffer);
-      }
-    }
+  writer_ = std::thread([written = std::move(written), each] {
+    StagingPool::OfProcess().Reserve(written, each);
   });
 }
 
-Checkpointer::~Checkpointer() { Wait(); }
+Checkpointer::~Checkpointer() {
+  Wait();
+  // The next generation's checkpointer (this process goes on after a morph) copies into them.
+  for (auto& [key, buffer] : staging_) StagingPool::OfProcess().Give(std::move(buffer));
+}
 
 std::string Checkpointer::Key(int64_t step, const std::string& what) const {
   return std::to_string(step) + "/" + what;
@@ -146,14 +134,8 @@ torch::Tensor Checkpointer::Staging(const std::string& key, const torch::Tensor&
   torch::Tensor& buffer = staging_[key];
   if (!buffer.defined() || !buffer.sizes().equals(source.sizes()) ||
       buffer.scalar_type() != source.scalar_type()) {
-    auto spare = spares_.find({source.sizes().vec(), source.scalar_type()});
-    if (spare != spares_.end() && !spare->second.empty()) {
-      buffer = std::move(spare->second.back());
-      spare->second.pop_back();
-    } else {
-      // Page-aligned, so that the writer hands it to the disk without copying it.
-      buffer = checkpoint::EmptyAligned(source.sizes(), source.scalar_type());
-    }
+    StagingPool::OfProcess().Give(std::move(buffer));
+    buffer = StagingPool::OfProcess().Take(source.sizes(), source.scalar_type());
   }
   return buffer;
 }
@@ -255,6 +237,9 @@ void Checkpointer::CopyAndRelease(Snapshot& snap, bool release) {
       copy.source = torch::Tensor();
     }
   }
+  // Every buffer this generation's saves copy into is now in staging_: the rest of the pool
+  // (a standby's reserve for a whole stage, a larger share of an earlier shape) goes.
+  StagingPool::OfProcess().Clear();
   std::lock_guard<std::mutex> lock(mu_);
   copied_ = true;
   if (release) released_ = true;

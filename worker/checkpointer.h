@@ -13,11 +13,14 @@
 // reports. The next optimizer step waits for the copy if it is not done yet
 // (Runtime::BeforeNextUpdate); the checkpoint record's blocked_s counts that wait and the time
 // in Save(). A new Save() first waits for the previous one, so the copies go into the same
-// staging buffers every time. With periodic saves PrepareStaging() allocates and touches the
-// staging memory in the background before the first save (the parameters' own buffers, and
-// Optimizer::StateTensorsPerParameter() spares of each parameter's shape for its state), so
-// that the first save costs what the others do; a save that comes before that is done waits
-// for it, and counts the wait as blocked.
+// staging buffers every time. The buffers come from the process's StagingPool
+// (worker/staging_pool.h) and go back to it when the checkpointer ends, so that the next
+// generation's first save (the one right after a morph) copies into memory already paged in.
+// With periodic saves PrepareStaging() fills the pool in the background before the first save
+// (for each parameter this rank writes, 1 + Optimizer::StateTensorsPerParameter() buffers of
+// its shape), so that the first save costs what the others do; a save that comes before that
+// is done waits for it, and counts the wait as blocked. Once a save has copied, the buffers it
+// did not take leave the pool.
 //
 // Every change to the checkpoint directory (the partial directory, the tensor files, the
 // manifest, the rename, the pruning) goes through a FileSystem (common/file_system.h): the
@@ -130,9 +133,9 @@ class Checkpointer {
   void WarnAboutChangedSettings(const std::string& path,
                                 const std::map<std::string, torch::Tensor>& written) const;
   void Warn(const std::string& message) const;  // rank 0's log and a `warning` record
-  // The staging buffer kept under `key` for `source` (a prepared spare of its shape, else
-  // allocated on first use). Used by one thread at a time: the writer while a save (or the
-  // preparation) is in flight, else the training thread.
+  // The staging buffer kept under `key` for `source` (taken from the process's StagingPool on
+  // first use). Used by one thread at a time: the writer while a save is in flight, else the
+  // training thread.
   torch::Tensor Staging(const std::string& key, const torch::Tensor& source);
   std::string Key(int64_t step, const std::string& what) const;
 
@@ -143,9 +146,7 @@ class Checkpointer {
   FileSystem* fs_;
   c10::intrusive_ptr<c10d::Store> store_;  // its own connection: used by the writer thread
   std::map<std::string, torch::Tensor> staging_;  // reused by every snapshot (see Staging)
-  // Prepared buffers not yet given a key, by shape and type (see Staging).
-  std::map<std::pair<std::vector<int64_t>, c10::ScalarType>, std::vector<torch::Tensor>> spares_;
-  bool preparing_ = false;  // the writer thread prepares staging memory (PrepareStaging)
+  bool preparing_ = false;  // the writer thread fills the pool (PrepareStaging)
   std::atomic<bool> abandoned_{false};  // Abandon()
   std::thread writer_;
   Status last_status_;

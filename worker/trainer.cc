@@ -26,6 +26,7 @@
 #include "worker/parking.h"
 #include "worker/profiler.h"
 #include "worker/report.h"
+#include "worker/staging_pool.h"
 #include "worker/state_exchange.h"
 
 namespace mitra::worker {
@@ -221,19 +222,39 @@ void Trainer::BuildAhead() {
   held_->built_seed = options_.runtime.seed;
   const int first = partition->FirstSegment(hint->stage), end = partition->EndSegment(hint->stage);
   int64_t parameter_bytes = 0;
+  std::vector<torch::Tensor> parameters;
   for (int i = first; i < end; ++i) {
     held_->built[i] = cutpoint::BuildSegment(spec_, i, held_->built_seed);
     for (const torch::Tensor& p : held_->built[i]->parameters()) {
       parameter_bytes += p.numel() * p.element_size();
+      parameters.push_back(p);
     }
   }
+  // Before the heap is touched: the pool's buffers would take the pages the first step is to
+  // find there.
+  ReserveStaging(parameters);
   // Its first step allocates a few times the stage's parameters (their gradients, the
   // data-parallel buckets, the optimizer state arriving from peers, the update's temporaries):
   // as a new process it would fault every page in, on the path of the grow.
   TouchHeapAhead(4 * parameter_bytes);
-  spdlog::info("standby: built segments {}..{} (stage {} of {}) while waiting, in {:.2f} s", first,
-               end - 1, hint->stage, hint->stages,
+  spdlog::info("standby: built segments {}..{} (stage {} of {}) and {:.1f} MB of checkpoint "
+               "staging while waiting, in {:.2f} s",
+               first, end - 1, hint->stage, hint->stages,
+               StagingPool::OfProcess().kept_bytes() / 1e6,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+void Trainer::ReserveStaging(const std::vector<torch::Tensor>& parameters) const {
+  if (!options_.checkpoint.async) return;
+  // Adam's two moments, say; a program's own optimizer is not built here (its code might not
+  // expect it): its state's staging faults in at the save.
+  int state_tensors = 0;
+  if (!options_.runtime.optimizer.custom) {
+    if (auto optimizer = MakeOptimizer(options_.runtime.optimizer, parameters); optimizer.ok()) {
+      state_tensors = (*optimizer)->StateTensorsPerParameter();
+    }
+  }
+  StagingPool::OfProcess().Reserve(parameters, 1 + state_tensors);
 }
 
 RuntimeOptions Trainer::RuntimeOptionsFor(const Placement& placement) const {

@@ -79,6 +79,10 @@ class Trainer {
   // A standby worker's segments of the stage it is meant for (MITRA_STANDBY_STAGE), built
   // while it waits for its placement, into held_: off the path of the morph that keeps it.
   void BuildAhead();
+  // Fills the process's checkpoint staging pool (worker/staging_pool.h) for `parameters` and
+  // their optimizer state: the save right after the grow then copies into memory already paged
+  // in. Blocks while it writes every page.
+  void ReserveStaging(const std::vector<torch::Tensor>& parameters) const;
   // Trains in `placement` (and in the places it is given after it parks).
   int Run(Result<Placement> placement);
   // How a Train() ended: the process's exit code, and whether training stopped because the

@@ -23,6 +23,7 @@
 #include "tests/common/run_helpers.h"
 #include "tests/worker/thread_ranks.h"
 #include "tests/worker/tiny_model.h"
+#include "worker/staging_pool.h"
 
 namespace mitra::worker {
 namespace {
@@ -165,6 +166,51 @@ TEST_F(CheckpointerCrash, ASaveCutShortAtAnyStepLeavesTheLastCompleteCheckpointL
       if (::testing::Test::HasFailure()) return;  // one round's failures say it all
     }
   }
+}
+
+// The staging memory of the saves: a checkpointer lives for one generation of the job, and the
+// first save of the next (right after a morph) copies into the memory the last one's used.
+class CheckpointerStaging : public CheckpointerCrash {
+ protected:
+  // The bytes a save of the runtime's state copies: its parameters and optimizer state (not
+  // scalars, which it copies at once).
+  int64_t StagedBytes() {
+    int64_t bytes = 0;
+    for (const auto& [name, t] : Capture(*runtime_)) {
+      if (name != "rng" && t.dim() > 0) bytes += t.numel() * t.element_size();
+    }
+    return bytes;
+  }
+};
+
+TEST_F(CheckpointerStaging, TheNextGenerationsFirstSaveCopiesIntoTheMemoryTheLastOneUsed) {
+  StagingPool& pool = StagingPool::OfProcess();
+  pool.Clear();
+  const int64_t before = pool.allocated_bytes();
+  Status saved;
+  {
+    Checkpointer first(*runtime_, spec_, checkpoint_options_);
+    TrainAndSave(first, 1, &saved);
+    ASSERT_TRUE(saved.ok()) << saved.message();
+  }
+  const int64_t staged = StagedBytes();
+  ASSERT_GT(staged, 0);
+  EXPECT_EQ(pool.allocated_bytes() - before, staged);
+  EXPECT_EQ(pool.kept_bytes(), staged);  // given back as the checkpointer ended
+  {
+    pool.Reserve({torch::zeros({7})}, 1);  // a shape no save of this model takes
+    Checkpointer next(*runtime_, spec_, checkpoint_options_);
+    TrainAndSave(next, 2, &saved);
+    ASSERT_TRUE(saved.ok()) << saved.message();
+    EXPECT_EQ(pool.allocated_bytes() - before, staged + 7 * 4);  // nothing new for the save
+    EXPECT_EQ(pool.kept_bytes(), 0);  // the save took its buffers, and the rest was freed
+  }
+  // The check can fail: with the pool emptied between generations, the save allocates again.
+  pool.Clear();
+  Checkpointer fresh(*runtime_, spec_, checkpoint_options_);
+  TrainAndSave(fresh, 3, &saved);
+  ASSERT_TRUE(saved.ok()) << saved.message();
+  EXPECT_EQ(pool.allocated_bytes() - before, 2 * staged + 7 * 4);
 }
 
 }  // namespace

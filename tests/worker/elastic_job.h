@@ -99,7 +99,8 @@ class ElasticRun : public ::testing::Test {
 
   // Grows a 2-stage job started on `localhost slots=2` to `slots=4` after its second step: mitra
   // run's result, checked to have ended well after a grow into 2 x 2 that started its two new
-  // workers first, each building its stage's segments while it waited, and kept everyone.
+  // workers first, each building its stage's segments and staging memory while it waited, and
+  // kept everyone.
   MitraResult GrowToFourSlots(MitraProcess& mitra) {
     EXPECT_TRUE(mitra.WaitForStdout("step 2/", 120)) << mitra.Stdout() << mitra.Stderr();
     RewriteFile(tmp_, "machines.txt", "localhost slots=4\n");
@@ -112,6 +113,9 @@ class ElasticRun : public ::testing::Test {
     for (const std::string id : {"0", "1"}) {
       const std::string log = ReadFileOrEmpty(run_dir_ + "/logs/standby-" + id + ".log");
       EXPECT_NE(log.find("standby: built segments"), std::string::npos) << log;
+      // and filled the checkpoint staging pool for its stage (worker/staging_pool.h)
+      EXPECT_NE(log.find("MB of checkpoint staging while waiting"), std::string::npos) << log;
+      EXPECT_EQ(log.find(" and 0.0 MB of checkpoint staging"), std::string::npos) << log;
     }
     return r;
   }
