@@ -524,6 +524,8 @@ def peers_morphs(args, model):
             save = wait_for("the checkpoint after the morph", lambda: [
                 c for c in m.events("checkpoint", generation + 1)
                 if c.get("step") == resumed + 1], 120, m.job)[0]
+            # The step the save's copy and writes run beside: the one after the saved step.
+            beside = [r for r in m.steps(generation + 1) if r.get("step") == save["step"] + 1]
             gap = first["time"] - old_end["time"]
             work, wait = first_step_work(m, generation + 1, first)
             out.append({"bench": "peers_morph", "model": model, "direction": direction,
@@ -537,7 +539,9 @@ def peers_morphs(args, model):
                         "manager_downtime_s": fs.get("downtime_s"),
                         **state_record(fs),
                         "checkpoint_after_blocked_s": round(save.get("blocked_s", 0), 3),
-                        "checkpoint_after_total_s": round(save.get("total_s", 0), 3)})
+                        "checkpoint_after_total_s": round(save.get("total_s", 0), 3),
+                        "checkpoint_after_step_time_s":
+                            round(beside[0]["step_time_s"], 3) if beside else None})
             emit(out[-1])
     return out
 
