@@ -245,7 +245,6 @@ void Trainer::BuildAhead() {
 }
 
 void Trainer::ReserveStaging(const std::vector<torch::Tensor>& parameters) const {
-  if (!options_.checkpoint.async) return;
   // Adam's two moments, say; a program's own optimizer is not built here (its code might not
   // expect it): its state's staging faults in at the save.
   int state_tensors = 0;
