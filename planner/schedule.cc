@@ -111,58 +111,24 @@ class Builder {
   std::vector<Instruction> out_;
 };
 
-// ZB-H1 (schedule.h): every stage run in lockstep, one unit per F, B and W, no transfer time.
+// ZB-H1 (schedule.h): 1F1B's order with each backward split, stage s's W's each s micro-batches
+// behind their B, the rest after the last B.
 std::vector<Instruction> BuildZbH1(int num_stages, int stage, int m, bool recompute) {
-  const int P = num_stages;
-  constexpr int kNever = std::numeric_limits<int>::max();
-  struct State {
-    int next_forward = 0;
-    std::deque<int> forwarded;  // F done, B not yet
-    std::deque<int> weights;    // B done, W not yet
-    int done = 0;               // W's done
+  Builder b(LayoutOf(ScheduleKind::kZbH1, num_stages), stage, recompute,
+            /*recompute_early=*/false);
+  const int warmup = std::min(num_stages - stage - 1, m);
+  int next_weights = 0;
+  const auto backward = [&](int i) {
+    b.Backward(i, 0, /*split=*/true);
+    if (i - stage >= next_weights) b.Weights(next_weights++);
   };
-  std::vector<State> st(P);
-  // activation[s][i]: when stage s can start micro-batch i's F; gradient[s][i]: its B.
-  std::vector<std::vector<int>> activation(P, std::vector<int>(m, kNever));
-  std::vector<std::vector<int>> gradient(P, std::vector<int>(m, kNever));
-  for (int i = 0; i < m; ++i) activation[0][i] = 0;
-  std::vector<std::vector<std::pair<Op, int>>> order(P);
-  const int limit = 3 * (m + P) * P;  // far past the end of any list these rules make
-  for (int t = 0;
-       t < limit && std::any_of(st.begin(), st.end(), [&](const State& s) { return s.done < m; });
-       ++t) {
-    for (int s = 0; s < P; ++s) {
-      State& me = st[s];
-      const bool b_ready = !me.forwarded.empty() && gradient[s][me.forwarded.front()] <= t;
-      const bool f_ready = me.next_forward < m &&
-                           static_cast<int>(me.forwarded.size()) < P - s &&
-                           activation[s][me.next_forward] <= t;
-      const bool w_due = static_cast<int>(me.weights.size()) >= P;
-      if (!me.weights.empty() && (w_due || (!b_ready && !f_ready))) {
-        order[s].push_back({Op::kBackwardWeight, me.weights.front()});
-        me.weights.pop_front();
-        ++me.done;
-      } else if (b_ready) {
-        const int i = me.forwarded.front();
-        me.forwarded.pop_front();
-        me.weights.push_back(i);
-        if (s > 0) gradient[s - 1][i] = t + 1;
-        order[s].push_back({Op::kBackwardInput, i});
-      } else if (f_ready) {
-        const int i = me.next_forward++;
-        me.forwarded.push_back(i);
-        if (s + 1 < P) activation[s + 1][i] = t + 1;
-        if (s == P - 1) gradient[s][i] = t + 1;  // the loss is the last stage's own
-        order[s].push_back({Op::kForward, i});
-      }
-    }
+  for (int i = 0; i < warmup; ++i) b.Forward(i);
+  for (int i = 0; i < m - warmup; ++i) {
+    b.Forward(warmup + i);
+    backward(i);
   }
-  Builder b(LayoutOf(ScheduleKind::kZbH1, P), stage, recompute, /*recompute_early=*/false);
-  for (const auto& [op, i] : order[stage]) {
-    if (op == Op::kForward) b.Forward(i);
-    if (op == Op::kBackwardInput) b.Backward(i, 0, /*split=*/true);
-    if (op == Op::kBackwardWeight) b.Weights(i);
-  }
+  for (int i = m - warmup; i < m; ++i) backward(i);
+  while (next_weights < m) b.Weights(next_weights++);
   return b.Take();
 }
 

@@ -15,12 +15,12 @@
 //
 //   ZB-H1   zero-bubble (Qi et al., 2024) at 1F1B's activations: each backward is split into B
 //           (the gradients of the stage's inputs, sent upstream at once) and W (the weight
-//           gradients, which nothing downstream waits for). The lists come from running the
-//           stages in lockstep with F = B = W = one unit: a stage does the oldest B whose gradient
-//           has arrived, else its next F while fewer than P-s micro-batches are between F and B
-//           (1F1B's bound), else the oldest W; at most P weight-gradient stashes wait at once.
-//           The W's fill the waits of the warm-up and the drain: at P = 2, M = 4 a step takes 13
-//           units where 1F1B takes 15 (12 of work).
+//           gradients, which nothing downstream waits for). Stage s runs 1F1B's order with B
+//           for the backward, and each W s micro-batches behind its B (the rest after the last
+//           B): at most P-s micro-batches between F and B, and P between F and W, what
+//           1F1B holds on its first stage, on every stage. The W's the later stages keep back
+//           fill the drain: at P = 2, M = 4 a step takes 13 units where 1F1B takes 15 (12 of
+//           work, F = B = W = one unit); the bubble is (P-1)(F+B-W).
 //
 // The next two give each rank v chunks (interleaved: 2 unless the partition gives 3P, 4P, ...
 // ranges; zb-v: 2): the model is partitioned into P·v virtual stages (the partition's ranges),
@@ -36,8 +36,8 @@
 //           v >= 2.
 //   ZB-V    zero-bubble in a V (Qi et al., 2024): position s holds virtual stages s and 2P-1-s,
 //           so the first and the last chunk share rank 0 and the turn at the bottom stays on
-//           rank P-1. Lists from the lockstep of ZB-H1 over the virtual stages (F = B = W = one
-//           unit of a chunk): the oldest ready B, else a forward of the deepest ready chunk
+//           rank P-1. Lists from running the positions in lockstep over the virtual stages (F = B =
+//           W = one unit of a chunk): the oldest ready B, else a forward of the deepest ready chunk
 //           while fewer than 2P chunk forwards await their B (P stages' activations, 1F1B's
 //           first stage), else the oldest W; at most 2P weight stashes. At P = 2, M = 4 a step
 //           takes 25 units of 24 of work.
