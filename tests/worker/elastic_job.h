@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -132,6 +133,23 @@ struct Reference {
   std::map<int64_t, std::vector<int64_t>> samples;
 };
 
+// Removes the kept references of `job_name` that earlier builds wrote (its binaries' stamps
+// differ from `kept`'s) more than a day ago: a build tree testing now may still read its own.
+inline void ForgetOlderReferences(const std::string& job_name, const std::filesystem::path& kept) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const auto day_ago = fs::file_time_type::clock::now() - std::chrono::hours(24);
+  std::vector<fs::path> older;
+  for (fs::directory_iterator it(fs::temp_directory_path(), ec);
+       !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->path() == kept || name.rfind(job_name + "-", 0) != 0) continue;
+    std::error_code time_ec;
+    if (it->last_write_time(time_ec) < day_ago && !time_ec) older.push_back(it->path());
+  }
+  for (const fs::path& path : older) fs::remove_all(path, ec);
+}
+
 // The job trained once, 1 x 1 on localhost, without interruption. Every test of a job compares
 // with the same run, so it is kept on disk for the test processes that follow (keyed by the job
 // and by the gpt_train and mitra binaries it ran, so a rebuild runs it again).
@@ -142,17 +160,18 @@ inline const Reference& Uninterrupted(const ElasticJob& job) {
   for (const std::string& a : job.program) key += " " + a;
   if (auto it = cache.find(key); it != cache.end()) return it->second;
   namespace fs = std::filesystem;
-  std::string stamp = "-" + std::to_string(std::hash<std::string>()(key));
+  const std::string job_name = "mitra-elastic-reference-" + std::to_string(job.batch_size) + "-" +
+                               std::to_string(job.steps) + "-" +
+                               std::to_string(std::hash<std::string>()(key));
+  std::string binaries;
   std::vector<std::string> stamped = job.depends_on;
   stamped.insert(stamped.end(), {job.program.front(), std::string(MITRA_BINARY)});
   for (const std::string& binary : stamped) {
     std::error_code ec;
     const auto time = fs::last_write_time(binary, ec).time_since_epoch().count();
-    stamp += "-" + std::to_string(time) + "-" + std::to_string(fs::file_size(binary, ec));
+    binaries += "-" + std::to_string(time) + "-" + std::to_string(fs::file_size(binary, ec));
   }
-  const fs::path kept = fs::temp_directory_path() /
-                        ("mitra-elastic-reference-" + std::to_string(job.batch_size) + "-" +
-                         std::to_string(job.steps) + stamp);
+  const fs::path kept = fs::temp_directory_path() / (job_name + binaries);
   if (!fs::exists(kept / "run" / "metrics.jsonl")) {
     TempDir tmp;
     const std::string machines = tmp.Write("machines.txt", "localhost slots=1\n");
@@ -166,6 +185,7 @@ inline const Reference& Uninterrupted(const ElasticJob& job) {
       std::error_code ec;
       fs::rename(staged, kept, ec);  // another process may have won: either copy is right
       if (ec) fs::remove_all(staged, ec);
+      ForgetOlderReferences(job_name, kept);
     }
   }
   Reference& ref = cache[key];
