@@ -293,6 +293,10 @@ TEST(Schedule, ZbVRunsAVAndKeepsItsBounds) {
     EXPECT_LE(held.forwarded, 2 * p) << "position " << s;
     EXPECT_LE(held.stashed, 2 * p) << "position " << s;
   }
+  // More than 1F1B's first stage (2P chunk micro-batches between F and W): at P = 2, M = 4 the
+  // two positions hold up to 6 and 7 (docs/performance.md, zb-v's memory).
+  EXPECT_EQ(PeakHeld(BuildSchedule(ScheduleKind::kZbV, 2, 0, 4, false)).in_flight, 6);
+  EXPECT_EQ(PeakHeld(BuildSchedule(ScheduleKind::kZbV, 2, 1, 4, false)).in_flight, 7);
   const ChunkLayout interleaved = LayoutOf(ScheduleKind::kInterleaved, 3);
   EXPECT_EQ(interleaved.VirtualStage(1, 1), 4);
   EXPECT_EQ(interleaved.StageOf(4), 1);
