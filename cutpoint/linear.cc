@@ -44,6 +44,9 @@ struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
     }
     const bool for_weight = ctx->needs_input_grad(1), for_bias = ctx->needs_input_grad(2);
     auto weights = [input, weight, bias, grad, for_weight, for_bias] {
+      // A W runs later, outside autograd's engine and so in grad mode: recorded, the products
+      // would keep `grad` and `input` alive in the graph of the .grad they become.
+      torch::NoGradGuard no_grad;
       const torch::Tensor g = grad.reshape({-1, grad.size(-1)});
       const torch::Tensor x = input.reshape({-1, input.size(-1)}).to(grad.scalar_type());
       if (for_weight) Accumulate(weight, g.t().mm(x));

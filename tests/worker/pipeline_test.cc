@@ -206,6 +206,9 @@ TEST(SplitBackward, BLeavesTheWeightGradientsToW) {
   EXPECT_LE(RelativeDifference(weight.grad(), plain_weight.grad()), kTolerance);
   EXPECT_LE(RelativeDifference(bias.grad(), plain_bias.grad()), kTolerance);
   EXPECT_TRUE(w.empty());
+  // W runs in grad mode, as the runtime runs it; a product it recorded would keep the output
+  // gradient and x alive in the graph of weight.grad.
+  EXPECT_FALSE(weight.grad().requires_grad()) << "W recorded a graph";
 }
 
 // Outside a zero-bubble schedule's forward the layer is torch's own: no function of mitra's in
