@@ -111,23 +111,29 @@ class Builder {
   std::vector<Instruction> out_;
 };
 
-// ZB-H1 (schedule.h): 1F1B's order with each backward split, stage s's W's each s micro-batches
-// behind their B, the rest after the last B.
-std::vector<Instruction> BuildZbH1(int num_stages, int stage, int m, bool recompute) {
-  Builder b(LayoutOf(ScheduleKind::kZbH1, num_stages), stage, recompute,
-            /*recompute_early=*/false);
+// 1F1B's order (schedule.h) on stage `stage`: P-s-1 warm-up forwards, then one forward and one
+// backward alternately, then the remaining backwards; `backward(i)` emits micro-batch i's.
+template <typename EmitBackward>
+void OneFOneBOrder(Builder& b, int num_stages, int stage, int m, const EmitBackward& backward) {
   const int warmup = std::min(num_stages - stage - 1, m);
-  int next_weights = 0;
-  const auto backward = [&](int i) {
-    b.Backward(i, 0, /*split=*/true);
-    if (i - stage >= next_weights) b.Weights(next_weights++);
-  };
   for (int i = 0; i < warmup; ++i) b.Forward(i);
   for (int i = 0; i < m - warmup; ++i) {
     b.Forward(warmup + i);
     backward(i);
   }
   for (int i = m - warmup; i < m; ++i) backward(i);
+}
+
+// ZB-H1 (schedule.h): 1F1B's order with each backward split, stage s's W's each s micro-batches
+// behind their B, the rest after the last B.
+std::vector<Instruction> BuildZbH1(int num_stages, int stage, int m, bool recompute) {
+  Builder b(LayoutOf(ScheduleKind::kZbH1, num_stages), stage, recompute,
+            /*recompute_early=*/false);
+  int next_weights = 0;
+  OneFOneBOrder(b, num_stages, stage, m, [&](int i) {
+    b.Backward(i, 0, /*split=*/true);
+    if (i - stage >= next_weights) b.Weights(next_weights++);
+  });
   while (next_weights < m) b.Weights(next_weights++);
   return b.Take();
 }
@@ -262,13 +268,7 @@ std::vector<Instruction> BuildSchedule(ScheduleKind kind, const ChunkLayout& lay
   // so there is nothing to gain from discarding activations there.
   const bool varuna = kind == ScheduleKind::kVaruna;
   Builder b(layout, stage, varuna || recompute, /*recompute_early=*/varuna);
-  const int warmup = std::min(num_stages - stage - 1, m);
-  for (int i = 0; i < warmup; ++i) b.Forward(i);
-  for (int i = 0; i < m - warmup; ++i) {
-    b.Forward(warmup + i);
-    b.Backward(i);
-  }
-  for (int i = m - warmup; i < m; ++i) b.Backward(i);
+  OneFOneBOrder(b, num_stages, stage, m, [&b](int i) { b.Backward(i); });
   return b.Take();
 }
 
