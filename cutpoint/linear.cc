@@ -24,7 +24,42 @@ void Accumulate(const torch::Tensor& param, const torch::Tensor& gradient) {
   }
 }
 
-// y = x W^T + b, with the gradients of W and b left for later while a B defers them.
+// The backward of y = x W^T (+ b): the input gradient now, the weight and bias gradients
+// left for later while a B defers them. `bias` is undefined for a layer without one.
+torch::autograd::variable_list LinearBackward(torch::autograd::AutogradContext* ctx,
+                                              const torch::Tensor& input,
+                                              const torch::Tensor& weight,
+                                              const torch::Tensor& bias, const torch::Tensor& grad) {
+  // Under autocast the forward multiplied in the lower precision of the output: so do these.
+  torch::Tensor grad_input;
+  if (ctx->needs_input_grad(0)) {
+    grad_input = grad.matmul(weight.to(grad.scalar_type())).to(input.scalar_type());
+  }
+  const bool for_weight = ctx->needs_input_grad(1);
+  const bool for_bias = bias.defined() && ctx->needs_input_grad(2);
+  auto weights = [input, weight, bias, grad, for_weight, for_bias] {
+    // A W runs later, outside autograd's engine and so in grad mode: recorded, the products
+    // would keep `grad` and `input` alive in the graph of the .grad they become.
+    torch::NoGradGuard no_grad;
+    const torch::Tensor g = grad.reshape({-1, grad.size(-1)});
+    const torch::Tensor x = input.reshape({-1, input.size(-1)}).to(grad.scalar_type());
+    if (for_weight) Accumulate(weight, g.t().mm(x));
+    if (for_bias) Accumulate(bias, g.sum(0));
+  };
+  if (WeightGradients* into = deferred) {
+    std::vector<torch::Tensor> params;
+    if (for_weight) params.push_back(weight);
+    if (for_bias) params.push_back(bias);
+    into->Add(std::move(weights), std::move(params));
+  } else {
+    weights();
+  }
+  torch::autograd::variable_list out = {grad_input, torch::Tensor()};
+  if (bias.defined()) out.push_back(torch::Tensor());
+  return out;
+}
+
+// y = x W^T + b, splittable.
 struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
@@ -35,32 +70,23 @@ struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const torch::Tensor input = saved[0], weight = saved[1], bias = saved[2];
-    const torch::Tensor grad = grads[0];
-    // Under autocast the forward multiplied in the lower precision of the output: so do these.
-    torch::Tensor grad_input;
-    if (ctx->needs_input_grad(0)) {
-      grad_input = grad.matmul(weight.to(grad.scalar_type())).to(input.scalar_type());
-    }
-    const bool for_weight = ctx->needs_input_grad(1), for_bias = ctx->needs_input_grad(2);
-    auto weights = [input, weight, bias, grad, for_weight, for_bias] {
-      // A W runs later, outside autograd's engine and so in grad mode: recorded, the products
-      // would keep `grad` and `input` alive in the graph of the .grad they become.
-      torch::NoGradGuard no_grad;
-      const torch::Tensor g = grad.reshape({-1, grad.size(-1)});
-      const torch::Tensor x = input.reshape({-1, input.size(-1)}).to(grad.scalar_type());
-      if (for_weight) Accumulate(weight, g.t().mm(x));
-      if (for_bias) Accumulate(bias, g.sum(0));
-    };
-    if (WeightGradients* into = deferred) {
-      std::vector<torch::Tensor> params;
-      if (for_weight) params.push_back(weight);
-      if (for_bias) params.push_back(bias);
-      into->Add(std::move(weights), std::move(params));
-    } else {
-      weights();
-    }
-    return {grad_input, torch::Tensor(), torch::Tensor()};
+    return LinearBackward(ctx, saved[0], saved[1], saved[2], grads[0]);
+  }
+};
+
+// y = x W^T, splittable: LibTorch 1.13's C++ autograd functions take no undefined tensor
+// (nn.Linear(..., bias=False), F.linear(x, w)).
+struct SplittableLinearWithoutBias : torch::autograd::Function<SplittableLinearWithoutBias> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
+                               const torch::Tensor& weight) {
+    ctx->save_for_backward({input, weight});
+    return torch::nn::functional::linear(input, weight);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    return LinearBackward(ctx, saved[0], saved[1], torch::Tensor(), grads[0]);
   }
 };
 
@@ -114,6 +140,7 @@ DeferWeightGradients::~DeferWeightGradients() { deferred = previous_; }
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
                      const torch::Tensor& bias) {
   if (!SplitBackward::active()) return torch::nn::functional::linear(input, weight, bias);
+  if (!bias.defined()) return SplittableLinearWithoutBias::apply(input, weight);
   return SplittableLinear::apply(input, weight, bias);
 }
 

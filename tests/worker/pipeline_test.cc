@@ -211,6 +211,29 @@ TEST(SplitBackward, BLeavesTheWeightGradientsToW) {
   EXPECT_FALSE(weight.grad().requires_grad()) << "W recorded a graph";
 }
 
+// Without a bias (nn.Linear(..., bias=False), F.linear(x, w)) the layer splits the same way;
+// LibTorch's autograd functions take no undefined tensor, so it is a function of its own.
+TEST(SplitBackward, ALayerWithoutBiasLeavesItsWeightGradientToW) {
+  auto weight = torch::randn({3, 4}, torch::kFloat64).requires_grad_(true);
+  auto x = torch::randn({5, 4}, torch::kFloat64).requires_grad_(true);
+  auto plain_weight = weight.detach().clone().requires_grad_(true);
+  auto plain_x = x.detach().clone().requires_grad_(true);
+  torch::tanh(plain_x.mm(plain_weight.t())).sum().backward();
+
+  cutpoint::WeightGradients w;
+  {
+    cutpoint::SplitBackward split;
+    torch::Tensor y = torch::tanh(cutpoint::linear(x, weight, torch::Tensor()));
+    cutpoint::DeferWeightGradients defer(&w);
+    y.sum().backward();
+  }
+  EXPECT_LE(RelativeDifference(x.grad(), plain_x.grad()), kTolerance);
+  EXPECT_FALSE(weight.grad().defined()) << "B computed the weight gradient";
+  w.Run();
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_LE(RelativeDifference(weight.grad(), plain_weight.grad()), kTolerance);
+}
+
 // Outside a zero-bubble schedule's forward the layer is torch's own: no function of mitra's in
 // the graph, every gradient in the one backward.
 // x -> tanh(linear(x, W, b) + x W^T / 4): W's gradient comes in two parts, one computed in B
