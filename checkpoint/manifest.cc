@@ -78,6 +78,7 @@ std::string Manifest::Serialize() const {
         << "micro_batch_independent " << (micro_batch_independent ? 1 : 0) << "\n";
   }
   if (!optimizer.empty()) out << "optimizer " << optimizer << "\n";
+  if (module_keys) out << "keys module\n";
   out << "segments";
   for (const auto& s : segments) out << " " << s;
   out << "\n";
@@ -132,6 +133,11 @@ Result<Manifest> Manifest::Parse(std::string_view text, const std::string& where
     else if (key == "chunk_size") fields >> m.chunk_size;
     else if (key == "micro_batch_independent") fields >> m.micro_batch_independent;
     else if (key == "optimizer") fields >> m.optimizer;
+    else if (key == "keys") {
+      std::string keys;
+      fields >> keys;
+      m.module_keys = keys == "module";
+    }
     else if (key == "segments") {
       for (std::string s; fields >> s;) m.segments.push_back(s);
       fields.clear();  // reading to the end of the line set failbit

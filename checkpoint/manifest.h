@@ -13,6 +13,7 @@
 //   chunk_size 8
 //   micro_batch_independent 0
 //   optimizer adamw
+//   keys module                (only for a model cut from one module: export's key names)
 //   segments embed block0 block1 head
 //   file seg-embed.pt 1048893 9a3c01f2
 //   tensor param/wte.weight f32 [256,128] 192
@@ -59,6 +60,9 @@ struct Manifest {
   int64_t chunk_size = 0;
   bool micro_batch_independent = false;
   std::string optimizer;  // its Name(); empty when not recorded (then it was AdamW)
+  // "keys module": the model's state_dict() keys are the names within the segments
+  // (cutpoint::ModelSpec::StateDictKeys::kModule); what `mitra checkpoint export` writes.
+  bool module_keys = false;
   std::vector<std::string> segments;
   std::vector<FileEntry> files;
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "checkpoint/store.h"
 #include "checkpoint/torch_zip.h"
@@ -21,14 +22,17 @@ std::string Megabytes(uint64_t bytes) {
 }
 
 // The key a tensor of `file` gets in the exported state dict: parameters and buffers under
-// "model" by their full names (a state dict, as torch's), optimizer state under
-// "optimizer/<kind>", the trainer's state under "trainer".
-std::string ExportKey(const std::string& segment, const std::string& name) {
+// "model" by their full names (a state dict, as torch's: the module's own keys when
+// `module_keys`), optimizer state under "optimizer/<kind>/<segment>.<name>", the trainer's
+// state under "trainer".
+std::string ExportKey(const std::string& segment, const std::string& name, bool module_keys) {
   if (segment.empty()) return "trainer/" + name;
   const size_t slash = name.find('/');
   const std::string kind = name.substr(0, slash);
-  const std::string full = segment + "." + name.substr(slash + 1);
-  return kind == "param" || kind == "buffer" ? "model/" + full : "optimizer/" + kind + "/" + full;
+  const std::string within = name.substr(slash + 1);
+  const std::string full = segment + "." + within;
+  if (kind == "param" || kind == "buffer") return "model/" + (module_keys ? within : full);
+  return "optimizer/" + kind + "/" + full;
 }
 
 // Copies the tensors of checkpoint `path` (verified: `manifest`) into one file at `target`,
@@ -44,6 +48,7 @@ Status WriteExport(const std::string& path, const checkpoint::Manifest& manifest
     sources.emplace_back(segment, checkpoint::SegmentFileName(segment));
   }
   sources.emplace_back("", "trainer.pt");
+  std::set<std::string> keys;  // a weight tied across segments has one module key
   for (const auto& [segment, name] : sources) {
     const checkpoint::FileEntry* entry = manifest.FindFile(name);
     if (!entry) {
@@ -64,8 +69,9 @@ Status WriteExport(const std::string& path, const checkpoint::Manifest& manifest
     if (!read.ok()) return read;
     for (size_t i = 0; i < entry->tensors.size(); ++i) {
       const checkpoint::TensorRecord& t = entry->tensors[i];
-      if (Status s = (*writer)->Add(ExportKey(segment, t.name), t.dtype, t.shape, data.data() + at[i]);
-          !s.ok()) {
+      const std::string key = ExportKey(segment, t.name, manifest.module_keys);
+      if (!keys.insert(key).second) continue;
+      if (Status s = (*writer)->Add(key, t.dtype, t.shape, data.data() + at[i]); !s.ok()) {
         return s;
       }
       ++*tensors;

@@ -92,6 +92,12 @@ struct ModelSpec {
   // starts and kept across morphs and resumes. Refused for a model that holds a module whose
   // result depends on its micro-batch (MicroBatchDependentModules).
   bool micro_batch_independent = false;
+  // How exports name the model's tensors. kQualified: "<segment>.<name>". kModule: the segments
+  // are pieces of one module (the Python package's ModelSpec.from_module), so a tensor's name
+  // within its segment is already its key in that module's state_dict(); a weight tied across
+  // segments has one key. Checkpoint files keep the qualified names either way.
+  enum class StateDictKeys { kQualified, kModule };
+  StateDictKeys state_dict_keys = StateDictKeys::kQualified;
 
   void AddSegment(std::string name, SegmentFactory factory);
   void TieWeights(std::string name, std::vector<std::string> members);

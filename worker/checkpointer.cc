@@ -365,6 +365,7 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   m.chunk_size = o.chunk_size;
   m.micro_batch_independent = spec_.micro_batch_independent;
   m.optimizer = runtime_.optimizer().Name();
+  m.module_keys = spec_.state_dict_keys == cutpoint::ModelSpec::StateDictKeys::kModule;
   for (const auto& s : spec_.segments) m.segments.push_back(s.name);
   for (int r = 0; r < world; ++r) {
     const std::vector<uint8_t> raw = store_->get(Key(step, "files/" + std::to_string(r)));

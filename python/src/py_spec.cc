@@ -63,6 +63,13 @@ cutpoint::ModelSpec SpecFromPython(const py::handle& spec) {
   if (!loss.is_none()) out.loss = LossFromPython(loss, "the loss");
   out.tokens_per_sample = py::cast<int64_t>(spec.attr("tokens_per_sample"));
   out.micro_batch_independent = py::cast<bool>(spec.attr("micro_batch_independent"));
+  const std::string keys = py::cast<std::string>(spec.attr("state_dict_keys"));
+  if (keys != "qualified" && keys != "module") {
+    RaisePython(PyExc_ValueError, "spec.state_dict_keys is '" + keys +
+                                      "': it is 'qualified' or 'module' (set by from_module)");
+  }
+  out.state_dict_keys = keys == "module" ? cutpoint::ModelSpec::StateDictKeys::kModule
+                                         : cutpoint::ModelSpec::StateDictKeys::kQualified;
   return out;
 }
 

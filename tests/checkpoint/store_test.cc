@@ -109,6 +109,17 @@ TEST(Manifest, RoundTripsAndDetectsTruncationAndDamage) {
   EXPECT_NE(Manifest::Parse(damaged, "M").status().message().find("checksum"), std::string::npos);
 }
 
+TEST(Manifest, KeepsThatTheModelsKeysAreTheNamesWithinItsSegments) {
+  Manifest m;
+  m.segments = {"segment0"};
+  EXPECT_EQ(m.Serialize().find("keys"), std::string::npos);  // absent unless set
+  EXPECT_FALSE(Manifest::Parse(m.Serialize(), "M")->module_keys);
+  m.module_keys = true;
+  const std::string text = m.Serialize();
+  EXPECT_NE(text.find("\nkeys module\n"), std::string::npos) << text;
+  EXPECT_TRUE(Manifest::Parse(text, "M")->module_keys);
+}
+
 TEST(Manifest, AnotherFormatVersionIsRefusedSayingWhich) {
   std::string text = Manifest().Serialize();
   text.replace(0, text.find('\n'), "mitra-checkpoint 1");
