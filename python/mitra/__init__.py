@@ -19,21 +19,12 @@ from mitra._build import load_extension
 
 _mitra = load_extension()
 
+from mitra.layers import Linear  # noqa: E402
 from mitra.spec import CutPoint, ModelSpec, sum_over_samples  # noqa: E402
+from mitra.split import SplitError  # noqa: E402
 from mitra.optim import Optimizer, TorchOptimizer  # noqa: E402
 from mitra.trainer import Trainer  # noqa: E402
 from mitra.inference import InferenceModel  # noqa: E402
-
-
-class Linear(torch.nn.Linear):
-    """torch.nn.Linear whose weight and bias gradients a zero-bubble schedule (zb-h1, zb-v)
-    computes in its W instructions, after the input gradient has gone upstream (docs/runtime.md,
-    Schedules). Elsewhere it is torch.nn.Linear itself: the same graph and the same numbers."""
-
-    def forward(self, input):
-        if _mitra.splitting():
-            return _mitra.linear(input, self.weight, self.bias)
-        return torch.nn.functional.linear(input, self.weight, self.bias)
 
 
 def describe_requested():
@@ -42,5 +33,5 @@ def describe_requested():
     return _mitra.describe_requested()
 
 
-__all__ = ["CutPoint", "InferenceModel", "Linear", "ModelSpec", "Optimizer", "TorchOptimizer",
-           "Trainer", "describe_requested", "sum_over_samples"]
+__all__ = ["CutPoint", "InferenceModel", "Linear", "ModelSpec", "Optimizer", "SplitError",
+           "TorchOptimizer", "Trainer", "describe_requested", "sum_over_samples"]

@@ -14,6 +14,7 @@ class InferenceModel:
     """
 
     def __init__(self, spec, path):
+        self._spec = spec
         self._model = _mitra.InferenceModel(spec, str(path))
         self.segments = dict(self._model.segments())
 
@@ -26,16 +27,23 @@ class InferenceModel:
         return self.forward(batch)
 
     def forward(self, batch):
-        """Runs every segment on `batch` (a dict of tensors with a batch dimension)."""
-        return self._model.forward(batch)
+        """Runs every segment on `batch` (a dict of tensors with a batch dimension); returns the
+        last segment's dict (a model cut by from_module: what its forward returns)."""
+        return self._spec.outputs_of(self._model.forward(batch))
 
     def evaluate(self, dataset, metrics=None, max_samples=0, batch_size=64):
         """The loss and each metric's mean over samples [0, n) of `dataset` (n: its length, or
         max_samples when smaller and > 0): {"samples": n, "loss": x, name: value, ...}."""
-        return self._model.evaluate(dataset, metrics or {}, max_samples, batch_size)
+        metrics = {name: self._spec.metric(fn) for name, fn in (metrics or {}).items()}
+        return self._model.evaluate(dataset, metrics, max_samples, batch_size)
 
     def state_dict(self):
-        """{qualified name: tensor} of every segment's parameters and buffers, as checkpoints
-        name them ("<segment>.<name in the module>")."""
-        return {f"{name}.{key}": value for name, module in self.segments.items()
-                for key, value in module.state_dict().items()}
+        """{name: tensor} of every segment's parameters and buffers, as checkpoints name them:
+        a model cut by from_module by its own state_dict() keys (load it into the original
+        class with load_state_dict), any other by qualified names ("<segment>.<name>")."""
+        out = {}
+        for name, module in self.segments.items():
+            for key, value in module.state_dict().items():
+                out.setdefault(key if self._spec.state_dict_keys == "module" else f"{name}.{key}",
+                               value)
+        return out

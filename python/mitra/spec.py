@@ -5,16 +5,12 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from mitra import split as _split_module
+from mitra.split import CutPoint  # noqa: F401  (mitra.CutPoint)
+
 HIDDEN = "hidden"
-
-
-class CutPoint(nn.Module):
-    """A marker between two layers of an nn.Sequential (or a list of modules): a place where the
-    model may be cut into pipeline stages. ModelSpec.from_sequential cuts there; in a model run
-    as a whole it is the identity."""
-
-    def forward(self, x):
-        return x
+# The fixed seed under which a model given as a callable is built, in every process alike.
+BUILD_SEED = 0x6d697472
 
 
 def _as_dict(value, segment):
@@ -58,11 +54,31 @@ class ModelSpec:
         self._ties = []      # (name, [qualified parameter names])
         # (outputs, batch) -> 0-d tensor: the SUM over the micro-batch's samples of each
         # sample's loss (the runtime divides by the global batch; see sum_over_samples).
-        self.loss = None
+        self._loss = None
+        # "qualified": checkpoints name tensors "<segment>.<name>"; "module": the model is one
+        # module cut by from_module, and its tensors keep the module's state_dict() keys.
+        self.state_dict_keys = "qualified"
+        # The last segment's dict -> what the loss and metrics see (from_module: what the
+        # model's forward returns).
+        self.outputs_of = _identity
         self.tokens_per_sample = 0  # a language model's tokens per sample, for tokens/s
         # True when every sample's loss and gradient depend on that sample alone (no BatchNorm):
         # then the micro-batch size may change from one shape to the next.
         self.micro_batch_independent = False
+
+    @property
+    def loss(self):
+        """fn(outputs, batch) -> 0-d tensor: the SUM over the micro-batch's samples of each
+        sample's loss. `outputs`: the last segment's dict (from_module: what forward returns)."""
+        return _on_outputs(self._loss, self.outputs_of)
+
+    @loss.setter
+    def loss(self, fn):
+        self._loss = fn
+
+    def metric(self, fn):
+        """A metric fn(outputs, batch) as the runtime calls it (outputs as the loss sees them)."""
+        return _on_outputs(fn, self.outputs_of)
 
     def add_segment(self, name, factory, input=None):
         """Appends segment `name`, built by `factory()` (called only by the stage that holds
@@ -115,7 +131,7 @@ class ModelSpec:
                 built = model
             else:
                 with torch.random.fork_rng():
-                    torch.manual_seed(0x6d697472)
+                    torch.manual_seed(BUILD_SEED)
                     built = build()
             return _split(built)
 
@@ -129,6 +145,69 @@ class ModelSpec:
                              functools.partial(lambda i: pieces()[i], i),
                              input=input if i == 0 else HIDDEN)
         return spec
+
+    @classmethod
+    def from_module(cls, model, cut_after=(), inputs=None, leaf_modules=(), names=None):
+        """Varuna's way on the model you have: an ordinary nn.Module whose forward calls
+        mitra.CutPoint()s (`x = self.cut1(x)`), or is cut after the submodules named in
+        `cut_after` (`["layer2", "layer4"]`), or both. torch.fx traces forward and cuts its graph
+        there; whatever crosses a cut travels on, parameters used on both sides are tied, and
+        the tensors keep the module's own state_dict() keys (docs/python.md, "The model you
+        have").
+
+        `model`: the module, or a callable that builds it (called once per process under a
+        fixed seed, so every process builds the same weights). `inputs`: the names of forward's
+        parameters that the batch supplies (default: those without a default value; the
+        others keep their defaults). `leaf_modules`: submodule names or classes that run
+        whole, untraced (for control flow fx cannot follow). The loss and metrics receive
+        what forward returns. Segments are named by `names` (default "segment0", ...)."""
+        build = model if callable(model) and not isinstance(model, nn.Module) else None
+
+        @functools.lru_cache(maxsize=1)
+        def segments():
+            if build is None:
+                built = model
+            else:
+                with torch.random.fork_rng():
+                    torch.manual_seed(BUILD_SEED)
+                    built = build()
+            if not isinstance(built, nn.Module):
+                raise TypeError(f"from_module takes an nn.Module or a callable that builds one, "
+                                f"not a {type(built).__name__}")
+            from mitra.layers import Linear, linear
+            return _split_module.split(built, cut_after, inputs, leaf_modules,
+                                       linear_class=Linear, linear_fn=linear)
+
+        pieces = segments()
+        count = len(pieces.modules)
+        if names is not None and len(names) != count:
+            raise ValueError(f"from_module: {len(names)} names for {count} segments")
+        names = list(names) if names else [f"segment{i}" for i in range(count)]
+        spec = cls()
+        for i, name in enumerate(names):
+            spec.add_segment(name, functools.partial(lambda i: segments().modules[i], i))
+        for i, members in enumerate(pieces.ties):
+            key = members[0][1]
+            spec.tie_weights(key.replace(".", "_"), [f"{names[s]}.{n}" for s, n in members])
+        spec.state_dict_keys = "module"
+        spec.outputs_of = pieces.outputs
+        return spec
+
+
+def _identity(outputs):
+    return outputs
+
+
+def _on_outputs(fn, outputs_of):
+    """`fn(outputs, batch)` called with outputs_of(the last segment's dict)."""
+    if fn is None or outputs_of is _identity:
+        return fn
+
+    @functools.wraps(fn)
+    def call(outputs, batch):
+        return fn(outputs_of(outputs), batch)
+
+    return call
 
 
 def _split(model):
