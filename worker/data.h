@@ -31,6 +31,14 @@ class Dataset {
   virtual int64_t Size() const = 0;
   // One sample: tensors without a batch dimension. All samples have the same names and shapes.
   virtual cutpoint::Activations Get(int64_t index) const = 0;
+
+  // Loading ahead (the Python package's loader_workers): how many steps after the current one
+  // the dataset wants to hear of; 0 (the default) for none.
+  virtual int PrefetchSteps() const { return 0; }
+  // The indices that one coming step will Get on this rank, in order: a hint, called at most
+  // once per step and from the training thread. Get returns the same sample whether or not the
+  // hint came, so the samples are those of the synchronous path in every shape.
+  virtual void Prefetch(const std::vector<int64_t>& /*indices*/) const {}
 };
 
 class Sampler {

@@ -251,7 +251,22 @@ std::vector<int64_t> Runtime::Indices(int64_t step, int64_t offset, int64_t coun
   return out;
 }
 
+void Runtime::PrefetchFrom(int64_t step) {
+  const int ahead = dataset_->PrefetchSteps();
+  if (ahead <= 0) return;
+  // A step before the last told: a resume or a morph went back (or the share changed);
+  // tell again from here.
+  if (step <= prefetched_through_ - ahead - 1 || step > prefetched_through_) {
+    prefetched_through_ = step - 1;
+  }
+  for (int64_t s = prefetched_through_ + 1; s <= step + ahead; ++s) {
+    dataset_->Prefetch(Indices(s, share_.offset, share_.samples));
+  }
+  prefetched_through_ = step + ahead;
+}
+
 cutpoint::Activations Runtime::MicroBatch(int64_t step, int micro_batch) {
+  if (micro_batch == 0) PrefetchFrom(step);
   const planner::SampleRange range = planner::MicroBatchSamples(
       options_.global_batch, options_.chunk_size, share_.first_micro_batch + micro_batch);
   cutpoint::Activations batch = Collate(*dataset_, Indices(step, range.begin, range.end - range.begin));

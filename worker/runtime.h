@@ -269,6 +269,9 @@ class Runtime {
   Status AdoptOptimizerState(HeldState& held);
   cutpoint::Activations MicroBatch(int64_t step, int micro_batch);
   std::vector<int64_t> Indices(int64_t step, int64_t offset, int64_t count);
+  // Tells the dataset of this replica's samples of steps [step, step + PrefetchSteps()] not yet
+  // told (Dataset::Prefetch).
+  void PrefetchFrom(int64_t step);
   void TraceSamples(int64_t step);
   PipelineContext Context(int64_t step, int64_t first_micro_batch);
   // Moves a batch to the stage's device (nothing to do on the CPU).
@@ -282,6 +285,7 @@ class Runtime {
   planner::ChunkLayout layout_;
   std::vector<planner::Instruction> schedule_;
   planner::BatchShare share_;
+  int64_t prefetched_through_ = -1;  // the last step PrefetchFrom told the dataset of
   std::unique_ptr<Sampler> sampler_;
   // Destroyed after comm_: its messages' tensors outlive the process groups that send them.
   std::unique_ptr<StateInFlight> in_flight_;

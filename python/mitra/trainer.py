@@ -4,6 +4,10 @@ import signal
 import sys
 
 from mitra import _mitra
+from mitra.loader import Loader
+
+# Options the Python layer handles itself (the rest go to the C++ Trainer).
+_PYTHON_OPTIONS = {"loader_workers": 0, "prefetch_steps": 2, "loader": "processes"}
 
 # Keyword -> what it is, as docs/python.md lists them. Values left at None take the runtime's
 # defaults (worker/runtime.h, worker/trainer.h), or what `mitra run` sets for the job; the
@@ -40,6 +44,10 @@ _DESCRIPTIONS = {
     # the data
     "sampler": "shuffled | sequential (default {}), or a factory (size, seed) -> object "
                "with index_at(position)",
+    "loader_workers": "processes (or threads) that run __getitem__ ahead of the step (default "
+                      "0: on the training thread)",
+    "prefetch_steps": "how many steps ahead they load (default 2)",
+    "loader": "processes (default) | threads (for a __getitem__ that releases the GIL)",
     # evaluation
     "eval_dataset": "evaluated every eval_every steps and after the last",
     "eval_every": "{}: only after the last step",
@@ -71,7 +79,7 @@ def _default_text(value):
     return _number(value)
 
 
-DEFAULTS = _mitra.trainer_defaults()
+DEFAULTS = dict(_mitra.trainer_defaults(), **_PYTHON_OPTIONS)
 OPTIONS = {key: text.format(*([_default_text(DEFAULTS[key])] if "{}" in text else []))
            for key, text in _DESCRIPTIONS.items()}
 
@@ -98,7 +106,21 @@ class Trainer:
             raise ValueError("the model has no loss: set spec.loss = fn(outputs, batch) -> the "
                              "sum over the micro-batch's samples")
         self._options = {k: v for k, v in options.items() if v is not None}
-        self._trainer = _mitra.Trainer(spec, dataset, self._options)
+        metrics = self._options.get("metrics")
+        if isinstance(metrics, dict):
+            self._options["metrics"] = {name: spec.metric(fn) for name, fn in metrics.items()}
+        loading = {k: self._options.pop(k, default) for k, default in _PYTHON_OPTIONS.items()}
+        self._loader = None
+        if loading["loader_workers"] and dataset is not None and not _mitra.describe_requested():
+            self._loader = Loader(dataset, loading["loader_workers"], loading["prefetch_steps"],
+                                  loading["loader"])
+            dataset = self._loader
+        try:
+            self._trainer = _mitra.Trainer(spec, dataset, self._options)
+        except BaseException:
+            if self._loader is not None:
+                self._loader.close()
+            raise
 
     def run(self):
         """Trains; returns the process's exit code: 0 done or stopped, 1 a failure (a lost peer),
@@ -123,5 +145,7 @@ class Trainer:
         try:
             return self._trainer.run()
         finally:
+            if self._loader is not None:
+                self._loader.close()
             if restore_sigint and python_sigint is not None:
                 signal.signal(signal.SIGINT, python_sigint)

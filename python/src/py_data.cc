@@ -2,6 +2,8 @@
 
 #include <memory>
 
+#include <pybind11/stl.h>
+
 #include "python/src/py_activations.h"
 
 namespace mitra::python {
@@ -13,7 +15,14 @@ PyDataset::PyDataset(py::object dataset) {
                     ", needs __len__() and __getitem__(index) returning a dict of tensors");
   }
   size_ = static_cast<int64_t>(py::len(dataset));
+  if (py::hasattr(dataset, "prefetch_steps") && py::hasattr(dataset, "prefetch")) {
+    prefetch_steps_ = py::cast<int>(dataset.attr("prefetch_steps"));
+  }
   dataset_ = PyRef(std::move(dataset));
+}
+
+void PyDataset::Prefetch(const std::vector<int64_t>& indices) const {
+  CallPython("the loader's prefetch", [&] { dataset_.get().attr("prefetch")(py::cast(indices)); });
 }
 
 cutpoint::Activations PyDataset::Get(int64_t index) const {

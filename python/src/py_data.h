@@ -20,10 +20,15 @@ class PyDataset : public worker::Dataset {
   explicit PyDataset(py::object dataset);
   int64_t Size() const override { return size_; }
   cutpoint::Activations Get(int64_t index) const override;
+  // A dataset with `prefetch_steps` (an int) and prefetch(indices) (mitra.loader.Loader) hears
+  // of the samples of the steps ahead.
+  int PrefetchSteps() const override { return prefetch_steps_; }
+  void Prefetch(const std::vector<int64_t>& indices) const override;
 
  private:
   PyRef dataset_;
   int64_t size_ = 0;
+  int prefetch_steps_ = 0;
 };
 
 // Needs the GIL.
