@@ -3,7 +3,8 @@
 worker program, trained with AdamW, a warm-up and clipping on the sequential sampler, so that a
 plain PyTorch loop can replay the same job: --steps N, --dropout P, --torch-optimizer (AdamW as
 torch.optim's, through mitra.TorchOptimizer), --schedule S, --kill-at STEP (SIGKILL itself at that step, once:
-the file --kill-once marks that it did), --slow."""
+the file --kill-once marks that it did), --slow; --resnet trains torchvision's ResNet-18 cut
+by name instead."""
 import argparse
 import os
 import signal
@@ -15,7 +16,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 
 import mitra  # noqa: E402
-from user_models import SETTINGS, Llama, Tokens, token_loss  # noqa: E402
+from user_models import (RESNET_CUTS, RESNET_SETTINGS, SETTINGS, Images, Llama,  # noqa: E402
+                         Tokens, image_loss, resnet, token_loss)
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=8)
@@ -25,7 +27,15 @@ p.add_argument("--schedule", default=None)
 p.add_argument("--kill-at", type=int, default=0)
 p.add_argument("--kill-once", default=None)
 p.add_argument("--slow", action="store_true", help="the loss sleeps 20 ms per micro-batch")
+p.add_argument("--resnet", action="store_true",
+               help="torchvision's ResNet-18, cut after its four layers, on Images with SGD")
 args = p.parse_args()
+
+if args.resnet:
+    spec = mitra.ModelSpec.from_module(resnet, cut_after=RESNET_CUTS)
+    spec.loss = image_loss
+    sys.exit(mitra.Trainer(spec, Images(), max_steps=args.steps, schedule=args.schedule,
+                           **RESNET_SETTINGS).run())
 
 spec = mitra.ModelSpec.from_module(lambda: Llama(dropout=args.dropout),
                                    inputs=["tokens", "attention_mask"])

@@ -114,6 +114,37 @@ class Llama(nn.Module):
         return F.linear(self.norm(x), self.embed.weight)  # the head is the embedding
 
 
+# ResNet-18 as torchvision builds it, trained with SGD and micro-batch BatchNorm.
+RESNET_SETTINGS = dict(batch_size=16, chunk_size=4, lr=0.05, warmup=2, clip=0.0,
+                       weight_decay=5e-4, momentum=0.9, optimizer="sgd", sampler="sequential")
+RESNET_CUTS = ["layer1", "layer2", "layer3", "layer4"]
+
+
+def resnet():
+    import torchvision
+    return torchvision.models.resnet18(num_classes=10)
+
+
+class Images(torch.utils.data.Dataset):
+    """`n` 3 x 32 x 32 images in 10 classes, each class a colour and a noise."""
+
+    def __init__(self, n=64):
+        g = torch.Generator().manual_seed(3)
+        self.y = torch.randint(0, 10, (n,), generator=g)
+        colours = torch.rand(10, 3, 1, 1, generator=g)
+        self.x = colours[self.y] + 0.3 * torch.randn(n, 3, 32, 32, generator=g)
+
+    def __len__(self):
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return {"x": self.x[i], "y": self.y[i]}
+
+
+def image_loss(logits, batch):
+    return F.cross_entropy(logits, batch["y"], reduction="sum")
+
+
 def token_loss(logits, batch):
     """Each sample's mean next-token loss over its attended positions, summed over samples."""
     per_token = F.cross_entropy(logits.transpose(1, 2), batch["targets"], reduction="none")
