@@ -72,7 +72,12 @@ class _Tracer(fx.Tracer):
                 if inst.opname == "UNPACK_SEQUENCE":
                     return (obj[i] for i in range(inst.argval))
                 break
-        return super().iter(obj)
+        raise SplitError(f"{_users_line()}: forward iterates over '{obj.node.name}', a traced "
+                         f"value whose length torch.fx cannot know. {_FIX_CONTROL_FLOW}")
+
+    def to_bool(self, obj):
+        raise SplitError(f"{_users_line()}: forward branches on the value of "
+                         f"'{obj.node.name}', which depends on the data. {_FIX_CONTROL_FLOW}")
 
     def call_module(self, m, forward, args, kwargs):
         if isinstance(m, CutPoint):
@@ -123,6 +128,21 @@ def _where(node):
 
 
 _NOT_THE_USERS = (os.sep + "torch" + os.sep, os.path.basename(__file__) + '"', "<frozen ")
+
+
+_FIX_CONTROL_FLOW = ("Control flow that depends on a tensor's values cannot be split: move it "
+                     "into a submodule and name that submodule (or its class) in "
+                     "leaf_modules=, so that it runs whole inside one segment, or give the value "
+                     "as a constant with inputs=")
+
+
+def _users_line():
+    """'file:line (`code`)' of the innermost frame of the user's own code."""
+    for frame in inspect.stack()[1:]:
+        if not any(part in f'{frame.filename}"' for part in _NOT_THE_USERS):
+            code = frame.code_context[0].strip() if frame.code_context else ""
+            return f"{frame.filename}:{frame.lineno} (`{code}`)"
+    return "forward"
 
 
 def _forward_inputs(model, inputs):
@@ -189,11 +209,8 @@ def trace(model, cut_after=(), inputs=None, leaf_modules=()):
         with _factories_recorded():
             graph = tracer.trace(model, concrete_args=concrete or None)
     except fx.proxy.TraceError as e:
-        raise SplitError(
-            f"mitra traces {type(model).__name__}.forward with torch.fx, which cannot follow "
-            f"it: {e}. Control flow that depends on a tensor's values cannot be split: move it "
-            f"into a submodule and name that submodule (or its class) in leaf_modules=, so "
-            f"it runs whole inside one segment, or fix the value with inputs=") from e
+        raise SplitError(f"mitra traces {type(model).__name__}.forward with torch.fx, which "
+                         f"cannot follow it: {e}. {_FIX_CONTROL_FLOW}") from e
     finally:
         model.train(was_training)
     missing = sorted(set(cut_after) - tracer.seen_cut_after)

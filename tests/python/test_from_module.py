@@ -116,7 +116,9 @@ def test_what_cannot_be_split_is_refused_naming_the_fix():
         split.split(NoCut())
     with pytest.raises(mitra.SplitError, match=r"cut_after names \['fcc'\].*its submodules: fc"):
         split.split(NoCut(), cut_after=["fcc"])
-    with pytest.raises(mitra.SplitError, match="leaf_modules="):
+    with pytest.raises(mitra.SplitError, match=r"test_from_module.py:\d+ \(`if x.sum\(\) > 0:`\): "
+                                               r"forward branches on the value of 'gt'.*"
+                                               r"leaf_modules="):
         split.split(Branchy())
     # Run whole as a leaf, the branch is the segment's own business.
     class Inner(nn.Module):
