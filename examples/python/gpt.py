@@ -7,6 +7,7 @@ same seed, the two start from the same weights and train to the same losses.
 """
 import math
 import os
+import time
 from dataclasses import dataclass, replace
 
 import torch
@@ -126,6 +127,46 @@ def gpt_spec(c):
     return spec
 
 
+class Gpt(nn.Module):
+    """The same GPT as one module, as a PyTorch user writes it: a CutPoint after the embedding
+    and after every block, called in forward; the head reads the token embedding's weight, so
+    ModelSpec.from_module ties the two without a declaration."""
+
+    def __init__(self, c):
+        super().__init__()
+        self.wte = nn.Embedding(c.vocab, c.width)
+        self.wpe = nn.Embedding(c.context, c.width)
+        with torch.no_grad():
+            self.wte.weight.normal_(0.0, 0.02)
+            self.wpe.weight.normal_(0.0, 0.02)
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.layers))
+        self.cuts = nn.ModuleList(mitra.CutPoint() for _ in range(c.layers + 1))
+        self.ln_f = nn.LayerNorm(c.width)
+
+    def forward(self, tokens):
+        positions = torch.arange(tokens.size(1))
+        x = self.cuts[0](self.wte(tokens) + self.wpe(positions))
+        for block, cut in zip(self.blocks, self.cuts[1:]):
+            x = cut(block(x))
+        return torch.matmul(self.ln_f(x), self.wte.weight.t())
+
+
+def gpt_module_spec(c):
+    """Gpt(c) cut at its CutPoints by ModelSpec.from_module, with gpt_spec's loss."""
+    spec = mitra.ModelSpec.from_module(lambda: Gpt(c))
+
+    def loss(logits, batch):
+        targets = batch["targets"]
+        per_token = F.cross_entropy(logits.reshape(-1, c.vocab), targets.reshape(-1),
+                                    reduction="none")
+        return per_token.view(targets.shape).mean(1).sum()
+
+    spec.loss = loss
+    spec.tokens_per_sample = c.context
+    spec.micro_batch_independent = c.dropout == 0
+    return spec
+
+
 DEFAULT_TEXT = "/usr/share/games/fortunes"
 
 
@@ -134,7 +175,8 @@ class TextDataset(torch.utils.data.Dataset):
     path order, without fortune's .dat index files and .u8 duplicates), as examples/gpt's
     TextDataset reads them: sample i is bytes [i * context, (i + 1) * context]."""
 
-    def __init__(self, path, context):
+    def __init__(self, path, context, cost_ms=0.0):
+        self.cost_s = cost_ms / 1000  # a stand-in for decoding: the loader's benchmark
         files = []
         if os.path.isdir(path):
             for folder, _, names in os.walk(path):
@@ -159,6 +201,8 @@ class TextDataset(torch.utils.data.Dataset):
         return (self.bytes.numel() - 1) // self.context
 
     def __getitem__(self, index):
+        if self.cost_s:
+            time.sleep(self.cost_s)
         window = self.bytes[index * self.context:index * self.context + self.context + 1].long()
         return {"tokens": window[:-1], "targets": window[1:]}
 

@@ -15,7 +15,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import mitra  # noqa: E402
-from gpt import DEFAULT_TEXT, GptConfig, TextDataset, gpt_spec, with_dropout  # noqa: E402
+from gpt import (DEFAULT_TEXT, GptConfig, TextDataset, gpt_module_spec, gpt_spec,  # noqa: E402
+                 with_dropout)
 
 
 def parse_args(argv):
@@ -24,6 +25,12 @@ def parse_args(argv):
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", default="bench", choices=["tiny", "bench", "large"])
     p.add_argument("--data", default=DEFAULT_TEXT, help="text file or directory")
+    p.add_argument("--from-module", action="store_true",
+                   help="the GPT written as one module with CutPoints in forward (gpt.Gpt)")
+    p.add_argument("--loader-workers", type=int, default=0,
+                   help="processes that load samples ahead of the step")
+    p.add_argument("--sample-cost-ms", type=float, default=0.0,
+                   help="sleep this long in every __getitem__ (a dataset that decodes)")
     p.add_argument("--seed", type=int, default=d["seed"], help="weights, samples, dropout")
     p.add_argument("--steps", type=int, default=d["max_steps"],
                    help="steps to train when mitra run gives no --max-steps")
@@ -64,10 +71,12 @@ def main(argv):
     args = parse_args(argv)
     config = with_dropout(GptConfig.named(args.model), args.dropout)
     # Describing needs the model, not the data.
-    dataset = None if mitra.describe_requested() else TextDataset(args.data, config.context)
+    dataset = None if mitra.describe_requested() else TextDataset(args.data, config.context,
+                                                                  args.sample_cost_ms)
+    spec = gpt_module_spec(config) if args.from_module else gpt_spec(config)
     try:
         trainer = mitra.Trainer(
-            gpt_spec(config), dataset, seed=args.seed, max_steps=args.steps,
+            spec, dataset, seed=args.seed, max_steps=args.steps,
             batch_size=args.batch_size, chunk_size=args.chunk_size, schedule=args.schedule,
             recompute=args.recompute, partition=args.partition, lr=args.lr, warmup=args.warmup,
             cosine_steps=args.cosine_steps, optimizer=args.optimizer,
@@ -75,7 +84,7 @@ def main(argv):
             sampler=args.sampler, clip=args.clip, backend=args.backend,
             precision=args.precision, device=args.device, loss_scale=args.loss_scale,
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
-            dump_params=args.dump_params, trace=args.trace)
+            dump_params=args.dump_params, trace=args.trace, loader_workers=args.loader_workers)
     except ValueError as e:  # a name none of the settings takes: bad configuration
         print(f"gpt_train.py: {e}", file=sys.stderr)
         return 2
