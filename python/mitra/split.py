@@ -238,15 +238,98 @@ class Segments:
         return _pytree.tree_unflatten(leaves, self.output_spec)
 
 
-def _segment_of_nodes(graph):
-    """{node: segment index} for computing nodes, and the number of segments."""
-    segment, where = 0, {}
+class _Plan:
+    """Where each node of the traced graph runs and which segments use its value.
+
+    A computing node runs in the segment its cut points put it in. Placeholders (the batch) are
+    segment 0's; get_attrs (parameters, buffers) and shape arithmetic have no home of their
+    own that matters: every segment that uses one gets its own copy."""
+
+    def __init__(self, graph, model_name):
+        self.home, segment = {}, 0
+        for node in graph.nodes:
+            if node.op == "call_function" and node.target is _cut:
+                segment += 1
+            elif node.op == "placeholder":
+                self.home[node] = 0
+            elif node.op not in ("output", "get_attr"):
+                self.home[node] = segment
+        self.count = segment + 1
+        if self.count == 1:
+            raise SplitError(f"{model_name}.forward calls no CutPoint and cut_after is empty: "
+                             f"mark where it may be cut (self.cut = mitra.CutPoint() in "
+                             f"__init__, x = self.cut(x) in forward), or name submodules in "
+                             f"cut_after=")
+        # A cut is the identity: its users read the value it was given.
+        for node in list(graph.nodes):
+            if node.op == "call_function" and node.target is _cut:
+                node.replace_all_uses_with(node.args[0])
+                graph.erase_node(node)
+        output = next(n for n in graph.nodes if n.op == "output")
+        self.outputs, self.output_spec = _pytree.tree_flatten(output.args[0])
+        for leaf in self.outputs:
+            if not isinstance(leaf, fx.Node):
+                raise SplitError(f"{model_name}.forward returns {leaf!r}, a constant: return "
+                                 f"tensors only")
+        self._shape_memo = {}
+        self.users = self._users(graph)
+
+    def _users(self, graph):
+        """{node: the segments that use its value}; forward's output is the last one's."""
+        users = {}
+        for leaf in self.outputs:
+            users.setdefault(leaf, set()).add(self.count - 1)
+        for node in graph.nodes:
+            if node in self.home and node.op != "placeholder":
+                for arg in node.all_input_nodes:
+                    users.setdefault(arg, set()).add(self.home[node])
+        # Shape arithmetic is recomputed where it is used: what it reads is used there too.
+        for node in reversed(list(graph.nodes)):
+            if node in self.home and self.copied(node):
+                for arg in node.all_input_nodes:
+                    users.setdefault(arg, set()).update(users.get(node, ()))
+        return users
+
+    def copied(self, node):
+        """True for a value each segment that uses it computes itself, never sent."""
+        return node.op == "get_attr" or (node.op != "placeholder" and
+                                         _is_shape_value(node, self._shape_memo))
+
+    def crossing(self, s):
+        """The values made in segments <= s and used after s: what segment s sends on."""
+        return [node for node, used_by in self.users.items()
+                if not self.copied(node) and self.home.get(node, s + 1) <= s < max(used_by)]
+
+
+def _segment_graph(graph, plan, s, input_names):
+    """Segment s's graph: forward(inputs: dict) -> dict of what it sends on (the last: forward's
+    outputs, flattened), each value checked to be a tensor."""
+    g = fx.Graph()
+    received = g.placeholder("inputs")
+    env = {}
+
+    def value(node):
+        if node not in env:
+            if plan.copied(node) and plan.home.get(node) != s:
+                env[node] = g.node_copy(node, value)
+            elif plan.home.get(node) == s and node.op != "placeholder":
+                raise AssertionError(f"{node.name} used before it is made")
+            else:
+                env[node] = g.call_function(operator.getitem, (received, node.name))
+        return env[node]
+
     for node in graph.nodes:
-        if node.op == "call_function" and node.target is _cut:
-            segment += 1
-        elif node.op not in ("placeholder", "output", "get_attr"):
-            where[node] = segment
-    return where, segment + 1
+        if node.op == "placeholder" and s == 0:
+            env[node] = g.call_function(_batch_input, (received, node.target, tuple(input_names)))
+        elif node.op not in ("placeholder", "get_attr") and plan.home.get(node) == s:
+            env[node] = g.node_copy(node, value)
+    if s == plan.count - 1:
+        sent = {f"{OUTPUT}{i}": leaf for i, leaf in enumerate(plan.outputs)}
+    else:
+        sent = {node.name: node for node in plan.crossing(s)}
+    sources = {key: _where(node) for key, node in sent.items()}
+    g.output(g.call_function(_tensors_only, ({k: value(n) for k, n in sent.items()}, s, sources)))
+    return g
 
 
 def split(model, cut_after=(), inputs=None, leaf_modules=(), linear_class=None, linear_fn=None):
@@ -254,105 +337,25 @@ def split(model, cut_after=(), inputs=None, leaf_modules=(), linear_class=None, 
     `linear_class` replaces the class of each nn.Linear, `linear_fn` each call of F.linear: the
     zero-bubble schedules' layers (mitra.layers), the same numbers elsewhere."""
     graph, input_names = trace(model, cut_after, inputs, leaf_modules)
-    where, count = _segment_of_nodes(graph)
-    # A cut is the identity: its users read the value it was given.
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is _cut:
-            node.replace_all_uses_with(node.args[0])
-            graph.erase_node(node)
-    shape_memo = {}
-    if count == 1:
-        raise SplitError(f"{type(model).__name__}.forward calls no CutPoint and cut_after is "
-                         f"empty: mark where it may be cut (self.cut = mitra.CutPoint() in "
-                         f"__init__, x = self.cut(x) in forward), or name submodules in "
-                         f"cut_after=")
-    output_node = next(n for n in graph.nodes if n.op == "output")
-    flat_out, output_spec = _pytree.tree_flatten(output_node.args[0])
-    for leaf in flat_out:
-        if not isinstance(leaf, fx.Node):
-            raise SplitError(f"{type(model).__name__}.forward returns {leaf!r}, a constant: "
-                             f"return tensors only")
-
-    # Which segments use each value: a use inside segment s, or the output (the last segment).
-    users = {}
-    for node in graph.nodes:
-        if node.op == "output":
-            for leaf in flat_out:
-                users.setdefault(leaf, set()).add(count - 1)
-            continue
-        if node.op in ("placeholder", "get_attr"):
-            continue
-        for arg in node.all_input_nodes:
-            users.setdefault(arg, set()).add(where[node])
-    # Shape arithmetic is recomputed where it is used: what it reads is used there too.
-    for node in reversed(list(graph.nodes)):
-        if node in where and _is_shape_value(node, shape_memo):
-            for arg in node.all_input_nodes:
-                users.setdefault(arg, set()).update(users.get(node, ()))
-
-    # Each segment's nodes: its own computing nodes, plus get_attrs and shape arithmetic it
-    # uses from elsewhere (copied in, not sent).
-    def home(node):
-        return 0 if node.op == "placeholder" else where.get(node)
-
+    plan = _Plan(graph, type(model).__name__)
     modules = []
-    for s in range(count):
-        g = fx.Graph()
-        batch = g.placeholder("inputs")
-        env = {}
-
-        def value(node, g=g, env=env, batch=batch, s=s):
-            if node in env:
-                return env[node]
-            if node.op == "get_attr" or (_is_shape_value(node, shape_memo) and home(node) != s):
-                env[node] = g.node_copy(node, value)
-            elif home(node) == s and node.op != "placeholder":
-                raise AssertionError(f"{node.name} used before it is made")
-            else:
-                env[node] = g.call_function(operator.getitem, (batch, node.name))
-            return env[node]
-
-        for node in graph.nodes:
-            if node.op == "placeholder" and s == 0:
-                env[node] = value_of_input(g, batch, node, input_names)
-            elif where.get(node) == s:
-                env[node] = g.node_copy(node, value)
-        outputs = {}
-        if s == count - 1:
-            for i, leaf in enumerate(flat_out):
-                outputs[f"{OUTPUT}{i}"] = value(leaf)
-        else:
-            for node, used_by in users.items():
-                if node.op == "get_attr" or _is_shape_value(node, shape_memo):
-                    continue
-                h = home(node)
-                if h is not None and h <= s and max(used_by) > s:
-                    outputs[node.name] = value(node)
-        for node in outputs.values():
-            _check_crossing(node, s, count)
-        sources = {key: _where(node) for key, node in outputs.items()}
-        g.output(g.call_function(_tensors_only, (outputs, s, sources)))
+    for s in range(plan.count):
+        g = _segment_graph(graph, plan, s, input_names)
         if linear_fn is not None:
             for node in g.nodes:
                 if node.op == "call_function" and node.target in _LINEAR_FUNCTIONS:
                     node.target = linear_fn
         modules.append(fx.GraphModule(model, g, class_name=f"Segment{s}"))
     _keep_persistence(model, modules)
-    ties = _untie(model, modules)
+    ties = _untie(modules)
     _lint_unused(model, modules)
-    if linear_class is not None:
-        for gm in modules:
+    for gm in modules:
+        if linear_class is not None:
             for m in gm.modules():
                 if type(m) is nn.Linear:
                     m.__class__ = linear_class
-    for gm in modules:
         _dropout_as_modules(gm)
-    return Segments(modules, ties, output_spec, input_names)
-
-
-def value_of_input(g, batch, node, input_names):
-    """The batch's tensor for forward's parameter `node`, read from segment 0's dict."""
-    return g.call_function(_batch_input, (batch, node.target, tuple(input_names)))
+    return Segments(modules, ties, plan.output_spec, input_names)
 
 
 def _batch_input(batch, name, wanted):
@@ -376,13 +379,6 @@ def _tensors_only(outputs, segment, sources):
                             f"travel between stages. Compute it after the cut (from a tensor "
                             f"that crosses), make it a tensor, or move the cut")
     return outputs
-
-
-def _check_crossing(node, s, count):
-    """Refuses a value that crosses a cut and is surely not a tensor."""
-    if node.op == "call_function" and node.target in (len,):
-        raise SplitError(f"'{node.name}' ({_where(node)}) crosses the cut after segment {s} "
-                         f"but is not a tensor: compute it after the cut, or move the cut")
 
 
 def _dropout_as_modules(gm):
@@ -423,7 +419,7 @@ def _keep_persistence(model, modules):
                     module._non_persistent_buffers_set.add(b)
 
 
-def _untie(model, modules):
+def _untie(modules):
     """Gives each segment its own copy of a parameter or persistent buffer that an earlier
     segment also holds, and returns the parameters to tie: [(key, [(segment, name)])]."""
     owners = {}  # id(tensor) -> [(segment, name)]
