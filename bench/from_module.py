@@ -28,27 +28,19 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 
+import python_segment_call  # bench/: the same measure of one run
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAM = os.path.join(ROOT, "examples", "python", "gpt_train.py")
 BATCH, CONTEXT = 32, 128
 
 
 def step_time(flags, args, env):
-    cmd = ["/usr/bin/python3", PROGRAM, "--model", "bench", "--steps",
-           str(args.warmup + args.steps), "--batch-size", str(BATCH), "--chunk-size", "8",
-           "--sampler", "sequential", *flags]
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if out.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {out.returncode}:\n{out.stderr[-3000:]}")
-    times = []
-    for line in out.stdout.splitlines():
-        if line.startswith("@mitra "):
-            record = json.loads(line[len("@mitra "):])
-            if record.get("event") == "step" and record["step"] > args.warmup:
-                times.append(record["step_time_s"])
-    return statistics.median(times)
+    """The median step_time_s of one run after the warm-up steps."""
+    return python_segment_call.step_time(
+        ["/usr/bin/python3", PROGRAM, "--model", "bench", "--steps",
+         str(args.warmup + args.steps), "--batch-size", str(BATCH), "--chunk-size", "8",
+         "--sampler", "sequential", *flags], env, args.warmup)
 
 
 def measure(part, configs, args, env):

@@ -45,14 +45,19 @@ def _init_linear(linear):
         linear.bias.zero_()
 
 
+def _embeddings(c):
+    """The token and position embeddings, drawn as the C++ model draws them."""
+    wte, wpe = nn.Embedding(c.vocab, c.width), nn.Embedding(c.context, c.width)
+    with torch.no_grad():
+        wte.weight.normal_(0.0, 0.02)
+        wpe.weight.normal_(0.0, 0.02)
+    return wte, wpe
+
+
 class Embed(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.wte = nn.Embedding(c.vocab, c.width)
-        self.wpe = nn.Embedding(c.context, c.width)
-        with torch.no_grad():
-            self.wte.weight.normal_(0.0, 0.02)
-            self.wpe.weight.normal_(0.0, 0.02)
+        self.wte, self.wpe = _embeddings(c)
 
     def forward(self, batch):
         tokens = batch["tokens"]
@@ -102,6 +107,14 @@ class Head(nn.Module):
         return {"logits": torch.matmul(self.ln_f(x), self.weight.t())}
 
 
+def token_loss(c, logits, batch):
+    """Each sample's mean cross-entropy over its tokens, summed over the micro-batch."""
+    targets = batch["targets"]
+    per_token = F.cross_entropy(logits.reshape(-1, c.vocab), targets.reshape(-1),
+                                reduction="none")
+    return per_token.view(targets.shape).mean(1).sum()
+
+
 def gpt_spec(c):
     """Segments "embed", "block0" .. "block<N-1>", "head"; the loss is each sample's mean
     cross-entropy over its tokens, summed over the micro-batch's samples."""
@@ -111,14 +124,7 @@ def gpt_spec(c):
         spec.add_segment(f"block{i}", lambda: Block(c), input="hidden")
     spec.add_segment("head", lambda: Head(c), input="hidden")
     spec.tie_weights("token_embedding", ["embed.wte.weight", "head.weight"])
-
-    def loss(outputs, batch):
-        logits, targets = outputs["logits"], batch["targets"]
-        per_token = F.cross_entropy(logits.reshape(-1, c.vocab), targets.reshape(-1),
-                                    reduction="none")
-        return per_token.view(targets.shape).mean(1).sum()
-
-    spec.loss = loss
+    spec.loss = lambda outputs, batch: token_loss(c, outputs["logits"], batch)
     spec.tokens_per_sample = c.context
     # LayerNorm only: every sample is computed on its own. Dropout draws its masks for a whole
     # micro-batch at once: with it, the micro-batch size is kept for the job, so that every
@@ -134,11 +140,7 @@ class Gpt(nn.Module):
 
     def __init__(self, c):
         super().__init__()
-        self.wte = nn.Embedding(c.vocab, c.width)
-        self.wpe = nn.Embedding(c.context, c.width)
-        with torch.no_grad():
-            self.wte.weight.normal_(0.0, 0.02)
-            self.wpe.weight.normal_(0.0, 0.02)
+        self.wte, self.wpe = _embeddings(c)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.layers))
         self.cuts = nn.ModuleList(mitra.CutPoint() for _ in range(c.layers + 1))
         self.ln_f = nn.LayerNorm(c.width)
@@ -154,14 +156,7 @@ class Gpt(nn.Module):
 def gpt_module_spec(c):
     """Gpt(c) cut at its CutPoints by ModelSpec.from_module, with gpt_spec's loss."""
     spec = mitra.ModelSpec.from_module(lambda: Gpt(c))
-
-    def loss(logits, batch):
-        targets = batch["targets"]
-        per_token = F.cross_entropy(logits.reshape(-1, c.vocab), targets.reshape(-1),
-                                    reduction="none")
-        return per_token.view(targets.shape).mean(1).sum()
-
-    spec.loss = loss
+    spec.loss = lambda logits, batch: token_loss(c, logits, batch)
     spec.tokens_per_sample = c.context
     spec.micro_batch_independent = c.dropout == 0
     return spec

@@ -123,17 +123,9 @@ class ModelSpec:
         `input` is the batch's tensor the first layer takes; the others take the tensor the
         layer before returned. Every process holds the whole model: when that is too much, use
         add_segment with a factory per segment."""
-        build = model if callable(model) and not isinstance(model, nn.Module) else None
-
         @functools.lru_cache(maxsize=1)
         def pieces():
-            if build is None:
-                built = model
-            else:
-                with torch.random.fork_rng():
-                    torch.manual_seed(BUILD_SEED)
-                    built = build()
-            return _split(built)
+            return _split(_built(model))
 
         count = len(pieces())
         spec = cls()
@@ -161,16 +153,9 @@ class ModelSpec:
         others keep their defaults). `leaf_modules`: submodule names or classes that run
         whole, untraced (for control flow fx cannot follow). The loss and metrics receive
         what forward returns. Segments are named by `names` (default "segment0", ...)."""
-        build = model if callable(model) and not isinstance(model, nn.Module) else None
-
         @functools.lru_cache(maxsize=1)
         def segments():
-            if build is None:
-                built = model
-            else:
-                with torch.random.fork_rng():
-                    torch.manual_seed(BUILD_SEED)
-                    built = build()
+            built = _built(model)
             if not isinstance(built, nn.Module):
                 raise TypeError(f"from_module takes an nn.Module or a callable that builds one, "
                                 f"not a {type(built).__name__}")
@@ -192,6 +177,16 @@ class ModelSpec:
         spec.state_dict_keys = "module"
         spec.outputs_of = pieces.outputs
         return spec
+
+
+def _built(model):
+    """`model` itself, or what the callable `model` builds under BUILD_SEED (the same weights
+    in every process, whatever the caller's generator holds)."""
+    if not callable(model) or isinstance(model, nn.Module):
+        return model
+    with torch.random.fork_rng():
+        torch.manual_seed(BUILD_SEED)
+        return model()
 
 
 def _identity(outputs):
