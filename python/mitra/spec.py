@@ -1,5 +1,7 @@
 """The model: a chain of segments (ordinary torch.nn.Modules) separated by CutPoints."""
 import functools
+import gc
+import weakref
 from collections import OrderedDict
 
 import torch
@@ -152,9 +154,12 @@ class ModelSpec:
         parameters that the batch supplies (default: those without a default value; the
         others keep their defaults). `leaf_modules`: submodule names or classes that run
         whole, untraced (for control flow fx cannot follow). The loss and metrics receive
-        what forward returns. Segments are named by `names` (default "segment0", ...)."""
-        @functools.lru_cache(maxsize=1)
-        def segments():
+        what forward returns. Segments are named by `names` (default "segment0", ...).
+
+        Given a callable, a process keeps only the segments its stage holds once it trains
+        (the others are freed at its first forward, and built again, with the whole model,
+        if a later shape needs them); given a module, the module keeps them all."""
+        def split():
             built = _built(model)
             if not isinstance(built, nn.Module):
                 raise TypeError(f"from_module takes an nn.Module or a callable that builds one, "
@@ -163,20 +168,64 @@ class ModelSpec:
             return _split_module.split(built, cut_after, inputs, leaf_modules,
                                        linear_class=Linear, linear_fn=linear)
 
-        pieces = segments()
+        pieces = split()
+        rebuildable = callable(model) and not isinstance(model, nn.Module)
+        kept = _KeptSegments(pieces, split if rebuildable else None)
         count = len(pieces.modules)
         if names is not None and len(names) != count:
             raise ValueError(f"from_module: {len(names)} names for {count} segments")
         names = list(names) if names else [f"segment{i}" for i in range(count)]
         spec = cls()
         for i, name in enumerate(names):
-            spec.add_segment(name, functools.partial(lambda i: segments().modules[i], i))
+            spec.add_segment(name, functools.partial(kept.segment, i))
         for i, members in enumerate(pieces.ties):
             key = members[0][1]
             spec.tie_weights(key.replace(".", "_"), [f"{names[s]}.{n}" for s, n in members])
         spec.state_dict_keys = "module"
-        spec.outputs_of = pieces.outputs
+        # Not pieces.outputs: a bound method would keep every segment alive.
+        spec.outputs_of = functools.partial(_split_module.outputs_as_returned,
+                                            output_spec=pieces.output_spec)
         return spec
+
+
+class _KeptSegments:
+    """The segments from_module split a model into, handed to the runtime's factories. With a
+    way to split the model again (`resplit`, when the model was given as a callable), all are
+    held only until the first forward of one of them: the stage is built by then, and the
+    segments it does not hold are let go; a segment asked for after that, and no longer alive,
+    comes from a new build and split of the whole model (the same initial weights: it is built
+    under BUILD_SEED)."""
+
+    def __init__(self, pieces, resplit):
+        self._resplit = resplit
+        self._held = list(pieces.modules)  # strong references, or None once let go
+        self._alive = [weakref.ref(m) for m in pieces.modules]
+        if resplit is not None:
+            self._arm()
+
+    def segment(self, i):
+        """Segment i: the one alive if any (the runtime's, trained), else from the segments
+        held, else from a new split."""
+        module = self._alive[i]()
+        if module is None:
+            if self._held is None:
+                self._held = list(self._resplit().modules)
+                self._arm()
+            module = self._held[i]
+            self._alive[i] = weakref.ref(module)
+        return module
+
+    def _arm(self):
+        """Lets go of the segments at the first forward of any of them."""
+        handles = []
+
+        def let_go(module, inputs):
+            for handle in handles:
+                handle.remove()
+            self._held = None
+            gc.collect()  # a GraphModule and its graph refer to each other
+
+        handles.extend(m.register_forward_pre_hook(let_go) for m in self._held)
 
 
 def _built(model):

@@ -234,8 +234,13 @@ class Segments:
 
     def outputs(self, flat):
         """The last segment's dict as forward returned it (a tensor, tuple, dict...)."""
-        leaves = [flat[f"{OUTPUT}{i}"] for i in range(self.output_spec.num_leaves)]
-        return _pytree.tree_unflatten(leaves, self.output_spec)
+        return outputs_as_returned(flat, self.output_spec)
+
+
+def outputs_as_returned(flat, output_spec):
+    """The last segment's dict `flat` in the structure `output_spec` of forward's output."""
+    leaves = [flat[f"{OUTPUT}{i}"] for i in range(output_spec.num_leaves)]
+    return _pytree.tree_unflatten(leaves, output_spec)
 
 
 class _Plan:

@@ -63,6 +63,33 @@ def test_resnet18_as_torchvision_builds_it_is_cut_by_name():
     assert set().union(*[set(m.state_dict()) for m in segments.modules]) == set(model.state_dict())
 
 
+def test_a_process_keeps_only_the_segments_it_trains():
+    """Built by a callable, the segments a stage does not hold are freed at its first forward;
+    one asked for later is built again, with the first build's initial weights."""
+    import gc
+    import weakref
+    spec = mitra.ModelSpec.from_module(Llama, inputs=["tokens", "attention_mask"])
+    make = [factory for _, factory in spec._segments]
+    first = make[0]()[0]
+    initial = {k: v.clone() for k, v in first.state_dict().items()}
+    others = [weakref.ref(make[i]()[0]) for i in (1, 2, 3)]
+    gc.collect()
+    assert all(o() is not None for o in others)  # held until training begins
+    first(batch_of(Tokens(), range(2)))  # the stage (segment 0 alone) trains
+    assert all(o() is None for o in others)
+    assert make[0]()[0] is first  # still the stage's
+    again = make[2]()[0]  # a later shape needs segment 2: built anew
+    assert again is not None and set(again.state_dict()) >= {"blocks.2.mlp.up.weight"}
+    with torch.no_grad():
+        first.embed.weight.add_(1.0)  # trained since
+    rebuilt_first = make[0]()[0]
+    assert rebuilt_first is first  # alive: not rebuilt
+    torch.manual_seed(mitra.spec.BUILD_SEED)
+    fresh = Llama().state_dict()
+    assert all(torch.equal(fresh[k], v) for k, v in again.state_dict().items())
+    assert all(torch.equal(fresh[k], v) for k, v in initial.items())
+
+
 def test_every_nn_linear_and_f_linear_becomes_the_zero_bubble_linear():
     spec = mitra.ModelSpec.from_module(lambda: Llama(), inputs=["tokens", "attention_mask"])
     last = spec._segments[-1][1]()[0]
