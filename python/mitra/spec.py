@@ -149,8 +149,8 @@ class ModelSpec:
         the tensors keep the module's own state_dict() keys (docs/python.md, "The model you
         have").
 
-        `model`: the module, or a callable that builds it (called once per process under a
-        fixed seed, so every process builds the same weights). `inputs`: the names of forward's
+        `model`: the module, or a callable that builds it (called under a fixed seed, so every
+        process builds the same weights). `inputs`: the names of forward's
         parameters that the batch supplies (default: those without a default value; the
         others keep their defaults). `leaf_modules`: submodule names or classes that run
         whole, untraced (for control flow fx cannot follow). The loss and metrics receive
