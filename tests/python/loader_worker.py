@@ -2,7 +2,7 @@
 """models.py's MLP on a dataset whose __getitem__ costs --cost-ms, loaded by --workers loader
 processes (0: on the training thread). --raise-at I: __getitem__(I) raises in a loader;
 --die-at I: the loader process loading I kills itself; --pids FILE: the loader processes' pids
-are written there; --sleep-after S: the trainer's process lingers S s after training (so a test
+are written there (FILE.<pid> under `mitra run`, a file per worker); --sleep-after S: the trainer's process lingers S s after training (so a test
 can kill it while its loaders live)."""
 import argparse
 import os
@@ -43,6 +43,7 @@ trainer = mitra.Trainer(mlp_spec(), Costly(), batch_size=32, chunk_size=8, max_s
                         lr=0.05, sampler="sequential", loader_workers=args.workers,
                         loader="threads" if args.threads else "processes")
 if args.pids and trainer._loader is not None and trainer._loader.kind == "processes":
-    with open(args.pids, "w") as f:
+    managed = any(k.startswith("MITRA_") and k != "MITRA_THREADS" for k in os.environ)
+    with open(f"{args.pids}.{os.getpid()}" if managed else args.pids, "w") as f:
         f.write(" ".join(str(p) for p in sorted(trainer._loader.pids)))
 sys.exit(trainer.run())

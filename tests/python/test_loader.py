@@ -1,6 +1,7 @@
 """Trainer(loader_workers=N): samples loaded ahead in worker processes are the synchronous
 path's samples; a loader that raises or dies is a failure with its cause, never a hang; no
 loader process outlives its trainer, even a SIGKILLed one."""
+import json
 import os
 import signal
 import subprocess
@@ -8,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import HERE, PYTHON, losses, run_python
+from conftest import HERE, MITRA_BINARY, PYTHON, losses, run_python
 
 WORKER = os.path.join(HERE, "loader_worker.py")
 
@@ -55,6 +56,40 @@ def test_a_loader_process_that_dies_is_a_failure_not_a_hang(standalone, tmp_path
     assert run.returncode == 1
     assert "a loader worker process died while loading sample" in run.stderr
     assert not any(alive(p) for p in pids_of(tmp_path / "pids"))
+
+
+def test_a_morph_keeps_the_samples_and_leaves_no_loader_behind(standalone, tmp_path):
+    """1 x 2 with two loader processes per worker, shrunk to 1 x 1 after step 5: the losses
+    are the synchronous 1 x 1 job's, and the loaders of the worker that left are gone."""
+    synchronous = run_python([WORKER, "--workers", "0", "--steps", "30"])
+    assert synchronous.returncode == 0, synchronous.stderr
+    machines = tmp_path / "machines.txt"
+    machines.write_text("localhost slots=2\n")
+    mitra_run = subprocess.Popen(
+        [MITRA_BINARY, "run", "--machines", str(machines), "--batch-size", "32", "--chunk-size",
+         "8", "--nstages", "1", "--max-steps", "30", "--run-dir", str(tmp_path / "run"), "--",
+         PYTHON, WORKER, "--workers", "2", "--steps", "30", "--pids", str(tmp_path / "pids")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    for line in mitra_run.stdout:
+        if line.startswith("step 5/"):
+            break
+    (tmp_path / "machines.new").write_text("localhost slots=1\n")
+    os.rename(tmp_path / "machines.new", machines)
+    out, err = mitra_run.communicate(timeout=180)
+    assert mitra_run.returncode == 0, out + err
+    assert "mitra: morph done: training again in 1 x 1" in out, out + err
+    metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    last = {m["step"]: m["loss"] for m in metrics if "loss" in m}
+    assert [last[s] for s in sorted(last)] == pytest.approx(losses(synchronous.stdout),
+                                                            abs=2e-5)
+    files = list(tmp_path.glob("pids.*"))
+    assert len(files) == 2  # one per worker of the first shape
+    pids = [p for f in files for p in pids_of(f)]
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(alive(p) for p in pids)
 
 
 def test_no_loader_process_outlives_a_sigkilled_trainer(standalone, tmp_path):
