@@ -50,6 +50,24 @@ def run_mitra(args, timeout=240, env=None, **kw):
                           text=True, timeout=timeout, env=full_env, **kw)
 
 
+def run_mitra_editing_machines(args, machines, slots, after_step, new_slots, timeout=240):
+    """Runs `mitra ARGS` on `machines` listing `localhost slots=SLOTS`; once it prints step
+    AFTER_STEP, replaces the list (by a rename, as an editor would) with NEW_SLOTS slots.
+    Returns (exit code, stdout, stderr)."""
+    machines.write_text(f"localhost slots={slots}\n")
+    mitra = subprocess.Popen([MITRA_BINARY] + args, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    for line in mitra.stdout:
+        if line.startswith(f"step {after_step}/"):
+            break
+    edited = machines.with_name(machines.name + ".new")
+    edited.write_text(f"localhost slots={new_slots}\n")
+    os.rename(edited, machines)
+    out, err = mitra.communicate(timeout=timeout)
+    return mitra.returncode, out, err
+
+
 @pytest.fixture
 def standalone(monkeypatch):
     """A process environment without any of the manager's variables: Trainer.run() trains 1x1."""

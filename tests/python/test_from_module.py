@@ -8,14 +8,13 @@ import os
 
 import pytest
 import torch
-import torch.nn.functional as F
 import torchvision
 from torch import nn
 
 import mitra
 from mitra import split
-from conftest import HERE, MITRA_BINARY, PYTHON, run_mitra
-from user_models import (RESNET_CUTS, RESNET_SETTINGS, SETTINGS, Images, Llama, Tokens,
+from conftest import HERE, PYTHON, run_mitra, run_mitra_editing_machines
+from user_models import (RESNET_SETTINGS, SETTINGS, Images, Llama, Tokens,
                          image_loss, resnet, token_loss)
 
 WORKER = os.path.join(HERE, "user_model_worker.py")
@@ -325,26 +324,17 @@ def test_dropout_draws_the_same_in_every_shape(tmp_path):
 def test_a_morph_and_a_sigkill_train_every_step_once_as_the_plain_loop(tmp_path):
     """2 x 2, a worker SIGKILLs itself once, then the list shrinks to 2 slots (2 x 1): the
     job's losses are still the plain loop's, step for step."""
-    import subprocess
     steps = 30
     expected, _ = plain_pytorch(steps)
     machines = tmp_path / "machines.txt"
-    machines.write_text("localhost slots=4\n")
     killed = tmp_path / "killed"
-    mitra_run = subprocess.Popen(
-        [MITRA_BINARY, "run", "--machines", str(machines), "--batch-size",
-         str(SETTINGS["batch_size"]), "--chunk-size", str(SETTINGS["chunk_size"]), "--nstages",
-         "2", "--max-steps", str(steps), "--run-dir", str(tmp_path / "run"), "--", PYTHON,
-         WORKER, "--steps", str(steps), "--slow", "--kill-at", "4", "--kill-once", str(killed)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    for line in mitra_run.stdout:
-        if line.startswith("step 16/"):
-            break
-    (tmp_path / "machines.new").write_text("localhost slots=2\n")
-    os.rename(tmp_path / "machines.new", machines)
-    out, err = mitra_run.communicate(timeout=240)
-    assert mitra_run.returncode == 0, out + err
+    code, out, err = run_mitra_editing_machines(
+        ["run", "--machines", str(machines), "--batch-size", str(SETTINGS["batch_size"]),
+         "--chunk-size", str(SETTINGS["chunk_size"]), "--nstages", "2", "--max-steps",
+         str(steps), "--run-dir", str(tmp_path / "run"), "--", PYTHON, WORKER, "--steps",
+         str(steps), "--slow", "--kill-at", "4", "--kill-once", str(killed)],
+        machines, 4, 16, 2)
+    assert code == 0, out + err
     assert killed.exists()
     assert "mitra: morph done: training again in 2 x 1" in out, out + err
     metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]

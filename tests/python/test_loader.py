@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import HERE, MITRA_BINARY, PYTHON, losses, run_python
+from conftest import HERE, PYTHON, losses, run_mitra_editing_machines, run_python
 
 WORKER = os.path.join(HERE, "loader_worker.py")
 
@@ -64,20 +64,12 @@ def test_a_morph_keeps_the_samples_and_leaves_no_loader_behind(standalone, tmp_p
     synchronous = run_python([WORKER, "--workers", "0", "--steps", "30"])
     assert synchronous.returncode == 0, synchronous.stderr
     machines = tmp_path / "machines.txt"
-    machines.write_text("localhost slots=2\n")
-    mitra_run = subprocess.Popen(
-        [MITRA_BINARY, "run", "--machines", str(machines), "--batch-size", "32", "--chunk-size",
-         "8", "--nstages", "1", "--max-steps", "30", "--run-dir", str(tmp_path / "run"), "--",
-         PYTHON, WORKER, "--workers", "2", "--steps", "30", "--pids", str(tmp_path / "pids")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    for line in mitra_run.stdout:
-        if line.startswith("step 5/"):
-            break
-    (tmp_path / "machines.new").write_text("localhost slots=1\n")
-    os.rename(tmp_path / "machines.new", machines)
-    out, err = mitra_run.communicate(timeout=180)
-    assert mitra_run.returncode == 0, out + err
+    code, out, err = run_mitra_editing_machines(
+        ["run", "--machines", str(machines), "--batch-size", "32", "--chunk-size", "8",
+         "--nstages", "1", "--max-steps", "30", "--run-dir", str(tmp_path / "run"), "--", PYTHON,
+         WORKER, "--workers", "2", "--steps", "30", "--pids", str(tmp_path / "pids")],
+        machines, 2, 5, 1)
+    assert code == 0, out + err
     assert "mitra: morph done: training again in 1 x 1" in out, out + err
     metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     last = {m["step"]: m["loss"] for m in metrics if "loss" in m}

@@ -2,9 +2,8 @@
 Fashion-MNIST when run alone (1 x 1), describes itself without its data, and shrinks under
 `mitra run` keeping its worker."""
 import os
-import subprocess
 
-from conftest import MITRA_BINARY, PYTHON, SOURCE_DIR, records, run_python
+from conftest import PYTHON, SOURCE_DIR, records, run_mitra_editing_machines, run_python
 
 PROGRAM = os.path.join(SOURCE_DIR, "examples", "python", "resnet_train.py")
 SEGMENTS = ["stem", "layer1", "layer2", "layer3", "layer4", "head"]
@@ -52,21 +51,12 @@ def test_resnet18_shrinks_under_mitra_run_keeping_its_worker(tmp_path):
     """The example as the docs run it, shortened: 1 x 2, the list edited to one slot mid-run;
     the worker that stays parks and trains its model on (the regroup once crashed here)."""
     machines = tmp_path / "machines.txt"
-    machines.write_text("localhost slots=2\n")
-    mitra = subprocess.Popen(
-        [MITRA_BINARY, "run", "--machines", str(machines), "--batch-size", "32",
-         "--chunk-size", "8", "--nstages", "1", "--max-steps", "20", "--run-dir",
-         str(tmp_path / "run"), "--", PYTHON, PROGRAM, "--train-samples", "2000",
-         "--test-samples", "100", "--eval-every", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    for line in mitra.stdout:
-        if line.startswith("step 2/"):
-            break
-    (tmp_path / "machines.new").write_text("localhost slots=1\n")
-    os.rename(tmp_path / "machines.new", machines)
-    out, err = mitra.communicate(timeout=240)
-    assert mitra.returncode == 0, out + err
+    code, out, err = run_mitra_editing_machines(
+        ["run", "--machines", str(machines), "--batch-size", "32", "--chunk-size", "8",
+         "--nstages", "1", "--max-steps", "20", "--run-dir", str(tmp_path / "run"), "--", PYTHON,
+         PROGRAM, "--train-samples", "2000", "--test-samples", "100", "--eval-every", "0"],
+        machines, 2, 2, 1)
+    assert code == 0, out + err
     assert "mitra: morph done: training again in 1 x 1" in out, out + err
     assert "1 worker kept, 0 started" in out, out
     assert "mitra: done: 20 steps" in out, out
