@@ -1,6 +1,8 @@
 """The model: a chain of segments (ordinary torch.nn.Modules) separated by CutPoints."""
+import copy
 import functools
 import gc
+import itertools
 import weakref
 from collections import OrderedDict
 
@@ -83,10 +85,10 @@ class ModelSpec:
         return _on_outputs(fn, self.outputs_of)
 
     def add_segment(self, name, factory, input=None):
-        """Appends segment `name`, built by `factory()` (called only by the stage that holds
-        it, with torch's generator seeded from the job's seed and the segment's index, so its
-        initial weights are the same in every shape). `input`: the name of the one tensor the
-        module's forward takes (None: it takes the dict)."""
+        """Appends segment `name`, built by `factory()` (a new module at each call; called
+        only by the stage that holds it, with torch's generator seeded from the job's seed and
+        the segment's index, so its initial weights are the same in every shape). `input`: the
+        name of the one tensor the module's forward takes (None: it takes the dict)."""
         if not callable(factory):
             raise TypeError(f"segment '{name}': the factory must be a callable returning an "
                             f"nn.Module (say lambda: MyBlock(cfg)), not a "
@@ -123,20 +125,19 @@ class ModelSpec:
         the built model instead only if every process builds it identically). Each segment is
         an nn.Sequential of its layers, named by `names` (default "segment0", "segment1", ...).
         `input` is the batch's tensor the first layer takes; the others take the tensor the
-        layer before returned. Every process holds the whole model: when that is too much, use
+        layer before returned. Every process builds the whole model; a callable's segments are
+        let go of but for the stage's at its first forward. When that is too much, use
         add_segment with a factory per segment."""
-        @functools.lru_cache(maxsize=1)
-        def pieces():
-            return _split(_built(model))
-
-        count = len(pieces())
+        source = _Segments(lambda: _split(_built(model, again=True)), _split(_built(model)),
+                           built=not _is_builder(model))
+        count = source.count
         spec = cls()
         if names is not None and len(names) != count:
             raise ValueError(f"from_sequential: {len(names)} names for {count} segments (the "
                              f"model has {count - 1} CutPoints)")
         for i in range(count):
             spec.add_segment(names[i] if names else f"segment{i}",
-                             functools.partial(lambda i: pieces()[i], i),
+                             functools.partial(source.segment, i),
                              input=input if i == 0 else HIDDEN)
         return spec
 
@@ -158,9 +159,11 @@ class ModelSpec:
 
         Given a callable, a process keeps only the segments its stage holds once it trains
         (the others are freed at its first forward, and built again, with the whole model,
-        if a later shape needs them); given a module, the module keeps them all."""
-        def split():
-            built = _built(model)
+        if a later shape needs them); given a module, the module keeps them all, and the
+        process a copy of the initial values of those it trains (a segment is always built
+        again at its initial values)."""
+        def split(again=False):
+            built = _built(model, again)
             if not isinstance(built, nn.Module):
                 raise TypeError(f"from_module takes an nn.Module or a callable that builds one, "
                                 f"not a {type(built).__name__}")
@@ -169,15 +172,15 @@ class ModelSpec:
                                        linear_class=Linear, linear_fn=linear)
 
         pieces = split()
-        rebuildable = callable(model) and not isinstance(model, nn.Module)
-        kept = _KeptSegments(pieces, split if rebuildable else None)
-        count = len(pieces.modules)
+        source = _Segments(lambda: split(again=True).modules, pieces.modules,
+                           built=not _is_builder(model))
+        count = source.count
         if names is not None and len(names) != count:
             raise ValueError(f"from_module: {len(names)} names for {count} segments")
         names = list(names) if names else [f"segment{i}" for i in range(count)]
         spec = cls()
         for i, name in enumerate(names):
-            spec.add_segment(name, functools.partial(kept.segment, i))
+            spec.add_segment(name, functools.partial(source.segment, i))
         for i, members in enumerate(pieces.ties):
             key = members[0][1]
             spec.tie_weights(key.replace(".", "_"), [f"{names[s]}.{n}" for s, n in members])
@@ -188,35 +191,62 @@ class ModelSpec:
         return spec
 
 
-class _KeptSegments:
-    """The segments from_module split a model into, handed to the runtime's factories. With a
-    way to split the model again (`resplit`, when the model was given as a callable), all are
-    held only until the first forward of one of them: the stage is built by then, and the
-    segments it does not hold are let go; a segment asked for after that, and no longer alive,
-    comes from a new build and split of the whole model (the same initial weights: it is built
-    under BUILD_SEED)."""
+class _Segments:
+    """The segments a model splits into, as the runtime's factories ask for them. Every call
+    for segment i returns it at its initial values: a process that trained a stage and is kept
+    for the next generation may build it again, and when that generation starts from step 0 (a
+    recovery before any checkpoint) nothing overwrites what the process trained before.
 
-    def __init__(self, pieces, resplit):
-        self._resplit = resplit
-        self._held = list(pieces.modules)  # strong references, or None once let go
-        self._alive = [weakref.ref(m) for m in pieces.modules]
-        if resplit is not None:
-            self._arm()
+    `split()` splits the model anew: a callable builds it again under BUILD_SEED; a built model
+    is copied, and since the copy holds what the process trained, each segment's values are
+    kept from the first time it was handed out (a copy of the stage's tensors) and put back.
+    The segments split are held only until the first forward of any of them: the stage is
+    built by then, and the others are let go."""
+
+    def __init__(self, split, first, built):
+        self._split = split
+        self.count = len(first)
+        self._handed = [None] * self.count  # (weakref to the module handed out, _state_of it)
+        self._initial = [None] * self.count if built else None  # a built model's, first handed
+        self._hold(first)
 
     def segment(self, i):
-        """Segment i: the one alive if any (the runtime's, trained), else from the segments
-        held, else from a new split."""
-        module = self._alive[i]()
-        if module is None:
-            if self._held is None:
-                self._held = list(self._resplit().modules)
-                self._arm()
-            module = self._held[i]
-            self._alive[i] = weakref.ref(module)
+        """Segment i at its initial values: the one handed out before if it is alive, has not
+        run a forward and no tensor of it was written in place since (a process that counts a
+        segment's parameters and then builds its stage splits once), else a fresh one."""
+        if self._handed[i] is not None:
+            module, state = self._handed[i][0](), self._handed[i][1]
+            if module is not None and _state_of(module) == state:
+                return module
+        module = self._fresh(i)
+        self._handed[i] = (weakref.ref(module), _state_of(module))
+
+        def forget(m, inputs):  # a forward trains it, or is about to
+            handle.remove()
+            if self._handed[i] is not None and self._handed[i][0]() is m:
+                self._handed[i] = None
+
+        handle = module.register_forward_pre_hook(forget)
         return module
 
-    def _arm(self):
-        """Lets go of the segments at the first forward of any of them."""
+    def _fresh(self, i):
+        if self._held is None or _state_of(self._held[i]) != self._held_state[i]:
+            self._hold(self._split())
+        module = self._held[i]
+        if self._initial is not None:
+            if self._initial[i] is None:
+                self._initial[i] = {k: t.detach().clone() for k, t in _tensors_of(module)}
+            else:
+                with torch.no_grad():
+                    for k, t in _tensors_of(module):
+                        t.copy_(self._initial[i][k])
+                self._held_state[i] = _state_of(module)
+        return module
+
+    def _hold(self, segments):
+        """Holds `segments` until the first forward of any of them."""
+        self._held = list(segments)
+        self._held_state = [_state_of(m) for m in self._held]
         handles = []
 
         def let_go(module, inputs):
@@ -228,11 +258,25 @@ class _KeptSegments:
         handles.extend(m.register_forward_pre_hook(let_go) for m in self._held)
 
 
-def _built(model):
-    """`model` itself, or what the callable `model` builds under BUILD_SEED (the same weights
-    in every process, whatever the caller's generator holds)."""
-    if not callable(model) or isinstance(model, nn.Module):
-        return model
+def _tensors_of(module):
+    return itertools.chain(module.named_parameters(), module.named_buffers())
+
+
+def _state_of(module):
+    """Which tensors `module` holds and how often each was written in place: what an optimizer
+    step, a restore or a BatchNorm forward changes."""
+    return [(id(t), t._version) for _, t in _tensors_of(module)]
+
+
+def _is_builder(model):
+    return callable(model) and not isinstance(model, nn.Module)
+
+
+def _built(model, again=False):
+    """`model` itself (`again`: a copy of it), or what the callable `model` builds under
+    BUILD_SEED (the same weights in every process, whatever the caller's generator holds)."""
+    if not _is_builder(model):
+        return copy.deepcopy(model) if again else model
     with torch.random.fork_rng():
         torch.manual_seed(BUILD_SEED)
         return model()

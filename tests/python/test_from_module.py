@@ -70,23 +70,59 @@ def test_a_process_keeps_only_the_segments_it_trains():
     spec = mitra.ModelSpec.from_module(Llama, inputs=["tokens", "attention_mask"])
     make = [factory for _, factory in spec._segments]
     first = make[0]()[0]
-    initial = {k: v.clone() for k, v in first.state_dict().items()}
+    assert make[0]()[0] is first  # asked twice before training (a count, then the stage)
     others = [weakref.ref(make[i]()[0]) for i in (1, 2, 3)]
     gc.collect()
     assert all(o() is not None for o in others)  # held until training begins
     first(batch_of(Tokens(), range(2)))  # the stage (segment 0 alone) trains
     assert all(o() is None for o in others)
-    assert make[0]()[0] is first  # still the stage's
     again = make[2]()[0]  # a later shape needs segment 2: built anew
     assert again is not None and set(again.state_dict()) >= {"blocks.2.mlp.up.weight"}
-    with torch.no_grad():
-        first.embed.weight.add_(1.0)  # trained since
-    rebuilt_first = make[0]()[0]
-    assert rebuilt_first is first  # alive: not rebuilt
     torch.manual_seed(mitra.spec.BUILD_SEED)
     fresh = Llama().state_dict()
     assert all(torch.equal(fresh[k], v) for k, v in again.state_dict().items())
-    assert all(torch.equal(fresh[k], v) for k, v in initial.items())
+
+
+def _trained_in_place(module):
+    """What a stage does to a segment: a forward, then an optimizer step."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(1.0)
+
+
+def _sequential():
+    return nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4), mitra.CutPoint(), nn.Linear(4, 2))
+
+
+@pytest.mark.parametrize("source", ["module callable", "module built", "sequential callable",
+                                    "sequential built"])
+def test_a_segment_built_again_after_it_trained_has_its_initial_values(source):
+    """A worker kept for the next generation builds its stage again; when that generation
+    starts from step 0 (a recovery before any checkpoint), nothing overwrites what the segments
+    hold, so every build must hand out the initial values, not the ones the process trained."""
+    torch.manual_seed(5)
+    if source.startswith("module"):
+        model = Llama if source.endswith("callable") else Llama()
+        spec = mitra.ModelSpec.from_module(model, inputs=["tokens", "attention_mask"])
+        run = lambda m: m(batch_of(Tokens(), range(2)))  # noqa: E731
+    else:
+        model = _sequential if source.endswith("callable") else _sequential()
+        spec = mitra.ModelSpec.from_sequential(model, input="x")
+        run = lambda m: m(torch.randn(3, 4))  # noqa: E731
+    make = spec._segments[0][1]
+    first = make()[0]
+    initial = {k: v.clone() for k, v in first.state_dict().items()}
+    assert make()[0] is first  # unchanged: the same module
+    run(first)
+    _trained_in_place(first)
+    again = make()[0]
+    assert again is not first
+    assert again.state_dict().keys() == initial.keys()
+    assert all(torch.equal(initial[k], v) for k, v in again.state_dict().items()), source
+    assert not all(torch.equal(initial[k], v) for k, v in first.state_dict().items())
+    run(again)
+    _trained_in_place(again)
+    assert all(torch.equal(initial[k], v) for k, v in make()[0].state_dict().items()), source
 
 
 def test_every_nn_linear_and_f_linear_becomes_the_zero_bubble_linear():
@@ -340,6 +376,22 @@ def test_a_morph_and_a_sigkill_train_every_step_once_as_the_plain_loop(tmp_path)
     metrics = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     last = {m["step"]: m["loss"] for m in metrics if "loss" in m}
     assert sorted(last) == list(range(1, steps + 1))
+    assert [last[s] for s in range(1, steps + 1)] == pytest.approx(expected, abs=LOSS_TOLERANCE)
+
+
+def test_a_recovery_before_any_checkpoint_trains_from_the_initial_weights(tmp_path):
+    """2 x 1: stage 0's only worker SIGKILLs itself at step 4, before any checkpoint. Stage 1's
+    worker parks and is kept, holding a stage no peer can complete, so the job starts again from
+    step 0: its stage must be built anew with the initial weights, not the ones it trained."""
+    steps = 8
+    expected, _ = plain_pytorch(steps)
+    killed = tmp_path / "killed"
+    losses, _, out = train_under_mitra(tmp_path, "recovered", 2, 2, steps, "--kill-at", "3",
+                                       "--kill-once", str(killed))
+    assert killed.exists()
+    assert "kept 1 parked worker" in out and "training again in 2 x 1 at step 1" in out, out
+    metrics = [json.loads(line) for line in open(tmp_path / "recovered" / "run" / "metrics.jsonl")]
+    last = {m["step"]: m["loss"] for m in metrics if "loss" in m}
     assert [last[s] for s in range(1, steps + 1)] == pytest.approx(expected, abs=LOSS_TOLERANCE)
 
 
