@@ -360,10 +360,8 @@ manager::ControllerOptions ControllerOptionsFor(
   o.max_steps = options.max_steps;
   o.stop_timeout_s = options.stop_timeout_s;
   o.finish_timeout_s = std::max(60.0, 2 * inputs.timeout_s);
-  o.startup_timeout_s = std::max(120.0, 4 * inputs.timeout_s);
+  o.startup_timeout_s = options.start_timeout_s;
   o.heartbeat_timeout_s = options.heartbeat_timeout_s;
-  // A worker's first heartbeat comes once its program has loaded and reached mitra: seconds.
-  o.first_heartbeat_timeout_s = std::max(10.0, 2 * options.heartbeat_timeout_s);
   o.max_restarts = options.max_restarts;
   // Spares are parked workers: a launcher that cannot tell them a place cannot use them.
   o.spares = options.no_regroup ? 0 : options.spares;

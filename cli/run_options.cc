@@ -33,6 +33,7 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Whole("--keep-checkpoints", 1, &o.keep_checkpoints, "3");
   flags.Whole("--max-restarts", 0, &o.max_restarts, "5");
   flags.Seconds("--heartbeat-timeout", &o.heartbeat_timeout_s, "10");
+  flags.Seconds("--start-timeout", &o.start_timeout_s, "600");
   flags.Text("--code-dir", &o.code_dir, "a path", "/srv/train");
   flags.Environment("--env", &o.env);
   flags.Text("--known-hosts", &o.known_hosts, "a path", "~/.ssh/known_hosts");
@@ -234,7 +235,11 @@ std::string RunUsage() {
          "(default 60)\n"
          "  --max-restarts N      unplanned restarts (failures) allowed within 10 minutes\n"
          "                        before the job fails (default 5; 0: the first failure ends it)\n"
-         "  --heartbeat-timeout S a worker silent this long is hung (default 5)\n"
+         "  --heartbeat-timeout S a worker that has sent a heartbeat, or is ready, and then\n"
+         "                        nothing for S seconds is hung (default 5)\n"
+         "  --start-timeout S     how long workers may take to start (imports, data, model,\n"
+         "                        rendezvous) before one not ready is a failure; at least 3\n"
+         "                        times the slowest start of the job so far (default 300)\n"
          "  --code-dir DIR        working directory of the workers on SSH machines (default:\n"
          "                        the directory mitra run was started in)\n"
          "  --env KEY=VALUE       set a variable for every worker (repeatable)\n"

@@ -39,6 +39,7 @@ struct RunOptions {
   double stop_timeout_s = 60;  // --stop-timeout: how long a stop may take before kill
   int max_restarts = 5;        // --max-restarts: unplanned restarts allowed within 10 minutes
   double heartbeat_timeout_s = 5;  // --heartbeat-timeout: a silent rank is hung after this
+  double start_timeout_s = 300;    // --start-timeout: launch -> every rank ready
   std::string code_dir;        // --code-dir: working directory of remote workers ("": ours)
   std::vector<std::pair<std::string, std::string>> env;  // --env KEY=VALUE (repeatable)
   std::string known_hosts;     // --known-hosts: "" = ~/.ssh/known_hosts

@@ -81,9 +81,7 @@ double Controller::NextDeadline() const {
   if (phase_ == Phase::kFinished) return kInfinity;
   double next = gen_.deadlines.Earliest();
   if (gen_.live) {
-    if (!gen_.AllReady() && ending_ == Ending::kNone) {
-      next = std::min(next, gen_.launched_at + options_.startup_timeout_s);
-    }
+    if (!gen_.AllReady() && ending_ == Ending::kNone) next = std::min(next, StartDeadline());
   }
   if (SilenceWatched()) next = std::min(next, gen_.silence_due);
   next = std::min(next, pool_.NextCheckDue());
@@ -160,13 +158,20 @@ void Controller::OnReport(const RankReport& in) {
   if (rank == nullptr) return;
   RankState& r = *rank;
   r.last_heard = now_;
+  r.starting = true;
   switch (in.kind) {
+    case RankReport::Kind::kStarting:
+      return;
     case RankReport::Kind::kReady:
       r.can_park = in.can_park;
       r.can_hold = in.can_hold;
       if (!gen_.MarkReady(in.rank)) return;
+      WatchSilence(r);  // ready: the heartbeat timeout applies from here on, at the latest
       if (gen_.AllReady()) {
         gen_.all_ready_at = now_;
+        gen_.deadlines.starting_note.reset();
+        slowest_start_s_ = std::max(slowest_start_s_, now_ - gen_.launched_at);
+        if (phase_ == Phase::kRunning && gen_.starting_said) reason_.clear();
         Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - gen_.launched_at});
         if (morph_when_ready_ && phase_ == Phase::kRunning && ending_ == Ending::kNone) {
           FollowMachineList(*std::exchange(morph_when_ready_, std::nullopt), nullptr);
@@ -348,6 +353,7 @@ void Controller::TryLaunch() {
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
                               std::move(desired->second), now_);
   gen_.kept = static_cast<int>(kept.size());
+  gen_.deadlines.starting_note = now_ + options_.starting_note_after_s;
   gen_.held_step = held_step;
   gen_.held_partial = !held_step && std::any_of(kept.begin(), kept.end(), [](const auto& kv) {
     return kv.second.held.step >= 0;

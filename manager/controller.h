@@ -91,12 +91,17 @@ struct ControllerOptions {
   double kill_grace_s = 3;         // SIGTERM -> SIGKILL
   double abandon_s = 10;           // SIGKILL -> stop waiting for an exit (should not happen)
   double finish_timeout_s = 60;    // one rank finished (exit 0) -> the others must follow
-  double startup_timeout_s = 120;  // launch -> every rank ready
-  // A rank that has sent one heartbeat is hung when it sends nothing for this long.
+  // Launch -> every rank ready (--start-timeout), or 3 times the slowest start this job has
+  // seen when that is longer: until then a rank that says nothing is starting, not hung (a
+  // program's imports and data can take minutes on a busy machine or a shared file system).
+  double startup_timeout_s = 300;
+  // A generation still starting after this long is said so, and again every
+  // starting_note_every_s: which ranks it waits for, and for how long it will.
+  double starting_note_after_s = 10;
+  double starting_note_every_s = 30;
+  // A rank that has sent one heartbeat, or is ready, is hung when it sends nothing for this
+  // long (--heartbeat-timeout).
   double heartbeat_timeout_s = 5;
-  // A started rank that has sent no heartbeat yet is hung after this long: it stopped (or was
-  // cut off) before its program reached mitra, which starts the heartbeat before anything slow.
-  double first_heartbeat_timeout_s = 20;
   // After a failure, how long the relaunch waits for the failed machines' health checks; a
   // machine still unchecked then is left out (and joins later, through a grow).
   double health_wait_s = 3;
@@ -157,7 +162,11 @@ struct RankStartFailed {
 
 // A `@mitra` record of a rank (docs/worker-contract.md), reduced to what decides anything.
 struct RankReport {
-  enum class Kind { kReady, kStep, kHeartbeat, kCheckpoint, kRestored, kStopped, kParked };
+  // kStarting: the program has begun (the Python package says so when imported, before its
+  // slow imports): the start-up's progress, not a heartbeat.
+  enum class Kind {
+    kStarting, kReady, kStep, kHeartbeat, kCheckpoint, kRestored, kStopped, kParked
+  };
   int64_t generation = 0;
   int rank = 0;
   Kind kind = Kind::kHeartbeat;
@@ -312,6 +321,13 @@ class Controller {
   bool SilenceWatched() const;
   // Brings silence_due_ forward to `r`'s deadline: called when a rank's bound starts or shrinks.
   void WatchSilence(const RankState& r);
+  // When the running generation's start-up is over: --start-timeout after the launch, or 3
+  // times the slowest start this job has seen when that is longer.
+  double StartDeadline() const;
+  // The start-up deadline passed: the first rank not ready failed.
+  void FailSlowStart();
+  // Says which ranks are still starting, and for how long they will be waited for.
+  void NoteStarting();
   void OnStart(const StartInput& in);
   void OnMachinesChanged(const MachinesChanged& in);
   void OnLaunched(const GenerationLaunched& in);
@@ -435,6 +451,7 @@ class Controller {
   Generation gen_;  // the current (or last) generation, with its deadlines
   int64_t last_step_ = 0;
   double last_step_s_ = 0;  // the last step's time, as rank 0 reported it
+  double slowest_start_s_ = 0;  // the longest a generation of this job took to be all ready
   // What running generations measured against the profile (ProfileCheck), for every plan.
   std::vector<planner::SpeedCorrection> corrections_;
   bool trained_ = false;        // some generation of this manager trained a step

@@ -32,21 +32,59 @@ std::optional<double> Controller::SilenceBound(const RankState& r) const {
   // that said it parks and stopped for a morph: it beats until it parks or exits.
   const bool may_be_silent = r.stopped && (r.finished || !r.can_park);
   if (!r.running || !r.started || may_be_silent) return std::nullopt;
-  return r.heartbeats ? options_.heartbeat_timeout_s : options_.first_heartbeat_timeout_s;
+  // Before its first heartbeat and `ready`, a rank is starting: only the start-up deadline
+  // applies (a slow import is not a hang).
+  if (!r.heartbeats && !r.ready) return std::nullopt;
+  return options_.heartbeat_timeout_s;
+}
+
+double Controller::StartDeadline() const {
+  return gen_.launched_at + std::max(options_.startup_timeout_s, 3 * slowest_start_s_);
+}
+
+void Controller::FailSlowStart() {
+  const double waited = StartDeadline() - gen_.launched_at;
+  for (size_t i = 0; i < gen_.ranks.size(); ++i) {
+    const RankState& r = gen_.ranks[i];
+    if (!r.running || r.ready) continue;
+    const std::string said = r.starting ? "" : ", and said nothing: its program never reached mitra";
+    Fail(static_cast<int>(i),
+         gen_.Where(static_cast<int>(i)) + " was not ready " + DurationText(waited) +
+             " after its launch" + said + " (--start-timeout " +
+             DurationText(options_.startup_timeout_s) +
+             (waited > options_.startup_timeout_s ? ", tripled to the slowest start of this job"
+                                                  : "") +
+             ": give a slow program longer)",
+         true);
+    return;
+  }
+}
+
+void Controller::NoteStarting() {
+  gen_.deadlines.starting_note = now_ + options_.starting_note_every_s;
+  StartingFact fact;
+  fact.total = static_cast<int>(gen_.ranks.size());
+  for (const RankState& r : gen_.ranks) {
+    if (!r.running || r.ready) continue;
+    ++fact.starting;
+    if (!r.starting) ++fact.silent;
+  }
+  fact.for_s = now_ - gen_.launched_at;
+  fact.timeout_s = StartDeadline() - gen_.launched_at;
+  if (fact.starting == 0) return;
+  Tell(fact);
+  if (phase_ == Phase::kRunning) {
+    reason_ = StartingText(fact);
+    gen_.starting_said = true;
+  }
 }
 
 void Controller::OnTimers() {
-  if (gen_.live && ending_ == Ending::kNone) {
-    if (!gen_.AllReady() && now_ >= gen_.launched_at + options_.startup_timeout_s) {
-      for (size_t i = 0; i < gen_.ranks.size(); ++i) {
-        if (gen_.ranks[i].running && !gen_.ranks[i].ready) {
-          Fail(static_cast<int>(i),
-               gen_.Where(static_cast<int>(i)) + " was not ready " +
-                   DurationText(options_.startup_timeout_s) + " after its launch",
-               true);
-          break;
-        }
-      }
+  if (gen_.live && ending_ == Ending::kNone && !gen_.AllReady()) {
+    if (now_ >= StartDeadline()) {
+      FailSlowStart();
+    } else if (gen_.deadlines.starting_note && now_ >= *gen_.deadlines.starting_note) {
+      NoteStarting();
     }
   }
   if (SilenceWatched() && now_ >= gen_.silence_due) {
@@ -63,10 +101,9 @@ void Controller::OnTimers() {
     if (silent) {
       const RankState& r = gen_.ranks[*silent];
       Fail(*silent,
-           gen_.Where(*silent) + " sent no heartbeat " +
-               (r.heartbeats ? "for " + DurationText(now_ - r.last_heard)
-                             : "in the " + DurationText(now_ - r.last_heard) + " after it started") +
-               " (hung, stopped, or cut off)",
+           gen_.Where(*silent) + " sent no heartbeat for " + DurationText(now_ - r.last_heard) +
+               " (hung, stopped, or cut off; --heartbeat-timeout " +
+               DurationText(options_.heartbeat_timeout_s) + ")",
            true);
     }
   }

@@ -18,7 +18,7 @@ namespace {
 // worker's own words, and what to do.
 std::string EndingReason(RestartBudget::Verdict verdict, const std::string& what,
                          const FailureExcerpt& output, const RestartBudget& budget,
-                         double window_s) {
+                         double window_s, bool repeat_after_step) {
   const std::string message = output.Message();
   const std::string said = message.empty() ? what : what + ": " + message;
   switch (verdict) {
@@ -26,9 +26,10 @@ std::string EndingReason(RestartBudget::Verdict verdict, const std::string& what
       return said + " (exit code 2: the program's configuration is wrong, and a relaunch would "
                     "run it again; fix it and run mitra run again)";
     case RestartBudget::Verdict::kRepeated:
-      return said + " (before the first step, as in the launch before: the program fails the "
-                    "same way at every start, so it is not relaunched again; fix the cause and "
-                    "run mitra run again: it continues from the newest checkpoint)";
+      return said + " (" + (repeat_after_step ? "at the same step" : "before the first step") +
+             ", as in the launch before: the program fails the same way at every launch, so it "
+             "is not relaunched again; "
+             "fix the cause and run mitra run again: it continues from the newest checkpoint)";
     case RestartBudget::Verdict::kSpent:
       if (budget.options().max_restarts == 0) return what;
       return what + " (" + std::to_string(budget.failures()) + " failures within " +
@@ -97,6 +98,7 @@ void Controller::JudgeFailure(const std::string& what, bool machine_lost,
   }
   seen.generation_trained = gen_.first_step_seen;
   seen.job_trained = trained_;
+  seen.step = last_step_;
   seen.machine_kept_out = machine_kept_out;
   const RestartBudget::Verdict verdict = budget_.Judge(seen);
   if (verdict != RestartBudget::Verdict::kRelaunch) {
@@ -104,7 +106,8 @@ void Controller::JudgeFailure(const std::string& what, bool machine_lost,
                              ? FinishAction::Outcome::kBadConfiguration
                              : FinishAction::Outcome::kFailed;
     final_failure_ = FinishAction{
-        outcome, EndingReason(verdict, what, seen.output, budget_, options_.restart_window_s)};
+        outcome, EndingReason(verdict, what, seen.output, budget_, options_.restart_window_s,
+                              seen.generation_trained)};
     ending_ = Ending::kFinish;
     return;
   }

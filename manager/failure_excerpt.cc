@@ -11,11 +11,14 @@
 namespace mitra::manager {
 namespace {
 
-bool IsHeartbeatRecord(std::string_view line) {
+// A heartbeat or `starting` record: a sign of life, nothing a failure report quotes.
+bool IsLifeSign(std::string_view line) {
   if (!StartsWith(line, launcher::kMessagePrefix)) return false;
   line.remove_prefix(launcher::kMessagePrefix.size());
   const Result<JsonObject> record = JsonObject::Parse(line);
-  return record.ok() && record->GetString("event") == "heartbeat";
+  if (!record.ok()) return false;
+  const std::optional<std::string> event = record->GetString("event");
+  return event == "heartbeat" || event == "starting";
 }
 
 // "[2025-01-01 12:00:00.123] [error] rank 0: bad" -> "rank 0: bad": a logger's brackets say
@@ -83,15 +86,18 @@ FailureExcerpt ExcerptOf(std::vector<std::string> earlier_errors,
   FailureExcerpt excerpt;
   excerpt.earlier_errors = std::move(earlier_errors);
   for (const std::string& line : last_lines) {
-    if (!IsHeartbeatRecord(line)) excerpt.tail.push_back(line);
+    if (!IsLifeSign(line)) excerpt.tail.push_back(line);
   }
   return excerpt;
 }
 
 std::string FormatFailureReport(const std::string& what, const std::string& log_name,
-                                const FailureExcerpt& excerpt) {
+                                const FailureExcerpt& excerpt, bool same_as_before) {
   std::string report = "mitra: " + what + "\n";
   if (excerpt.empty()) return report;
+  if (same_as_before) {
+    return report + "mitra: the same error lines as the failure before (in " + log_name + ")\n";
+  }
   const size_t n = excerpt.tail.size();
   const std::string last = n == 1 ? "last line" : "last " + std::to_string(n) + " lines";
   if (excerpt.earlier_errors.empty()) {

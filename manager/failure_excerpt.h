@@ -26,8 +26,8 @@ struct FailureExcerpt {
 };
 
 // The excerpt of a process event's lines (launcher::ProcessEvent's earlier_errors and
-// last_lines); its heartbeat records (docs/worker-contract.md) say nothing about a failure and
-// are left out, however their fields are ordered or spaced.
+// last_lines); its heartbeat and `starting` records (docs/worker-contract.md) say nothing about
+// a failure and are left out, however their fields are ordered or spaced.
 FailureExcerpt ExcerptOf(std::vector<std::string> earlier_errors,
                          const std::vector<std::string>& last_lines);
 
@@ -38,7 +38,9 @@ FailureExcerpt ExcerptOf(std::vector<std::string> earlier_errors,
 //     | fatal: out of memory
 // With earlier error lines, "error lines and the last 2 lines of ...", and `  | ...` between
 // them and the tail.
+// With `same_as_before` (the error lines of the failure reported before this one, Key()), the
+// lines are not quoted again: "mitra: the same error lines as the failure before (in LOG)".
 std::string FormatFailureReport(const std::string& what, const std::string& log_name,
-                                const FailureExcerpt& excerpt);
+                                const FailureExcerpt& excerpt, bool same_as_before = false);
 
 }  // namespace mitra::manager

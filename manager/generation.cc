@@ -6,7 +6,7 @@ namespace mitra::manager {
 
 double Deadlines::Earliest() const {
   double next = std::numeric_limits<double>::infinity();
-  for (const auto& d : {stop, finish, kill, abandon, health, warm_up}) {
+  for (const auto& d : {stop, finish, kill, abandon, health, warm_up, starting_note}) {
     if (d) next = std::min(next, *d);
   }
   return next;

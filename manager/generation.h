@@ -26,6 +26,7 @@ struct RankState {
   bool running = false;     // launched and not yet exited
   bool started = false;     // its process is running (RankStarted)
   bool ready = false;
+  bool starting = false;    // has said a word: its program runs (RankReport::Kind::kStarting)
   bool heartbeats = false;  // has sent a heartbeat: hang detection is on
   bool stopped = false;     // printed `stopped`: may keep working (Controller::SilenceBound)
   bool can_park = false;    // said so when ready: a morph may ask it to park (SIGUSR2)
@@ -45,6 +46,7 @@ struct Deadlines {
   std::optional<double> abandon;  // SIGKILL sent: stop waiting for exits then
   std::optional<double> health;   // a failure: stop waiting for health checks then
   std::optional<double> warm_up;  // standby workers started: morph without the late ones then
+  std::optional<double> starting_note;  // not every rank ready: say which are still starting
   double Earliest() const;        // infinity when none is set
 };
 
@@ -70,6 +72,7 @@ struct Generation {
 
   double stop_signalled = 0;  // SIGUSR1 sent (else the launch): what `stopped` is timed from
   bool first_step_seen = false;
+  bool starting_said = false;  // the reason says which ranks are still starting
   ProfileCheck profile_check;  // its steps against the plan's prediction
   int64_t stopped_step = -1;  // the step every rank reported in `stopped`, if they agree
   bool stopped_steps_agree = true;

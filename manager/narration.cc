@@ -282,6 +282,14 @@ Narration TrainingAgain(const TrainingAgainFact& f) {
 
 }  // namespace
 
+std::string StartingText(const StartingFact& f) {
+  std::string text = std::to_string(f.starting) + " of " + std::to_string(f.total) +
+                     (f.total == 1 ? " worker" : " workers") + " starting for " +
+                     DurationText(f.for_s);
+  if (f.silent > 0) text += " (" + std::to_string(f.silent) + " still loading its program)";
+  return text + "; waiting up to " + DurationText(f.timeout_s) + " (--start-timeout)";
+}
+
 Narration Narrate(const Fact& fact) {
   return std::visit(
       Overloaded{
@@ -293,7 +301,9 @@ Narration Narrate(const Fact& fact) {
             records::Ready record;
             record.rendezvous_s = RoundedSeconds(f.after_s);
             return Told(records::Ready::kEvent, records::ToJson(record),
-                        "mitra: all " + std::to_string(f.ranks) + " workers ready after " +
+                        (f.ranks == 1 ? std::string("mitra: the worker is ready after ")
+                                      : "mitra: all " + std::to_string(f.ranks) +
+                                            " workers ready after ") +
                             DurationText(f.after_s));
           },
           [](const TrainingAgainFact& f) { return TrainingAgain(f); },
@@ -341,6 +351,16 @@ Narration Narrate(const Fact& fact) {
                         "mitra: no exit seen " + DurationText(f.after_s) + " after SIGKILL from " +
                             Join(f.ranks, ", "),
                         true);
+          },
+          [](const StartingFact& f) {
+            return Told("starting",
+                        JsonObject()
+                            .SetInt("starting", f.starting)
+                            .SetInt("ranks", f.total)
+                            .SetInt("silent", f.silent)
+                            .SetNumber("for_s", RoundedSeconds(f.for_s))
+                            .SetNumber("timeout_s", RoundedSeconds(f.timeout_s)),
+                        "mitra: " + StartingText(f));
           },
           [](const WaitingFact& f) {
             return Told("waiting", JsonObject().SetString("reason", f.reason),

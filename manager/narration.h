@@ -151,6 +151,20 @@ struct WaitingFact {
   std::string reason;
 };
 
+// A generation's ranks are not all ready yet: `starting` of `total` are still starting, for
+// `for_s` since the launch (`silent` of them have not said a word: their program has not
+// reached mitra); they are waited for up to `timeout_s` after the launch.
+struct StartingFact {
+  int starting = 0;
+  int total = 0;
+  int silent = 0;
+  double for_s = 0;
+  double timeout_s = 0;
+};
+// "2 of 4 workers starting for 18 s (1 still loading its program); waiting up to 300 s
+// (--start-timeout)": the fact's words, also the controller's reason while it lasts.
+std::string StartingText(const StartingFact& f);
+
 // A grow starts its new workers first (standby: they load and park while the job trains); the
 // morph follows when they are ready.
 struct WarmUpFact {
@@ -228,7 +242,8 @@ struct StepLostFact {
 using Fact = std::variant<LaunchedFact, StepLostFact, ListChangedFact, DrainFact, AllReadyFact, TrainingAgainFact, TrainingDoneFact,
                           RankStoppedFact, StartFailedFact, HostHealthyFact, HostKeptOutFact,
                           StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
-                          AbandonFact, WaitingFact, WarmUpFact, StandbyFailedFact, MorphFact,
+                          AbandonFact, WaitingFact, StartingFact, WarmUpFact, StandbyFailedFact,
+                          MorphFact,
                           FailureFact, ProfileCheckFact>;
 
 // A fact as told: the event and its fields for events.jsonl, and the terminal's line ("": none;

@@ -18,6 +18,13 @@ std::optional<std::string> EarlyFailureKey(const FailureSeen& f) {
   return f.exit->ToString() + "\n" + f.output.Key();
 }
 
+// The same for a failure after its generation's first step: the exit, the error lines and the
+// step. Nullopt for a failure before it, one that is no exit, or one that printed no error.
+std::optional<std::string> LateFailureKey(const FailureSeen& f) {
+  if (!f.generation_trained || !f.exit || f.output.ErrorLines().empty()) return std::nullopt;
+  return f.exit->ToString() + " after step " + std::to_string(f.step) + "\n" + f.output.Key();
+}
+
 }  // namespace
 
 RestartBudget::Verdict RestartBudget::Judge(const FailureSeen& failure) {
@@ -26,9 +33,12 @@ RestartBudget::Verdict RestartBudget::Judge(const FailureSeen& failure) {
                               [&](double t) { return t < failure.time - options_.window_s; }),
                times_.end());
   if (BadConfiguration(failure)) return Verdict::kBadConfiguration;
-  std::optional<std::string> key = EarlyFailureKey(failure);
-  const bool repeated = key && key == last_early_ && !failure.machine_kept_out;
-  last_early_ = std::move(key);
+  std::optional<std::string> early = EarlyFailureKey(failure);
+  std::optional<std::string> late = LateFailureKey(failure);
+  const bool repeated = ((early && early == last_early_) || (late && late == last_late_)) &&
+                        !failure.machine_kept_out;
+  last_early_ = std::move(early);
+  last_late_ = std::move(late);
   if (repeated) return Verdict::kRepeated;
   return failures() > options_.max_restarts ? Verdict::kSpent : Verdict::kRelaunch;
 }

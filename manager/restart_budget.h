@@ -3,10 +3,14 @@
 //
 //   1. A worker that exits with code 2 (kExitBadInput: its configuration is wrong) before the
 //      job's first step ends the job at once: a relaunch would run the same configuration.
-//   2. A failure before its generation's first step that repeats the previous failure (the
-//      same exit and the same error lines, numbers aside: FailureExcerpt::Key) with no step
-//      trained in between ends the job: the program fails the same way at every start. Not
-//      when the failed machine is kept out for it: the next launch goes without it.
+//   2. A failure that repeats the previous one ends the job: the program fails the same way at
+//      every launch, and a relaunch would only train the same steps again to fail again.
+//      Before its generation's first step: the same exit and the same error lines, numbers
+//      aside (FailureExcerpt::Key), with no step trained in between. After it: the same exit
+//      and error lines (it printed some: a Python traceback, a C++ exception) at the same step
+//      of the job (a peer's loss or a preemption that strikes twice is not at the same step
+//      with the same words). Not when the failed machine is kept out for it: the next launch
+//      goes without it.
 //   3. More than `max_restarts` failures within `window_s` end the job, instead of looping.
 //   Any other failure is relaunched.
 //
@@ -37,6 +41,7 @@ struct FailureSeen {
   FailureExcerpt output;  // what it printed
   bool generation_trained = false;  // its generation had trained a step
   bool job_trained = false;         // some generation of this manager had
+  int64_t step = 0;                 // the job's last step when it failed
   // The failed rank's machine is kept out for this failure (machine_pool.h: a remote machine
   // that failed again soon): the next launch goes without it, so a repeat on it says nothing
   // yet of the program. A repeat in that next launch, on another machine, does.
@@ -48,7 +53,7 @@ class RestartBudget {
   enum class Verdict {
     kRelaunch,          // within the budget
     kBadConfiguration,  // exit code 2 before the job's first step
-    kRepeated,          // the same failure before the first step, twice in a row
+    kRepeated,          // the same failure twice in a row (2. above)
     kSpent,             // more than max_restarts failures within the window
   };
 
@@ -56,7 +61,8 @@ class RestartBudget {
 
   // Counts `failure` and says whether the job may go on.
   Verdict Judge(const FailureSeen& failure);
-  // A generation trained its first step: a later failure repeats none before it.
+  // A generation trained its first step: a later failure before the first step repeats none
+  // before it.
   void OnStepTrained() { last_early_.reset(); }
 
   // The failures within the window as of the last Judge.
@@ -68,6 +74,8 @@ class RestartBudget {
   std::vector<double> times_;  // of the failures within the window, oldest first
   // The last failure's exit and Key(), when it came before its generation's first step.
   std::optional<std::string> last_early_;
+  // The last failure's exit, Key() and step, when it came after a step and printed an error.
+  std::optional<std::string> last_late_;
 };
 
 }  // namespace mitra::manager

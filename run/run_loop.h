@@ -114,6 +114,7 @@ class RunLoop {
     std::string machine;  // address
     manager::Machine where;
     bool stopped_record = false;
+    double launched_s = 0;  // monotonic: its process started, or the parked worker was kept
     manager::FailureExcerpt output;  // what it printed, once it exited
   };
 
@@ -213,6 +214,7 @@ class RunLoop {
   std::string final_state_;
   JsonObject last_event_;
   std::set<std::string> reported_;  // damaged checkpoints already named on the terminal
+  std::string last_failure_key_;  // the error lines ReportFailure quoted last (Key()), if any
   // Health checks run on threads of their own (a check may block for seconds); finished ones are
   // joined whenever a new one starts, the rest when the loop ends.
   struct Check {

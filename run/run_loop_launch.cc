@@ -143,6 +143,7 @@ mitra::Status RunLoop::StartProcess(int64_t generation, int rank, const manager:
   live->runner = runner;
   live->id = started->id;
   live->pid = started->pid;
+  live->launched_s = clock_->MonotonicSeconds();
   return mitra::Status::Ok();
 }
 Result<int> RunLoop::RendezvousPort(const manager::Machine& machine, int64_t generation) {
@@ -174,6 +175,7 @@ mitra::Status RunLoop::Keep(const manager::ParkedWorker& worker, int64_t generat
   live->runner = parked.runner;
   live->id = parked.id;
   live->pid = parked.pid;
+  live->launched_s = clock_->MonotonicSeconds();
   return mitra::Status::Ok();
 }
 

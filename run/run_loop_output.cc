@@ -42,7 +42,8 @@ void RunLoop::OnWorkerEvent(WorkerEvent& event) {
       Warn(journal_->RecordEvent(
           "worker_exit",
           manager::WorkerExitRecord(event.rank, static_cast<int>(it->second.pid), event.event.exit,
-                           it->second.stopped_record, clock_->MonotonicSeconds() - start_s_)
+                           it->second.stopped_record,
+                           clock_->MonotonicSeconds() - it->second.launched_s)
               .SetInt("generation", event.generation)
               .SetString("machine", it->second.machine)
               .SetBool("lost", event.event.exit.lost)));
@@ -75,7 +76,9 @@ std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int r
   const bool current = generation == ranks_generation_;
   manager::RankReport report{generation, rank, Kind::kHeartbeat, 0};
   const int64_t step = static_cast<int64_t>(record.GetNumber("step").value_or(0));
-  if (kind == "ready") {
+  if (kind == "starting") {
+    report.kind = Kind::kStarting;
+  } else if (kind == "ready") {
     report.kind = Kind::kReady;
     report.can_park = record.Find("park") != nullptr && record.Find("park")->bool_value();
     report.can_hold = record.Find("hold") == nullptr || record.Find("hold")->bool_value();
@@ -183,10 +186,13 @@ bool RunLoop::ReportFailure(const JsonObject& failure) {
   const std::optional<double> rank = failure.GetNumber("rank");
   const auto it = rank ? ranks_.find(static_cast<int>(*rank)) : ranks_.end();
   if (it == ranks_.end()) return false;
+  const manager::FailureExcerpt& output = it->second.output;
+  const std::string key = output.ErrorLines().empty() ? "" : output.Key();
   *err_ << manager::FormatFailureReport(failure.GetString("reason").value_or(""),
-                                        RunDir::LogName(ranks_generation_, it->first),
-                                        it->second.output)
+                                        RunDir::LogName(ranks_generation_, it->first), output,
+                                        !key.empty() && key == last_failure_key_)
         << std::flush;
+  last_failure_key_ = key;
   return true;
 }
 

@@ -13,7 +13,25 @@ Started by `mitra run`, the program trains in its place of the job's grid; start
 trains alone. The training itself is mitra's C++ runtime: the modules' parameters and buffers
 are the tensors it reduces, updates and checkpoints. docs/python.md has the whole contract.
 """
-import torch  # noqa: F401  (before the extension: it links torch's own libraries)
+import os as _os
+
+
+def _say_starting():
+    """Tells the manager that the program runs, before torch is imported (seconds, or tens of
+    them on a busy machine or a shared file system): a rank that said so is starting, and the
+    manager says which ranks have not (docs/worker-contract.md, `starting`)."""
+    if "MITRA_RANK" not in _os.environ or "1" in (_os.environ.get("MITRA_DESCRIBE"),
+                                                   _os.environ.get("MITRA_PROFILE")):
+        return
+    try:
+        _os.write(1, b'@mitra {"event":"starting","rank":%d}\n' % int(_os.environ["MITRA_RANK"]))
+    except (ValueError, OSError):
+        pass  # the placement's own check names a bad MITRA_RANK; no stdout: nobody listens
+
+
+_say_starting()
+
+import torch  # noqa: F401,E402  (before the extension: it links torch's own libraries)
 
 from mitra._build import load_extension
 

@@ -267,15 +267,31 @@ TEST_F(MitraRunTest, AHungWorkerIsFoundByItsMissingHeartbeatsAndRecovered) {
   ExpectNoWorkerLeft();
 }
 
-TEST_F(MitraRunTest, AWorkerSilentFromItsStartIsHungWithinSecondsAndRecovered) {
-  // 2 x --heartbeat-timeout, at least 10 s, not the minutes of the start-up timeout.
+TEST_F(MitraRunTest, AWorkerSilentFromItsStartFailsAtTheStartTimeoutNamingItAndIsRecovered) {
   const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "8",
-                                  "--heartbeat-timeout", "1"},
+                                  "--heartbeat-timeout", "1", "--start-timeout", "3"},
                                  {"--silent-rank", "1", "--fail-generation", "0"}));
   EXPECT_EQ(r.exit_code, 0) << r.output();
-  EXPECT_TRUE(Contains(r.err, "sent no heartbeat in the 10 s after it started")) << r.err;
+  EXPECT_TRUE(Contains(r.err, "was not ready 3 s after its launch, and said nothing: its program "
+                              "never reached mitra (--start-timeout 3 s: give a slow program "
+                              "longer)"))
+      << r.err;
   EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 2u);
   ExpectNoWorkerLeft();
+}
+
+TEST_F(MitraRunTest, WorkersThatTake40SecondsToStartAreWaitedForAndSaidSo) {
+  // As Python workers importing torch on a busy 2-core machine: no heartbeat for 40 s.
+  const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "4",
+                                  "--heartbeat-timeout", "1"},
+                                 {"--slow-start-ms", "40000"}),
+                            /*timeout_s=*/90);
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 1u) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: 4 of 4 workers starting for 10 s; waiting up to 300 s "
+                              "(--start-timeout)"))
+      << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: done: 4 steps")) << r.output();
 }
 
 TEST_F(MitraRunTest, RepeatedFailuresBeyondTheRestartBudgetFailTheJob) {

@@ -15,6 +15,8 @@
 //                           rank R stops making progress after step K, ignoring SIGUSR1
 //   --silent-rank R         rank R hangs before its first record (as when a program stops
 //                           before it reaches mitra), ignoring SIGUSR1
+//   --slow-start-ms MS      every rank prints `starting`, then sleeps MS before its first
+//                           heartbeat (as a program importing torch on a busy machine)
 //   --config-error-rank R   rank R refuses its configuration before its first step: prints an
 //                           error naming it and exits 2 (as a program given a bad flag does)
 //   --fail-generation G     crash and hang only in generation G (default: every generation)
@@ -53,6 +55,7 @@ struct Flags {
   int crash_signal = 0;
   int hang_rank = -1;
   int silent_rank = -1;
+  long slow_start_ms = 0;
   int config_error_rank = -1;
   long hang_at_step = -1;
   bool ignore_sigterm = false;
@@ -95,6 +98,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.hang_at_step = std::atol(next());
     else if (arg == "--silent-rank")
       f.silent_rank = std::atoi(next());
+    else if (arg == "--slow-start-ms")
+      f.slow_start_ms = std::atol(next());
     else if (arg == "--config-error-rank")
       f.config_error_rank = std::atoi(next());
     else if (arg == "--fail-generation")
@@ -234,6 +239,11 @@ int main(int argc, char** argv) {
   if (!f.marker_dir.empty()) {
     const std::string path = f.marker_dir + "/started-rank-" + std::to_string(rank);
     if (FILE* marker = std::fopen(path.c_str(), "w")) std::fclose(marker);
+  }
+  if (f.slow_start_ms > 0) {
+    std::printf("@mitra {\"event\":\"starting\",\"rank\":%d}\n", rank);
+    std::fflush(stdout);
+    SleepMs(f.slow_start_ms);
   }
   if (rank == f.silent_rank && (f.fail_generation < 0 || f.fail_generation == generation)) {
     std::fprintf(stderr, "fake_worker: rank %d silent from the start\n", rank);

@@ -108,5 +108,48 @@ TEST(RestartBudget, AnEarlyFailureUnlikeTheLastOrAfterAStepIsRelaunched) {
       << "six failures: over the budget, though not a repeat";
 }
 
+// A rank that exited with code 1 at the job's step `step`, after its generation trained.
+FailureSeen LateWith(double time, int64_t step, std::vector<std::string> lines) {
+  FailureSeen f = Late(time);
+  f.step = step;
+  f.output = ExcerptOf({}, lines);
+  return f;
+}
+
+const std::vector<std::string> kTraceback = {
+    "Traceback (most recent call last):", "  File \"train.py\", line 41, in loss",
+    "    return logits[mask].sum() / n", "ZeroDivisionError: division by zero"};
+
+TEST(RestartBudget, TheSameErrorAtTheSameStepInTwoLaunchesInARowEndsTheJob) {
+  RestartBudget budget(RestartBudgetOptions{5, 600});
+  EXPECT_EQ(budget.Judge(LateWith(10, 5, kTraceback)), Verdict::kRelaunch);
+  budget.OnStepTrained();  // the relaunch resumes from step 3 and trains steps 4 and 5
+  EXPECT_EQ(budget.Judge(LateWith(20, 5, kTraceback)), Verdict::kRepeated);
+}
+
+TEST(RestartBudget, ALateFailureThatChangesIsRelaunched) {
+  RestartBudget budget(RestartBudgetOptions{5, 600});
+  EXPECT_EQ(budget.Judge(LateWith(10, 5, kTraceback)), Verdict::kRelaunch);
+  EXPECT_EQ(budget.Judge(LateWith(20, 9, kTraceback)), Verdict::kRelaunch) << "another step";
+  std::vector<std::string> other = kTraceback;
+  other.back() = "KeyError: 'labels'";
+  EXPECT_EQ(budget.Judge(LateWith(30, 9, other)), Verdict::kRelaunch) << "another error";
+  // A peer's loss, or a preemption, twice: no error printed, so nothing says it will repeat.
+  EXPECT_EQ(budget.Judge(LateWith(40, 9, {"step 9 loss 2.1"})), Verdict::kRelaunch);
+  EXPECT_EQ(budget.Judge(LateWith(50, 9, {"step 9 loss 2.1"})), Verdict::kRelaunch)
+      << "no error line";
+  EXPECT_EQ(budget.Judge(LateWith(60, 9, other)), Verdict::kSpent)
+      << "six failures: over the budget";
+}
+
+TEST(RestartBudget, ALateRepeatOnAMachineKeptOutForItIsRelaunched) {
+  RestartBudget budget(RestartBudgetOptions{5, 600});
+  EXPECT_EQ(budget.Judge(LateWith(10, 5, kTraceback)), Verdict::kRelaunch);
+  FailureSeen on_flaky_machine = LateWith(20, 5, kTraceback);
+  on_flaky_machine.machine_kept_out = true;
+  EXPECT_EQ(budget.Judge(on_flaky_machine), Verdict::kRelaunch);
+  EXPECT_EQ(budget.Judge(LateWith(30, 5, kTraceback)), Verdict::kRepeated);
+}
+
 }  // namespace
 }  // namespace mitra::manager

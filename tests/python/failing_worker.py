@@ -2,11 +2,13 @@
 """A worker program whose Python code raises on request, for the error tests.
 
     failing_worker.py --fail segment|loss|dataset|metric|optimizer|sampler|factory
-                      [--at-step N] [--on-stage S] [--steps N]
+                      [--at-step N] [--on-stage S] [--steps N] [--job-step] [--vary]
 
 The model is an MLP ("inp" | "mid" | "out", tests/python/models.py's data and loss); what --fail names raises
 ValueError("boom in ...") once step N (default 3) has begun (the factory: when it builds), on
-stage S only when given.
+stage S only when given. With --job-step, the loss raises at the job's step N (its generation
+resumed from MITRA_RESUME_STEP), not this process's; with --vary, only in generations 0 and 1,
+and with other words in each ("boom", then "bang").
 """
 import argparse
 import os
@@ -28,6 +30,8 @@ args.add_argument("--on-stage", type=int, default=None)
 args.add_argument("--steps", type=int, default=6)
 args.add_argument("--checkpoint-dir", default=None)
 args.add_argument("--slow", action="store_true", help="sleep 20 ms in every forward")
+args.add_argument("--job-step", action="store_true")
+args.add_argument("--vary", action="store_true")
 args = args.parse_args()
 
 calls = {"forward": 0}
@@ -82,7 +86,14 @@ loss = spec.loss
 
 def failing_loss(outputs, batch):
     calls["forward"] += 1
-    if steps_begun() >= args.at_step and failing_now():
+    if args.job_step:
+        calls["loss"] = calls.get("loss", 0) + 1
+        step = int(os.environ.get("MITRA_RESUME_STEP", "0")) + (calls["loss"] - 1) // 4 + 1
+        generation = int(os.environ.get("MITRA_GENERATION", "0"))
+        if step == args.at_step and not (args.vary and generation >= 2):
+            word = ("boom", "bang")[generation % 2] if args.vary else "boom"
+            raise ValueError(f"{word} in the loss")
+    elif steps_begun() >= args.at_step and failing_now():
         raise ValueError("boom in the loss")
     return loss(outputs, batch)
 

@@ -1,5 +1,6 @@
 """A Python exception in any callable ends the worker with exit code 1 and a traceback naming
 it; Ctrl-C and SIGUSR1 stop a Python worker after a step, with its checkpoint on disk."""
+import json
 import os
 import signal
 import subprocess
@@ -7,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import HERE, PYTHON, records, run_python
+from conftest import HERE, PYTHON, records, run_mitra, run_python
 
 WORKER = os.path.join(HERE, "failing_worker.py")
 
@@ -62,3 +63,39 @@ def test_a_stop_signal_checkpoints_and_exits_zero(standalone, tmp_path, sig):
     [stopped] = records("".join(seen) + out, "stopped")
     assert stopped["reason"] == "signal"
     assert os.path.isdir(tmp_path / "ck" / f"step-{stopped['step']}")
+
+
+def run_failing_job(tmp_path, *extra):
+    """`mitra run` of failing_worker.py on one slot, checkpointing every 2 steps, for 8 steps."""
+    (tmp_path / "machines.txt").write_text("localhost slots=1\n")
+    return run_mitra(["run", "--machines", str(tmp_path / "machines.txt"), "--batch-size", "32",
+                      "--chunk-size", "8", "--nstages", "1", "--max-steps", "8",
+                      "--checkpoint-every", "2",
+                      "--run-dir", str(tmp_path / "run"), "--", PYTHON, WORKER, "--fail", "loss",
+                      "--at-step", "5", "--job-step", "--steps", "8", *extra],
+                     timeout=180, cwd=tmp_path)
+
+
+def test_the_same_exception_at_the_same_step_in_two_launches_ends_the_job(tmp_path):
+    """Step 5's loss raises in every launch: the relaunch from step 4's checkpoint fails the same
+    way, and the job ends after it with the traceback quoted once, not after 5 restarts."""
+    r = run_failing_job(tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    launches = [json.loads(line) for line in open(tmp_path / "run" / "events.jsonl")
+                if '"event":"launch"' in line]
+    assert len(launches) == 2, r.stderr
+    assert "at the same step, as in the launch before: the program fails the same way at every " \
+           "launch, so it is not relaunched again" in r.stderr, r.stderr
+    assert r.stderr.count("  | ValueError: boom in the loss") == 1, r.stderr
+    assert "mitra: the same error lines as the failure before (in logs/gen-1/rank-0.log)" \
+        in r.stderr, r.stderr
+
+
+def test_an_exception_that_changes_is_retried(tmp_path):
+    """Generation 0 raises "boom", generation 1 "bang" at the same step: another failure, so
+    the job is relaunched again, and generation 2 trains to the end."""
+    r = run_failing_job(tmp_path, "--vary")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ValueError: boom in the loss" in r.stderr and "ValueError: bang in the loss" \
+        in r.stderr, r.stderr
+    assert "mitra: done: 8 steps" in r.stdout, r.stdout
