@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "checkpoint/store.h"
+#include "common/strings.h"
 #include "mitra/contract/placement.h"
 #include "worker/checkpointer.h"
 #include "worker/comm.h"
@@ -104,6 +105,52 @@ void ReportMemory(int rank) {
       .Emit();
 }
 
+// What `mitra run` set in the placement instead of what the program set: each setting the
+// program changed from its default that the manager set to another value, as "checkpoint_every
+// 100 (--checkpoint-every) instead of the program's 50". Said once, so that no setting is
+// ignored in silence.
+std::vector<std::string> ManagerOverrides(const TrainerOptions& program, const Placement& p) {
+  const TrainerOptions defaults;
+  std::vector<std::string> out;
+  auto note = [&out](bool replaced, const char* name, const std::string& theirs, const char* flag,
+                     const std::string& mine) {
+    if (replaced) {
+      out.push_back(std::string(name) + " " + theirs + " (" + flag + ") instead of the program's " +
+                    mine);
+    }
+  };
+  const CheckpointOptions& ck = program.checkpoint;
+  const RuntimeOptions& rt = program.runtime;
+  note(p.checkpoint_every >= 0 && ck.every != defaults.checkpoint.every &&
+           ck.every != p.checkpoint_every,
+       "checkpoint_every", std::to_string(p.checkpoint_every), "--checkpoint-every",
+       std::to_string(ck.every));
+  note(p.keep_checkpoints >= 0 && ck.keep != defaults.checkpoint.keep &&
+           ck.keep != p.keep_checkpoints,
+       "keep_checkpoints", std::to_string(p.keep_checkpoints), "--keep-checkpoints",
+       std::to_string(ck.keep));
+  note(!p.checkpoint_dir.empty() && !ck.dir.empty() && ck.dir != p.checkpoint_dir,
+       "checkpoint_dir", p.checkpoint_dir, "--checkpoint-dir, or the run directory's", ck.dir);
+  note(p.max_steps > 0 && program.max_steps != defaults.max_steps &&
+           program.max_steps != p.max_steps,
+       "max_steps", std::to_string(p.max_steps), "--max-steps", std::to_string(program.max_steps));
+  note(p.global_batch > 0 && rt.global_batch != defaults.runtime.global_batch &&
+           rt.global_batch != p.global_batch,
+       "batch_size", std::to_string(p.global_batch), "--batch-size",
+       std::to_string(rt.global_batch));
+  note(p.chunk_size > 0 && rt.chunk_size != defaults.runtime.chunk_size &&
+           rt.chunk_size != p.chunk_size,
+       "chunk_size", std::to_string(p.chunk_size), "--chunk-size, or the plan's",
+       std::to_string(rt.chunk_size));
+  if (!p.precision.empty() && rt.precision != defaults.runtime.precision) {
+    note(p.precision != contract::PrecisionName(rt.precision), "precision", p.precision, "--precision",
+         contract::PrecisionName(rt.precision));
+  }
+  note(p.zero >= 0 && rt.zero != defaults.runtime.zero && rt.zero != p.zero, "zero",
+       std::to_string(p.zero), "--zero, or the plan's", std::to_string(rt.zero));
+  return out;
+}
+
 }  // namespace
 
 Trainer::Trainer(cutpoint::ModelSpec spec, std::shared_ptr<const Dataset> dataset,
@@ -165,6 +212,13 @@ int Trainer::Run(Result<Placement> placement) {
   Heartbeat heartbeat(placement->rank, placement->standalone ? 0 : placement->heartbeat_s,
                       &step_times);
   Placement current = *placement;
+  if (current.rank == 0 && !current.standalone) {
+    if (const std::vector<std::string> over = ManagerOverrides(options_, current); !over.empty()) {
+      const std::string message = "mitra run's settings replace the program's: " + Join(over, "; ");
+      spdlog::warn("{}", message);
+      Record("warning").Add("message", message).Emit();
+    }
+  }
   for (;;) {
     Ended ended;
     try {
@@ -418,6 +472,11 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
     if (times != nullptr) times->Add(step, r.compute_s, r.wait_s);
     if (resumed.summary) ReportResume(placement, rt, *std::exchange(resumed.summary, nullptr));
     ReportStep(placement, rt, step, r, seconds);
+    if (options_.on_step) {
+      options_.on_step(StepInfo{step, r.loss, r.grad_norm, r.lr, seconds, placement.rank,
+                                placement.stage(), placement.replica(), placement.num_stages(),
+                                placement.num_replicas(), placement.generation});
+    }
     if (step == resumed.step + 1) {
       // Its optimizer state exists from the first update on: what this process holds (ZeRO-1
       // shards it over the stage's replicas).

@@ -23,6 +23,7 @@
 // worker started ahead of a grow (MITRA_STANDBY=1) parks before it trains at all.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -51,6 +52,21 @@ struct EvalOptions {
   std::vector<std::pair<std::string, MetricFn>> metrics;  // name, sum over a micro-batch
 };
 
+// What a step hook (TrainerOptions::on_step) is told after each step the job trains.
+struct StepInfo {
+  int64_t step = 0;        // the job's completed steps, 1-based: the step just trained
+  double loss = 0;         // its mean loss over the global batch (the same on every rank)
+  double grad_norm = 0;    // before clipping
+  double lr = 0;           // the learning rate it used
+  double seconds = 0;      // its time on this rank
+  int rank = 0;            // this process's place in the job's grid
+  int stage = 0;
+  int replica = 0;
+  int stages = 1;          // the shape P x D it trained in
+  int replicas = 1;
+  int64_t generation = 0;  // the manager's generation (0 when run alone)
+};
+
 struct TrainerOptions {
   RuntimeOptions runtime;
   EvalOptions eval;
@@ -61,6 +77,10 @@ struct TrainerOptions {
                               // (torch.load-able dict)
   int dump_replica = 0;       // -1: every replica, to stage-<s>.replica-<r>.pt
   CheckpointOptions checkpoint;  // the placement's MITRA_CHECKPOINT_* settings override these
+  // Called on every rank after every step, on the training thread, before the step's
+  // checkpoint and evaluation; a step trained again after a failure is told again. What it
+  // throws ends the worker as a failure. None by default.
+  std::function<void(const StepInfo&)> on_step;
 };
 
 class Trainer {

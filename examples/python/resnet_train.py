@@ -100,7 +100,8 @@ def main(argv):
     trainer = mitra.Trainer(
         resnet_spec(), train, seed=args.seed, max_steps=args.steps, batch_size=args.batch_size,
         chunk_size=args.chunk_size, schedule=args.schedule, partition=args.partition,
-        optimizer=args.optimizer, lr=args.lr, momentum=args.momentum,
+        optimizer=args.optimizer, lr=args.lr,
+        momentum=args.momentum if args.optimizer == "sgd" else None,
         weight_decay=args.weight_decay, warmup=args.warmup, cosine_steps=args.cosine_steps,
         clip=args.clip, eval_dataset=test, eval_every=args.eval_every,
         metrics={"accuracy": correct}, checkpoint_dir=args.checkpoint_dir,

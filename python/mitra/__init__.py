@@ -42,6 +42,7 @@ from mitra.spec import CutPoint, ModelSpec, sum_over_samples  # noqa: E402
 from mitra.split import SplitError  # noqa: E402
 from mitra.optim import Optimizer, TorchOptimizer  # noqa: E402
 from mitra.trainer import Trainer  # noqa: E402
+StepInfo = _mitra.StepInfo  # what Trainer(on_step=fn) passes to fn
 from mitra.inference import InferenceModel  # noqa: E402
 
 
@@ -51,5 +52,5 @@ def describe_requested():
     return _mitra.describe_requested()
 
 
-__all__ = ["CutPoint", "InferenceModel", "Linear", "ModelSpec", "Optimizer", "SplitError",
+__all__ = ["CutPoint", "InferenceModel", "Linear", "ModelSpec", "Optimizer", "SplitError", "StepInfo",
            "TorchOptimizer", "Trainer", "describe_requested", "sum_over_samples"]

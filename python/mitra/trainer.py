@@ -9,6 +9,48 @@ from mitra.loader import Loader
 # Options the Python layer handles itself (the rest go to the C++ Trainer).
 _PYTHON_OPTIONS = {"loader_workers": 0, "prefetch_steps": 2, "loader": "processes"}
 
+# The settings of mitra's built-in optimizers, by the optimizer that takes each: any other
+# optimizer would ignore them.
+_OPTIMIZER_SETTINGS = {
+    "weight_decay": ("sgd", "adam", "adamw"),
+    "betas": ("adam", "adamw"),
+    "eps": ("adam", "adamw"),
+    "momentum": ("sgd",),
+    "dampening": ("sgd",),
+    "nesterov": ("sgd",),
+}
+
+
+# Values that turn a setting off: given to an optimizer that does not take it, they change
+# nothing it would have done.
+_OFF = {"weight_decay": 0, "momentum": 0, "dampening": 0, "nesterov": False}
+
+
+def _check_optimizer_settings(options):
+    """Refuses a built-in optimizer's setting that the chosen optimizer would ignore, naming
+    where it belongs (one that turns something off is let through)."""
+    optimizer = options.get("optimizer", DEFAULTS["optimizer"])
+    given = {k: options[k] for k in _OPTIMIZER_SETTINGS
+             if k in options and not (k in _OFF and options[k] == _OFF[k])}
+    if isinstance(optimizer, str):
+        ignored = {k: v for k, v in given.items() if optimizer not in _OPTIMIZER_SETTINGS[k]}
+        if ignored:
+            names = ", ".join(f"{k}=" for k in ignored)
+            takers = sorted({o for k in ignored for o in _OPTIMIZER_SETTINGS[k]})
+            raise TypeError(f"mitra.Trainer: {names} would be ignored: optimizer='{optimizer}' "
+                            f"does not take {'it' if len(ignored) == 1 else 'them'} (only "
+                            f"{' and '.join(repr(o) for o in takers)} do)")
+        return
+    if given:
+        settings = ", ".join(f"{k}={v!r}" for k, v in given.items())
+        cls = getattr(optimizer, "cls", None)
+        where = (f"mitra.TorchOptimizer(torch.optim.{cls.__name__}, {settings})" if cls is not None
+                 else "your optimizer's own arguments")
+        raise TypeError(f"mitra.Trainer: {settings} would be ignored: they are settings of "
+                        f"mitra's built-in optimizers, and optimizer= is "
+                        f"{getattr(optimizer, '__name__', type(optimizer).__name__)}; give them to "
+                        f"it: {where}")
+
 # Keyword -> what it is, as docs/python.md lists them. Values left at None take the runtime's
 # defaults (worker/runtime.h, worker/trainer.h), or what `mitra run` sets for the job; the
 # "(default ...)" of each comes from there too, through _mitra.trainer_defaults().
@@ -48,6 +90,8 @@ _DESCRIPTIONS = {
                       "0: on the training thread)",
     "prefetch_steps": "how many steps ahead they load (default 2)",
     "loader": "processes (default) | threads (for a __getitem__ that releases the GIL)",
+    # user code
+    "on_step": "fn(mitra.StepInfo) after every step the job trains, on the training thread",
     # evaluation
     "eval_dataset": "evaluated every eval_every steps and after the last",
     "eval_every": "{}: only after the last step",
@@ -106,6 +150,7 @@ class Trainer:
             raise ValueError("the model has no loss: set spec.loss = fn(outputs, batch) -> the "
                              "sum over the micro-batch's samples")
         self._options = {k: v for k, v in options.items() if v is not None}
+        _check_optimizer_settings(self._options)
         metrics = self._options.get("metrics")
         if isinstance(metrics, dict):
             self._options["metrics"] = {name: spec.metric(fn) for name, fn in metrics.items()}

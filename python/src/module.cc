@@ -149,6 +149,24 @@ PYBIND11_MODULE(_mitra, m) {
         "input @ weight.T + bias, whose weight gradients a zero-bubble schedule's B leaves to W");
   m.def("trainer_defaults", &TrainerDefaults,
         "{keyword: default} of mitra.Trainer's options, from the C++ runtime's own");
+  py::class_<worker::StepInfo>(m, "StepInfo",
+                               "What Trainer(on_step=fn) tells fn after each step the job trains")
+      .def_readonly("step", &worker::StepInfo::step, "the step just trained, 1-based")
+      .def_readonly("loss", &worker::StepInfo::loss, "its mean loss over the global batch")
+      .def_readonly("grad_norm", &worker::StepInfo::grad_norm, "before clipping")
+      .def_readonly("lr", &worker::StepInfo::lr)
+      .def_readonly("seconds", &worker::StepInfo::seconds, "the step's time on this rank")
+      .def_readonly("rank", &worker::StepInfo::rank)
+      .def_readonly("stage", &worker::StepInfo::stage)
+      .def_readonly("replica", &worker::StepInfo::replica)
+      .def_readonly("stages", &worker::StepInfo::stages)
+      .def_readonly("replicas", &worker::StepInfo::replicas)
+      .def_readonly("generation", &worker::StepInfo::generation)
+      .def("__repr__", [](const worker::StepInfo& s) {
+        return "StepInfo(step=" + std::to_string(s.step) + ", loss=" + std::to_string(s.loss) +
+               ", rank=" + std::to_string(s.rank) + ", shape=" + std::to_string(s.stages) + "x" +
+               std::to_string(s.replicas) + ")";
+      });
   py::class_<PyTrainer>(m, "Trainer")
       .def(py::init<const py::object&, const py::object&, const py::dict&>(), py::arg("spec"),
            py::arg("dataset"), py::arg("options"))

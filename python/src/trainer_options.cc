@@ -5,6 +5,7 @@
 #include <set>
 
 #include "python/src/py_activations.h"
+#include "python/src/py_call.h"
 #include "python/src/py_data.h"
 #include "python/src/py_optimizer.h"
 #include "python/src/py_spec.h"
@@ -123,6 +124,14 @@ void ReadEval(Options& o, worker::EvalOptions& eval) {
   if (o.Has("metrics")) eval.metrics = MetricsFromPython(o["metrics"]);
 }
 
+// on_step: the Python callable, called with a mitra.StepInfo under the GIL.
+std::function<void(const worker::StepInfo&)> StepHookFromPython(const py::object& fn) {
+  PyRef hook(fn);
+  return [hook](const worker::StepInfo& info) {
+    CallPython("the step hook (on_step)", [&] { hook.get()(info); });
+  };
+}
+
 }  // namespace
 
 py::dict TrainerDefaults() {
@@ -179,6 +188,7 @@ worker::TrainerOptions TrainerOptionsFromPython(const py::dict& options) {
   o.Read("checkpoint_every", &out.checkpoint.every);
   o.Read("keep_checkpoints", &out.checkpoint.keep);
   o.Read("async_checkpoints", &out.checkpoint.async);
+  if (o.Has("on_step")) out.on_step = StepHookFromPython(o["on_step"]);
   o.CheckAllRead();
   return out;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A worker program whose Python code raises on request, for the error tests.
 
-    failing_worker.py --fail segment|loss|dataset|metric|optimizer|sampler|factory
+    failing_worker.py --fail segment|loss|dataset|metric|optimizer|sampler|factory|hook
                       [--at-step N] [--on-stage S] [--steps N] [--job-step] [--vary]
 
 The model is an MLP ("inp" | "mid" | "out", tests/python/models.py's data and loss); what --fail names raises
@@ -156,4 +156,9 @@ if args.fail == "optimizer":
     options.update(optimizer=FailingSgd)
 if args.fail == "sampler":
     options.update(sampler=FailingSampler)
+if args.fail == "hook":
+    def failing_hook(info):
+        if info.step >= args.at_step:
+            raise ValueError("boom in the hook")
+    options.update(on_step=failing_hook)
 sys.exit(mitra.Trainer(spec, data, **options).run())

@@ -21,6 +21,7 @@ WORKER = os.path.join(HERE, "failing_worker.py")
     ("sampler", "the sampler's index_at("),
     ("metric", "metric 'accuracy'"),
     ("optimizer", "the optimizer's step()"),
+    ("hook", "the step hook (on_step)"),
 ])
 def test_an_exception_ends_the_worker_with_its_traceback_and_what_raised_it(
         standalone, tmp_path, what, named):

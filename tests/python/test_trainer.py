@@ -151,6 +151,50 @@ def test_unknown_options_and_a_missing_loss_are_refused_with_the_fix():
         mitra.Trainer(spec, Blobs())
 
 
+def test_a_setting_the_chosen_optimizer_would_ignore_is_refused_naming_where_it_goes():
+    with pytest.raises(TypeError, match=re.escape(
+            "weight_decay=0.5, betas=(0.8, 0.9) would be ignored: they are settings of mitra's "
+            "built-in optimizers, and optimizer= is TorchOptimizer; give them to it: "
+            "mitra.TorchOptimizer(torch.optim.AdamW, weight_decay=0.5, betas=(0.8, 0.9))")):
+        mitra.Trainer(mlp_spec(), Blobs(), optimizer=mitra.TorchOptimizer(torch.optim.AdamW),
+                      weight_decay=0.5, betas=(0.8, 0.9))
+    with pytest.raises(TypeError, match="momentum= would be ignored: optimizer='adamw' does not "
+                                        "take it \\(only 'sgd' do\\)"):
+        mitra.Trainer(mlp_spec(), Blobs(), momentum=0.9)
+    with pytest.raises(TypeError, match="your optimizer's own arguments"):
+        mitra.Trainer(mlp_spec(), Blobs(), optimizer=lambda params: None, eps=1e-6)
+    # What the chosen optimizer takes is taken.
+    mitra.Trainer(mlp_spec(), Blobs(), optimizer="sgd", momentum=0.9, weight_decay=0.1)
+    mitra.Trainer(mlp_spec(), Blobs(), betas=(0.8, 0.9), eps=1e-6)
+
+
+def test_the_step_hook_sees_every_step_once_across_a_morph(tmp_path):
+    """Trainer(on_step=fn) on every rank, 1 x 2 shrunk to 1 x 1 after step 6: steps 1 to 30
+    each told once to rank 0, in the shape that trained them; the loss is the job's, the same
+    on both ranks. The program's own checkpoint_every, replaced by mitra run's, is said."""
+    from conftest import PYTHON, run_mitra_editing_machines
+    log = tmp_path / "hook.log"
+    machines = tmp_path / "machines.txt"
+    code, out, err = run_mitra_editing_machines(
+        ["run", "--machines", str(machines), "--batch-size", "32", "--chunk-size", "8",
+         "--nstages", "1", "--max-steps", "30", "--checkpoint-every", "4", "--run-dir",
+         str(tmp_path / "run"), "--", PYTHON, os.path.join(HERE, "mlp_worker.py"), "--steps",
+         "30", "--sequential", "--slow", "--hook-log", str(log), "--checkpoint-every", "50"],
+        machines, 2, 6, 1)
+    assert code == 0, out + err
+    assert "mitra: morph done: training again in 1 x 1" in out, out + err
+    assert ("mitra: warning: rank 0: mitra run's settings replace the program's: "
+            "checkpoint_every 4 (--checkpoint-every) instead of the program's 50") in out + err
+    told = [line.split() for line in log.read_text().splitlines()]
+    rank0 = [(int(step), shape) for step, rank, shape, _, _ in told if rank == "0"]
+    assert [step for step, _ in rank0] == list(range(1, 31)), told
+    assert rank0[0][1] == "1x2" and rank0[-1][1] == "1x1", rank0
+    losses = {}
+    for step, rank, shape, _, loss in told:
+        losses.setdefault(step, set()).add(loss)
+    assert all(len(v) == 1 for v in losses.values()), losses
+
+
 def test_a_bad_name_is_refused_when_the_trainer_is_made_naming_the_choices():
     with pytest.raises(ValueError, match=r"schedule: unknown schedule 'zb-x' \(expected gpipe, "
                                          r"1f1b, varuna, zb-h1, interleaved or zb-v\)"):
