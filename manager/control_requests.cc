@@ -15,14 +15,17 @@ std::string ControlRequests::Answer(const JsonObject& request) {
   const std::string command = request.GetString("command").value_or("");
   if (command == kStopCommand) {
     const bool again = stop_asked_.exchange(true);
+    const StatusReport before =
+        StatusReport::FromJson(hooks_.status ? hooks_.status() : JsonObject());
     if (hooks_.stop) hooks_.stop();
-    return JsonObject()
-        .SetBool("ok", true)
-        .SetString("message",
-                   again ? "already stopping: the workers are checkpointing; the manager exits "
-                           "once they have (Ctrl-C twice on it kills them)"
-                         : "stopping: every worker will checkpoint after the same step")
-        .ToJson();
+    std::string message = "stopping: every worker will checkpoint after the same step";
+    if (before.state == "waiting") {
+      message = "stopping: no worker runs (the job waits for machines), so the manager exits now";
+    } else if (again) {
+      message = "already stopping: the workers are checkpointing; the manager exits once they "
+                "have (Ctrl-C twice on it kills them)";
+    }
+    return JsonObject().SetBool("ok", true).SetString("message", message).ToJson();
   }
   if (command == kStatusCommand) {
     JsonObject status = JsonObject().SetBool("ok", true);

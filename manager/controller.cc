@@ -201,9 +201,10 @@ void Controller::OnReport(const RankReport& in) {
       CheckProfile(in.seconds);
       if (!gen_.first_step_seen) {
         gen_.first_step_seen = true;
+        const bool first_training = !trained_;
         trained_ = true;
         budget_.OnStepTrained();
-        if (!change_.kind.empty()) TellTrainingAgain(in.step);
+        if (!change_.kind.empty()) TellTrainingAgain(in.step, first_training);
         KeepSpares();
       }
       return;
@@ -355,8 +356,10 @@ void Controller::TryLaunch() {
   gen_.kept = static_cast<int>(kept.size());
   gen_.deadlines.starting_note = now_ + options_.starting_note_after_s;
   gen_.held_step = held_step;
+  // Trained state, that is: before the job's first step every worker holds step 0's, which a
+  // new worker builds as well.
   gen_.held_partial = !held_step && std::any_of(kept.begin(), kept.end(), [](const auto& kv) {
-    return kv.second.held.step >= 0;
+    return kv.second.held.step > 0;
   });
   gen_.expected_step = expected;
   // A kept worker's heartbeat runs on from its last generation: its silence counts at once.
@@ -409,9 +412,10 @@ void Controller::NoteRanksExited() {
   change_.ranks_exited = now_;
 }
 
-void Controller::TellTrainingAgain(int64_t step) {
+void Controller::TellTrainingAgain(int64_t step, bool first_training) {
   TrainingAgainFact fact;
   fact.kind = change_.kind;
+  fact.first_training = first_training;
   fact.step = step;
   fact.shape = gen_.ShapeText();
   fact.kept = gen_.kept;

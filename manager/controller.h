@@ -418,7 +418,8 @@ class Controller {
   // Remembers when the last rank of the generation exited (once per generation).
   void NoteRanksExited();
   // The first step after a morph or recovery, at `step`: the downtime and its split.
-  void TellTrainingAgain(int64_t step);
+  // `first_training`: no generation of this manager had trained before (the start failed).
+  void TellTrainingAgain(int64_t step, bool first_training);
   // A step of rank 0's, against the plan's prediction: a disagreement corrects the profile
   // the next plans use (corrections_).
   void CheckProfile(double step_s);

@@ -91,10 +91,26 @@ FailureExcerpt ExcerptOf(std::vector<std::string> earlier_errors,
   return excerpt;
 }
 
+std::string FailureExcerpt::Hint() const {
+  for (const std::string& line : ErrorLines()) {
+    if (line.find("No module named 'mitra'") != std::string::npos) {
+      return "the workers' Python cannot import mitra: run scripts/setup as root (it installs "
+             "the package for /usr/bin/python3), or `pip install .` into the Python the workers "
+             "run, or give them the build's copy with --env PYTHONPATH=BUILD/python";
+    }
+    if (line.find("No module named 'torch'") != std::string::npos) {
+      return "the workers' Python has no torch: start them with /usr/bin/python3 (Debian's "
+             "python3-torch), or install torch 1.13 into the Python they run";
+    }
+  }
+  return "";
+}
+
 std::string FormatFailureReport(const std::string& what, const std::string& log_name,
                                 const FailureExcerpt& excerpt, bool same_as_before) {
   std::string report = "mitra: " + what + "\n";
   if (excerpt.empty()) return report;
+  const std::string hint = excerpt.Hint();
   if (same_as_before) {
     return report + "mitra: the same error lines as the failure before (in " + log_name + ")\n";
   }
@@ -108,6 +124,7 @@ std::string FormatFailureReport(const std::string& what, const std::string& log_
     report += "  | ...\n";
   }
   for (const std::string& line : excerpt.tail) report += "  | " + line + "\n";
+  if (!hint.empty()) report += "mitra: hint: " + hint + "\n";
   return report;
 }
 

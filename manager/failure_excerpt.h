@@ -23,6 +23,9 @@ struct FailureExcerpt {
   // What two failures must share to be the same one: the error lines (else the last line) with
   // every number left out, since times, pids, ranks and ports differ from launch to launch.
   std::string Key() const;
+  // What to do about an error whose fix is known (the workers' Python cannot import mitra or
+  // torch); "" for any other.
+  std::string Hint() const;
 };
 
 // The excerpt of a process event's lines (launcher::ProcessEvent's earlier_errors and
@@ -40,6 +43,7 @@ FailureExcerpt ExcerptOf(std::vector<std::string> earlier_errors,
 // them and the tail.
 // With `same_as_before` (the error lines of the failure reported before this one, Key()), the
 // lines are not quoted again: "mitra: the same error lines as the failure before (in LOG)".
+// A known error's Hint() follows as "mitra: hint: ...".
 std::string FormatFailureReport(const std::string& what, const std::string& log_name,
                                 const FailureExcerpt& excerpt, bool same_as_before = false);
 

@@ -206,8 +206,10 @@ Narration Launched(const LaunchedFact& f) {
   if (f.resume_step > 0) line += ", from step " + std::to_string(f.resume_step);
   line += "), pids " + Join(pids, " ");
   if (f.held_partial) {
-    line += "; the workers kept do not hold every stage's state of one step: the rest comes "
-            "from the newest checkpoint";
+    line += "; the workers kept do not hold every stage's state of one step: " +
+            std::string(f.resume_step > 0 ? "the job resumes from the newest checkpoint"
+                                          : "with no checkpoint yet, the job starts again from "
+                                            "step 0");
   }
   return Told(records::Launch::kEvent, fields, line);
 }
@@ -238,9 +240,13 @@ Narration Morphing(const MorphFact& f) {
 Narration TrainingAgain(const TrainingAgainFact& f) {
   // A process start, or a regroup of parked workers, or both.
   const std::string ready = f.kept == 0 ? "start" : f.started == 0 ? "regroup" : "start and regroup";
-  std::string line = "mitra: " + f.kind + " done: training again in " + f.shape + " at step " +
-                     std::to_string(f.step) + "; downtime " + DurationText(f.downtime_s) +
-                     " (stop " + DurationText(f.stop_s) + ", relaunch " +
+  const std::string head =
+      f.first_training
+          ? "mitra: started after a failed start: training in " + f.shape + " at step " +
+                std::to_string(f.step) + "; " + DurationText(f.downtime_s) + " since the failure"
+          : "mitra: " + f.kind + " done: training again in " + f.shape + " at step " +
+                std::to_string(f.step) + "; downtime " + DurationText(f.downtime_s);
+  std::string line = head + " (stop " + DurationText(f.stop_s) + ", relaunch " +
                      DurationText(f.relaunch_s) + ", " + ready + " " + DurationText(f.ready_s) +
                      ", load " + DurationText(f.load_s) + ", first step " +
                      DurationText(f.first_step_s) + ")";

@@ -70,6 +70,9 @@ struct TrainingAgainFact {
   int started = 0;  // ranks that started a process
   double downtime_s = 0, stop_s = 0, relaunch_s = 0, ready_s = 0, load_s = 0, first_step_s = 0;
   std::optional<StateSources> sources = {};  // where the state came from; absent: the checkpoint
+  // No generation of this manager had trained before: a start that failed, then one that
+  // worked, not a recovery of training.
+  bool first_training = false;
 };
 
 struct TrainingDoneFact {

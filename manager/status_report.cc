@@ -112,6 +112,7 @@ JsonObject StatusReport::ToJson() const {
     machine_texts.push_back(machine.ToJson());
   }
   json.Set("machines", JsonValue::Raw("[" + Join(machine_texts, ",") + "]"));
+  SetIfPresent(&json, "list_rejected", list_rejected);
   if (last_event) json.Set("last_event", JsonValue::Raw(last_event->ToJson()));
   return json;
 }
@@ -148,6 +149,7 @@ StatusReport StatusReport::FromJson(const JsonObject& json) {
       }
     }
   }
+  r.list_rejected = GetText(json, "list_rejected");
   if (const JsonValue* event = json.Find("last_event");
       event != nullptr && event->type() == JsonValue::Type::kRaw) {
     Result<JsonObject> parsed = JsonObject::Parse(event->string_value());
@@ -174,6 +176,9 @@ std::string FormatStatus(const StatusReport& r, double now) {
         << "\n";
   };
   if (!r.reason.empty()) line("reason", r.reason);
+  if (!r.list_rejected.empty()) {
+    line("list edit", "refused, the list before it stays in force: " + r.list_rejected);
+  }
   if (r.step) {
     line("step", std::to_string(*r.step) +
                      (r.max_steps && *r.max_steps > 0 ? " / " + std::to_string(*r.max_steps) : ""));

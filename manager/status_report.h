@@ -17,6 +17,8 @@
 //      {"address":"127.0.0.5","slots":1,"state":"idle","used_slots":0},
 //      {"address":"127.0.0.3","slots":1,"state":"failed","until":1764000040.0,
 //       "reason":"ssh exited with 255"}],        kept out until `until` (Unix seconds)
+//    "list_rejected":"...",      the last edit of the machine list did not parse (why): the
+//                                list before it stays in force; absent once an edit parses
 //    "last_event":{"time":1764000000.0,"event":"morph","reason":"machine list changed"}}
 //
 // Request {"command":"stop"} -> {"ok":true,"message":"stopping: every worker will checkpoint
@@ -67,6 +69,7 @@ struct StatusReport {
   std::optional<double> elapsed_s;
   std::optional<double> updated_at;
   std::vector<MachineStatus> machines;
+  std::string list_rejected;  // why the last edit of the machine list was refused, if it was
   std::optional<JsonObject> last_event;  // an events.jsonl record, flat
 
   // The response object, "ok":true first.

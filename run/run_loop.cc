@@ -138,8 +138,11 @@ void RunLoop::OnMachineListEdited(const std::string& contents) {
           << options_.machines_path << " and save it again" << std::endl;
     Warn(journal_->RecordEvent("machines_rejected",
                                JsonObject().SetString("error", list.status().message())));
+    list_rejected_ = list.status().message();
+    PublishStatus(true);
     return;
   }
+  list_rejected_.clear();
   Handle(manager::MachinesChanged{*list});
 }
 
@@ -262,6 +265,7 @@ void RunLoop::PublishStatus(bool changed) {
       if (stats_.last()->tokens_per_s > 0) status.tokens_per_s = stats_.last()->tokens_per_s;
     }
     if (last_event_.size() > 0) status.last_event = last_event_;
+    status.list_rejected = list_rejected_;
   }
   std::lock_guard<std::mutex> lock(status_mu_);
   if (fresh) {

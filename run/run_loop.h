@@ -215,6 +215,8 @@ class RunLoop {
   JsonObject last_event_;
   std::set<std::string> reported_;  // damaged checkpoints already named on the terminal
   std::string last_failure_key_;  // the error lines ReportFailure quoted last (Key()), if any
+  std::string list_rejected_;     // why the last machine-list edit was refused; "": it was not
+  std::set<std::string> settings_replaced_;  // rank 0's `settings_replaced` notes, told once
   // Health checks run on threads of their own (a check may block for seconds); finished ones are
   // joined whenever a new one starts, the rest when the loop ends.
   struct Check {

@@ -171,6 +171,15 @@ void RunLoop::OnWorkerNote(int64_t generation, int rank, const std::string& kind
                                                      .SetInt("rank", rank)
                                                      .SetString("message", message)));
     *err_ << "mitra: warning: rank " << rank << ": " << message << std::endl;
+  } else if (kind == "settings_replaced" && rank == 0) {
+    // Once per job: every new process of rank 0 says it again.
+    const std::string message = record.GetString("message").value_or("");
+    if (settings_replaced_.insert(message).second) {
+      Warn(journal_->RecordEvent(kind, JsonObject()
+                                           .SetInt("generation", generation)
+                                           .SetString("message", message)));
+      *out_ << "mitra: " << message << std::endl;
+    }
   } else if (kind == "checkpoint_failed") {
     JsonObject fields = record;
     fields.Erase("event");

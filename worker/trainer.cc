@@ -215,8 +215,8 @@ int Trainer::Run(Result<Placement> placement) {
   if (current.rank == 0 && !current.standalone) {
     if (const std::vector<std::string> over = ManagerOverrides(options_, current); !over.empty()) {
       const std::string message = "mitra run's settings replace the program's: " + Join(over, "; ");
-      spdlog::warn("{}", message);
-      Record("warning").Add("message", message).Emit();
+      spdlog::info("{}", message);
+      Record("settings_replaced").Add("message", message).Emit();
     }
   }
   for (;;) {

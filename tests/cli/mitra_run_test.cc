@@ -295,8 +295,9 @@ TEST_F(MitraRunTest, WorkersThatTake40SecondsToStartAreWaitedForAndSaidSo) {
 }
 
 TEST_F(MitraRunTest, RepeatedFailuresBeyondTheRestartBudgetFailTheJob) {
+  // A failure that changes each time (the same one twice in a row would end the job sooner).
   const MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "100", "--max-restarts", "2"},
-                                 {"--crash-rank", "0", "--crash-at-step", "1"}));
+                                 {"--crash-rank", "0", "--crash-at-step", "1", "--vary-crash"}));
   EXPECT_EQ(r.exit_code, 1) << r.output();
   EXPECT_TRUE(Contains(r.err, "more than --max-restarts 2")) << r.err;
   EXPECT_EQ(EventsNamed(RunDir(), "launch").size(), 3u);

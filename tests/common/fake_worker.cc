@@ -20,6 +20,8 @@
 //   --config-error-rank R   rank R refuses its configuration before its first step: prints an
 //                           error naming it and exits 2 (as a program given a bad flag does)
 //   --fail-generation G     crash and hang only in generation G (default: every generation)
+//   --vary-crash            the crash's message changes from one generation to the next (a
+//                           failure that is not the same twice in a row)
 //   --ignore-sigterm        ignore SIGTERM (so only SIGKILL ends it)
 //   --marker-dir DIR        create DIR/started-rank-R when training starts
 //
@@ -53,6 +55,7 @@ struct Flags {
   long crash_at_step = -1;
   int exit_code = 3;
   int crash_signal = 0;
+  bool vary_crash = false;
   int hang_rank = -1;
   int silent_rank = -1;
   long slow_start_ms = 0;
@@ -92,6 +95,8 @@ Flags ParseFlags(int argc, char** argv) {
       f.exit_code = std::atoi(next());
     else if (arg == "--crash-signal")
       f.crash_signal = std::atoi(next());
+    else if (arg == "--vary-crash")
+      f.vary_crash = true;
     else if (arg == "--hang-rank")
       f.hang_rank = std::atoi(next());
     else if (arg == "--hang-at-step")
@@ -285,7 +290,9 @@ int main(int argc, char** argv) {
     const bool may_fail = f.fail_generation < 0 || f.fail_generation == generation;
     if (may_fail && rank == f.crash_rank && step == f.crash_at_step) {
       std::printf("fake_worker: rank %d simulating a crash after step %ld\n", rank, step);
-      std::fprintf(stderr, "fake_worker: fatal: simulated failure on rank %d\n", rank);
+      static const char* const kWords[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta"};
+      std::fprintf(stderr, "fake_worker: fatal: simulated failure on rank %d%s%s\n", rank,
+                   f.vary_crash ? ", " : "", f.vary_crash ? kWords[generation % 6] : "");
       if (f.crash_signal != 0) ::kill(::getpid(), f.crash_signal);
       return f.exit_code;
     }

@@ -24,6 +24,14 @@ TEST(ControlRequests, StopAsksTheRunEachTimeAndSaysWhenItIsUnderWay) {
   EXPECT_EQ(stops, 2);  // the controller records the second as under way
 }
 
+TEST(ControlRequests, AStopWhileWaitingForMachinesSaysNothingIsCheckpointed) {
+  ControlRequests requests(
+      {[] {}, [] { return JsonObject().SetString("state", "waiting"); }, nullptr}, "/runs/a", 42);
+  const JsonObject answer = Parsed(requests.Answer(JsonObject().SetString("command", "stop")));
+  EXPECT_EQ(answer.GetString("message"),
+            "stopping: no worker runs (the job waits for machines), so the manager exits now");
+}
+
 TEST(ControlRequests, StatusIsTheSnapshotWithThePidAndRunDirectory) {
   ControlRequests starting({nullptr, nullptr, nullptr}, "/runs/a", 42);
   const StatusReport early =

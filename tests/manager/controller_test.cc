@@ -549,6 +549,26 @@ TEST_F(ControllerTest, AReadyRankThatNeverBeatsIsHungAfterTheHeartbeatTimeout) {
       << controller_->reason();
 }
 
+TEST_F(ControllerTest, AStartThatWorksAfterAFailedOneIsNoRecoveryOfTraining) {
+  Feed(StartInput{List("localhost slots=2\n"), {}});
+  for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
+  Feed(RankExited{0, 1, launcher::ExitStatus{1, 0}});  // before any step
+  Feed(RankExited{0, 0, launcher::ExitStatus{0, SIGKILL}});
+  Feed(HostChecked{"localhost", true, ""});
+  ASSERT_EQ(OnlyLaunch().generation, 1);
+  now_ += 4;
+  RunGeneration(1);
+  const auto records = All<RecordAction>();
+  const auto first = std::find_if(records.begin(), records.end(),
+                                  [](const RecordAction& r) { return r.event == "first_step"; });
+  ASSERT_NE(first, records.end());
+  EXPECT_EQ(first->line.rfind("mitra: started after a failed start: training in 2 x 1 at step 1; "
+                              "4 s since the failure (",
+                              0),
+            0u)
+      << first->line;
+}
+
 TEST_F(ControllerTest, RanksThatStoppedTrainingMayWorkOnWithoutHeartbeats) {
   Feed(StartInput{List("localhost slots=2\n"), {}});
   RunGeneration(100);

@@ -18,6 +18,25 @@ TEST(FailureExcerpt, LeavesOutHeartbeatRecordsHoweverWritten) {
       ExcerptOf({}, {"@mitra {\"event\":\"heartbeat\",\"rank\":1}", "fatal: out of memory",
                      "@mitra {\"rank\":1, \"event\": \"heartbeat\"}"});
   EXPECT_EQ(excerpt.tail, std::vector<std::string>{"fatal: out of memory"});
+  EXPECT_TRUE(ExcerptOf({}, {"@mitra {\"event\":\"starting\",\"rank\":0}"}).empty());
+}
+
+TEST(FailureExcerpt, AKnownErrorComesWithWhatToDo) {
+  const FailureExcerpt missing =
+      ExcerptOf({}, {"Traceback (most recent call last):", "  File \"train.py\", line 3",
+                     "ModuleNotFoundError: No module named 'mitra'"});
+  EXPECT_TRUE(Contains(missing.Hint(), "run scripts/setup as root")) << missing.Hint();
+  EXPECT_TRUE(Contains(FormatFailureReport("rank 0 exited with code 1", "logs/gen-0/rank-0.log",
+                                           missing),
+                       "\nmitra: hint: the workers' Python cannot import mitra: "));
+  EXPECT_EQ(ExcerptOf({}, {"ValueError: boom"}).Hint(), "");
+}
+
+TEST(FailureExcerpt, ARepeatedFailureIsNotQuotedAgain) {
+  EXPECT_EQ(FormatFailureReport("rank 0 exited with code 1 after step 4", "logs/gen-1/rank-0.log",
+                                ExcerptOf({}, {"ValueError: boom"}), /*same_as_before=*/true),
+            "mitra: rank 0 exited with code 1 after step 4\n"
+            "mitra: the same error lines as the failure before (in logs/gen-1/rank-0.log)\n");
 }
 
 TEST(FailureExcerpt, TheMessageIsAnExceptionsWhatElseTheLastErrorElseTheLastLine) {

@@ -27,6 +27,7 @@ StatusReport FullReport() {
   event.SetNumber("time", 1000.0 - 12).SetString("event", "morph").SetString(
       "reason", "machine list changed");
   r.last_event = event;
+  r.list_rejected = "machines.txt:2: 'slots=x' is not a slot count";
   return r;
 }
 
@@ -47,6 +48,7 @@ TEST(StatusReport, RoundTripsThroughJson) {
   EXPECT_EQ(r.machines[2].reason, "ssh exited with 255");
   ASSERT_TRUE(r.last_event.has_value());
   EXPECT_EQ(r.last_event->GetString("event"), "morph");
+  EXPECT_EQ(r.list_rejected, "machines.txt:2: 'slots=x' is not a slot count");
 }
 
 TEST(StatusReport, FormatsEveryPart) {
@@ -62,6 +64,9 @@ TEST(StatusReport, FormatsEveryPart) {
   EXPECT_TRUE(Contains(text, "1 slot   failed until ")) << text;
   EXPECT_TRUE(Contains(text, " (in 40 s): ssh exited with 255\n")) << text;
   EXPECT_TRUE(Contains(text, "  last event  morph 12 s ago: machine list changed\n")) << text;
+  EXPECT_TRUE(Contains(text, "  list edit   refused, the list before it stays in force: "
+                             "machines.txt:2: 'slots=x' is not a slot count\n"))
+      << text;
 }
 
 TEST(StatusReport, AProgramWithoutTokensShowsSamplesPerSecond) {

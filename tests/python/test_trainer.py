@@ -1,5 +1,6 @@
 """Trainer.run() alone (1 x 1, in this process): one storage with the Python modules,
 BatchNorm buffers and Python optimizers in checkpoints, export and InferenceModel."""
+import json
 import os
 import re
 import subprocess
@@ -183,12 +184,17 @@ def test_the_step_hook_sees_every_step_once_across_a_morph(tmp_path):
         machines, 2, 6, 1)
     assert code == 0, out + err
     assert "mitra: morph done: training again in 1 x 1" in out, out + err
-    assert ("mitra: warning: rank 0: mitra run's settings replace the program's: "
-            "checkpoint_every 4 (--checkpoint-every) instead of the program's 50") in out + err
+    said = [json.loads(line)["message"] for line in open(tmp_path / "run" / "events.jsonl")
+            if '"event":"settings_replaced"' in line]
+    assert said == ["mitra run's settings replace the program's: checkpoint_every 4 "
+                    "(--checkpoint-every) instead of the program's 50"], said  # once
     told = [line.split() for line in log.read_text().splitlines()]
     rank0 = [(int(step), shape) for step, rank, shape, _, _ in told if rank == "0"]
     assert [step for step, _ in rank0] == list(range(1, 31)), told
     assert rank0[0][1] == "1x2" and rank0[-1][1] == "1x1", rank0
+    # The package says the program runs before torch is imported: the log's first line.
+    first = (tmp_path / "run" / "logs" / "gen-0" / "rank-1.log").read_text().splitlines()[0]
+    assert first == '@mitra {"event":"starting","rank":1}', first
     losses = {}
     for step, rank, shape, _, loss in told:
         losses.setdefault(step, set()).add(loss)
