@@ -16,14 +16,12 @@ double KthBest::Get() {
   return found_[keep_ - 1];
 }
 
-bool FitsMemory(const Profile& profile, const std::vector<MachineSlots>& machines,
-                const std::vector<std::string>& rank_machines,
+bool FitsMemory(const std::vector<int64_t>& capacity, const std::vector<int>& rank_machines,
                 const std::vector<int64_t>& memory_bytes) {
-  std::map<std::string, int64_t> used;
+  std::vector<int64_t> used(capacity.size(), 0);
   for (size_t r = 0; r < rank_machines.size(); ++r) used[rank_machines[r]] += memory_bytes[r];
-  for (const MachineSlots& m : machines) {
-    const int64_t capacity = profile.Machine(m.address).memory_bytes;
-    if (capacity > 0 && used[m.address] > capacity) return false;
+  for (size_t m = 0; m < capacity.size(); ++m) {
+    if (capacity[m] > 0 && used[m] > capacity[m]) return false;
   }
   return true;
 }
@@ -34,7 +32,16 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
   KthBest kth_best(request.keep);
   // (p, d, chunk, schedule, ranges: interleaved's v chunks per rank)
   std::set<std::tuple<int, int, int64_t, ScheduleKind, size_t>> fitted;
-  std::map<int, std::vector<std::string>> placed;               // world -> rank machines
+  // World -> each rank's machine, as an index into request.machines and as its address.
+  struct Placed {
+    std::vector<int> index;
+    std::vector<std::string> address;
+  };
+  std::map<int, Placed> placed;
+  std::vector<int64_t> capacity;
+  for (const MachineSlots& m : request.machines) {
+    capacity.push_back(request.profile->Machine(m.address).memory_bytes);
+  }
   for (const ShapeOption& option : options) {
     if (option.bound >= kth_best.Get()) break;
     const Candidate& c = option.candidate;
@@ -46,18 +53,20 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
     const int world = c.stages * c.replicas;
     auto machines = placed.find(world);
     if (machines == placed.end()) {
-      machines = placed.emplace(world, PlaceRanks(request.machines, world)).first;
+      Placed p;
+      p.index = RankMachines(SlotsOf(request.machines), world);
+      for (const int m : p.index) p.address.push_back(request.machines[m].address);
+      machines = placed.emplace(world, std::move(p)).first;
     }
     SimulationInput in;
     in.profile = request.profile;
     in.global_batch = request.global_batch;
-    in.rank_machines = machines->second;
+    in.rank_machines = machines->second.address;
     in.candidate = c;
     Result<Prediction> prediction = Simulate(in);
     if (!prediction.ok()) return prediction.status();
     ++result.simulated;
-    if (!FitsMemory(*request.profile, request.machines, in.rank_machines,
-                    prediction->memory_bytes)) {
+    if (!FitsMemory(capacity, machines->second.index, prediction->memory_bytes)) {
       ++result.too_big;
       continue;
     }

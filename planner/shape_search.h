@@ -26,10 +26,10 @@ class KthBest {
   std::vector<double> found_;
 };
 
-// Whether the ranks (rank r on rank_machines[r], holding memory_bytes[r]) fit each machine's
-// memory together; a machine that reports no memory (0) holds any.
-bool FitsMemory(const Profile& profile, const std::vector<MachineSlots>& machines,
-                const std::vector<std::string>& rank_machines,
+// Whether the ranks (rank r on machine rank_machines[r], an index into `capacity`, holding
+// memory_bytes[r]) fit each machine's memory together; a machine of capacity 0 (it reports no
+// memory) holds any. O(ranks + machines), no string compared: 10,000-slot plans ask it often.
+bool FitsMemory(const std::vector<int64_t>& capacity, const std::vector<int>& rank_machines,
                 const std::vector<int64_t>& memory_bytes);
 
 // Simulates `options` (sorted by bound) for a checked `request` on `slots` slots: the shapes that

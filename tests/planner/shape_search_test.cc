@@ -23,14 +23,9 @@ TEST(KthBest, InfiniteUntilKeepTimesWereFoundOrForNoKeep) {
 }
 
 TEST(FitsMemory, EachMachineHoldsItsRanksTogetherAndNoFigureHoldsAny) {
-  Profile p = Uniform(2, 0.01, 0.02);
-  p.machines[0].memory_bytes = 100;
-  p.machines.push_back(p.machines[0]);
-  p.machines[1].address = "open";
-  p.machines[1].memory_bytes = 0;
-  const std::vector<MachineSlots> machines = {{"m0", 2}, {"open", 1}};
-  EXPECT_TRUE(FitsMemory(p, machines, {"m0", "m0", "open"}, {50, 50, 1000000}));
-  EXPECT_FALSE(FitsMemory(p, machines, {"m0", "m0", "open"}, {50, 51, 0}));
+  const std::vector<int64_t> capacity = {100, 0};  // machine 1 reports no memory
+  EXPECT_TRUE(FitsMemory(capacity, {0, 0, 1}, {50, 50, 1000000}));
+  EXPECT_FALSE(FitsMemory(capacity, {0, 0, 1}, {50, 51, 0}));
 }
 
 TEST(SearchShapes, RecomputesOnlyAShapeThatDoesNotFitWithoutAndStopsAtTheKeepthBest) {
