@@ -47,7 +47,8 @@ void Controller::FailSlowStart() {
   for (size_t i = 0; i < gen_.ranks.size(); ++i) {
     const RankState& r = gen_.ranks[i];
     if (!r.running || r.ready) continue;
-    const std::string said = r.starting ? "" : ", and said nothing: its program never reached mitra";
+    const std::string said =
+        r.starting ? "" : ", and said nothing: its program never reached mitra";
     Fail(static_cast<int>(i),
          gen_.Where(static_cast<int>(i)) + " was not ready " + DurationText(waited) +
              " after its launch" + said + " (--start-timeout " +

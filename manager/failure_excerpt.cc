@@ -110,7 +110,6 @@ std::string FormatFailureReport(const std::string& what, const std::string& log_
                                 const FailureExcerpt& excerpt, bool same_as_before) {
   std::string report = "mitra: " + what + "\n";
   if (excerpt.empty()) return report;
-  const std::string hint = excerpt.Hint();
   if (same_as_before) {
     return report + "mitra: the same error lines as the failure before (in " + log_name + ")\n";
   }
@@ -124,7 +123,9 @@ std::string FormatFailureReport(const std::string& what, const std::string& log_
     report += "  | ...\n";
   }
   for (const std::string& line : excerpt.tail) report += "  | " + line + "\n";
-  if (!hint.empty()) report += "mitra: hint: " + hint + "\n";
+  if (const std::string hint = excerpt.Hint(); !hint.empty()) {
+    report += "mitra: hint: " + hint + "\n";
+  }
   return report;
 }
 

@@ -286,6 +286,17 @@ Narration TrainingAgain(const TrainingAgainFact& f) {
   return Told(records::FirstStep::kEvent, records::ToJson(record), line);
 }
 
+Narration Starting(const StartingFact& f) {
+  return Told("starting",
+              JsonObject()
+                  .SetInt("starting", f.starting)
+                  .SetInt("ranks", f.total)
+                  .SetInt("silent", f.silent)
+                  .SetNumber("for_s", RoundedSeconds(f.for_s))
+                  .SetNumber("timeout_s", RoundedSeconds(f.timeout_s)),
+              "mitra: " + StartingText(f));
+}
+
 }  // namespace
 
 std::string StartingText(const StartingFact& f) {
@@ -358,16 +369,7 @@ Narration Narrate(const Fact& fact) {
                             Join(f.ranks, ", "),
                         true);
           },
-          [](const StartingFact& f) {
-            return Told("starting",
-                        JsonObject()
-                            .SetInt("starting", f.starting)
-                            .SetInt("ranks", f.total)
-                            .SetInt("silent", f.silent)
-                            .SetNumber("for_s", RoundedSeconds(f.for_s))
-                            .SetNumber("timeout_s", RoundedSeconds(f.timeout_s)),
-                        "mitra: " + StartingText(f));
-          },
+          [](const StartingFact& f) { return Starting(f); },
           [](const WaitingFact& f) {
             return Told("waiting", JsonObject().SetString("reason", f.reason),
                         "mitra: waiting: " + f.reason);

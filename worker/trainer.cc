@@ -143,8 +143,8 @@ std::vector<std::string> ManagerOverrides(const TrainerOptions& program, const P
        "chunk_size", std::to_string(p.chunk_size), "--chunk-size, or the plan's",
        std::to_string(rt.chunk_size));
   if (!p.precision.empty() && rt.precision != defaults.runtime.precision) {
-    note(p.precision != contract::PrecisionName(rt.precision), "precision", p.precision, "--precision",
-         contract::PrecisionName(rt.precision));
+    const std::string mine = contract::PrecisionName(rt.precision);
+    note(p.precision != mine, "precision", p.precision, "--precision", mine);
   }
   note(p.zero >= 0 && rt.zero != defaults.runtime.zero && rt.zero != p.zero, "zero",
        std::to_string(p.zero), "--zero, or the plan's", std::to_string(rt.zero));
@@ -399,6 +399,11 @@ void Trainer::ReportStep(const Placement& placement, const Runtime& rt, int64_t 
                                  std::to_string(r.loss_scale) + ")"
                            : "");
   }
+  if (options_.on_step) {
+    options_.on_step(StepInfo{step, r.loss, r.grad_norm, r.lr, seconds, placement.rank,
+                              placement.stage(), placement.replica(), placement.num_stages(),
+                              placement.num_replicas(), placement.generation});
+  }
 }
 
 void Trainer::DumpParameters(const Placement& placement, const Runtime& rt) const {
@@ -472,11 +477,6 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
     if (times != nullptr) times->Add(step, r.compute_s, r.wait_s);
     if (resumed.summary) ReportResume(placement, rt, *std::exchange(resumed.summary, nullptr));
     ReportStep(placement, rt, step, r, seconds);
-    if (options_.on_step) {
-      options_.on_step(StepInfo{step, r.loss, r.grad_norm, r.lr, seconds, placement.rank,
-                                placement.stage(), placement.replica(), placement.num_stages(),
-                                placement.num_replicas(), placement.generation});
-    }
     if (step == resumed.step + 1) {
       // Its optimizer state exists from the first update on: what this process holds (ZeRO-1
       // shards it over the stage's replicas).

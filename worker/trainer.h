@@ -149,7 +149,8 @@ class Trainer {
   CheckpointOptions CheckpointOptionsFor(const Placement& placement) const;
   // Logs the rank's place and prints its `ready` record (and rank 0's `settings`).
   void Announce(const Placement& placement, const Runtime& rt) const;
-  // Rank 0's `step` record, and the log line every log_every steps.
+  // Rank 0's `step` record, the log line every log_every steps, and the program's step hook
+  // (options_.on_step) on every rank.
   void ReportStep(const Placement& placement, const Runtime& rt, int64_t step,
                   const StepResult& r, double seconds) const;
   // --dump-params: the stage's parameters after training (the chosen replica's, or each).

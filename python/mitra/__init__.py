@@ -52,5 +52,5 @@ def describe_requested():
     return _mitra.describe_requested()
 
 
-__all__ = ["CutPoint", "InferenceModel", "Linear", "ModelSpec", "Optimizer", "SplitError", "StepInfo",
-           "TorchOptimizer", "Trainer", "describe_requested", "sum_over_samples"]
+__all__ = ["CutPoint", "InferenceModel", "Linear", "ModelSpec", "Optimizer", "SplitError",
+           "StepInfo", "TorchOptimizer", "Trainer", "describe_requested", "sum_over_samples"]
