@@ -281,6 +281,20 @@ class Mitra:
                f"{args.build}/bin/gpt_train", "--model", model]
         self.job = Job(cmd, os.path.join(tmp, "mitra.out"), cwd=tmp, run_dir=self.run_dir)
 
+    def wait_spare_parked(self, timeout):
+        """Until the job's first spare has parked (its log holds its `parked` record). Spares
+        start at a generation's first step and take 0.6-0.8 s to start here: a kill before that
+        measures a recovery that waits for the spare's start, not one with a spare waiting."""
+        log = os.path.join(self.run_dir, "logs", "standby-0.log")
+
+        def parked():
+            try:
+                with open(log, errors="replace") as f:
+                    return '"event":"parked"' in f.read()
+            except OSError:
+                return False
+        wait_for("the spare to park", parked, timeout, self.job)
+
     def events(self, name=None, generation=None):
         out = read_jsonl(os.path.join(self.run_dir, "events.jsonl"))
         return [e for e in out if (name is None or e.get("event") == name)
@@ -347,6 +361,8 @@ def mitra_recovery(args, rep):
     with mitra_job(args, "mitra-elastic-", "localhost slots=2\n", args.stages, "tiny",
                    ["--checkpoint-every", "1", "--spares", str(args.spares)]) as m:
         m.wait_steps(0, args.warm_steps, args.start_timeout)
+        if args.spares > 0:
+            m.wait_spare_parked(args.start_timeout)
         victim = m.events("launch", 0)[0]["pids"][1]
         t_kill = time.time()
         os.kill(victim, signal.SIGKILL)
@@ -556,9 +572,7 @@ def peers_kill(args, model):
         m.wait_steps(0, args.peers_warm_steps, args.start_timeout)
         launch = m.events("launch", 0)[0]
         victim_rank = int(launch["stage_to_rank_map"].split(";")[args.heal_stage].split(",")[1])
-        # The spare must be parked before the kill, or the heal starts a process instead.
-        wait_for("the spare to park", lambda: "parked" in m.job.tail(10 ** 7) or
-                 len(m.steps(0)) >= args.peers_warm_steps + 3, args.start_timeout, m.job)
+        m.wait_spare_parked(args.start_timeout)
         t_kill = time.time()
         os.kill(launch["pids"][victim_rank], signal.SIGKILL)
         steps = m.wait_steps(1, 1 + STEADY_STEPS, args.recover_timeout)
