@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "checkpoint/crc32c.h"
+#include "common/strings.h"
 
 namespace mitra::checkpoint {
 namespace {
@@ -21,6 +22,14 @@ std::string Hex(uint32_t v) {
 }  // namespace
 
 std::string SegmentFileName(const std::string& segment) { return "seg-" + segment + ".pt"; }
+
+bool IsCheckpointFileName(std::string_view name) {
+  constexpr std::string_view kPrefix = "seg-", kSuffix = ".pt";
+  if (name == kTrainerFileName) return true;
+  return name.size() > kPrefix.size() + kSuffix.size() && StartsWith(name, kPrefix) &&
+         EndsWith(name, kSuffix) &&
+         IsPlainName(name.substr(kPrefix.size(), name.size() - kPrefix.size() - kSuffix.size()));
+}
 
 std::string FileLines(const FileEntry& f) {
   std::string out = "file " + f.name + " " + std::to_string(f.bytes) + " " + Hex(f.crc32c) + "\n";
@@ -41,6 +50,11 @@ Status ParseFileLine(const std::string& line, std::vector<FileEntry>* files) {
     fields >> f.name >> f.bytes >> crc;
     if (fields.fail() || crc.size() != 8 || crc.find_first_not_of("0123456789abcdef") != std::string::npos) {
       return Status::IoError("cannot read the line '" + line + "'");
+    }
+    if (!IsCheckpointFileName(f.name)) {
+      return Status::IoError("the line '" + line + "' names a file mitra does not write (only " +
+                             kTrainerFileName + " and seg-<segment>.pt, in the checkpoint's own "
+                             "directory)");
     }
     f.crc32c = static_cast<uint32_t>(std::stoul(crc, nullptr, 16));
     files->push_back(std::move(f));

@@ -77,6 +77,11 @@ inline constexpr const char* kManifestName = "MANIFEST";
 
 // "seg-<segment>.pt": the file holding a segment's parameters and optimizer state.
 std::string SegmentFileName(const std::string& segment);
+// The file holding the trainer's state (step, RNG, the settings a resume checks).
+inline constexpr const char* kTrainerFileName = "trainer.pt";
+// Whether a manifest may list `name`: kTrainerFileName or a SegmentFileName of a plain segment
+// name (common/strings.h), a file in the manifest's own directory and nowhere else.
+bool IsCheckpointFileName(std::string_view name);
 
 // A file's lines as the manifest writes them ("file ..." then its "tensor ..." lines); workers
 // send these to rank 0, which collects them into the manifest.

@@ -43,6 +43,9 @@ Status CheckFile(const std::string& path, const FileEntry& entry, std::string_vi
 }
 
 Status CheckWritable(FileSystem& fs, const std::string& dir) {
+  if (Status s = CheckOwnDirectory(fs, dir, "checkpoint directory", "--checkpoint-dir"); !s.ok()) {
+    return s;
+  }
   if (Status s = fs.CreateDirectories(dir); !s.ok()) {
     return Status::InvalidArgument("checkpoint directory " + dir + " cannot be created (" +
                                    s.message() + "): choose another --checkpoint-dir");

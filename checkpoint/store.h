@@ -37,7 +37,8 @@ Status CheckFile(const std::string& path, const FileEntry& entry, std::string_vi
 // (ReadTensorFile), so `fs` must show the machine's files. Each function has an overload
 // without `fs` that uses the machine's file system (PosixFileSystem).
 
-// Fails with a clear message when `dir` cannot be created or written (before training starts).
+// Fails with a clear message when `dir` cannot be created or written, or belongs to another
+// user or may be written by any (CheckOwnDirectory), before training starts.
 Status CheckWritable(FileSystem& fs, const std::string& dir);
 Status CheckWritable(const std::string& dir);
 

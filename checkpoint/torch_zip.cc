@@ -11,6 +11,7 @@
 #include "checkpoint/crc32.h"
 #include "checkpoint/crc32c.h"
 #include "common/direct_file.h"
+#include "common/file_system.h"
 #include "checkpoint/torch_pickle.h"
 
 namespace mitra::checkpoint {
@@ -335,15 +336,17 @@ class Reader {
 Status ReadTensorFile(const std::string& path, uint64_t size, uint32_t crc32c,
                       const std::vector<TensorRecord>& tensors,
                       const TensorDestination& destination) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Only the regular file mitra wrote: not through a link, and a FIFO is refused, not waited on.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
   if (fd < 0) {
     return errno == ENOENT ? Status::NotFound(path + " is missing")
-                           : Status::IoError("cannot open " + path + ": " + ErrnoText());
+                           : Status::IoError(ErrnoStatus("cannot open", path, errno).message());
   }
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  if (Status regular = CheckRegularFile(fd, path); !regular.ok()) return regular;
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Status::IoError("cannot stat " + path + ": " + ErrnoText());
   if (static_cast<uint64_t>(st.st_size) != size) {

@@ -47,7 +47,7 @@ Status WriteExport(const std::string& path, const checkpoint::Manifest& manifest
   for (const std::string& segment : manifest.segments) {
     sources.emplace_back(segment, checkpoint::SegmentFileName(segment));
   }
-  sources.emplace_back("", "trainer.pt");
+  sources.emplace_back("", checkpoint::kTrainerFileName);
   std::set<std::string> keys;  // a weight tied across segments has one module key
   for (const auto& [segment, name] : sources) {
     const checkpoint::FileEntry* entry = manifest.FindFile(name);

@@ -33,8 +33,11 @@ DirectFile::~DirectFile() {
 }
 
 Result<std::unique_ptr<DirectFile>> DirectFile::Create(const std::string& path, bool direct) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::IoError("cannot create " + path + ": " + ErrnoText());
+  // The owner's alone and never through a link; a FIFO nobody reads is refused rather than
+  // waited on (IoError, also for a missing directory).
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
+  if (fd < 0) return Status::IoError(ErrnoStatus("cannot create", path, errno).message());
   // Set afterwards rather than at open: a file system without O_DIRECT refuses it here
   // (EINVAL) and the file is written through the page cache instead.
   const int flags = ::fcntl(fd, F_GETFL);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +15,10 @@
 namespace mitra {
 
 Status ErrnoStatus(const std::string& what, const std::string& path, int error) {
+  if (error == ELOOP) {  // O_NOFOLLOW met a link
+    return Status::IoError(what + " " + path + ": it is a symbolic link, and mitra does not "
+                           "follow links to the files it writes: remove the link");
+  }
   std::string message = what + " " + path + ": " + std::strerror(error);
   if (error == ENOENT) return Status::NotFound(std::move(message));
   return Status::IoError(std::move(message));
@@ -50,6 +55,50 @@ class PosixAppendableFile : public AppendableFile {
 
 }  // namespace
 
+Status CheckRegularFile(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return ErrnoStatus("cannot stat", path, errno);
+  if (S_ISREG(st.st_mode)) return Status::Ok();
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "a device";
+  return Status::IoError(path + " is " + kind + ", not a regular file: mitra reads and writes "
+                         "only regular files");
+}
+
+Status CheckOwnDirectory(FileSystem& fs, const std::string& dir, std::string_view what,
+                         std::string_view flag) {
+  Result<Ownership> who = fs.OwnershipOf(dir);
+  if (!who.ok() && who.status().code() == Status::Code::kNotFound) return Status::Ok();
+  if (!who.ok()) return who.status();
+  char mode[8];
+  std::snprintf(mode, sizeof(mode), "%04o", who->mode);
+  if (!who->ours) {
+    return Status::InvalidArgument(std::string(what) + " " + dir + " belongs to another user (uid " +
+                                   std::to_string(who->owner) + "), who could replace its files: "
+                                   "pass " + std::string(flag) + " with a directory of your own");
+  }
+  if (who->others_may_write) {
+    return Status::InvalidArgument(std::string(what) + " " + dir + " may be written by any user " +
+                                   "(mode " + mode + "), who could replace its files: run `chmod "
+                                   "o-w " + dir + "` or pass " + std::string(flag) +
+                                   " with a directory of your own");
+  }
+  return Status::Ok();
+}
+
+Result<Ownership> PosixFileSystem::OwnershipOf(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus("cannot stat", path, errno);
+  Ownership who;
+  who.owner = st.st_uid;
+  who.ours = st.st_uid == ::geteuid();
+  who.others_may_write = (st.st_mode & S_IWOTH) != 0;
+  who.mode = st.st_mode & 07777;
+  return who;
+}
+
 bool PosixFileSystem::Exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
@@ -66,7 +115,7 @@ Status PosixFileSystem::CreateDirectories(const std::string& path) {
   for (size_t pos = 1; pos <= path.size(); ++pos) {
     if (pos != path.size() && path[pos] != '/') continue;
     const std::string prefix = path.substr(0, pos);
-    if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+    if (::mkdir(prefix.c_str(), 0700) == 0) continue;
     if (errno == EEXIST && IsDirectory(prefix)) continue;
     if (errno == EEXIST) {
       return Status::IoError("cannot create directory " + path + ": " + prefix +
@@ -78,8 +127,13 @@ Status PosixFileSystem::CreateDirectories(const std::string& path) {
 }
 
 Result<std::string> PosixFileSystem::ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Not blocking at open: a FIFO would wait for a writer; it is refused below instead.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+  if (Status regular = CheckRegularFile(fd, path); !regular.ok()) {
+    ::close(fd);
+    return regular;
+  }
   std::string contents;
   char buffer[16384];
   while (true) {
@@ -98,8 +152,9 @@ Result<std::string> PosixFileSystem::ReadFile(const std::string& path) {
 }
 
 Status PosixFileSystem::WriteFileAtomically(const std::string& path, std::string_view contents) {
-  const std::string temp = path + ".tmp";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // A name of its own (mkstemp: created here, mode 0600, never through a link someone left).
+  std::string temp = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(temp.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("cannot create", temp, errno);
   Status status = WriteAll(fd, contents, temp);
   if (status.ok() && ::fsync(fd) != 0) status = ErrnoStatus("cannot sync", temp, errno);
@@ -112,8 +167,13 @@ Status PosixFileSystem::WriteFileAtomically(const std::string& path, std::string
 }
 
 Result<std::unique_ptr<AppendableFile>> PosixFileSystem::OpenForAppend(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(),
+                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0600);
   if (fd < 0) return ErrnoStatus("cannot open", path, errno);
+  if (Status regular = CheckRegularFile(fd, path); !regular.ok()) {
+    ::close(fd);
+    return regular;
+  }
   return std::unique_ptr<AppendableFile>(new PosixAppendableFile(fd, path));
 }
 

@@ -41,6 +41,14 @@ class WritableFile {
   virtual uint64_t size() const = 0;
 };
 
+// Who may change a file or directory.
+struct Ownership {
+  bool ours = true;                // owned by the process's effective user
+  bool others_may_write = false;   // writable by users outside its owner and group
+  uint32_t owner = 0;              // the owner's user id
+  uint32_t mode = 0;               // the permission bits (0755, ...)
+};
+
 // Implementations must be thread-safe. Every call blocks on the disk.
 class FileSystem {
  public:
@@ -48,14 +56,21 @@ class FileSystem {
 
   virtual bool Exists(const std::string& path) = 0;
   virtual bool IsDirectory(const std::string& path) = 0;
-  // Like `mkdir -p`: creates the missing parents too; an existing directory is fine.
+  // Like `mkdir -p`: creates the missing parents too, mode 0700 (the owner's alone); an existing
+  // directory is fine and keeps its mode.
   virtual Status CreateDirectories(const std::string& path) = 0;
-  // NotFound when the file does not exist, IoError for anything else.
+  // Who owns `path` (a link's target) and who else may write it. NotFound when it does not
+  // exist.
+  virtual Result<Ownership> OwnershipOf(const std::string& path) = 0;
+  // NotFound when the file does not exist, IoError for anything else, at once for what is not a
+  // regular file (a FIFO is never waited on).
   virtual Result<std::string> ReadFile(const std::string& path) = 0;
   // Replaces `path` so that a reader (or a crash) sees either the old or the new contents,
-  // never a mix: writes `path`.tmp, flushes it to disk, renames it over `path`.
+  // never a mix: writes a temporary file of its own beside it (`path`.tmp.XXXXXX, created with
+  // O_EXCL, mode 0600), flushes it to disk, renames it over `path`.
   virtual Status WriteFileAtomically(const std::string& path, std::string_view contents) = 0;
-  // Opens `path` for appending, creating it if needed (its directory must exist).
+  // Opens `path` for appending, creating it (mode 0600) if needed (its directory must exist). A
+  // symbolic link or anything but a regular file at `path` is refused, never written through.
   virtual Result<std::unique_ptr<AppendableFile>> OpenForAppend(const std::string& path) = 0;
   // Creates (or truncates) `path` to be written front to back (its directory must exist).
   // `direct`: large, aligned pieces may go to the disk around the page cache, where the file
@@ -82,6 +97,7 @@ class PosixFileSystem : public FileSystem {
   bool Exists(const std::string& path) override;
   bool IsDirectory(const std::string& path) override;
   Status CreateDirectories(const std::string& path) override;
+  Result<Ownership> OwnershipOf(const std::string& path) override;
   Result<std::string> ReadFile(const std::string& path) override;
   Status WriteFileAtomically(const std::string& path, std::string_view contents) override;
   Result<std::unique_ptr<AppendableFile>> OpenForAppend(const std::string& path) override;
@@ -97,6 +113,18 @@ class PosixFileSystem : public FileSystem {
 // "cannot open /x/y: No such file or directory" from `what`, `path` and an errno value: NotFound
 // for ENOENT (callers tell a missing file from a failing disk by it), IoError for the rest.
 Status ErrnoStatus(const std::string& what, const std::string& path, int error);
+
+// OK when `dir` is missing or is a directory this user owns that no other user may write;
+// otherwise InvalidArgument saying why and how to fix it (`what` names the directory in the
+// message: "run directory", "checkpoint directory"; `flag` is the option that chooses another).
+// A directory another user owns or may write could have its files replaced with links or
+// FIFOs, or its records and checkpoints forged.
+Status CheckOwnDirectory(FileSystem& fs, const std::string& dir, std::string_view what,
+                         std::string_view flag);
+
+// OK when `fd` (opened from `path`) is a regular file; an IoError naming what it is (a FIFO, a
+// device, a socket, a directory) otherwise, so that no read waits on a writer that never comes.
+Status CheckRegularFile(int fd, const std::string& path);
 
 // The process's working directory, or "." when it cannot be read (removed, or a path longer
 // than the kernel returns).

@@ -89,4 +89,13 @@ std::vector<std::string> LastLines(std::string_view text, size_t count) {
   return std::vector<std::string>(lines.begin() + first, lines.end());
 }
 
+bool IsPlainName(std::string_view name) {
+  if (name.empty()) return false;
+  for (const char c : name) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '.' || c == '/' || u <= ' ' || u == 0x7f) return false;
+  }
+  return true;
+}
+
 }  // namespace mitra

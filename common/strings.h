@@ -35,6 +35,11 @@ std::optional<double> ParseDouble(std::string_view text);
 
 std::string Join(const std::vector<std::string>& parts, std::string_view separator);
 
+// Whether `name` can be one part of a file name as it is, and one field of a line: non-empty,
+// with no '.', '/', whitespace or control character (a segment's name, which names its
+// checkpoint file "seg-<name>.pt").
+bool IsPlainName(std::string_view name);
+
 // The last `count` lines of `text` (fewer if it has fewer).
 std::vector<std::string> LastLines(std::string_view text, size_t count);
 

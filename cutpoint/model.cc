@@ -5,6 +5,8 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/utils.h>
 
+#include "mitra/common/strings.h"
+
 namespace mitra::cutpoint {
 
 void ModelSpec::AddSegment(std::string name, SegmentFactory factory) {
@@ -26,9 +28,10 @@ Status ModelSpec::Validate() const {
   if (!loss) return Status::InvalidArgument("the model has no loss function: set ModelSpec::loss");
   std::set<std::string> names;
   for (const auto& s : segments) {
-    if (s.name.empty() || s.name.find('.') != std::string::npos) {
+    if (!IsPlainName(s.name)) {
       return Status::InvalidArgument("segment name '" + s.name +
-                                     "' must be non-empty and contain no '.'");
+                                     "' must be non-empty and contain no '.', '/' or whitespace "
+                                     "(it names the segment's checkpoint file)");
     }
     if (!names.insert(s.name).second) {
       return Status::InvalidArgument("segment name '" + s.name + "' is used twice");

@@ -103,8 +103,9 @@ struct ModelSpec {
   void TieWeights(std::string name, std::vector<std::string> members);
   int num_segments() const { return static_cast<int>(segments.size()); }
 
-  // Checks names (unique, non-empty, no '.'), factories and loss, and that tied members name
-  // "<segment>.<parameter>" of existing segments. Parameter existence is checked at build time.
+  // Checks names (unique, and plain: no '.', '/' or whitespace, as they name checkpoint files),
+  // factories and loss, and that tied members name "<segment>.<parameter>" of existing segments.
+  // Parameter existence is checked at build time.
   Status Validate() const;
 };
 

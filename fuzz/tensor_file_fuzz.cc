@@ -12,7 +12,7 @@
 // at or after the end of the one before it in the order of (offset, size); then each
 // destination holds that tensor's bytes of the file, and the same read with a wrong CRC-32C
 // fails.
-#include <sys/mman.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,11 +54,15 @@ bool LieApart(const std::vector<TensorRecord>& tensors, uint64_t size) {
   return true;
 }
 
-// The file the bytes are written to: in memory (memfd), so that no disk slows the fuzzer down,
-// and opened by the reader by its /proc/self/fd path like any other file.
+// The file the bytes are written to, rewritten for each input: in memory where /dev/shm is, so
+// that no disk slows the fuzzer down (not a memfd: its /proc/self/fd path is a link, and the
+// reader follows none).
 struct MemoryFile {
-  int fd = ::memfd_create("tensor-file-fuzz", MFD_CLOEXEC);
-  std::string path = "/proc/self/fd/" + std::to_string(fd);
+  std::string path = (::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp") +
+                     std::string("/tensor-file-fuzz-") + std::to_string(::getpid());
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+  ~MemoryFile() { ::unlink(path.c_str()); }
 
   void Fill(std::string_view bytes) const {
     FUZZ_CHECK(fd >= 0);

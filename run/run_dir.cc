@@ -24,7 +24,7 @@ Status RunDir::CheckUsable(FileSystem& fs) const {
                                    " exists and is not a directory; pass --run-dir with "
                                    "another name");
   }
-  return Status::Ok();
+  return CheckOwnDirectory(fs, path_, "run directory", "--run-dir");
 }
 
 bool RunDir::HoldsRun(FileSystem& fs) const {

@@ -32,7 +32,8 @@ class RunDir {
   std::string LogPath(int64_t generation, int rank) const;
 
   // Whether a run may use the directory: missing, empty, or holding an earlier run (which this
-  // one continues), but not a file (InvalidArgument naming the fix). Creates nothing.
+  // one continues), but not a file, nor a directory another user owns or may write
+  // (InvalidArgument naming the fix). Creates nothing.
   Status CheckUsable(FileSystem& fs) const;
   // Whether an earlier run left its state.json or events.jsonl here.
   bool HoldsRun(FileSystem& fs) const;

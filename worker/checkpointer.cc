@@ -25,8 +25,6 @@ using TensorList = std::vector<std::pair<std::string, torch::Tensor>>;
 
 namespace {
 
-constexpr const char* kTrainerFile = "trainer.pt";
-
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -176,7 +174,7 @@ std::unique_ptr<Checkpointer::Snapshot> Checkpointer::TakeSnapshot(int64_t steps
     const RuntimeOptions& o = runtime_.options();
     auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
     snap->files.emplace_back(
-        kTrainerFile,
+        checkpoint::kTrainerFileName,
         TensorList{{"step", torch::scalar_tensor(steps_done, torch::kInt64)},
                   {"rng_state", at::Tensor(gen->get_state())},
                   {"global_batch", torch::scalar_tensor(o.global_batch, torch::kInt64)},
@@ -507,14 +505,15 @@ Status Checkpointer::RestoreSegment(const std::string& path, const checkpoint::F
 
 Status Checkpointer::RestoreTrainerState(const std::string& path,
                                          const checkpoint::Manifest& manifest) {
-  const checkpoint::FileEntry* trainer = manifest.FindFile(kTrainerFile);
+  const checkpoint::FileEntry* trainer = manifest.FindFile(checkpoint::kTrainerFileName);
   if (trainer == nullptr) {
     return Status::IoError(path + "/" + checkpoint::kManifestName + " does not list " +
-                           kTrainerFile + " (the checkpoint is incomplete)");
+                           checkpoint::kTrainerFileName + " (the checkpoint is incomplete)");
   }
   const checkpoint::TensorRecord* rng = trainer->FindTensor("rng_state");
   if (!rng || rng->dtype != checkpoint::DType::kUInt8) {
-    return Status::IoError(path + "/" + kTrainerFile + " holds no rng_state (the checkpoint is damaged)");
+    return Status::IoError(path + "/" + checkpoint::kTrainerFileName +
+                           " holds no rng_state (the checkpoint is damaged)");
   }
   torch::Tensor rng_state = checkpoint::EmptyFor(*rng);
   std::map<std::string, torch::Tensor> settings;  // the training settings it was written with
@@ -522,8 +521,8 @@ Status Checkpointer::RestoreTrainerState(const std::string& path,
     if (t.name != "rng_state") settings[t.name] = checkpoint::EmptyFor(t);
   }
   Status read = checkpoint::ReadTensorFile(
-      (std::filesystem::path(path) / kTrainerFile).string(), trainer->bytes, trainer->crc32c,
-      trainer->tensors, [&](const checkpoint::TensorRecord& t) -> void* {
+      (std::filesystem::path(path) / checkpoint::kTrainerFileName).string(), trainer->bytes,
+      trainer->crc32c, trainer->tensors, [&](const checkpoint::TensorRecord& t) -> void* {
         if (t.name == "rng_state") return rng_state.data_ptr();
         auto it = settings.find(t.name);
         return it == settings.end() ? nullptr : it->second.data_ptr();

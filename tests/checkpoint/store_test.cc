@@ -5,6 +5,7 @@
 #include "checkpoint/store.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <filesystem>
@@ -141,6 +142,23 @@ TEST(Manifest, MalformedTensorLineIsDamage) {
   EXPECT_EQ(files[0].tensors[0].shape, (std::vector<int64_t>{3, 0, 2}));
 }
 
+// A manifest names files of its own directory that mitra writes, and nothing else: not a path
+// out of it, not an absolute one, not a name a reader could take for two fields.
+TEST(Manifest, ListsOnlyTheFilesMitraWritesInItsOwnDirectory) {
+  std::vector<FileEntry> files;
+  for (const char* name : {"seg-embed.pt", "seg-block_0-x.pt", "trainer.pt"}) {
+    EXPECT_TRUE(ParseFileLine(std::string("file ") + name + " 100 0000abcd", &files).ok()) << name;
+  }
+  for (const char* name : {"../../outside/evil.bin", "/etc/passwd", "seg-a/b.pt", "seg-.pt",
+                           "seg-..pt", "seg-a.pt.bak", "trainer.pt/x", "MANIFEST", "evil.bin"}) {
+    const Status s = ParseFileLine(std::string("file ") + name + " 100 0000abcd", &files);
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find("names a file mitra does not write"), std::string::npos)
+        << s.message();
+  }
+  EXPECT_TRUE(IsCheckpointFileName(SegmentFileName("head")));
+}
+
 TEST_F(CheckpointStore, CommittedCheckpointVerifiesAndPartialOneIsNeverListed) {
   Write(10);
   Write(20, /*commit=*/false);  // a writer died before the manifest
@@ -182,6 +200,27 @@ TEST_F(CheckpointStore, TruncatedManifestOrMissingFileFallsBack) {
   ASSERT_EQ(skipped.size(), 2u);
   EXPECT_NE(skipped[0].find("truncated"), std::string::npos) << skipped[0];
   EXPECT_NE(skipped[1].find("seg-a.pt is missing"), std::string::npos) << skipped[1];
+}
+
+// A listed file that is a FIFO (or a link to one) is refused at once: verifying it used to wait
+// for a writer forever.
+TEST_F(CheckpointStore, AListedFileThatIsAFifoOrALinkIsRefusedAtOnce) {
+  Write(10);
+  Write(20);
+  Write(30);
+  const std::string fifo = StepDirectory(dir_, 30) + "/seg-a.pt";
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string link = StepDirectory(dir_, 20) + "/seg-b.pt";
+  fs::rename(link, tmp_.Path("elsewhere.pt"));
+  fs::create_symlink(tmp_.Path("elsewhere.pt"), link);
+  std::vector<std::string> skipped;
+  auto found = FindNewestValid(dir_, &skipped);
+  ASSERT_TRUE(found.ok());
+  EXPECT_EQ(found->step, 10);
+  ASSERT_EQ(skipped.size(), 2u);
+  EXPECT_NE(skipped[0].find("is a FIFO, not a regular file"), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[1].find("is a symbolic link"), std::string::npos) << skipped[1];
 }
 
 TEST_F(CheckpointStore, NoCheckpointIsNotFound) {

@@ -489,6 +489,46 @@ TEST_F(MitraRunTest, AMissingMachineListOrProgramIsBadInput) {
   ExpectNothingStarted();
 }
 
+// The attack of the security review: a run directory any user may write, holding links to
+// another user's files where mitra appends and replaces. It is refused before anything is
+// written or started; a run directory mitra creates is its user's alone, and so are its files.
+TEST_F(MitraRunTest, ARunOrCheckpointDirectoryOthersMayWriteIsRefusedAndNothingIsWritten) {
+  const std::string victim = dir_.Write("victim", "precious\n");
+  std::filesystem::create_directory(RunDir());
+  std::filesystem::create_symlink(victim, RunDir() + "/events.jsonl");
+  std::filesystem::create_symlink(victim, RunDir() + "/state.json.tmp");
+  std::filesystem::permissions(RunDir(), std::filesystem::perms::all);
+  MitraResult r = Run(Args({"--batch-size", "4", "--max-steps", "1"}));
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_TRUE(Contains(r.err, "run directory " + RunDir() +
+                                  " may be written by any user (mode 0777), who could replace "
+                                  "its files: run `chmod o-w " + RunDir() + "` or pass --run-dir"))
+      << r.err;
+  EXPECT_EQ(ReadFileOrEmpty(victim), "precious\n");
+  EXPECT_TRUE(std::filesystem::is_empty(MarkerDir())) << "a worker was started";
+
+  std::filesystem::remove_all(RunDir());
+  std::filesystem::create_directory(dir_.Path("shared"));
+  std::filesystem::permissions(dir_.Path("shared"), std::filesystem::perms::all);
+  r = Run(Args({"--batch-size", "4", "--max-steps", "1", "--checkpoint-dir", "shared"}));
+  EXPECT_EQ(r.exit_code, 2) << r.output();
+  EXPECT_TRUE(Contains(r.err, "checkpoint directory " + dir_.Path("shared") +
+                                  " may be written by any user"))
+      << r.err;
+  EXPECT_TRUE(std::filesystem::is_empty(MarkerDir())) << "a worker was started";
+
+  std::filesystem::remove_all(RunDir());
+  r = Run(Args({"--batch-size", "4", "--max-steps", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  using std::filesystem::perms;
+  const perms others = perms::group_all | perms::others_all;
+  for (const char* name : {"", "/logs", "/checkpoints", "/events.jsonl", "/state.json",
+                           "/metrics.jsonl", "/logs/gen-0/rank-0.log"}) {
+    const std::string path = RunDir() + name;
+    EXPECT_EQ(std::filesystem::status(path).permissions() & others, perms::none) << path;
+  }
+}
+
 TEST_F(MitraRunTest, ARunDirectoryThatHoldsARunIsContinuedInTheNextGeneration) {
   ASSERT_EQ(Run(Args({"--batch-size", "4", "--max-steps", "1"})).exit_code, 0);
   const std::string events_before = ReadFileOrEmpty(RunDir() + "/events.jsonl");

@@ -11,8 +11,8 @@
 //           with no handler run (SIGKILL). What the disk holds is what the calls before it left
 //           (less what a WritableFile still held in its own buffer).
 // A crash of the process, not of the machine: what was written but not synced is still there
-// afterwards. Reads (Exists, IsDirectory, ReadFile, ListDirectory) always go through, so the code
-// under test behaves as it does on the real disk up to the fault.
+// afterwards. Reads (Exists, IsDirectory, OwnershipOf, ReadFile, ListDirectory) always go
+// through, so the code under test behaves as it does on the real disk up to the fault.
 //
 // changes() counts the changing calls made so far: run an operation once with no fault to learn
 // how many steps it has; log() says what each was ("rename a to b"). Thread-safe when the
@@ -50,6 +50,9 @@ class FaultyFileSystem : public FileSystem {
   bool Exists(const std::string& path) override { return base_.Exists(path); }
   bool IsDirectory(const std::string& path) override { return base_.IsDirectory(path); }
   Result<std::string> ReadFile(const std::string& path) override { return base_.ReadFile(path); }
+  Result<Ownership> OwnershipOf(const std::string& path) override {
+    return base_.OwnershipOf(path);
+  }
   Result<std::vector<std::string>> ListDirectory(const std::string& path) override {
     return base_.ListDirectory(path);
   }

@@ -49,6 +49,11 @@ class MemoryFileSystem : public FileSystem {
     }
     return Status::Ok();
   }
+  // Everything in memory is this user's alone.
+  Result<Ownership> OwnershipOf(const std::string& path) override {
+    if (!Exists(path)) return Status::NotFound("cannot stat " + path);
+    return Ownership{};
+  }
   Result<std::string> ReadFile(const std::string& path) override {
     std::lock_guard<std::mutex> lock(state_->mu);
     auto it = state_->files.find(path);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "mitra/cutpoint/model.h"
+
 #include <numeric>
 
 namespace mitra::cutpoint {
@@ -10,6 +12,20 @@ namespace {
 std::vector<int> Counts(const Result<Partition>& p) {
   EXPECT_TRUE(p.ok()) << p.status().message();
   return p.ok() ? p->counts : std::vector<int>{};
+}
+
+// A segment's name becomes its checkpoint file's ("seg-<name>.pt") and a field of the manifest:
+// a name that would be a path or two fields is refused before anything is built.
+TEST(ModelSpec, SegmentNamesThatWouldNotBeOneFileNameAreRefused) {
+  for (const char* name : {"a/b", "a b", "a.b", "", "tab\tname"}) {
+    ModelSpec spec;
+    spec.AddSegment(name, [] { return std::shared_ptr<Segment>(); });  // never built
+    spec.loss = [](const Activations& out, const Activations&) { return out.begin()->second; };
+    const Status s = spec.Validate();
+    ASSERT_FALSE(s.ok()) << name;
+    EXPECT_NE(s.message().find("contain no '.', '/' or whitespace"), std::string::npos)
+        << s.message();
+  }
 }
 
 TEST(Partition, UniformGivesEarlierStagesTheExtraSegments) {
