@@ -121,7 +121,7 @@ int Export(const CheckpointCommandOptions& options, std::ostream& out, std::ostr
   out << "exported step " << manifest->step << " of " << path << " (" << tensors << " tensors, "
       << Megabytes(fs::file_size(options.out, ec)) << ") to " << options.out
       << "; in Python: torch.load('" << options.out
-      << "') gives {'model': ..., 'optimizer': ..., 'trainer': ...}\n";
+      << "', weights_only=True) gives {'model': ..., 'optimizer': ..., 'trainer': ...}\n";
   return kExitOk;
 }
 

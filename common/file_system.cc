@@ -79,6 +79,12 @@ Status CheckOwnDirectory(FileSystem& fs, const std::string& dir, std::string_vie
                                    std::to_string(who->owner) + "), who could replace its files: "
                                    "pass " + std::string(flag) + " with a directory of your own");
   }
+  if (who->others_may_write && (who->mode & S_ISVTX) != 0) {  // shared, like /tmp
+    return Status::InvalidArgument(std::string(what) + " " + dir + " is shared by every user "
+                                   "(mode " + mode + "), who could place files in it: pass " +
+                                   std::string(flag) + " with a directory of your own, e.g. " +
+                                   JoinPath(dir, "mine") + " (mitra creates it for you alone)");
+  }
   if (who->others_may_write) {
     return Status::InvalidArgument(std::string(what) + " " + dir + " may be written by any user " +
                                    "(mode " + mode + "), who could replace its files: run `chmod "

@@ -1,13 +1,12 @@
 #include "mitra/worker/inference.h"
 
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include "checkpoint/store.h"
+#include "common/file_system.h"
 #include "worker/checkpointer.h"
 
 namespace mitra::worker {
@@ -66,11 +65,14 @@ Status InferenceModel::LoadCheckpoint(const std::string& dir) {
 }
 
 Status InferenceModel::LoadExport(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) return Status::IoError("cannot read " + file);
+  PosixFileSystem disk;
+  Result<std::string> text = disk.ReadFile(file);  // a regular file: a FIFO is not waited on
+  if (!text.ok()) return text.status();
+  const std::vector<char> bytes(text->begin(), text->end());
   c10::IValue root;
   try {
+    // LibTorch's unpickler builds tensors, lists and dicts and calls no Python: a file that
+    // carries code (a __reduce__ naming os.system) is refused here, its code never run.
     root = torch::pickle_load(bytes);
   } catch (const std::exception& e) {
     return Status::InvalidArgument(file + " is not a file written by `mitra checkpoint export` "

@@ -213,7 +213,7 @@ TEST_F(TorchZip, TorchLoadInPythonReadsTheValues) {
       "for name in ('flat', 'nested', 'zip64'):\n"
       "    path = d + '/' + name + '.pt'\n"
       "    assert zipfile.ZipFile(path).testzip() is None, name\n"
-      "    t = torch.load(path)\n"
+      "    t = torch.load(path, weights_only=True)\n"
       "    check(t['model']['inner'] if name == 'nested' else t)\n"
       "print('loaded')\n";
   const std::string out = dir_ + "/out.txt";

@@ -136,6 +136,15 @@ TEST(CheckOwnDirectory, RefusesADirectoryAnyUserMayWriteAndNamesTheFix) {
   EXPECT_NE(s.message().find("may be written by any user (mode 0777)"), std::string::npos)
       << s.message();
   EXPECT_NE(s.message().find("chmod o-w"), std::string::npos) << s.message();
+
+  ASSERT_EQ(::chmod(dir.Path("run").c_str(), 01777), 0);  // shared, like /tmp
+  const Status shared = CheckOwnDirectory(fs, dir.Path("run"), "run directory", "--run-dir");
+  EXPECT_NE(shared.message().find("is shared by every user (mode 1777)"), std::string::npos)
+      << shared.message();
+  EXPECT_NE(shared.message().find("pass --run-dir with a directory of your own, e.g. " +
+                                  dir.Path("run/mine")),
+            std::string::npos)
+      << shared.message();
 }
 
 TEST(CheckOwnDirectory, RefusesADirectoryOfAnotherUser) {

@@ -28,7 +28,7 @@ def results(folder):
     metrics = [json.loads(line) for line in open(folder / "run" / "metrics.jsonl")]
     state = {}
     for f in sorted(os.listdir(folder / "dump")):
-        state.update(torch.load(folder / "dump" / f))
+        state.update(torch.load(folder / "dump" / f, weights_only=True))
     return metrics, state
 
 

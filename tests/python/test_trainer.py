@@ -27,7 +27,7 @@ def test_the_modules_parameters_are_the_tensors_the_runtime_trains(standalone, c
     built = []
     spec = mlp_spec(built=built)
     train(capfd, spec, max_steps=5, dump_params=str(tmp_path))
-    dumped = torch.load(tmp_path / "stage-0.pt")
+    dumped = torch.load(tmp_path / "stage-0.pt", weights_only=True)
     assert len(built) == 3
     modules = dict(zip(["inp", "mid", "out"], built))
     for name, module in modules.items():
@@ -48,6 +48,30 @@ def test_the_loss_falls_and_a_from_sequential_model_trains(standalone, capfd):
     assert seen[-1] < 0.5 * seen[0]
 
 
+class _RunsCode:
+    """Pickled, it names a function and its argument: unpickling it calls os.system."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_an_export_that_carries_code_is_refused_and_its_code_never_runs(tmp_path):
+    """A file in torch.save's format whose pickle names a function (what a plain torch.load of
+    torch 1.13 would call): InferenceModel refuses it and nothing runs."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.pt"
+    torch.save({"model": {"in.weight": torch.zeros(2)}, "trainer": _RunsCode(marker)}, evil)
+    with pytest.raises(Exception, match="is not a file written by `mitra checkpoint export`"):
+        mitra.InferenceModel(mlp_spec(), evil)
+    assert not marker.exists()
+    with pytest.raises(Exception, match="Weights only load failed|Unsupported"):
+        torch.load(evil, weights_only=True)  # what the docs say to use refuses it too
+    assert not marker.exists()
+
+
 def test_batchnorm_buffers_are_checkpointed_exported_and_loaded_for_inference(
         standalone, capfd, tmp_path):
     built = []
@@ -59,7 +83,7 @@ def test_batchnorm_buffers_are_checkpointed_exported_and_loaded_for_inference(
     export = tmp_path / "model.pt"
     subprocess.run([MITRA_BINARY, "checkpoint", "export", str(tmp_path / "ck"), str(export)],
                    check=True, capture_output=True)
-    saved = torch.load(export)
+    saved = torch.load(export, weights_only=True)
     assert torch.equal(saved["model"]["mid.norm.running_mean"], mid.norm.running_mean)
     assert torch.equal(saved["model"]["mid.norm.running_var"], mid.norm.running_var)
     assert saved["model"]["mid.norm.num_batches_tracked"] == 24
@@ -137,7 +161,7 @@ def test_a_python_optimizer_trains_like_the_built_in_one_and_resumes(
     export = tmp_path / "model.pt"
     subprocess.run([MITRA_BINARY, "checkpoint", "export", ck, str(export)], check=True,
                    capture_output=True)
-    state = torch.load(export)["optimizer"]
+    state = torch.load(export, weights_only=True)["optimizer"]
     assert set(state) == {"momentum_buffer"}
     assert set(state["momentum_buffer"]) == {"inp.weight", "inp.bias", "mid.fc.weight",
                                              "mid.fc.bias", "out.weight", "out.bias"}

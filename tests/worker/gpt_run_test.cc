@@ -381,8 +381,9 @@ TEST(MitraRunGpt, FullDiskFailsTheSaveCleanlyAndKeepsEarlierCheckpoints) {
   const std::string disk = tmp.Path("disk");
   fs::create_directories(disk);
   // A 1.2 MB file system: two checkpoints of the tiny model (0.55 MB each) fit, a third not.
-  auto mounted = testing::RunProgram("/bin/mount", {"-t", "tmpfs", "-o", "size=1200k", "tmpfs", disk},
-                                     tmp.path());
+  // Its root is this user's alone (a tmpfs is 1777 by default, which mitra refuses).
+  auto mounted = testing::RunProgram(
+      "/bin/mount", {"-t", "tmpfs", "-o", "size=1200k,mode=0700", "tmpfs", disk}, tmp.path());
   MITRA_SKIP_WITHOUT(mounted.exit_code != 0 ? "cannot mount a tmpfs here: " + mounted.output()
                                              : "");
   struct Unmount {
@@ -414,8 +415,8 @@ TEST(MitraRunGpt, CheckpointFilesLoadInPythonWithTorchLoad) {
   const std::string dir = run_dir + "/checkpoints/step-2";
   const std::string script =
       "import torch,sys\n"
-      "d = torch.load(sys.argv[1] + '/seg-embed.pt')\n"
-      "t = torch.load(sys.argv[1] + '/trainer.pt')\n"
+      "d = torch.load(sys.argv[1] + '/seg-embed.pt', weights_only=True)\n"
+      "t = torch.load(sys.argv[1] + '/trainer.pt', weights_only=True)\n"
       "assert tuple(d['param/wte.weight'].shape) == (256, 32), d.keys()\n"
       "assert int(d['step/wte.weight']) == 2 and int(t['step']) == 2\n"
       "print('ok', sorted(d)[:2])\n";
@@ -433,19 +434,19 @@ TEST(MitraRunGpt, CheckpointFilesLoadInPythonWithTorchLoad) {
   const std::string compare = tmp.Write(
       "compare.py",
       "import torch, sys, os\n"
-      "e = torch.load(sys.argv[2])\n"
+      "e = torch.load(sys.argv[2], weights_only=True)\n"
       "assert set(e) == {'model', 'optimizer', 'trainer'}, e.keys()\n"
       "n = 0\n"
       "for f in sorted(os.listdir(sys.argv[1])):\n"
       "    if not f.startswith('seg-'): continue\n"
       "    seg = f[4:-3]\n"
-      "    for key, t in torch.load(os.path.join(sys.argv[1], f)).items():\n"
+      "    for key, t in torch.load(os.path.join(sys.argv[1], f), weights_only=True).items():\n"
       "        kind, name = key.split('/', 1)\n"
       "        full = seg + '.' + name\n"
       "        got = e['model'][full] if kind == 'param' else e['optimizer'][kind][full]\n"
       "        assert got.dtype == t.dtype and torch.equal(got, t), key\n"
       "        n += 1\n"
-      "t = torch.load(os.path.join(sys.argv[1], 'trainer.pt'))\n"
+      "t = torch.load(os.path.join(sys.argv[1], 'trainer.pt'), weights_only=True)\n"
       "assert set(t) == set(e['trainer']) and int(e['trainer']['step']) == 2\n"
       "assert torch.equal(t['rng_state'], e['trainer']['rng_state'])\n"
       "assert e['model']['embed.wte.weight'].shape == (256, 32)\n"
