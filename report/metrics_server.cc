@@ -14,6 +14,9 @@
 namespace mitra::report {
 namespace {
 
+constexpr int kThreads = 4;
+constexpr int kRequestTimeoutMs = 2000;
+
 // The errno of listening on `address`:`port` as civetweb does (SO_REUSEADDR), 0 when it can be
 // done now. civetweb's own exception says only that it could not start.
 int ListenErrno(const in_addr& address, int port) {
@@ -49,8 +52,12 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
   const std::string flag = "--metrics-port " + std::to_string(port) + ": ";
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
-    // One thread is plenty for a scraper that asks every few seconds.
-    exposer = std::make_unique<prometheus::Exposer>(where, /*num_threads=*/1);
+    // Bounded, so that no client holds the others up: a client that sends part of a request
+    // and waits holds one of the threads for at most request_timeout_ms (civetweb's default
+    // is 30 s, for which a single thread used to hold every scrape), and the others answer.
+    exposer = std::make_unique<prometheus::Exposer>(std::vector<std::string>{
+        "listening_ports", where, "num_threads", std::to_string(kThreads), "request_timeout_ms",
+        std::to_string(kRequestTimeoutMs)});
   } catch (const std::exception& e) {
     const int error = ListenErrno(parsed, port);
     switch (error) {

@@ -1,8 +1,9 @@
 // MetricsServer: serves a RunMetrics (metrics.h) at http://ADDRESS:PORT/metrics in the
 // Prometheus text format, through prometheus-cpp's pull Exposer (an embedded civetweb).
 //
-// The exposer answers from threads of its own and only reads the registry; the manager's
-// loop never waits for a scrape.
+// The exposer answers from threads of its own (4) and only reads the registry; the manager's
+// loop never waits for a scrape. A client has 2 s to send its request and take the answer,
+// and one that stalls holds one thread, never the others' scrapes.
 #pragma once
 
 #include <memory>

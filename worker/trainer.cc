@@ -7,15 +7,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
-#include <torch/serialize.h>
 #include <torch/torch.h>
 
 #include "checkpoint/store.h"
+#include "checkpoint/tensor_file.h"
+#include "checkpoint/torch_zip.h"
 #include "common/strings.h"
 #include "mitra/contract/placement.h"
 #include "worker/checkpointer.h"
@@ -649,13 +649,19 @@ void Trainer::Evaluate(Runtime& rt, int64_t step) {
 void SaveParameters(const Stage& stage, const std::string& path) {
   // CPU copies, so that the file loads anywhere (torch.load without map_location).
   const auto host = [](const torch::Tensor& t) { return t.detach().to(torch::kCPU, false, true); };
-  c10::Dict<std::string, torch::Tensor> dict;
-  for (const auto& p : stage.parameters()) dict.insert(p.name, host(p.tensor));
-  for (const auto& b : stage.buffers()) dict.insert(b.name, host(b.tensor));
-  const std::vector<char> bytes = torch::pickle_save(dict);
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  TORCH_CHECK(out.good(), "could not write ", path);
+  // The checkpoint's tensor-file writer: a dict of tensors and nothing else, which
+  // torch.load(path, weights_only=True) reads (LibTorch's pickle_save writes typed-dict tags
+  // that it refuses).
+  auto writer = checkpoint::TorchZipWriter::Create(path);
+  TORCH_CHECK(writer.ok(), writer.status().message());
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    const Status s = checkpoint::AddTensor(**writer, name, host(t));
+    TORCH_CHECK(s.ok(), "could not write ", path, ": ", s.message());
+  };
+  for (const auto& p : stage.parameters()) add(p.name, p.tensor);
+  for (const auto& b : stage.buffers()) add(b.name, b.tensor);
+  const auto written = (*writer)->Finish();
+  TORCH_CHECK(written.ok(), "could not write ", path, ": ", written.status().message());
 }
 
 }  // namespace mitra::worker

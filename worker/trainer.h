@@ -162,8 +162,8 @@ class Trainer {
   std::unique_ptr<HeldState> held_;  // the state kept while parked; null when none
 };
 
-// Writes a stage's parameters and buffers as a dict {qualified name: tensor} in LibTorch's
-// pickle format.
+// Writes a stage's parameters and buffers as a dict {qualified name: tensor} in PyTorch's zip
+// format (torch.load(path, weights_only=True) reads it).
 void SaveParameters(const Stage& stage, const std::string& path);
 
 }  // namespace mitra::worker

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string>
 
 namespace mitra::report {
@@ -53,6 +55,40 @@ TEST(MetricsServer, ServesTheRunsMetricsOverHttp) {
   // An update shows in the next scrape.
   metrics.OnStep(JsonObject().SetInt("step", 8).SetNumber("loss", 1.25));
   EXPECT_NE(HttpGet((*server)->port()).find("\nmitra_step 8\n"), std::string::npos);
+}
+
+// A client that sends half a request and waits (slowloris) used to hold the only thread for
+// civetweb's 30 s request timeout, and every scrape behind it: the scrape is answered while that
+// client is still connected, and the server drops the stalled client itself.
+TEST(MetricsServer, AClientThatSendsHalfARequestHoldsNoScrapeUp) {
+  RunMetrics metrics;
+  metrics.OnStep(JsonObject().SetInt("step", 3).SetNumber("loss", 2.0));
+  Result<std::unique_ptr<MetricsServer>> server = MetricsServer::Start("127.0.0.1", 0, metrics);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const int stalled = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(stalled, 0);
+  sockaddr_in where{};
+  where.sin_family = AF_INET;
+  where.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+  where.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(stalled, reinterpret_cast<const sockaddr*>(&where), sizeof(where)), 0);
+  const std::string half = "GET /metr";
+  ASSERT_EQ(::write(stalled, half.data(), half.size()), static_cast<ssize_t>(half.size()));
+
+  EXPECT_NE(HttpGet((*server)->port()).find("\nmitra_step 3\n"), std::string::npos);
+  char byte;
+  // Still connected, unanswered: the scrape did not wait for it to be dropped.
+  EXPECT_EQ(::recv(stalled, &byte, 1, MSG_DONTWAIT), -1);
+  EXPECT_EQ(errno, EAGAIN);
+  // And dropped by the server, not left to hold a thread for good (well within the 5 s here).
+  timeval timeout{5, 0};
+  ::setsockopt(stalled, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  char buffer[512];
+  ssize_t n;
+  while ((n = ::recv(stalled, buffer, sizeof(buffer), 0)) > 0) {
+  }
+  EXPECT_EQ(n, 0) << "the stalled client was not dropped: " << std::strerror(errno);
+  ::close(stalled);
 }
 
 TEST(MetricsServer, ATakenPortIsRefusedNamingTheFlagAndTheFix) {
