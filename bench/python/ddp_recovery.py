@@ -104,7 +104,8 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.01)
     step = 0
     if os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint, weights_only=True)
+        # Its own file, holding the optimizer's floats, which torch 1.13's weights_only refuses.
+        state = torch.load(args.checkpoint)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         step = state["step"]
