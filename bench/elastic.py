@@ -7,7 +7,8 @@
    the survivor parks and is kept; torchrun: bench/python/ddp_recovery.py, the same-sized model
    in DDP on Gloo, torch.save after every step, 1 intra-op thread, `--max_restarts 3
    --monitor_interval 1`, c10d rendezvous). After --warm-steps steps (and, with spares, once
-   the spare has parked: spares start at the first step) one worker (rank 1) is SIGKILLed; measured: kill -> the first training step finished after the restart
+   the spare has parked: spares start at the first step) one worker (rank 1) is SIGKILLed;
+   measured: kill -> the first training step finished after the restart
    (mitra: metrics.jsonl `time` of the new generation's first step; torchrun: the time
    the script logged after that step). Split for mitra: failure seen (`failure` event),
    relaunched (`launch`), every rank ready (`ready`), and the manager's own `first_step`

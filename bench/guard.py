@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """The five figures a change must not slow, beside the last recorded ones, in one run.
 
+The planner's error is one figure printed as two, its median and its worst.
+
 Runs the benchmarks that measure them, one after the other on a quiet machine (never beside a
 build or another benchmark: two processes share these cores differently from run to run):
 
