@@ -15,9 +15,10 @@
 namespace mitra {
 
 Status ErrnoStatus(const std::string& what, const std::string& path, int error) {
-  if (error == ELOOP) {  // O_NOFOLLOW met a link
-    return Status::IoError(what + " " + path + ": it is a symbolic link, and mitra does not "
-                           "follow links to the files it writes: remove the link");
+  if (error == ELOOP) {  // O_NOFOLLOW met a link (or a path's links loop)
+    return Status::IoError(what + " " + path + ": it is a symbolic link (or a loop of them), and "
+                           "mitra opens the files it keeps without following links: remove the "
+                           "link");
   }
   std::string message = what + " " + path + ": " + std::strerror(error);
   if (error == ENOENT) return Status::NotFound(std::move(message));
