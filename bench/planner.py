@@ -5,11 +5,12 @@
 2. `mitra plan --slots 2 --json`: the ranked shapes.
 3. Trains the first --shapes distinct shapes (P x D, micro-batch, schedule; the planner's
    partition), the best 1 x 1 among them, --steps steps each with `mitra run`, in --rounds rounds
-   (every other one in reverse order), and profiles again after them. These shared machines
-   drift by 10% and more within minutes, so each shape's measured time is the median of its
-   steps (steps 3 on) over all rounds, its prediction the mean of the two profiles' predictions,
-   and `round_spread` (the largest less the smallest of its rounds' medians, over their median)
-   shows the noise the errors sit in. Prints one JSON
+   (every other one in reverse order), and profiles again after each round. These shared
+   machines drift by 10% and more within minutes, for stretches of tens of seconds, so each
+   shape's measured time is the median of its steps (steps 3 on) over all rounds, its prediction
+   the median of the profiles' predictions of the shape it trained (`mitra plan --validate`: its
+   partition and schedule as run), and `round_spread` (the largest less the smallest of its
+   rounds' medians, over their median) shows the noise the errors sit in. Prints one JSON
    line per shape, then a summary: the median and worst relative error, and how the planner's
    pick measured against the measured best.
 4. `mitra plan --slots 10000` (and with a batch of 4096): the planning time.
@@ -23,6 +24,7 @@
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import tempfile
@@ -74,6 +76,22 @@ def plan(args, profile, slots, batch=BATCH, extra=()):
     return json.loads(out)
 
 
+def predict_run(args, run_dir, profile):
+    """The step time `profile` predicts for the shape trained in `run_dir`, in seconds."""
+    out = run([f"{args.build}/bin/mitra", "plan", "--validate", run_dir, "--profile", profile])
+    found = re.search(r"step\s+predicted ([0-9.]+) ms", out)
+    if not found:
+        raise RuntimeError("no prediction in `mitra plan --validate " + run_dir + "`:\n" + out)
+    return float(found.group(1)) / 1000
+
+
+def profile_program(args, tmp, name):
+    out = os.path.join(tmp, name)
+    run([f"{args.build}/bin/mitra", "profile", "--machines", machines(tmp, 2), "--batch-size",
+         str(BATCH), "--out", out, "--", f"{args.build}/bin/gpt_train", "--model", "bench"])
+    return out
+
+
 def key(c):
     return (c["stages"], c["replicas"], c["chunk_size"], c["schedule"], c["recompute"])
 
@@ -90,10 +108,8 @@ def main():
     tmp = tempfile.mkdtemp(prefix="mitra-planner-bench-")
 
     # 1, 2. Profile on 2 slots and plan.
-    profile = os.path.join(tmp, "profile")
     start = time.monotonic()
-    run([f"{args.build}/bin/mitra", "profile", "--machines", machines(tmp, 2), "--batch-size",
-         str(BATCH), "--out", profile, "--", f"{args.build}/bin/gpt_train", "--model", "bench"])
+    profile = profile_program(args, tmp, "profile")
     print(json.dumps({"profile_s": round(time.monotonic() - start, 1), "slots": 2}), flush=True)
     ranked = plan(args, profile, 2)["candidates"]
     chosen, seen = [], set()
@@ -105,24 +121,24 @@ def main():
     if not any(c["stages"] * c["replicas"] == 1 for c in shapes):
         shapes[-1] = next(c for c in chosen if c["stages"] * c["replicas"] == 1)
 
-    # 3. Measure them, in --rounds rounds (every other one in reverse order), and profile again.
+    # 3. Measure them, in --rounds rounds (every other one in reverse order), profiling again
+    # after each.
     times = {i: [] for i in range(len(shapes))}
     round_medians = {i: [] for i in range(len(shapes))}
+    profiles = [profile]
     for round_ in range(args.rounds):
         order = range(len(shapes)) if round_ % 2 == 0 else reversed(range(len(shapes)))
         for i in order:
             run_times = measure(args, tmp, shapes[i], f"shape-{i}-{round_}")
             round_medians[i].append(statistics.median(run_times))
             times[i] += run_times
+        profiles.append(profile_program(args, tmp, f"profile-after-{round_}"))
     spreads = {i: (max(m) - min(m)) / statistics.median(m) for i, m in round_medians.items()}
-    profile_after = os.path.join(tmp, "profile-after")
-    run([f"{args.build}/bin/mitra", "profile", "--machines", machines(tmp, 2), "--batch-size",
-         str(BATCH), "--out", profile_after, "--", f"{args.build}/bin/gpt_train", "--model", "bench"])
-    after = {key(c): c["predicted_step_s"] for c in plan(args, profile_after, 2)["candidates"]}
     results = []
     for i, c in enumerate(shapes):
         measured = statistics.median(times[i])
-        predicted = (c["predicted_step_s"] + after.get(key(c), c["predicted_step_s"])) / 2
+        predicted = statistics.median(
+            predict_run(args, os.path.join(tmp, f"shape-{i}-0"), p) for p in profiles)
         error = (predicted - measured) / measured
         result = {"rank": chosen.index(c) + 1, "shape": f"{c['stages']}x{c['replicas']}",
                   "chunk_size": c["chunk_size"],

@@ -1,6 +1,7 @@
 #include "planner/sharing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 
@@ -47,6 +48,20 @@ double BoundedSharing(int k, int cores, double fewer) {
   double bound = std::min(1.0, fewer);
   if (cores > 0) bound = std::min(bound, static_cast<double>(cores) / k);
   return bound;
+}
+
+std::vector<double> CalibratedSharing(const std::vector<double>& speeds, double measured,
+                                      int cores) {
+  if (speeds.size() < 2 || !(measured > 0) || !(speeds.back() > 0)) return speeds;
+  const double factor = measured / speeds.back();
+  const double last = static_cast<double>(speeds.size() - 1);
+  std::vector<double> calibrated{speeds.front()};
+  for (size_t i = 1; i < speeds.size(); ++i) {
+    const int k = static_cast<int>(i) + 1;
+    const double moved = speeds[i] * std::pow(factor, static_cast<double>(i) / last);
+    calibrated.push_back(std::min(moved, BoundedSharing(k, cores, calibrated.back())));
+  }
+  return calibrated;
 }
 
 }  // namespace mitra::planner

@@ -9,7 +9,13 @@
 // Some figures no machine can produce, and they are refused (then measured again): a process
 // faster than alone, k processes doing more than `cores` processes' worth of work together,
 // or a process faster than with one competitor fewer. `kSharingTolerance` is the margin for
-// timing noise. Pure functions.
+// timing noise.
+//
+// The workload is the model alone; a job's processes also share the cores with their
+// communication (Gloo's threads wake for every message and every bucket of gradients), and on
+// some machines that costs each process a tenth of its speed and more where the workload saw
+// none. So the profile ends with training steps of the runtime itself, every process at once,
+// and CalibratedSharing moves the speeds to what they measured. Pure functions.
 #pragma once
 
 #include <string>
@@ -34,5 +40,14 @@ std::string ImpossibleSharing(double speed, int k, int cores, double fewer);
 // The figure used when measuring again gave no possible one: the fastest possible,
 // min(fewer, cores / k, 1).
 double BoundedSharing(int k, int cores, double fewer);
+
+// `speeds` (speed[k - 1] with k = 1 .. slots computing, as the workload measured them) moved to
+// `measured` with all `slots` computing, as training steps of the runtime measured it: speed[k - 1]
+// is multiplied by (measured / speeds.back()) ^ ((k - 1) / (slots - 1)), so one process alone
+// stays at 1 and the factor grows with the processes that share the cores (their
+// communication does). Each figure is then held to BoundedSharing's bound. `speeds` unchanged
+// when it holds one figure or `measured` is not a positive number.
+std::vector<double> CalibratedSharing(const std::vector<double>& speeds, double measured,
+                                      int cores);
 
 }  // namespace mitra::planner

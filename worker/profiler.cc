@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include "common/free_port.h"
 #include "common/median.h"
 #include "cutpoint/linear.h"
 #include "planner/profile.h"
@@ -295,6 +296,7 @@ class Workload {
     batch_ = Collate(dataset, indices);
     for (int i = 0; i < spec.num_segments(); ++i) segments_.push_back(cutpoint::BuildSegment(spec, i, seed));
   }
+  int64_t size() const { return size_; }
   double Run(int repeats) {
     const auto start = Clock::now();
     for (int r = 0; r < repeats; ++r) {
@@ -534,10 +536,82 @@ std::vector<double> MeasureSharing(Protocol& protocol, Workload& load, const Set
   return speeds;
 }
 
+// Step 4: training steps of the runtime itself. The first kCalibrationWarmUpSteps warm up
+// (allocations, the first buckets); the median of the next kCalibrationSteps is kept. Each
+// replica trains kCalibrationMicroBatches micro-batches a step, as a job of several does.
+constexpr int kCalibrationWarmUpSteps = 2;
+constexpr int kCalibrationSteps = 6;
+constexpr int kCalibrationMicroBatches = 2;
+
+// The seconds this rank computes in a training step of the runtime, every rank of the profile
+// at once as the replicas of one data-parallel shape (1 x world) of micro-batches of `size`:
+// the median of the steps' compute (StepResult::compute_s; the waits for peers left out). The
+// runtime meets on a store of its own, on a port rank 0 picks. 0 when the steps could not be
+// set up (the reason is logged, the same on every rank); throws PeerError.
+double RuntimeComputeSeconds(const cutpoint::ModelSpec& spec,
+                             const std::shared_ptr<const Dataset>& dataset,
+                             const RuntimeOptions& options, const Placement& placement,
+                             Protocol& protocol, int64_t size) {
+  double port = 0;
+  if (placement.rank == 0) {
+    Result<int> picked = PickFreeTcpPort(placement.rdzv_host);
+    if (picked.ok()) {
+      port = *picked;
+    } else {
+      spdlog::warn("no port for the profile's training steps: {}", picked.status().message());
+    }
+  }
+  port = protocol.Gather(port)[0];
+  if (port <= 0) return 0;
+  const int world = placement.world_size();
+  Placement steps = placement;
+  steps.stage_map = contract::StageMap::Default(1, world);
+  steps.chunk_size = static_cast<int>(size);
+  steps.global_batch = world * size * kCalibrationMicroBatches;
+  steps.rdzv_port = static_cast<int>(port);
+  steps.generation = placement.generation + 1;
+  steps.heartbeat_s = 0;
+  steps.schedule = "1f1b";
+  steps.recompute = 0;
+  steps.partition = std::to_string(spec.num_segments());
+  steps.zero = 0;
+  steps.park = false;
+  RuntimeOptions quiet = options;  // no trace files of these steps
+  quiet.trace_path.clear();
+  quiet.sample_trace.clear();
+  Result<std::unique_ptr<Runtime>> runtime = Runtime::Create(spec, dataset, steps, quiet);
+  if (!runtime.ok()) {
+    spdlog::warn("the profile's training steps could not be set up, so the speeds stay as the "
+                 "workload measured them: {}", runtime.status().message());
+    return 0;
+  }
+  std::vector<double> compute;
+  for (int64_t step = 0; step < kCalibrationWarmUpSteps + kCalibrationSteps; ++step) {
+    const StepResult result = (*runtime)->Step(step);
+    if (step >= kCalibrationWarmUpSteps) compute.push_back(result.compute_s);
+  }
+  return Median(compute);
+}
+
+// What `m`'s costs say one process computes alone in a step of RuntimeComputeSeconds: its
+// micro-batches' forward and backward through every segment and their samples' loading, and
+// the update. `size` is one of the profiled sizes.
+double AloneStepSeconds(const planner::MachineProfile& m, int64_t size) {
+  double micro_batch = m.sample_s * static_cast<double>(size), update = 0;
+  for (const planner::SegmentProfile& segment : m.segments) {
+    for (const planner::SegmentCost& cost : segment.costs) {
+      if (cost.micro_batch == size) micro_batch += cost.forward_s + cost.backward_s;
+    }
+    update += segment.update_s;
+  }
+  return kCalibrationMicroBatches * micro_batch + update;
+}
+
 }  // namespace
 
-int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
+int RunProfile(const cutpoint::ModelSpec& spec, const std::shared_ptr<const Dataset>& data,
                const RuntimeOptions& options, const Placement& placement) {
+  const Dataset& dataset = *data;
   auto settings = ReadSettings(placement, options);
   if (!settings.ok()) {
     spdlog::error("{}", settings.status().message());
@@ -625,6 +699,21 @@ int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
     comm_profile.step_sync_s = protocol.SyncAfterWork(2 * s.repeats, [&] { small.Run(1); });
   }
   protocol.Barrier();
+
+  // 4. The speeds as the runtime's own training steps share the cores (planner/sharing.h).
+  if (world > 1 && *std::max_element(s.slots.begin(), s.slots.end()) > 1) {
+    const std::vector<double> all = protocol.Gather(
+        RuntimeComputeSeconds(spec, data, options, placement, protocol, load.size()));
+    const std::vector<double> mine(all.begin() + first, all.begin() + first + s.slots[s.machine]);
+    if (leader && s.slots[s.machine] > 1 && Median(mine) > 0) {
+      const double measured = AloneStepSeconds(machine, load.size()) / Median(mine);
+      machine.speed = planner::CalibratedSharing(speed, measured, UsableCpus());
+      spdlog::info("{}: speed per process with {} computing: {:.3f} in the workload, {:.3f} in "
+                   "training steps of the runtime; the profile keeps {:.3f}",
+                   s.machines[s.machine], s.slots[s.machine], speed.back(), measured,
+                   machine.speed.back());
+    }
+  }
 
   if (leader) {
     Record("profile_machine").Add("machine", s.machine).AddJson("profile", planner::MachineProfileJson(machine)).Emit();

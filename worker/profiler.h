@@ -16,10 +16,17 @@
 //     slots, which gives the speed of each process while k compute;
 //  3. rank 0 exchanges messages of several sizes with a second process of its machine and with
 //     the first process of every other machine; everyone all-reduces several sizes, and the
-//     step's small all-reduce.
+//     step's small all-reduce;
+//  4. when a machine has several slots, every process trains a few steps of the runtime itself
+//     as one replica of a data-parallel shape (1 x world), and each machine's speed with all
+//     its processes computing becomes what those steps measured, its compute against its cost
+//     alone from 1 (planner/sharing.h: the processes also share the cores with their
+//     communication, which the workload of 2 leaves out).
 // Each machine's first process prints `@mitra {"event":"profile_machine",...}` and rank 0
 // `@mitra {"event":"profile_comm",...}`; `mitra profile` assembles them into profile.json.
 #pragma once
+
+#include <memory>
 
 #include "mitra/cutpoint/model.h"
 #include "mitra/worker/data.h"
@@ -33,7 +40,7 @@ using contract::ProfileRequested;
 
 // Runs this process's part of the profile; returns the exit code (0, 1 on a lost peer, 2 on bad
 // settings).
-int RunProfile(const cutpoint::ModelSpec& spec, const Dataset& dataset,
+int RunProfile(const cutpoint::ModelSpec& spec, const std::shared_ptr<const Dataset>& dataset,
                const RuntimeOptions& options, const Placement& placement);
 
 }  // namespace mitra::worker

@@ -222,7 +222,7 @@ int Trainer::Run(Result<Placement> placement) {
   for (;;) {
     Ended ended;
     try {
-      if (ProfileRequested()) return RunProfile(spec_, *dataset_, options_.runtime, current);
+      if (ProfileRequested()) return RunProfile(spec_, dataset_, options_.runtime, current);
       ended = Train(current, &step_times);
     } catch (const MicroBatchDependence& e) {
       spdlog::error("rank {}: {}", current.rank, e.what());

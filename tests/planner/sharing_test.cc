@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 
 #include "planner/shape_policy.h"
@@ -49,6 +50,35 @@ TEST(Sharing, TheBoundUsedAfterRepeatedImpossibleFiguresIsTheFastestPossible) {
 // A running job that measured its steps slower than predicted corrects the speed the next plans
 // take for that machine and load: two processes that share the machine well are planned as two
 // replicas; measured at half that speed, the plan no longer takes them.
+TEST(Sharing, TrainingStepsOfTheRuntimeMoveTheSpeedsTheWorkloadMeasured) {
+  // What one profile on a 2-CPU machine measured: 1.016 with two computing in the workload,
+  // 0.883 in the runtime's steps (each process's compute took 1.15 times its cost alone).
+  const std::vector<double> two = CalibratedSharing({1.0, 1.016}, 0.883, 2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_DOUBLE_EQ(two[0], 1.0);
+  EXPECT_DOUBLE_EQ(two[1], 0.883);
+  // Four slots: alone stays 1, all four take the measured figure, the ones between move by the
+  // factor's root (0.8^(1/3) and 0.8^(2/3)).
+  const std::vector<double> four = CalibratedSharing({1.0, 0.9, 0.6, 0.5}, 0.4, 8);
+  ASSERT_EQ(four.size(), 4u);
+  EXPECT_DOUBLE_EQ(four[0], 1.0);
+  EXPECT_NEAR(four[1], 0.9 * std::pow(0.8, 1.0 / 3), 1e-12);
+  EXPECT_NEAR(four[2], 0.6 * std::pow(0.8, 2.0 / 3), 1e-12);
+  EXPECT_NEAR(four[3], 0.4, 1e-12);
+}
+
+TEST(Sharing, ACalibrationStaysWithinWhatTheCoresAllow) {
+  // Runtime steps faster than the workload: the speeds move up, but never past one process
+  // alone, the figure with one fewer computing, or the cores' share.
+  const std::vector<double> up = CalibratedSharing({1.0, 0.95, 0.6}, 0.9, 2);
+  EXPECT_DOUBLE_EQ(up[1], 1.0);        // 0.95 * 1.5^(1/2) = 1.16: no faster than alone
+  EXPECT_NEAR(up[2], 2.0 / 3, 1e-12);  // 3 processes on 2 CPUs: at most 2/3 each
+  // Nothing to calibrate: one slot, or no measurement.
+  EXPECT_EQ(CalibratedSharing({1.0}, 0.5, 2), std::vector<double>{1.0});
+  EXPECT_EQ(CalibratedSharing({1.0, 0.9}, 0, 2), (std::vector<double>{1.0, 0.9}));
+  EXPECT_EQ(CalibratedSharing({1.0, 0.9}, std::nan(""), 2), (std::vector<double>{1.0, 0.9}));
+}
+
 TEST(SpeedCorrection, TheNextPlanUsesTheCorrectedSpeed) {
   Profile uniform = Uniform(4, 0.01, 0.02, 1000, {1.0, 0.95});
   for (SegmentCost& c : uniform.machines[0].segments[0].costs) {  // work grows with the samples

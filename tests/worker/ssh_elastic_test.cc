@@ -413,8 +413,11 @@ TEST_F(SshElastic, CtrlCCheckpointsAndStopsEverything) {
 }
 
 
+// Host A has two slots: its speed with both computing is measured twice, by the workload and
+// by training steps of the runtime across all three processes, and the profile keeps the
+// runtime's.
 TEST_F(SshElastic, ProfilingTwoMachinesMeasuresEachOfThemAndTheLinkBetweenThem) {
-  machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
+  machines_ = tmp_.Write("machines.txt", Line(kHostA, 2) + Line(kHostB, 1));
   const std::string out = tmp_.Path("profile");
   std::vector<std::string> args = {"profile", "--machines", machines_, "--batch-size", "8",
                                    "--out", out, "--micro-batches", "1,4", "--repeats", "1",
@@ -442,14 +445,21 @@ TEST_F(SshElastic, ProfilingTwoMachinesMeasuresEachOfThemAndTheLinkBetweenThem) 
       });
   EXPECT_TRUE(measured_between) << text;
   ASSERT_FALSE(profile->allreduce.empty()) << text;
-  EXPECT_EQ(profile->allreduce.front().group, 2);
+  EXPECT_EQ(profile->allreduce.front().group, 3);
+  ASSERT_EQ(profile->machines[0].speed.size(), 2u) << text;
+  EXPECT_GT(profile->machines[0].speed[1], 0) << text;
+  EXPECT_EQ(profile->machines[1].speed, std::vector<double>{1}) << text;
+  const std::string log = testing::ReadFileOrEmpty(out + "/logs/rank-0.log");
+  EXPECT_TRUE(Contains(log, Address(kHostA) + ": speed per process with 2 computing: ") &&
+              Contains(log, " in training steps of the runtime; the profile keeps "))
+      << log;
 
   // The profile plans for the listed machines by name.
   const MitraResult plan = testing::RunProgram(
       MITRA_BINARY, {"plan", "--profile", out, "--batch-size", "8", "--machines", machines_},
       tmp_.path(), 60);
   ASSERT_EQ(plan.exit_code, 0) << plan.output();
-  EXPECT_TRUE(Contains(plan.out, "mitra plan: 2 slots, batch 8")) << plan.out;
+  EXPECT_TRUE(Contains(plan.out, "mitra plan: 3 slots, batch 8")) << plan.out;
 }
 
 }  // namespace
