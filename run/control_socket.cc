@@ -264,10 +264,40 @@ bool ControlServer::Serve(Client& client) const {
   return false;  // answered
 }
 
+namespace {
+
+// Whether `fd` has bytes (or its end) waiting to be read, without taking them.
+bool HasInput(int fd) {
+  char byte;
+  const ssize_t n = ::recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+}  // namespace
+
+std::vector<ControlServer::Client>::iterator ControlServer::MakeRoom(
+    std::vector<Client>& clients) const {
+  if (static_cast<int>(clients.size()) < options_.max_clients) return clients.end();
+  // In order of arrival: the first is the oldest.
+  return std::find_if(clients.begin(), clients.end(), [](const Client& client) {
+    return !client.responding && !HasInput(client.fd);
+  });
+}
+
+bool ControlServer::HasRoom(std::vector<Client>& clients) const {
+  return static_cast<int>(clients.size()) < options_.max_clients ||
+         MakeRoom(clients) != clients.end();
+}
+
 void ControlServer::Accept(std::vector<Client>& clients) const {
-  while (static_cast<int>(clients.size()) < options_.max_clients) {
+  while (HasRoom(clients)) {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;  // EAGAIN: no more; anything else: the client gave up
+    const auto stalled = MakeRoom(clients);
+    if (stalled != clients.end()) {
+      ::close(stalled->fd);
+      clients.erase(stalled);
+    }
     Client client;
     client.fd = fd;
     client.deadline = SteadyClock::now() + Seconds(options_.client_timeout_s);
@@ -281,7 +311,7 @@ void ControlServer::Loop() {
     // Poll the wake pipe, the listening socket while there is room, and every client.
     std::vector<struct pollfd> fds;
     fds.push_back({wake_fd_, POLLIN, 0});
-    const bool accepting = static_cast<int>(clients.size()) < options_.max_clients;
+    const bool accepting = HasRoom(clients);
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     int timeout_ms = -1;
     for (const Client& client : clients) {

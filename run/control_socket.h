@@ -35,7 +35,11 @@ struct ControlServerOptions {
   double client_timeout_s = 5;
   // Longer request lines are answered with an error and dropped.
   size_t max_request_bytes = 64 * 1024;
-  // Connections served at once; more wait in the listen backlog.
+  // Connections served at once. When all are taken, a new connection takes the place of the
+  // oldest one still to complete its request with nothing more sent (mitra's clients write
+  // their request line at once: a connection that sends nothing or half a line is stalled, and
+  // stalled connections must not keep `mitra status` waiting); when none is stalled, new ones
+  // wait in the listen backlog.
   int max_clients = 16;
 };
 
@@ -76,8 +80,14 @@ class ControlServer {
   Status Bind();
   // The server's thread: polls until Stop(), serving every client, one request each.
   void Loop();
-  // Takes the connections waiting, up to options_.max_clients.
+  // Takes the connections waiting, up to options_.max_clients, each one past it in the place
+  // of a stalled client (ControlServerOptions::max_clients).
   void Accept(std::vector<Client>& clients) const;
+  // With every place taken, the stalled client whose place a new connection takes (the oldest
+  // that has not completed its request and has nothing more waiting to be read); end() when
+  // there is a free place or no stalled client.
+  std::vector<Client>::iterator MakeRoom(std::vector<Client>& clients) const;
+  bool HasRoom(std::vector<Client>& clients) const;  // a free place, or one MakeRoom can make
   // Reads what `client` sent and writes its answer as far as the socket takes it; false when
   // the client is finished (answered, gone, or broken).
   bool Serve(Client& client) const;

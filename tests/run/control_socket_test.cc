@@ -9,7 +9,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <string>
 #include <stdexcept>
+#include <vector>
 
 #include "tests/common/run_helpers.h"
 
@@ -178,6 +180,62 @@ TEST_F(ControlSocketTest, ASilentClientIsDroppedWithoutBlockingOthers) {
   EXPECT_EQ(ReadAll(silent), "") << "the silent client was answered";  // closed by the server
   EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(3));
   ::close(silent);
+}
+
+// A connection to `path` that may still be waiting in the listen backlog (-1 when the backlog
+// is full).
+int ConnectWithoutWaiting(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  struct sockaddr_un address {};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  if (::connect(fd, reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Two hundred connections that send nothing, each allowed the whole client deadline (5 s), take
+// every place 12 times over; a request still gets its answer at once: each new connection
+// takes the place of the oldest that sent nothing.
+TEST_F(ControlSocketTest, IdleConnectionsDoNotKeepARequestWaiting) {
+  ControlServer server(SocketPath(), Echo);  // 16 places, 5 s per client
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = ConnectWithoutWaiting(SocketPath());
+    if (fd >= 0) idle.push_back(fd);
+  }
+  EXPECT_GT(idle.size(), 16u);
+  Result<JsonObject> answer = SendControlRequest(SocketPath(), Command("status"), 2);
+  ASSERT_TRUE(answer.ok()) << answer.status().message();
+  EXPECT_EQ(answer->GetString("command").value_or(""), "status");
+  for (int fd : idle) ::close(fd);
+}
+
+// Half a request line is stalled too; a complete one, sent before the places ran out, is
+// answered, never dropped to make room.
+TEST_F(ControlSocketTest, HalfARequestGivesUpItsPlaceButAWholeOneIsAnswered) {
+  ControlServer server(SocketPath(), Echo);
+  ASSERT_TRUE(server.Start().ok());
+  const int whole = ConnectRaw(SocketPath());
+  ASSERT_GE(whole, 0);
+  const std::string line = Command("stop").ToJson() + "\n";
+  ASSERT_EQ(::send(whole, line.data(), line.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(line.size()));
+  std::vector<int> halves;
+  for (int i = 0; i < 40; ++i) {
+    const int fd = ConnectWithoutWaiting(SocketPath());
+    if (fd < 0) continue;
+    ::send(fd, "{\"comm", 6, MSG_NOSIGNAL);
+    halves.push_back(fd);
+  }
+  Result<JsonObject> answer = SendControlRequest(SocketPath(), Command("status"), 2);
+  ASSERT_TRUE(answer.ok()) << answer.status().message();
+  EXPECT_TRUE(Contains(ReadAll(whole), "\"command\":\"stop\"")) << "the whole request was dropped";
+  ::close(whole);
+  for (int fd : halves) ::close(fd);
 }
 
 TEST_F(ControlSocketTest, RejectsAnOverlongRequest) {
