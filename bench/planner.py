@@ -7,7 +7,7 @@
    partition), the best 1 x 1 among them, --steps steps each with `mitra run`, in --rounds rounds
    (every other one in reverse order), and profiles again after each round. These shared
    machines drift by 10% and more within minutes, for stretches of tens of seconds, so each
-   shape's measured time is the median of its steps (steps 3 on) over all rounds, its prediction
+   shape's measured time is the median of its rounds' medians (of steps 3 on), its prediction
    the median of the profiles' predictions of the shape it trained (`mitra plan --validate`: its
    partition and schedule as run), and `round_spread` (the largest less the smallest of its
    rounds' medians, over their median) shows the noise the errors sit in. Prints one JSON
@@ -123,7 +123,6 @@ def main():
 
     # 3. Measure them, in --rounds rounds (every other one in reverse order), profiling again
     # after each.
-    times = {i: [] for i in range(len(shapes))}
     round_medians = {i: [] for i in range(len(shapes))}
     profiles = [profile]
     for round_ in range(args.rounds):
@@ -131,12 +130,11 @@ def main():
         for i in order:
             run_times = measure(args, tmp, shapes[i], f"shape-{i}-{round_}")
             round_medians[i].append(statistics.median(run_times))
-            times[i] += run_times
         profiles.append(profile_program(args, tmp, f"profile-after-{round_}"))
     spreads = {i: (max(m) - min(m)) / statistics.median(m) for i, m in round_medians.items()}
     results = []
     for i, c in enumerate(shapes):
-        measured = statistics.median(times[i])
+        measured = statistics.median(round_medians[i])
         predicted = statistics.median(
             predict_run(args, os.path.join(tmp, f"shape-{i}-0"), p) for p in profiles)
         error = (predicted - measured) / measured
