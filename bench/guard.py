@@ -16,7 +16,8 @@ build or another benchmark: two processes share these cores differently from run
     10-20% slower for stretches of tens of seconds, a whole round at times, and a shape's
     figure (the median of its rounds) then stands when two of its rounds fall in one.
 
-Prints one JSON line per figure (its median over the repeats and its worst, the last recorded
+Prints the planner bench's line for each shape (predicted, measured, error, its rounds' spread),
+then one JSON line per figure (its median over the repeats and its worst, the last recorded
 figure and their ratio, the target and whether it was met), then a summary naming the figures
 more than --slower (default 20%) above the last recorded ones. `--record` writes this run's
 figures as the last recorded (bench/guard_figures.json, with the date and the command).
@@ -73,15 +74,17 @@ def elastic_figures(args):
 
 
 def planner_figures(args):
-    summary = rows([PYTHON, "bench/planner.py", "--build", args.build, "--no-morph", "--rounds",
-                    str(PLANNER_ROUNDS)])[-1]
+    """The figures, the rounds' spread and the bench's line for each shape."""
+    printed = rows([PYTHON, "bench/planner.py", "--build", args.build, "--no-morph", "--rounds",
+                    str(PLANNER_ROUNDS)])
+    summary = printed[-1]
     plan = max(summary["plan_10000_slots_batch_32_s"], summary["plan_10000_slots_batch_4096_s"])
     return {
         "plan_10000_slots_s": (plan, plan, [summary["plan_10000_slots_batch_32_s"],
                                             summary["plan_10000_slots_batch_4096_s"]]),
         "planner_median_error": (summary["median_error"], summary["median_error"], []),
         "planner_worst_error": (summary["max_error"], summary["max_error"], []),
-    }, summary["median_round_spread"]
+    }, summary["median_round_spread"], [r for r in printed if "shape" in r]
 
 
 def main():
@@ -100,8 +103,10 @@ def main():
         last = {"recorded": None, "figures": {}}
 
     figures = elastic_figures(args)
-    planner, spread = planner_figures(args)
+    planner, spread, shapes = planner_figures(args)
     figures.update(planner)
+    for shape in shapes:  # which shapes the planner's error comes from
+        print(json.dumps(shape), flush=True)
 
     slower = []
     for name, (value, worst, each) in figures.items():
