@@ -34,9 +34,10 @@ JsonObject Command(const std::string& name) {
   return JsonObject().SetString("command", name);
 }
 
-// A raw client socket connected to `path` (-1 on failure).
-int ConnectRaw(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// A raw client socket connected to `path` (-1 on failure). Without `wait`, the connection may
+// still be in the listen backlog, and a full backlog is a failure rather than a wait.
+int ConnectRaw(const std::string& path, bool wait = true) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | (wait ? 0 : SOCK_NONBLOCK), 0);
   struct sockaddr_un address {};
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
@@ -182,20 +183,6 @@ TEST_F(ControlSocketTest, ASilentClientIsDroppedWithoutBlockingOthers) {
   ::close(silent);
 }
 
-// A connection to `path` that may still be waiting in the listen backlog (-1 when the backlog
-// is full).
-int ConnectWithoutWaiting(const std::string& path) {
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  struct sockaddr_un address {};
-  address.sun_family = AF_UNIX;
-  std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
-  if (::connect(fd, reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Two hundred connections that send nothing, each allowed the whole client deadline (5 s), take
 // every place 12 times over; a request still gets its answer at once: each new connection
 // takes the place of the oldest that sent nothing.
@@ -204,7 +191,7 @@ TEST_F(ControlSocketTest, IdleConnectionsDoNotKeepARequestWaiting) {
   ASSERT_TRUE(server.Start().ok());
   std::vector<int> idle;
   for (int i = 0; i < 200; ++i) {
-    const int fd = ConnectWithoutWaiting(SocketPath());
+    const int fd = ConnectRaw(SocketPath(), /*wait=*/false);
     if (fd >= 0) idle.push_back(fd);
   }
   EXPECT_GT(idle.size(), 16u);
@@ -226,7 +213,7 @@ TEST_F(ControlSocketTest, HalfARequestGivesUpItsPlaceButAWholeOneIsAnswered) {
             static_cast<ssize_t>(line.size()));
   std::vector<int> halves;
   for (int i = 0; i < 40; ++i) {
-    const int fd = ConnectWithoutWaiting(SocketPath());
+    const int fd = ConnectRaw(SocketPath(), /*wait=*/false);
     if (fd < 0) continue;
     ::send(fd, "{\"comm", 6, MSG_NOSIGNAL);
     halves.push_back(fd);
