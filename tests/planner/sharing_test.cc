@@ -51,8 +51,8 @@ TEST(Sharing, TheBoundUsedAfterRepeatedImpossibleFiguresIsTheFastestPossible) {
 // take for that machine and load: two processes that share the machine well are planned as two
 // replicas; measured at half that speed, the plan no longer takes them.
 TEST(Sharing, TrainingStepsOfTheRuntimeMoveTheSpeedsTheWorkloadMeasured) {
-  // What one profile on a 2-CPU machine measured: 1.016 with two computing in the workload,
-  // 0.883 in the runtime's steps (each process's compute took 1.15 times its cost alone).
+  // A 2-CPU machine whose workload said 1.016 with two computing, where the runtime's steps
+  // took 1.15 times their cost alone (1.016 / 1.15 = 0.883).
   const std::vector<double> two = CalibratedSharing({1.0, 1.016}, 0.883, 2);
   ASSERT_EQ(two.size(), 2u);
   EXPECT_DOUBLE_EQ(two[0], 1.0);
