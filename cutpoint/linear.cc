@@ -4,7 +4,7 @@
 #include <unordered_set>
 
 #include <torch/autograd.h>
-#include <torch/nn/functional/linear.h>
+#include <ATen/ATen.h>
 
 namespace mitra::cutpoint {
 namespace {
@@ -64,7 +64,7 @@ struct SplittableLinear : torch::autograd::Function<SplittableLinear> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight, const torch::Tensor& bias) {
     ctx->save_for_backward({input, weight, bias});
-    return torch::nn::functional::linear(input, weight, bias);
+    return at::linear(input, weight, bias);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -80,7 +80,7 @@ struct SplittableLinearWithoutBias : torch::autograd::Function<SplittableLinearW
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input,
                                const torch::Tensor& weight) {
     ctx->save_for_backward({input, weight});
-    return torch::nn::functional::linear(input, weight);
+    return at::linear(input, weight);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -139,7 +139,11 @@ DeferWeightGradients::~DeferWeightGradients() { deferred = previous_; }
 
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
                      const torch::Tensor& bias) {
-  if (!SplitBackward::active()) return torch::nn::functional::linear(input, weight, bias);
+  // at::linear, not torch::nn::functional::linear: the C++ front end's functional multiplies
+  // and then adds the bias in a second pass (in fp32 under autocast); at::linear gives a
+  // contiguous input one product with the bias fused (cuBLAS's epilogue on a GPU), as
+  // PyTorch's F.linear does.
+  if (!SplitBackward::active()) return at::linear(input, weight, bias);
   if (!bias.defined()) return SplittableLinearWithoutBias::apply(input, weight);
   return SplittableLinear::apply(input, weight, bias);
 }

@@ -71,8 +71,8 @@ class DeferWeightGradients {
   WeightGradients* previous_;
 };
 
-// input W^T + bias (bias may be undefined), splittable as above; otherwise
-// torch::nn::functional::linear itself.
+// input W^T + bias (bias may be undefined), splittable as above; otherwise at::linear itself
+// (PyTorch's F.linear).
 torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& weight,
                      const torch::Tensor& bias);
 
