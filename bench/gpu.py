@@ -18,7 +18,9 @@ here (`matmul_tflops`). Step times are medians over the timed steps after --warm
 Each also reports `phases_s`: one step timed phase by phase, waiting for the GPU after each
 (mitra's step traced with --trace, PyTorch's one more step): where the device's time goes;
 and `attention_kernel`, the kernel scaled_dot_product_attention takes in each for the blocks'
-shapes (flash_attention, efficient_attention, cudnn_attention or math).
+shapes (flash_attention, efficient_attention, cudnn_attention or math); and `kernels`: the
+device's busy time in each side's traced step and the kernels whose time differs most (from
+LibTorch's profiler on both sides; the traces stay in --kernel-traces).
 For the first micro-batch size it also runs PyTorch with its optimizer and clipping going
 parameter by parameter (`foreach=False`, LibTorch's C++ way) as `pytorch_per_parameter`: what
 launching a dozen kernels per parameter tensor costs a step here.
@@ -135,7 +137,12 @@ def pytorch_eager(args, chunk, foreach=None):
               "tokens_per_s": args.batch * CONTEXT / step_s, "last_loss": losses[-1],
               "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30}
     if foreach is None:
-        result["phases_s"] = pytorch_phases(args, chunk, model, opt, data, samples)
+        trace = kernel_trace_path(args, "pytorch", chunk)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            result["phases_s"] = pytorch_phases(args, chunk, model, opt, data, samples)
+        prof.export_chrome_trace(trace)
+        result["kernel_trace"] = trace
         result["attention_kernel"] = pytorch_attention_kernel(chunk)
     return result
 
@@ -190,6 +197,39 @@ def pytorch_attention_kernel(chunk):
     return SDP_KERNELS[choice] if 0 <= choice < len(SDP_KERNELS) else "error"
 
 
+def kernel_trace_path(args, who, chunk):
+    return os.path.join(args.kernel_traces, f"kernels-{who}-{args.precision}-{chunk}.json")
+
+
+def kernel_times(path):
+    """The device's work in a kernel trace (LibTorch's profiler, chrome format), by name:
+    {name: [launches, microseconds]}, kernels, copies and memsets alike."""
+    times = {}
+    for e in json.load(open(path))["traceEvents"]:
+        if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
+            entry = times.setdefault(e["name"], [0, 0.0])
+            entry[0] += 1
+            entry[1] += e.get("dur", 0.0)
+    return times
+
+
+def kernel_differences(mitra_trace, pytorch_trace, top=20):
+    """Where one traced step of each spends the device's time differently: the total time the
+    device was busy in each, and the kernels whose time differs most (each side's milliseconds
+    and launches). Both steps train the same micro-batches and wait for the device after each
+    phase, so a kernel only one side runs, or runs longer, is where the difference is."""
+    mine, theirs = kernel_times(mitra_trace), kernel_times(pytorch_trace)
+    rows = []
+    for name in set(mine) | set(theirs):
+        m, t = mine.get(name, [0, 0.0]), theirs.get(name, [0, 0.0])
+        rows.append({"kernel": name[:160], "mitra_ms": round(m[1] / 1e3, 3),
+                     "pytorch_ms": round(t[1] / 1e3, 3), "mitra_n": m[0], "pytorch_n": t[0]})
+    rows.sort(key=lambda r: -abs(r["mitra_ms"] - r["pytorch_ms"]))
+    busy = lambda times: round(sum(us for _, us in times.values()) / 1e6, 4)
+    return {"mitra_busy_s": busy(mine), "pytorch_busy_s": busy(theirs),
+            "largest_differences": rows[:top]}
+
+
 def mitra_phases(trace_path):
     """The traced step's events (the runtime waits for the GPU at the end of each), summed by
     kind: F and B over the micro-batches, then the step's reduce, tied, sync and update."""
@@ -204,7 +244,7 @@ def mitra_phases(trace_path):
 
 
 def mitra(args, chunk):
-    trace = f"/tmp/mitra-gpu-bench-trace-{chunk}.json"
+    trace = os.path.join(args.kernel_traces, f"steps-mitra-{args.precision}-{chunk}.json")
     cmd = [os.path.join(args.build, "bin", "gpt_train"), "--model", "350m", "--data", args.data,
            "--device", "cuda", "--precision", args.precision, "--batch-size", str(args.batch),
            "--chunk-size", str(chunk), "--steps", str(args.warmup + args.steps),
@@ -223,9 +263,12 @@ def mitra(args, chunk):
     step_s = statistics.median(timed)
     kernel = [l.split("attention kernel ")[1].split()[0] for l in p.stdout.splitlines()
               if l.startswith("gpt_train: attention kernel ")]
+    # --trace on a GPU also writes the traced step's kernels beside it.
+    kernels = trace[:-len(".json")] + ".kernels.json"
     return {"step_time_s": step_s, "tokens_per_s": args.batch * CONTEXT / step_s,
             "last_loss": steps[-1]["loss"], "phases_s": mitra_phases(trace),
-            "attention_kernel": kernel[0] if kernel else None}
+            "attention_kernel": kernel[0] if kernel else None,
+            "kernel_trace": kernels if os.path.exists(kernels) else None}
 
 
 def matmul_tflops():
@@ -255,7 +298,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--only", choices=["pytorch", "mitra"], default=None)
+    parser.add_argument("--kernel-traces", default="/tmp/mitra-gpu-bench",
+                        help="where each side's traced step and its kernels are written")
     args = parser.parse_args()
+    os.makedirs(args.kernel_traces, exist_ok=True)
     global ARGS
     ARGS = args
     name = torch.cuda.get_device_name()
@@ -284,6 +330,9 @@ def main():
         if "pytorch" in runs and "mitra" in runs:
             result["mitra_over_pytorch"] = round(
                 runs["mitra"]["tokens_per_s"] / runs["pytorch"]["tokens_per_s"], 3)
+            traces = runs["mitra"].get("kernel_trace"), runs["pytorch"].get("kernel_trace")
+            if all(traces):
+                result["kernels"] = kernel_differences(*traces)
         print(json.dumps(result), flush=True)
 
 

@@ -16,6 +16,7 @@
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"
 #include "worker/held_state.h"
+#include "worker/kernel_trace.h"
 #include "worker/pipeline.h"
 #include "worker/precision.h"
 #include "mitra/worker/stage.h"
@@ -36,6 +37,28 @@ Runtime::~Runtime() {
 namespace {
 
 constexpr int64_t kTracedStep = 2;  // the third step a process trains: after warm-up
+
+// Where the traced step's kernels go on a GPU: beside its step trace, "trace.rank-0.json" ->
+// "trace.rank-0.kernels.json".
+std::string KernelTracePath(const std::string& step_trace) {
+  const std::string suffix = ".json";
+  const bool json = step_trace.size() > suffix.size() &&
+                    step_trace.compare(step_trace.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return (json ? step_trace.substr(0, step_trace.size() - suffix.size()) : step_trace) +
+         ".kernels.json";
+}
+
+// The traced step's kernel trace, or none (said on stderr) where LibTorch's profiler is missing:
+// the step trace is written either way.
+std::unique_ptr<KernelTrace> StartKernelTrace() {
+  Result<std::unique_ptr<KernelTrace>> started = KernelTrace::Start();
+  if (!started.ok()) {
+    std::fprintf(stderr, "no kernel trace of the traced step: %s\n",
+                 started.status().message().c_str());
+    return nullptr;
+  }
+  return std::move(started).value();
+}
 
 // The program's options with what the manager set in the placement instead: its plan (schedule,
 // recomputation, partition), MITRA_PRECISION and MITRA_DEVICE, the batch and the micro-batch.
@@ -513,11 +536,13 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   if (!options_.sample_trace.empty() && placement_.stage() == 0) TraceSamples(step);
   if (auto grads = Gradients(); !grads.empty()) at::_foreach_zero_(grads);
   std::unique_ptr<StepTrace> trace;
+  std::unique_ptr<KernelTrace> kernels;  // on a GPU: the traced step's kernels
   if (!options_.trace_path.empty() && steps_run_ == kTracedStep) {
     std::function<void()> settle;
     if (device_.is_cuda()) settle = [] { torch::cuda::synchronize(); };
     trace = std::make_unique<StepTrace>(placement_.rank, placement_.stage(), placement_.replica(),
                                         std::move(settle));
+    if (device_.is_cuda()) kernels = StartKernelTrace();
   }
   ++steps_run_;
   const auto step_start = StepTrace::Clock::now();
@@ -585,6 +610,11 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
   if (trace) {
     trace->Add("update", update_start, trace->Now());
     if (Status s = trace->Write(options_.trace_path); !s.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", placement_.rank, s.message().c_str());
+    }
+  }
+  if (kernels) {
+    if (Status s = kernels->Write(KernelTracePath(options_.trace_path)); !s.ok()) {
       std::fprintf(stderr, "rank %d: %s\n", placement_.rank, s.message().c_str());
     }
   }

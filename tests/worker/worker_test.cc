@@ -1,7 +1,11 @@
 // Unit tests of the worker's pure parts: samplers, LR schedule, stages, optimizers.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include <torch/optim/adam.h>
@@ -11,6 +15,7 @@
 #include "examples/gpt/gpt_model.h"
 #include "worker/checkpointer.h"
 #include "worker/heartbeat.h"
+#include "worker/kernel_trace.h"
 #include "mitra/worker/optimizer.h"
 #include "mitra/worker/data.h"
 #include "mitra/worker/lr_schedule.h"
@@ -335,6 +340,29 @@ TEST(Optimizer, BadSettingsAreRefusedWithTheFix) {
   o.momentum = 0.9;
   EXPECT_EQ((*MakeOptimizer(o, Params()))->Describe(),
             "SGD (momentum 0.9; Nesterov; weight decay 0.01)");
+}
+
+// Where LibTorch has Kineto (a GPU machine's torch), the trace holds the operators run while it
+// recorded; where it has not (Debian's CPU build), Start says so and nothing is recorded, so
+// that the runtime can say why a traced step on a GPU has no kernel trace.
+TEST(KernelTrace, RecordsWhatRanOrSaysWhyItCannot) {
+  Result<std::unique_ptr<KernelTrace>> started = KernelTrace::Start();
+  if (!started.ok()) {
+    EXPECT_NE(started.status().message().find("LibTorch's profiler did not start"),
+              std::string::npos)
+        << started.status().message();
+    return;
+  }
+  (void)torch::mm(torch::ones({8, 8}), torch::ones({8, 8}));
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("mitra-kernel-trace-" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  ASSERT_TRUE(started.value()->Write(path).ok());
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  EXPECT_NE(text.find("aten::mm"), std::string::npos);
+  EXPECT_FALSE(started.value()->Write(path).ok());  // once
 }
 
 }  // namespace

@@ -1,0 +1,58 @@
+#include "worker/kernel_trace.h"
+
+#include <set>
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+
+namespace mitra::worker {
+namespace {
+
+namespace profiler = torch::autograd::profiler;
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+
+const std::set<ActivityType>& Activities() {
+  static const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
+  return activities;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<KernelTrace>> KernelTrace::Start() {
+  const ProfilerConfig config(ProfilerState::KINETO);
+  try {
+    profiler::prepareProfiler(config, Activities());
+    profiler::enableProfiler(config, Activities());
+  } catch (const c10::Error& e) {
+    return Status::Unavailable(std::string("LibTorch's profiler did not start: ") +
+                                      e.what_without_backtrace());
+  }
+  std::unique_ptr<KernelTrace> trace(new KernelTrace());
+  trace->on_ = true;
+  return trace;
+}
+
+Status KernelTrace::Write(const std::string& path) {
+  if (!on_) return Status::Internal("the kernel trace was written already");
+  on_ = false;
+  try {
+    std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+    result->save(path);
+  } catch (const c10::Error& e) {
+    return Status::IoError("cannot write the kernel trace " + path + ": " +
+                           e.what_without_backtrace());
+  }
+  return Status::Ok();
+}
+
+KernelTrace::~KernelTrace() {
+  if (!on_) return;
+  try {
+    profiler::disableProfiler();
+  } catch (const c10::Error&) {
+    // Already off: nothing to stop.
+  }
+}
+
+}  // namespace mitra::worker
