@@ -39,6 +39,11 @@ class GptConfig:
         raise ValueError(f"unknown model '{name}' (expected tiny, bench or large)")
 
 
+# The causal softmax(q k^T / sqrt(hd)) v as one operator where torch has it (2.x), as the C++
+# gpt_train computes it with the same LibTorch: the two programs stay the same computation.
+_FUSED_ATTENTION = hasattr(F, "scaled_dot_product_attention")
+
+
 def _init_linear(linear):
     with torch.no_grad():
         linear.weight.normal_(0.0, 0.02)
@@ -61,7 +66,7 @@ class Embed(nn.Module):
 
     def forward(self, batch):
         tokens = batch["tokens"]
-        positions = torch.arange(tokens.size(1))
+        positions = torch.arange(tokens.size(1), device=tokens.device)
         return {"hidden": self.wte(tokens) + self.wpe(positions)}
 
 
@@ -82,10 +87,13 @@ class Block(nn.Module):
         b, t, c = x.shape
         hd = c // self.heads
         q, k, v = self.qkv(x).view(b, t, 3, self.heads, hd).permute(2, 0, 3, 1, 4)
-        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd)
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        scores = scores.masked_fill(mask, float("-inf"))
-        y = torch.matmul(torch.softmax(scores, -1), v)
+        if _FUSED_ATTENTION:  # torch 2.x: one fused kernel, as gpt_train takes there
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd)
+            mask = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+            y = torch.matmul(torch.softmax(scores, -1), v)
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
     def forward(self, x):  # a bare tensor in and out: {"hidden": x}
@@ -146,7 +154,7 @@ class Gpt(nn.Module):
         self.ln_f = nn.LayerNorm(c.width)
 
     def forward(self, tokens):
-        positions = torch.arange(tokens.size(1))
+        positions = torch.arange(tokens.size(1), device=tokens.device)
         x = self.cuts[0](self.wte(tokens) + self.wpe(positions))
         for block, cut in zip(self.blocks, self.cuts[1:]):
             x = cut(block(x))

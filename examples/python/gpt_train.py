@@ -56,6 +56,7 @@ def parse_args(argv):
     p.add_argument("--backend", default=d["backend"], help="gloo | nccl")
     p.add_argument("--precision", default=d["precision"], help="fp32 | bf16 | fp16")
     p.add_argument("--device", default=d["device"], help="cpu | cuda")
+    p.add_argument("--share-gpus", action="store_true", help="ranks may share a GPU")
     p.add_argument("--loss-scale", type=float, default=None, help="dynamic loss scaling from X")
     p.add_argument("--checkpoint-dir", default=None, help="checkpoints when run alone")
     p.add_argument("--checkpoint-every", type=int, default=None)
@@ -83,7 +84,8 @@ def main(argv):
             weight_decay=args.weight_decay,
             momentum=args.momentum if args.optimizer == "sgd" else None, nesterov=args.nesterov,
             sampler=args.sampler, clip=args.clip, backend=args.backend,
-            precision=args.precision, device=args.device, loss_scale=args.loss_scale,
+            precision=args.precision, device=args.device, share_gpus=args.share_gpus,
+            loss_scale=args.loss_scale,
             checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
             dump_params=args.dump_params, trace=args.trace, loader_workers=args.loader_workers)
     except ValueError as e:  # a name none of the settings takes: bad configuration

@@ -67,6 +67,7 @@ _DESCRIPTIONS = {
     "backend": "gloo | nccl (default {})",
     "precision": "fp32 | bf16 | fp16 (default {})",
     "device": "cpu | cuda (default {})",
+    "share_gpus": "cuda: local rank r computes on GPU r mod GPUs, so that ranks may share a GPU (tests, small models)",
     "loss_scale": "dynamic loss scaling from this scale (fp16 does it from {} anyway)",
     "bucket_elements": "data-parallel gradient bucket size in elements (default {})",
     "zero": "1: each replica keeps the optimizer state of its share of the stage only (ZeRO-1; default {})",

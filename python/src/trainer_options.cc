@@ -79,6 +79,7 @@ void ReadRuntime(Options& o, worker::RuntimeOptions& rt) {
   ReadNamed(o, "backend", &rt.backend, &worker::ParseBackend);
   ReadNamed(o, "precision", &rt.precision, &contract::ParsePrecision);
   ReadNamed(o, "device", &rt.device, &contract::ParseDeviceKind);
+  o.Read("share_gpus", &rt.share_gpus);
   if (o.Has("loss_scale")) {
     rt.loss_scaler.enabled = true;
     rt.loss_scaler.initial_scale = py::cast<double>(o["loss_scale"]);
@@ -148,6 +149,7 @@ py::dict TrainerDefaults() {
   d["backend"] = worker::BackendName(rt.backend);
   d["precision"] = contract::PrecisionName(rt.precision);
   d["device"] = contract::DeviceKindName(rt.device);
+  d["share_gpus"] = rt.share_gpus;
   d["loss_scale"] = rt.loss_scaler.initial_scale;  // when fp16 turns scaling on
   d["bucket_elements"] = rt.bucket_elements;
   d["zero"] = rt.zero;
