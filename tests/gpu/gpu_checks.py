@@ -35,6 +35,7 @@ LOSS_TOL = 2e-5
 PARAM_TOL = 2e-5  # across devices; see above
 LOW_PRECISION_TOL = 0.02
 DEV = "cuda"  # --device: cpu tries the checks' own logic on a machine without a GPU
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 GPT_ARGS = ["--model", "bench", "--seed", "77", "--lr", "1e-3"]
 
 results = []
@@ -55,6 +56,11 @@ class Checks:
         self.logfile = open(os.path.join(out, "checks.log"), "a")
         self.gpt = os.path.join(build, "bin", "gpt_train")
         self.mitra = os.path.join(build, "bin", "mitra")
+        # The Python twin of gpt_train on this build's package (built for this Python's torch).
+        self.package = os.path.join(build, "python", "mitra")
+        self.python_gpt = [sys.executable, os.path.join(ROOT, "examples", "python", "gpt_train.py")]
+        os.environ["PYTHONPATH"] = os.path.join(os.path.abspath(build), "python") + (
+            ":" + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
         self.data = data
 
     # ---- running programs ------------------------------------------------------------------
@@ -72,8 +78,8 @@ class Checks:
         log(f"[{name}: exit {rc} after {time.time() - start:.1f} s]", self.logfile)
         return rc, text
 
-    def train(self, name, *args, steps=8, batch=16, chunk=8, timeout=120):
-        cmd = [self.gpt, "--data", self.data, *GPT_ARGS, "--steps", str(steps),
+    def train(self, name, *args, steps=8, batch=16, chunk=8, timeout=120, program=None):
+        cmd = [*(program or [self.gpt]), "--data", self.data, *GPT_ARGS, "--steps", str(steps),
                "--batch-size", str(batch), "--chunk-size", str(chunk), *args]
         rc, text = self.run(name, cmd, timeout)
         steps_seen = []
@@ -85,15 +91,15 @@ class Checks:
         return rc, text, steps_seen
 
     def mitra_run(self, name, slots, stages, gpt_args, steps=8, batch=16, chunk=8,
-                  flags=(), timeout=180):
+                  flags=(), timeout=180, program=None):
         run_dir = os.path.join(self.work, name)
         machines = os.path.join(self.work, name + ".machines")
         with open(machines, "w") as f:
             f.write(f"localhost slots={slots}\n")
         cmd = [self.mitra, "run", "--machines", machines, "--batch-size", str(batch),
                "--nstages", str(stages), "--chunk-size", str(chunk), "--max-steps", str(steps),
-               "--run-dir", run_dir, *flags, "--", self.gpt, "--data", self.data, *GPT_ARGS,
-               *gpt_args]
+               "--run-dir", run_dir, *flags, "--", *(program or [self.gpt]), "--data", self.data,
+               *GPT_ARGS, *gpt_args]
         rc, text = self.run(name, cmd, timeout)
         return rc, text, self.metrics(run_dir)
 
@@ -268,22 +274,22 @@ def nccl_sharing_refused(c):
         c.verdict(name, rc == 2 and bool(lines), f"exit {rc}: {' | '.join(lines)[-400:]}")
 
 
-def elastic(c):
+def elastic(c, name="morph_and_recovery_on_cuda", program=None, steps=600):
     """A shrink that keeps the worker, a SIGKILL recovered from the checkpoint and a grow that
     heals from the kept rank, on the GPU, against the uninterrupted 1 x 1 job."""
-    name = "morph_and_recovery_on_cuda"
-    if (why := c.needs(c.gpt, c.mitra)):
+    program = program or [c.gpt]
+    if (why := c.needs(program[-1], c.mitra)):
         return c.verdict(name, None, why)
-    steps = 600
     gpt = ["--device", DEV, "--share-gpus"]
-    rc, _, ref = c.mitra_run(name + "_uninterrupted", 1, 1, gpt, steps=steps, chunk=8)
+    rc, _, ref = c.mitra_run(name + "_uninterrupted", 1, 1, gpt, steps=steps, chunk=8,
+                             program=program)
     run_dir = os.path.join(c.work, name)
     machines = os.path.join(c.work, name + ".machines")
     with open(machines, "w") as f:
         f.write("localhost slots=2\n")
     cmd = [c.mitra, "run", "--machines", machines, "--batch-size", "16", "--nstages", "1",
            "--chunk-size", "8", "--max-steps", str(steps), "--run-dir", run_dir,
-           "--checkpoint-every", "25", "--timeout", "20", "--", c.gpt, "--data", c.data,
+           "--checkpoint-every", "25", "--timeout", "20", "--", *program, "--data", c.data,
            *GPT_ARGS, *gpt]
     log("$ " + " ".join(cmd), c.logfile)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -309,16 +315,19 @@ def elastic(c):
                 pids = rec.get("pids", [])
         return pids
 
-    ok = wait_step(50)
+    ok = wait_step(steps // 12)
     with open(machines, "w") as f:
         f.write("localhost slots=1\n")  # shrink: 1 x 2 -> 1 x 1, the worker kept
     events.append("shrink after step %d" % newest_step())
-    ok = ok and wait_step(200)
-    pids = [p for p in launch_pids() if p]
+    ok = ok and wait_step(steps // 3)
+    pids = [p for p in launch_pids() if p] if ok else []
     if pids:
-        os.kill(pids[0], signal.SIGKILL)  # the only rank: recovered from the checkpoint
-        events.append("SIGKILL pid %d after step %d" % (pids[0], newest_step()))
-    ok = ok and wait_step(400)
+        try:
+            os.kill(pids[0], signal.SIGKILL)  # the only rank: recovered from the checkpoint
+            events.append("SIGKILL pid %d after step %d" % (pids[0], newest_step()))
+        except ProcessLookupError:
+            events.append("pid %d gone before its SIGKILL" % pids[0])
+    ok = ok and wait_step(2 * steps // 3)
     with open(machines, "w") as f:
         f.write("localhost slots=2\n")  # grow: 1 x 1 -> 1 x 2, the new rank's state from a peer
     events.append("grow after step %d" % newest_step())
@@ -335,6 +344,52 @@ def elastic(c):
               f"exit {proc.returncode}; {'; '.join(events)}; {n} steps against the uninterrupted "
               f"1x1, largest difference {gap if gap is None else f'{gap:.2e}'}; "
               + " | ".join(lines)[-700:])
+
+
+def python_package(c):
+    """The Python package built against this machine's torch imports (its build check passes),
+    and the Python GPT trains on CUDA as the C++ gpt_train does from the same seed: the same
+    layers from the same generator, the same LibTorch operators on the same samples, so the
+    same losses and parameters bit for bit in fp32, and in bf16 (where the same casts round
+    alike) within the precision checks' bound at least. Then the Python GPT under mitra run
+    through a shrink, a SIGKILL and a grow."""
+    name = "python_package_imports"
+    if (why := c.needs(c.package)):
+        return c.verdict(name, None, why)
+    rc, text = c.run(name, [sys.executable, "-c", "import mitra, torch; print('mitra', "
+                            "mitra.__file__, 'torch', torch.__version__)"])
+    c.verdict(name, rc == 0, f"exit {rc}: {text.strip()[-400:]}")
+    if rc != 0:
+        return
+    python_trains = True
+    for prec in ("fp32", "bf16"):
+        name = f"python_gpt_equals_cpp_gpt_{prec}_cuda"
+        dumps = {who: os.path.join(c.work, f"dump-{who}-{prec}") for who in ("cpp", "python")}
+        rc_c, text_c, cpp = c.train(name + "_cpp", "--device", DEV, "--precision", prec,
+                                    "--dump-params", dumps["cpp"])
+        rc_p, text_p, py = c.train(name + "_python", "--device", DEV, "--precision", prec,
+                                   "--dump-params", dumps["python"], program=c.python_gpt)
+        python_trains = python_trains and rc_p == 0
+        if rc_c != 0 or rc_p != 0 or len(cpp) != 8 or len(py) != 8:
+            c.verdict(name, False, f"C++ exit {rc_c}, {len(cpp)} steps; Python exit {rc_p}, "
+                      f"{len(py)} steps: {(text_p if rc_p else text_c).strip()[-400:]}")
+            continue
+        gap, n = loss_gap(by_step(py), by_step(cpp))
+        pgap, tensors = param_gap(dumps["python"], dumps["cpp"])
+        last_c, last_p = by_step(cpp)[8], by_step(py)[8]
+        # Bit for bit is what the two programs should give; the bound asserted is the fidelity
+        # checks' (fp32) and the precision checks' (bf16), so that the figures always print.
+        ok = gap <= LOSS_TOL and pgap <= PARAM_TOL and tensors > 0 if prec == "fp32" else \
+            abs(last_p - last_c) / last_c <= LOW_PRECISION_TOL
+        same = "bit for bit" if gap == 0 and pgap == 0 else "not bit for bit"
+        c.verdict(name, ok, f"{n} steps, {same}: largest loss difference {gap:.2e}, largest "
+                  f"parameter difference {pgap:.2e} over {tensors} tensors (fp32 <= {LOSS_TOL}"
+                  f" and {PARAM_TOL}; bf16 within 2%); last loss C++ {last_c:.6f} Python "
+                  f"{last_p:.6f}")
+    if not python_trains:
+        return c.verdict("python_morph_and_recovery_on_cuda", None,
+                         "the Python GPT did not train alone")
+    elastic(c, "python_morph_and_recovery_on_cuda", program=c.python_gpt, steps=300)
 
 
 def dropout(c, timeout=180):
@@ -390,7 +445,7 @@ def main():
     parser.add_argument("--out", default=os.environ.get("OUT", "gpu-out"))
     parser.add_argument("--data", default="/usr/share/games/fortunes")
     parser.add_argument("--only", default="", help="comma-separated: fidelity,bench,precision,"
-                        "checkpoints,shapes,elastic,dropout,plan")
+                        "checkpoints,shapes,elastic,dropout,plan,python")
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
     global DEV
@@ -420,6 +475,8 @@ def main():
         dropout(c)
     if want("plan"):
         planned_job_refused(c)
+    if want("python"):
+        python_package(c)
     if want("shapes"):
         nccl_sharing_refused(c)
     with open(os.path.join(args.out, "checks.json"), "w") as f:
