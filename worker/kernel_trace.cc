@@ -17,16 +17,36 @@ const std::set<ActivityType>& Activities() {
   return activities;
 }
 
+const char kCannot[] = "LibTorch's profiler cannot record a kernel trace here: ";
+
+// Whether this LibTorch can write a trace at all. Without Kineto (Debian's CPU build) the
+// profiler starts and records, and only saving fails; so a short recording is saved once per
+// process to /dev/null to find out.
+const Status& CanWriteTraces() {
+  static const Status can = [] {
+    const ProfilerConfig config(ProfilerState::KINETO);
+    try {
+      profiler::prepareProfiler(config, Activities());
+      profiler::enableProfiler(config, Activities());
+      profiler::disableProfiler()->save("/dev/null");
+    } catch (const c10::Error& e) {
+      return Status::Unavailable(kCannot + std::string(e.what_without_backtrace()));
+    }
+    return Status::Ok();
+  }();
+  return can;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<KernelTrace>> KernelTrace::Start() {
+  if (!CanWriteTraces().ok()) return CanWriteTraces();
   const ProfilerConfig config(ProfilerState::KINETO);
   try {
     profiler::prepareProfiler(config, Activities());
     profiler::enableProfiler(config, Activities());
   } catch (const c10::Error& e) {
-    return Status::Unavailable(std::string("LibTorch's profiler did not start: ") +
-                                      e.what_without_backtrace());
+    return Status::Unavailable(kCannot + std::string(e.what_without_backtrace()));
   }
   std::unique_ptr<KernelTrace> trace(new KernelTrace());
   trace->on_ = true;

@@ -14,9 +14,10 @@ namespace mitra::worker {
 class KernelTrace {
  public:
   // Starts recording the device's kernels (and the operators that launched them) now, in this
-  // process. Fails, recording nothing, where this LibTorch has no Kineto (Debian's CPU build)
-  // or another profiler is already on. Blocks for as long as the profiler takes to start
-  // (milliseconds; the first time in a process, CUPTI's initialisation: up to a second).
+  // process. Fails, recording nothing, where this LibTorch cannot write a trace (no Kineto:
+  // Debian's CPU build) or another profiler is already on. Blocks for as long as the profiler
+  // takes to start (milliseconds; the first time in a process it also records and saves a
+  // trace of nothing to find out whether it can, and CUPTI initialises: up to a second).
   static Result<std::unique_ptr<KernelTrace>> Start();
 
   // Stops recording and writes the chrome trace to `path`. Call once.
