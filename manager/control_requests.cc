@@ -48,9 +48,9 @@ std::string ControlRequests::Drain(const std::string& address) {
   }
   std::vector<std::string> listed;
   for (const MachineStatus& m : status.machines) {
-    if (m.state == "removed") continue;
+    if (m.state == MachineStateName(MachineState::kRemoved)) continue;
     if (m.address == address) {
-      if (m.state == "drained") {
+      if (m.state == MachineStateName(MachineState::kDrained)) {
         return JsonObject()
             .SetBool("ok", true)
             .SetString("message", address + " is drained already (" + m.reason + ")")

@@ -209,19 +209,19 @@ std::vector<MachineView> MachinePool::Views(const std::vector<std::string>& rank
     v.used_slots = it == used.end() ? 0 : it->second;
     if (!e.listed) {
       if (v.used_slots == 0) continue;
-      v.state = "removed";
+      v.state = MachineState::kRemoved;
     } else if (e.IsDrained()) {
-      v.state = "drained";
+      v.state = MachineState::kDrained;
       v.reason = e.machine.drain ? "drain in the machine list" : e.drained_by;
     } else if (e.health == Health::kFailed) {
-      v.state = "failed";
+      v.state = MachineState::kFailed;
       v.retry_at = e.retry_at;
       v.reason = e.reason;
     } else if (e.health == Health::kChecking) {
-      v.state = "checking";
+      v.state = MachineState::kChecking;
       v.reason = e.reason;
     } else {
-      v.state = v.used_slots > 0 ? "in use" : "idle";
+      v.state = v.used_slots > 0 ? MachineState::kInUse : MachineState::kIdle;
     }
     views.push_back(std::move(v));
   }

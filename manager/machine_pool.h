@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "manager/machine_list.h"
+#include "manager/machine_state.h"
 
 namespace mitra::manager {
 
@@ -32,10 +33,10 @@ struct MachinePoolOptions {
 // A machine of the list (or one that left it while ranks still ran there), as status shows it.
 struct MachineView {
   Machine machine;
-  std::string state;  // "in use", "idle", "checking", "failed", "drained", "removed"
+  MachineState state = MachineState::kIdle;
   int used_slots = 0;
-  double retry_at = 0;  // "failed": when the next health check is due (controller time)
-  std::string reason;   // "failed", "checking": why; "drained": by what
+  double retry_at = 0;  // kFailed: when the next health check is due (controller time)
+  std::string reason;   // kFailed, kChecking: why; kDrained: by what
 };
 
 class MachinePool {

@@ -49,7 +49,7 @@ std::string Plural(int64_t count, const std::string& word) {
 // One machine's line after its address: "2 slots  in use 1 of 2 (1 idle)".
 std::string DescribeMachine(const MachineStatus& m, double now) {
   std::string text = m.state.empty() ? "unknown" : m.state;
-  if (m.state == "in use" && m.used_slots && m.slots && *m.used_slots < *m.slots) {
+  if (m.state == MachineStateName(MachineState::kInUse) && m.used_slots && m.slots && *m.used_slots < *m.slots) {
     text += " " + std::to_string(*m.used_slots) + " of " + std::to_string(*m.slots) + " (" +
             std::to_string(*m.slots - *m.used_slots) + " idle)";
   }
@@ -194,9 +194,11 @@ std::string FormatStatus(const StatusReport& r, double now) {
     int64_t slots = 0, used = 0, idle = 0;
     for (const MachineStatus& m : r.machines) {
       const int64_t machine_slots = m.slots.value_or(0);
-      const bool usable = m.state == "in use" || m.state == "idle";
+      const bool usable = m.state == MachineStateName(MachineState::kInUse) ||
+                          m.state == MachineStateName(MachineState::kIdle);
       slots += machine_slots;
-      const int64_t machine_used = m.used_slots.value_or(m.state == "in use" ? machine_slots : 0);
+      const int64_t machine_used = m.used_slots.value_or(
+          m.state == MachineStateName(MachineState::kInUse) ? machine_slots : 0);
       used += machine_used;
       if (usable) idle += std::max<int64_t>(machine_slots - machine_used, 0);
     }

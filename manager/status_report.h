@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "manager/machine_state.h"
 
 namespace mitra::manager {
 
@@ -46,7 +47,8 @@ inline constexpr const char* kDrainCommand = "drain";  // with "machine": an add
 struct MachineStatus {
   std::string address;  // as Machine::Address() writes it
   std::optional<int64_t> slots;
-  std::string state;  // "in use", "idle", "failed", or whatever the manager says
+  // A MachineStateName, or whatever the manager that answered says: kept as its text.
+  std::string state;
   std::optional<int64_t> used_slots;
   std::optional<double> until;  // Unix seconds: a failed machine is kept out until then
   std::string reason;           // why it failed

@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <optional>
 
+#include "manager/machine_state.h"
+
 namespace mitra::report {
 namespace {
 
@@ -21,8 +23,6 @@ using prometheus::Gauge;
 // mitra_state from the start so that a query for one finds 0 rather than nothing.
 constexpr const char* kStates[] = {"running",  "morphing", "recovering", "waiting",
                                    "stopping", "done",     "stopped",    "failed"};
-// The machines' states of `mitra status`, as label values ("in use" -> "in_use").
-constexpr const char* kMachineStates[] = {"in_use", "idle", "failed", "drained"};
 // What a first_step record's `kind` says the downtime was for.
 constexpr const char* kChangeKinds[] = {"morph", "recovery"};
 
@@ -90,7 +90,8 @@ RunMetrics::RunMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
                               "until its line changes), checking (a health check under way), "
                               "removed (out of the list, ranks still there).")
                           .Register(r);
-  for (const char* state : kMachineStates) {
+  for (manager::MachineState s : manager::kMachineStates) {  // each as a label: "in_use"
+    const std::string state = LabelValue(manager::MachineStateName(s));
     machines_[state] = &machines_family_->Add({{"state", state}});
   }
 

@@ -240,9 +240,9 @@ void RunLoop::PublishStatus(bool changed) {
       manager::MachineStatus& m = machines->emplace_back();
       m.address = view.machine.Address();
       m.slots = view.machine.slots;
-      m.state = view.state;
+      m.state = manager::MachineStateName(view.state);
       m.used_slots = view.used_slots;
-      if (view.state == "failed") m.until = view.retry_at + wall_offset;
+      if (view.state == manager::MachineState::kFailed) m.until = view.retry_at + wall_offset;
       m.reason = view.reason;
     }
     if (options_.observer != nullptr) options_.observer->OnMachines(*machines);

@@ -102,7 +102,10 @@ void RunLoop::CheckPreemption() {
   if (now < next_preemption_s_) return;
   next_preemption_s_ = now + options_.preemption_interval_s;
   for (const manager::MachineView& view : controller_.Machines()) {
-    if (view.state == "removed" || view.state == "drained") continue;
+    if (view.state == manager::MachineState::kRemoved ||
+        view.state == manager::MachineState::kDrained) {
+      continue;
+    }
     const std::string address = view.machine.Address();
     if (preemption_running_.count(address) > 0) continue;
     Result<launcher::ProcessRunner*> runner = transports_->RunnerFor(view.machine);

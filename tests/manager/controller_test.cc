@@ -137,7 +137,7 @@ TEST_F(ControllerTest, DrainingAMachineInUseMorphsOffItWithoutAFailure) {
   EXPECT_TRUE(All<LaunchAction>().empty());
   for (const MachineView& v : controller_->Machines()) {
     if (v.machine.Address() == "127.0.0.3") {
-      EXPECT_EQ(v.state, "drained");
+      EXPECT_EQ(v.state, MachineState::kDrained);
     }
   }
   // Its line changes: it is back, and the job grows onto it again.
@@ -217,7 +217,7 @@ TEST_F(ControllerTest, AnAddedMachineThatFailsItsHealthCheckDisturbsNothing) {
   EXPECT_TRUE(All<SignalAction>().empty());
   EXPECT_TRUE(Recorded("host_failed"));
   EXPECT_EQ(controller_->phase(), Phase::kRunning);
-  EXPECT_EQ(controller_->Machines()[1].state, "failed");
+  EXPECT_EQ(controller_->Machines()[1].state, MachineState::kFailed);
 }
 
 TEST_F(ControllerTest, AFailureDuringAMorphTurnsItIntoARecovery) {
@@ -333,7 +333,7 @@ TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {
   Feed(HostChecked{"127.0.0.3", true, ""});
   EXPECT_TRUE(All<SignalAction>().empty());
   EXPECT_EQ(controller_->phase(), Phase::kRunning);
-  EXPECT_EQ(controller_->Machines()[1].state, "idle");
+  EXPECT_EQ(controller_->Machines()[1].state, MachineState::kIdle);
 }
 
 TEST_F(ControllerTest, AChangeDuringAMorphIsFoldedIntoIt) {
@@ -434,7 +434,7 @@ TEST_F(ControllerTest, AnUncheckedMachineIsLeftOutWhenTheHealthWaitEnds) {
   EXPECT_TRUE(All<LaunchAction>().empty());
   Advance(3);
   EXPECT_EQ(OnlyLaunch().plan.replicas, 1);
-  EXPECT_EQ(controller_->Machines()[1].state, "checking");
+  EXPECT_EQ(controller_->Machines()[1].state, MachineState::kChecking);
 }
 
 TEST_F(ControllerTest, AHungRankIsFoundByItsMissingHeartbeats) {
@@ -800,7 +800,7 @@ TEST_F(ControllerTest, AFlappingMachineIsKeptOutWithExponentialBackoff) {
     } while (All<CheckHostAction>().empty());
   }
   EXPECT_EQ(retries, (std::vector<double>{2, 4, 8}));
-  EXPECT_EQ(controller_->Machines()[1].state, "checking");
+  EXPECT_EQ(controller_->Machines()[1].state, MachineState::kChecking);
 }
 
 TEST_F(ControllerTest, AStopDuringAMorphFinishesWithoutRelaunching) {
@@ -884,7 +884,7 @@ TEST_F(ControllerTest, AMachineUnreachableAtStartIsLeftOutUntilItPassesACheck) {
   Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=2\n"), {"127.0.0.3"}});
   EXPECT_EQ(OnlyLaunch().plan.replicas, 1);
   RunGeneration(1);
-  EXPECT_EQ(controller_->Machines()[1].state, "failed");
+  EXPECT_EQ(controller_->Machines()[1].state, MachineState::kFailed);
   Advance(2);
   ASSERT_EQ(All<CheckHostAction>().size(), 1u);
   Feed(HostChecked{"127.0.0.3", true, ""});
@@ -895,7 +895,7 @@ TEST_F(ControllerTest, StatusShowsEachMachine) {
   Feed(StartInput{List("127.0.0.2 slots=2\n127.0.0.3 slots=3\n"), {}});
   const std::vector<MachineView> machines = controller_->Machines();
   ASSERT_EQ(machines.size(), 2u);
-  EXPECT_EQ(machines[0].state, "in use");
+  EXPECT_EQ(machines[0].state, MachineState::kInUse);
   EXPECT_EQ(machines[0].used_slots, 2);
   EXPECT_EQ(machines[1].used_slots, 2);  // 5 slots, 2 x 2 uses 4
 }

@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "tests/manager/machine_lists.h"
 
 namespace mitra::manager {
@@ -58,7 +61,7 @@ TEST(MachinePool, ADrainedMachineStaysOutUntilItsLineChanges) {
   EXPECT_TRUE(pool.Drained("b"));
   for (const MachineView& v : pool.Views({})) {
     if (v.machine.Address() == "b") {
-      EXPECT_EQ(v.state, "drained");
+      EXPECT_EQ(v.state, MachineState::kDrained);
       EXPECT_EQ(v.reason, "mitra drain");
     }
   }
@@ -114,11 +117,24 @@ TEST(MachinePool, ViewsShowStateAndUse) {
   const std::vector<MachineView> views = pool.Views({"a", "a"});
   ASSERT_EQ(views.size(), 2u);
   EXPECT_EQ(views[0].machine.Address(), "b");
-  EXPECT_EQ(views[0].state, "failed");
+  EXPECT_EQ(views[0].state, MachineState::kFailed);
   EXPECT_EQ(views[0].reason, "connection refused");
   EXPECT_EQ(views[1].machine.Address(), "a");
-  EXPECT_EQ(views[1].state, "removed");
+  EXPECT_EQ(views[1].state, MachineState::kRemoved);
   EXPECT_EQ(views[1].used_slots, 2);
+}
+
+// Each state has one name, status shows it and a reader parses it back; no two share one.
+TEST(MachineState, EachNameIsItsOwnAndReadsBack) {
+  std::set<std::string> names;
+  for (MachineState state : kMachineStates) {
+    const std::string name = MachineStateName(state);
+    EXPECT_TRUE(names.insert(name).second) << name;
+    EXPECT_EQ(ParseMachineState(name), state) << name;
+  }
+  EXPECT_EQ(names.size(), 6u);
+  EXPECT_EQ(ParseMachineState("in_use"), std::nullopt);  // a metric's label, not a state's name
+  EXPECT_EQ(ParseMachineState(""), std::nullopt);
 }
 
 }  // namespace

@@ -142,6 +142,11 @@ TEST_F(RunMetricsTest, EveryFamilyIsThereFromTheStartWithItsMeaning) {
         "mitra_machines{state=\"in_use\"}"}) {
     EXPECT_EQ(scrape[sample], 0) << sample << "\n" << metrics_.Text();
   }
+  // Every machine state status can show is a member from the start, a query for one finding 0.
+  for (const char* state : {"in_use", "idle", "checking", "failed", "drained", "removed"}) {
+    const std::string sample = std::string("mitra_machines{state=\"") + state + "\"}";
+    EXPECT_EQ(scrape.samples.count(sample), 1u) << sample << "\n" << metrics_.Text();
+  }
 }
 
 TEST_F(RunMetricsTest, AStepRecordSetsStepLossAndThroughputAndAnEvaluationDoesNot) {
