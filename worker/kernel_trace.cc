@@ -19,15 +19,25 @@ const std::set<ActivityType>& Activities() {
 
 const char kCannot[] = "LibTorch's profiler cannot record a kernel trace here: ";
 
+// Turns the profiler on for the CPU's operators and the GPU's kernels.
+Status Enable() {
+  const ProfilerConfig config(ProfilerState::KINETO);
+  try {
+    profiler::prepareProfiler(config, Activities());
+    profiler::enableProfiler(config, Activities());
+  } catch (const c10::Error& e) {
+    return Status::Unavailable(kCannot + std::string(e.what_without_backtrace()));
+  }
+  return Status::Ok();
+}
+
 // Whether this LibTorch can write a trace at all. Without Kineto (Debian's CPU build) the
 // profiler starts and records, and only saving fails; so a short recording is saved once per
 // process to /dev/null to find out.
 const Status& CanWriteTraces() {
-  static const Status can = [] {
-    const ProfilerConfig config(ProfilerState::KINETO);
+  static const Status can = []() -> Status {
+    if (Status enabled = Enable(); !enabled.ok()) return enabled;
     try {
-      profiler::prepareProfiler(config, Activities());
-      profiler::enableProfiler(config, Activities());
       profiler::disableProfiler()->save("/dev/null");
     } catch (const c10::Error& e) {
       return Status::Unavailable(kCannot + std::string(e.what_without_backtrace()));
@@ -41,13 +51,7 @@ const Status& CanWriteTraces() {
 
 Result<std::unique_ptr<KernelTrace>> KernelTrace::Start() {
   if (!CanWriteTraces().ok()) return CanWriteTraces();
-  const ProfilerConfig config(ProfilerState::KINETO);
-  try {
-    profiler::prepareProfiler(config, Activities());
-    profiler::enableProfiler(config, Activities());
-  } catch (const c10::Error& e) {
-    return Status::Unavailable(kCannot + std::string(e.what_without_backtrace()));
-  }
+  if (Status enabled = Enable(); !enabled.ok()) return enabled;
   std::unique_ptr<KernelTrace> trace(new KernelTrace());
   trace->on_ = true;
   return trace;

@@ -11,6 +11,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "common/strings.h"
 #include "planner/schedule.h"
 #include "worker/buffer_sync.h"
 #include "worker/comm.h"
@@ -41,9 +42,8 @@ constexpr int64_t kTracedStep = 2;  // the third step a process trains: after wa
 // Where the traced step's kernels go on a GPU: beside its step trace, "trace.rank-0.json" ->
 // "trace.rank-0.kernels.json".
 std::string KernelTracePath(const std::string& step_trace) {
-  const std::string suffix = ".json";
-  const bool json = step_trace.size() > suffix.size() &&
-                    step_trace.compare(step_trace.size() - suffix.size(), suffix.size(), suffix) == 0;
+  const std::string_view suffix = ".json";
+  const bool json = EndsWith(step_trace, suffix) && step_trace.size() > suffix.size();
   return (json ? step_trace.substr(0, step_trace.size() - suffix.size()) : step_trace) +
          ".kernels.json";
 }
