@@ -59,7 +59,9 @@ std::string CandidateJson(const planner::PlannedShape& s) {
       << ",\"schedule\":" << Quote(planner::ScheduleName(c.schedule))
       << ",\"recompute\":" << (c.recompute ? "true" : "false")
       << ",\"zero\":" << (c.zero && c.replicas > 1 ? 1 : 0)
-      << ",\"partition\":" << Quote(c.PartitionText()) << ",\"idle_slots\":" << s.idle_slots
+      << ",\"partition\":" << Quote(c.PartitionText())
+      << ",\"shares\":" << Quote(planner::Uneven(c.shares) ? planner::SharesText(c.shares) : "")
+      << ",\"idle_slots\":" << s.idle_slots
       << ",\"predicted_step_s\":" << s.prediction.step_s
       << ",\"predicted_memory_bytes\":" << s.prediction.max_memory_bytes
       << ",\"bubble_fraction\":" << s.prediction.bubble_fraction << "}";
@@ -323,12 +325,13 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
          << plan->simulated << " simulated in " << Fixed(planning_s, 3) << " s ("
          << plan->too_big << " too big for memory)\n";
   *c.out << "  #  shape      micro-batch  schedule          partition             idle  step s    "
-            "samples/s  memory MB  bubble\n";
+            "samples/s  memory MB  bubble  shares\n";
   for (size_t i = 0; i < shown; ++i) {
     const planner::PlannedShape& s = plan->candidates[i];
     const planner::Candidate& k = s.candidate;
     char line[256];
-    std::snprintf(line, sizeof(line), "%3zu  %-9s  %-11lld  %-16s  %-20s  %4d  %-8s  %-9s  %-9s  %.2f\n",
+    std::snprintf(line, sizeof(line),
+                  "%3zu  %-9s  %-11lld  %-16s  %-20s  %4d  %-8s  %-9s  %-9s  %.2f    ",
                   i + 1, (std::to_string(k.stages) + " x " + std::to_string(k.replicas)).c_str(),
                   static_cast<long long>(k.chunk_size),
                   k.ScheduleText().c_str(),
@@ -336,7 +339,7 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
                   Fixed(static_cast<double>(o.batch_size) / s.prediction.step_s, 1).c_str(),
                   Fixed(static_cast<double>(s.prediction.max_memory_bytes) / 1e6, 1).c_str(),
                   s.prediction.bubble_fraction);
-    *c.out << line;
+    *c.out << line << (planner::Uneven(k.shares) ? planner::SharesText(k.shares) : "even") << "\n";
   }
   c.out->flush();
   return kExitOk;
@@ -427,6 +430,11 @@ Result<planner::SimulationInput> SimulationOf(const RecordedRun& run,
   std::replace(partition.begin(), partition.end(), ',', ' ');
   std::istringstream counts(partition);
   for (int n; counts >> n;) in.candidate.partition.push_back(n);
+  if (launch.shares) {
+    Result<planner::Shares> shares = planner::ParseShares(*launch.shares);
+    if (!shares.ok()) return shares.status();
+    in.candidate.shares = *std::move(shares);
+  }
   in.rank_machines = launch.machines;
   return in;
 }

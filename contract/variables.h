@@ -28,6 +28,8 @@ inline constexpr char kHeartbeatS[] = "MITRA_HEARTBEAT_S";
 inline constexpr char kSchedule[] = "MITRA_SCHEDULE";
 inline constexpr char kRecompute[] = "MITRA_RECOMPUTE";
 inline constexpr char kPartition[] = "MITRA_PARTITION";
+// Each data-parallel replica's micro-batches, "5,3" (planner/batch_split.h); unset: even.
+inline constexpr char kShares[] = "MITRA_SHARES";
 inline constexpr char kStepTrace[] = "MITRA_STEP_TRACE";
 // "1": the manager can send this worker its next placement on standard input, so after a stop
 // it asked for, the worker may park instead of exiting (docs/worker-contract.md).
@@ -70,7 +72,7 @@ inline constexpr const char* kManagedVariables[] = {
     kRecompute,      kPartition,       kStepTrace,         kPark,           kStandby,
     kDescribe,       kProfile,
     kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
-    kPrecision,      kDevice,          kZero,              kStandbyStage,
+    kPrecision,      kDevice,          kZero,              kStandbyStage,   kShares,
 };
 
 }  // namespace mitra::contract

@@ -8,10 +8,18 @@
 // (BatchNorm) computes the same in every P x D, and a micro-batch has one global index that
 // seeds its random numbers. A shape needs D <= M, so that every replica gets a micro-batch.
 //
+// Replicas on machines of different speeds may take uneven shares (Shares): replica d takes the
+// next shares[d] micro-batches. The micro-batches, and so the step's update (a sum over samples
+// divided by B), are the same whatever the shares; only who computes which changes.
+//
 // Pure functions, shared by the manager (which plans D) and the workers (which cut batches).
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mitra/common/status.h"
 
 namespace mitra::planner {
 
@@ -27,8 +35,37 @@ struct BatchShare {
   int64_t samples = 0;
 };
 
-// Replica `replica` of `replicas`; replicas must not exceed NumMicroBatches.
+// Replica `replica` of `replicas` under even shares; replicas must not exceed NumMicroBatches.
 BatchShare ShareOf(int64_t global_batch, int64_t chunk_size, int replicas, int replica);
+
+// How many micro-batches each replica takes, in replica order: each >= 1, together M. Empty:
+// even shares (the first M mod D replicas take one more).
+using Shares = std::vector<int64_t>;
+
+// Replica `replica` of shares.size() replicas (of `replicas`, when `shares` is empty); `shares`
+// must have passed CheckShares.
+BatchShare ShareOf(int64_t global_batch, int64_t chunk_size, const Shares& shares, int replicas,
+                   int replica);
+
+// The even shares of `micro_batches` among `replicas` (<= micro_batches).
+Shares EvenShares(int64_t micro_batches, int replicas);
+
+// Shares proportional to `speeds` (each > 0; one per replica, at most `micro_batches` of them):
+// every replica at least `granule` micro-batches and a multiple of it (interleaved needs a
+// multiple of P), the rest by largest remainder, ties to the lower replica. Empty when
+// `micro_batches` is not a multiple of `granule` or too few to give each replica one granule.
+Shares SharesBySpeed(int64_t micro_batches, const std::vector<double>& speeds, int64_t granule = 1);
+
+// Ok, or InvalidArgument naming what is wrong: `shares` (non-empty) must have `replicas` counts,
+// each >= 1, adding up to the step's `micro_batches`.
+Status CheckShares(const Shares& shares, int64_t micro_batches, int replicas);
+
+// "5,3" <-> {5, 3}; "" <-> {} (even). ParseShares: InvalidArgument for anything but positive
+// integers separated by commas.
+std::string SharesText(const Shares& shares);
+Result<Shares> ParseShares(const std::string& text);
+// True when the shares are not what EvenShares gives (nor empty).
+bool Uneven(const Shares& shares);
 
 // Samples [begin, end) of the step's batch that micro-batch `micro_batch` holds.
 struct SampleRange {

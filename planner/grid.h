@@ -17,6 +17,7 @@
 
 #include "mitra/common/status.h"
 #include "mitra/contract/stage_map.h"
+#include "planner/batch_split.h"
 #include "planner/schedule.h"
 
 namespace mitra::planner {
@@ -70,6 +71,7 @@ struct GridPlan {
   bool recompute = false;
   bool zero = false;  // ZeRO-1 (a planned shape: MITRA_ZERO)
   std::string partition;  // segments per stage, "1,4,4,3"
+  Shares shares;  // each replica's micro-batches when a planner made them uneven; empty: even
   double predicted_step_s = 0;  // 0: not predicted
   int64_t predicted_memory_bytes = 0;
 

@@ -76,6 +76,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   out->recompute = best.candidate.recompute;
   out->zero = best.candidate.zero && out->replicas > 1;
   out->partition = best.candidate.PartitionText();
+  if (Uneven(best.candidate.shares)) out->shares = best.candidate.shares;
   out->predicted_step_s = best.prediction.step_s;
   out->predicted_memory_bytes = best.prediction.max_memory_bytes;
   if (out->idle_slots > 0 && out->idle_reason.empty()) {

@@ -26,6 +26,49 @@ bool FitsMemory(const std::vector<int64_t>& capacity, const std::vector<int>& ra
   return true;
 }
 
+namespace {
+
+// Shares that give each replica micro-batches in proportion to its rate in `prediction` (its
+// micro-batches over its pipeline phase); empty when those are even or what `c` has already.
+Shares SharesByRate(const Candidate& c, int64_t global_batch, const Prediction& prediction) {
+  const int64_t m = NumMicroBatches(global_batch, c.chunk_size);
+  std::vector<double> rates;
+  for (int d = 0; d < c.replicas; ++d) {
+    const double phase = prediction.replica_phase_s[d];
+    if (!(phase > 0)) return {};
+    rates.push_back(static_cast<double>(ShareOf(global_batch, c.chunk_size, c.shares, c.replicas, d)
+                                            .micro_batches) / phase);
+  }
+  const int64_t granule = c.schedule == ScheduleKind::kInterleaved ? c.stages : 1;
+  Shares shares = SharesBySpeed(m, rates, granule);
+  const Shares current = c.shares.empty() ? EvenShares(m, c.replicas) : c.shares;
+  if (!Uneven(shares) || shares == current) return {};
+  return shares;
+}
+
+}  // namespace
+
+std::vector<PlannedShape> UnevenShapes(const SimulationInput& even_input,
+                                       const Prediction& even) {
+  std::vector<PlannedShape> out;
+  if (even_input.candidate.replicas < 2) return out;
+  SimulationInput in = even_input;
+  const Prediction* last = &even;
+  std::set<Shares> tried;
+  for (int round = 0; round < kShareRounds; ++round) {
+    Shares shares = SharesByRate(in.candidate, in.global_batch, *last);
+    if (shares.empty() || !tried.insert(shares).second) break;
+    in.candidate.shares = std::move(shares);
+    Result<Prediction> prediction = Simulate(in);
+    if (!prediction.ok()) break;
+    PlannedShape& planned = out.emplace_back();
+    planned.candidate = in.candidate;
+    planned.prediction = std::move(prediction).value();
+    last = &planned.prediction;
+  }
+  return out;
+}
+
 Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<ShapeOption>& options,
                                 int slots) {
   PlanResult result;
@@ -75,8 +118,17 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
     planned.candidate = c;
     planned.idle_slots = slots - world;
     planned.prediction = std::move(prediction).value();
+    // On machines that differ, the same shape with the batch shared by the replicas' speeds.
+    std::vector<PlannedShape> uneven = UnevenShapes(in, planned.prediction);
     kth_best.Add(planned.prediction.step_s);
     result.candidates.push_back(std::move(planned));
+    for (PlannedShape& u : uneven) {
+      ++result.simulated;
+      if (!FitsMemory(capacity, machines->second.index, u.prediction.memory_bytes)) continue;
+      u.idle_slots = slots - world;
+      kth_best.Add(u.prediction.step_s);
+      result.candidates.push_back(std::move(u));
+    }
   }
   return result;
 }

@@ -32,10 +32,20 @@ class KthBest {
 bool FitsMemory(const std::vector<int64_t>& capacity, const std::vector<int>& rank_machines,
                 const std::vector<int64_t>& memory_bytes);
 
+// How many times UnevenShapes re-weighs the shares by the rates the last ones gave: a
+// pipeline's fill and drain do not shrink with its share, so the first guess is refined.
+inline constexpr int kShareRounds = 3;
+
+// The shape of `even_input` (even shares, predicted as `even`) with each replica's share of the
+// batch in proportion to its rate (micro-batches over its pipeline phase), re-weighed from each
+// prediction up to kShareRounds times: the shapes simulated, their idle_slots unset. None when
+// the replicas' rates are alike (like machines) or D is 1.
+std::vector<PlannedShape> UnevenShapes(const SimulationInput& even_input, const Prediction& even);
+
 // Simulates `options` (sorted by bound) for a checked `request` on `slots` slots: the shapes that
 // fit, unranked, with PlanResult's counts but `considered`. An option with recomputation or
-// ZeRO-1 (unless the request asks for it) only when the same shape without it does not fit. A
-// simulation's error is returned as is.
+// ZeRO-1 (unless the request asks for it) only when the same shape without it does not fit; each
+// shape that fits also with uneven shares (UnevenShapes). A simulation's error is returned as is.
 Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<ShapeOption>& options,
                                 int slots);
 

@@ -48,9 +48,13 @@ Status CheckInput(const SimulationInput& in) {
                                    " in micro-batches of " + std::to_string(c.chunk_size) +
                                    " cannot feed " + std::to_string(D) + " replicas");
   }
+  if (Status s = CheckShares(c.shares, NumMicroBatches(in.global_batch, c.chunk_size), D);
+      !s.ok()) {
+    return s;
+  }
   if (c.schedule == ScheduleKind::kInterleaved) {
     for (int d = 0; d < D; ++d) {
-      const BatchShare share = ShareOf(in.global_batch, c.chunk_size, D, d);
+      const BatchShare share = ShareOf(in.global_batch, c.chunk_size, c.shares, D, d);
       if (!InterleavedFits(P, static_cast<int>(share.micro_batches))) {
         return Status::InvalidArgument("interleaved needs each replica's micro-batches a multiple "
                                        "of the " + std::to_string(P) + " stages");
@@ -161,6 +165,20 @@ std::vector<double> ReadyForSync(const SimulationInput& in, const RankSet& ranks
   return ready;
 }
 
+// Each replica's pipeline phase, from its first rank's start to its last rank's end; 0 for a
+// replica not simulated.
+std::vector<double> ReplicaPhases(int replicas, const std::vector<RankSpec>& specs,
+                                  const std::vector<Timeline>& timeline) {
+  std::vector<double> start(replicas, kInf), end(replicas, 0);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    start[specs[i].replica] = std::min(start[specs[i].replica], specs[i].start);
+    end[specs[i].replica] = std::max(end[specs[i].replica], timeline[i].done);
+  }
+  std::vector<double> out(replicas, 0);
+  for (int d = 0; d < replicas; ++d) out[d] = start[d] < kInf ? end[d] - start[d] : 0;
+  return out;
+}
+
 // The ranks' idle share of the pipeline phase, from the earliest start to the latest end.
 double BubbleFraction(const std::vector<RankSpec>& specs, const std::vector<Timeline>& timeline) {
   double span = 0, busy = 0, start = kInf;
@@ -257,6 +275,7 @@ std::string Candidate::ToString() const {
   std::ostringstream out;
   out << stages << " x " << replicas << ", micro-batch " << chunk_size << ", " << ScheduleText()
       << (zero && replicas > 1 ? ", ZeRO-1" : "") << ", partition " << PartitionText();
+  if (Uneven(shares)) out << ", shares " << SharesText(shares);
   return out.str();
 }
 
@@ -266,8 +285,13 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   const Candidate& c = in.candidate;
 
   const int64_t micro_batches = NumMicroBatches(in.global_batch, c.chunk_size);
-  const std::vector<int> replicas = detail::SimulatedReplicas(
-      p, in.rank_machines, c.stages, c.replicas, static_cast<int>(micro_batches % c.replicas));
+  // Uneven shares are for machines that differ, where every replica is simulated anyway.
+  std::vector<int> replicas(c.replicas);
+  std::iota(replicas.begin(), replicas.end(), 0);
+  if (!Uneven(c.shares)) {
+    replicas = detail::SimulatedReplicas(p, in.rank_machines, c.stages, c.replicas,
+                                         static_cast<int>(micro_batches % c.replicas));
+  }
   const RankSet ranks = detail::BuildRanks(in, replicas);
   const StageCosts costs(p);
   const std::vector<Timeline> timeline = RunLinkedGroups(ranks, costs, p, in.trace);
@@ -280,6 +304,7 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   Prediction out;
   out.step_s = synced + rank0.update_s - rank0.start;
   out.bubble_fraction = BubbleFraction(ranks.specs, timeline);
+  out.replica_phase_s = ReplicaPhases(c.replicas, ranks.specs, timeline);
   AccountMemory(ranks, costs, c.stages, c.replicas, c.zero, replicas.front(), &out);
   if (in.trace) RecordTrace(ranks, timeline, ready, synced, &out);
   return out;

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "mitra/common/status.h"
+#include "planner/batch_split.h"
 #include "planner/profile.h"
 #include "planner/schedule.h"
 
@@ -47,10 +48,13 @@ struct Candidate {
   // stage's segments (i mod D), then broadcasts its share's parameters (docs/runtime.md).
   bool zero = false;
   std::vector<int> partition;     // segments per stage, as --partition takes them
+  // Each replica's micro-batches (planner/batch_split.h); empty: even. Uneven shares give the
+  // replicas on faster machines more of the batch, with the same update.
+  Shares shares;
 
   std::string PartitionText() const;  // "1,4,4,3"
   std::string ScheduleText() const;   // "1f1b", "gpipe+recompute"
-  std::string ToString() const;       // "2 x 1, micro-batch 4, 1f1b, partition 5,5"
+  std::string ToString() const;       // "2 x 1, micro-batch 4, 1f1b, partition 5,5[, shares 5,3]"
 };
 
 struct SimulationInput {
@@ -77,6 +81,9 @@ struct Prediction {
   double bubble_fraction = 0;         // the ranks' idle share of the pipeline phase
   std::vector<int64_t> memory_bytes;  // peak per rank: parameters, gradients, optimizer, activations
   int64_t max_memory_bytes = 0;
+  // Per replica (0 for one not simulated): how long its pipeline phase took, from its first
+  // rank's start to its last rank's end; what the planner weighs the replicas' speeds by.
+  std::vector<double> replica_phase_s;
   std::string trace;                  // chrome://tracing / Perfetto JSON of the step, when asked
   std::vector<PredictedOp> ops;       // the same, as data
 };

@@ -66,7 +66,7 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
   for (int j = 0; j < ranges; ++j) first_segment[j + 1] = first_segment[j] + c.partition[j];
   std::map<std::tuple<int, int64_t>, std::vector<Instruction>> lists;  // (stage, M) -> list
   for (int d : replicas) {
-    const BatchShare share = ShareOf(in.global_batch, c.chunk_size, D, d);
+    const BatchShare share = ShareOf(in.global_batch, c.chunk_size, c.shares, D, d);
     for (int stage = 0; stage < P; ++stage) {
       const int r = d * P + stage;
       out.index[r] = static_cast<int>(out.specs.size());

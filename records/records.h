@@ -100,6 +100,9 @@ struct Launch {
   // A planned shape: what the planner chose; `schedule` is its name, "+recompute" appended when
   // the shape recomputes activations (e.g. "1f1b+recompute").
   std::optional<std::string> schedule, partition;
+  // Each replica's micro-batches, "5,3", where the planner made them uneven (machines that
+  // differ); absent: even.
+  std::optional<std::string> shares;
   std::optional<double> predicted_step_s;
   std::optional<int64_t> predicted_memory_bytes;
   std::vector<int64_t> pids;  // by rank; 0: not started
@@ -116,7 +119,7 @@ struct Launch {
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
     Shape::Fields(r.shape, f);
-    f("schedule", r.schedule), f("partition", r.partition);
+    f("schedule", r.schedule), f("partition", r.partition), f("shares", r.shares);
     f("predicted_step_s", r.predicted_step_s);
     f("predicted_memory_bytes", r.predicted_memory_bytes);
     f("pids", r.pids), f("program", r.program), f("launch_s", r.launch_s);

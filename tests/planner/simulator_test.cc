@@ -190,6 +190,69 @@ TEST(Simulator, WritesAChromeTraceOfTheStep) {
   EXPECT_NE(trace.find("rank 1 (stage 1, replica 0)"), std::string::npos);
 }
 
+// `p` with a machine "slow" whose every computation takes `factor` times m0's.
+Profile WithSlowMachine(Profile p, double factor) {
+  MachineProfile slow = p.machines[0];
+  slow.address = "slow";
+  for (SegmentProfile& segment : slow.segments) {
+    for (SegmentCost& c : segment.costs) {
+      c.forward_s *= factor;
+      c.forward_nograd_s *= factor;
+      c.backward_s *= factor;
+    }
+  }
+  p.machines.push_back(slow);
+  return p;
+}
+
+// Two replicas, one on a machine 2.5 times slower: even shares of 14 micro-batches wait for
+// the slow one (7 x 2.5 x 30 ms); 10 and 4 finish together (10 x 30 ms = 4 x 75 ms).
+TEST(Simulator, UnevenSharesLetTheFasterReplicaTakeMore) {
+  const Profile p = WithSlowMachine(Uniform(1, 0.01, 0.02), 2.5);
+  auto in = Input(p, 1, 2, 14, 1, ScheduleKind::k1F1B, {"m0", "slow"});
+  const Result<Prediction> even = Simulate(in);
+  ASSERT_TRUE(even.ok()) << even.status().message();
+  EXPECT_NEAR(even->step_s, 7 * 2.5 * 0.03, 1e-9);
+  EXPECT_NEAR(even->replica_phase_s[0], 7 * 0.03, 1e-9);
+  in.candidate.shares = {10, 4};
+  const Result<Prediction> uneven = Simulate(in);
+  ASSERT_TRUE(uneven.ok()) << uneven.status().message();
+  EXPECT_NEAR(uneven->step_s, 10 * 0.03, 1e-9);
+  EXPECT_EQ(in.candidate.ToString(), "1 x 2, micro-batch 1, 1f1b, partition 1, shares 10,4");
+  in.candidate.shares = {10, 3};
+  EXPECT_NE(Simulate(in).status().message().find("14 in all"), std::string::npos);
+}
+
+// The planner gives the fast machine's replica the larger share: 1.75 times the even shape's
+// speed, faster too than the fast machine alone (14 x 30 ms).
+TEST(Planner, OnMachinesThatDifferTheReplicasShareTheBatchByTheirSpeed) {
+  const Profile p = WithSlowMachine(Uniform(1, 0.01, 0.02), 2.5);
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 14;
+  request.chunk_size = 1;
+  request.machines = {{"m0", 1}, {"slow", 1}};
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const PlannedShape& best = plan->candidates.front();
+  EXPECT_EQ(best.candidate.shares, (Shares{10, 4})) << best.candidate.ToString();
+  EXPECT_NEAR(best.prediction.step_s, 0.3, 1e-9);
+  double even = 0;
+  for (const PlannedShape& s : plan->candidates) {
+    if (s.candidate.replicas == 2 && !Uneven(s.candidate.shares)) even = s.prediction.step_s;
+  }
+  EXPECT_NEAR(even, 0.525, 1e-9);
+  // Like machines keep even shares: nothing uneven is even considered.
+  const Profile like = Uniform(1, 0.01, 0.02);
+  request.profile = &like;
+  request.machines = {{"m0", 1}, {"m1", 1}};
+  plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const PlannedShape& s : plan->candidates) {
+    EXPECT_FALSE(Uneven(s.candidate.shares)) << s.candidate.ToString();
+  }
+}
+
 TEST(Simulator, BadShapesAreRefusedWithTheReason) {
   const Profile p = Uniform(4, 0.01, 0.02);
   auto in = Input(p, 2, 1, 8, 1, ScheduleKind::k1F1B);

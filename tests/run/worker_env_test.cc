@@ -61,7 +61,11 @@ TEST(WorkerEnv, APlannedShapeCarriesTheSchedulePartitionAndTrace) {
   EXPECT_EQ(env.at("MITRA_SCHEDULE"), "1f1b");
   EXPECT_EQ(env.at("MITRA_RECOMPUTE"), "1");
   EXPECT_EQ(env.at("MITRA_PARTITION"), "3,5");
+  EXPECT_EQ(env.count("MITRA_SHARES"), 0u);  // even shares: nothing to say
   EXPECT_EQ(env.at("MITRA_STEP_TRACE"), "/runs/a/traces/rank-1.trace.json");
+  plan->shares = {5, 3};
+  EXPECT_EQ(WorkerEnvironment({}, *plan, plan->ranks[1], "127.0.0.1", settings).at("MITRA_SHARES"),
+            "5,3");
   EXPECT_EQ(env.count("MITRA_PRECISION"), 0u);  // the program's own unless --precision
   settings.placement.precision = "bf16";
   EXPECT_EQ(WorkerEnvironment({}, *plan, plan->ranks[1], "127.0.0.1", settings).at("MITRA_PRECISION"),

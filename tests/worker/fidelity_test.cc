@@ -133,14 +133,18 @@ const Golden& ReferenceRun() {
 }
 
 struct Shape {
+  Shape(int p, int d, std::string s, std::vector<std::string> e, std::string sh = "")
+      : stages(p), replicas(d), schedule(std::move(s)), extra(std::move(e)), shares(std::move(sh)) {}
   int stages, replicas;
   std::string schedule;
   std::vector<std::string> extra;
+  std::string shares;  // MITRA_SHARES, as a planner gives replicas on machines that differ
 };
 
 void PrintTo(const Shape& s, std::ostream* os) {
   *os << s.stages << "x" << s.replicas << " " << s.schedule;
   for (const auto& e : s.extra) *os << " " << e;
+  if (!s.shares.empty()) *os << " shares " << s.shares;
 }
 
 std::string Name(const ::testing::TestParamInfo<Shape>& info) {
@@ -151,6 +155,7 @@ std::string Name(const ::testing::TestParamInfo<Shape>& info) {
   };
   append(info.param.schedule);  // zb-h1 -> zb_h1: test names take letters, digits and '_'
   for (const auto& e : info.param.extra) append(e);
+  if (!info.param.shares.empty()) append("_shares" + info.param.shares);
   return name;
 }
 
@@ -159,6 +164,8 @@ class Fidelity : public ::testing::TestWithParam<Shape> {};
 TEST_P(Fidelity, MatchesPlainLibTorchLoop) {
   const Shape& shape = GetParam();
   const Golden& golden = ReferenceRun();
+  std::map<std::string, std::string> env;
+  if (!shape.shares.empty()) env["MITRA_SHARES"] = shape.shares;
   auto args = CommonArgs();
   args.insert(args.end(), {"--schedule", shape.schedule});
   args.insert(args.end(), shape.extra.begin(), shape.extra.end());
@@ -166,8 +173,13 @@ TEST_P(Fidelity, MatchesPlainLibTorchLoop) {
   // Loss sequence over several steps.
   auto steps = args;
   steps.insert(steps.end(), {"--steps", std::to_string(kLossSteps)});
-  auto run = testing::RunJob(MITRA_GPT_TRAIN, shape.stages, shape.replicas, steps);
+  auto run = testing::RunJob(MITRA_GPT_TRAIN, shape.stages, shape.replicas, steps, env);
   ASSERT_TRUE(run.ok()) << run.rank_output.back();
+  if (!shape.shares.empty()) {  // the shares were taken, not ignored
+    EXPECT_NE(run.rank_output[0].find("replicas' micro-batches " + shape.shares),
+              std::string::npos)
+        << run.rank_output[0];
+  }
   ASSERT_EQ(run.losses.size(), golden.losses.size()) << run.rank_output[0];
   for (size_t k = 0; k < golden.losses.size(); ++k) {
     EXPECT_NEAR(run.losses[k], golden.losses[k], kLossTolerance) << "step " << k + 1;
@@ -177,7 +189,7 @@ TEST_P(Fidelity, MatchesPlainLibTorchLoop) {
   const std::string dump = testing::MakeTempDir("mitra-dump");
   auto one = args;
   one.insert(one.end(), {"--steps", "1", "--dump-params", dump});
-  auto first = testing::RunJob(MITRA_GPT_TRAIN, shape.stages, shape.replicas, one);
+  auto first = testing::RunJob(MITRA_GPT_TRAIN, shape.stages, shape.replicas, one, env);
   ASSERT_TRUE(first.ok()) << first.rank_output.back();
   std::map<std::string, torch::Tensor> got;
   for (int s = 0; s < shape.stages; ++s) {
@@ -219,7 +231,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 1, "zb-v", {}}, Shape{2, 2, "zb-v", {}}, Shape{1, 2, "zb-v", {}},
                       Shape{2, 1, "zb-v", {"--recompute"}}, Shape{2, 2, "zb-v", {"--zero", "1"}},
                       // Interleaved with four chunks on one rank: v from the partition's counts.
-                      Shape{1, 1, "interleaved", {"--partition", "1,1,1,1"}}),
+                      Shape{1, 1, "interleaved", {"--partition", "1,1,1,1"}},
+                      // Uneven shares of the 4 micro-batches (replicas on machines of different
+                      // speeds): the same samples, the same update.
+                      Shape{1, 2, "1f1b", {}, "3,1"}, Shape{2, 2, "1f1b", {}, "1,3"},
+                      Shape{1, 3, "1f1b", {}, "1,1,2"}, Shape{2, 2, "gpipe", {"--recompute"}, "3,1"},
+                      Shape{2, 2, "zb-v", {"--zero", "1"}, "3,1"}),
     Name);
 
 // Interleaved with v = 3 chunks on each of 2 ranks (6 ranges of the bench GPT's 10 segments, the

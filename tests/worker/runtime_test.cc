@@ -101,13 +101,20 @@ Trajectory PlainLoop(int64_t offset = 0) {
 }
 
 // The 2 x 2 job: every rank's StepResult and the tensors of its stage after each step, merged
-// by name (a rank holds half the parameters; its replica holds the same values). `zero`:
-// RuntimeOptions::zero; `optimizer_bytes`, when given: each rank's optimizer state at the end.
-std::vector<Trajectory> RunJob(int zero = 0, std::vector<int64_t>* optimizer_bytes = nullptr) {
-  std::vector<Trajectory> ranks(4, Trajectory(kSteps));
+// by name (a rank holds half the parameters; its replica holds the same values); each rank's
+// optimizer state at the end and its micro-batches per step.
+struct JobRun {
+  std::vector<Trajectory> ranks = std::vector<Trajectory>(4, Trajectory(kSteps));
+  std::vector<int64_t> optimizer_bytes = std::vector<int64_t>(4);
+  std::vector<int> micro_batches = std::vector<int>(4);
+};
+
+// `zero`: RuntimeOptions::zero; `shares`: the placement's (MITRA_SHARES).
+JobRun RunJob(int zero = 0, const std::string& shares = "") {
+  JobRun run;
   auto port = PickFreeTcpPort("127.0.0.1");
   EXPECT_TRUE(port.ok()) << port.status().message();
-  if (!port.ok()) return ranks;
+  if (!port.ok()) return run;
   std::mutex mu;
   auto dataset = std::make_shared<testing::TinyDataset>(64);
   testing::RunRanks(4, [&](int rank) {
@@ -119,13 +126,14 @@ std::vector<Trajectory> RunJob(int zero = 0, std::vector<int64_t>* optimizer_byt
     options.custom_sampler = [](int64_t size, uint64_t) {
       return std::make_unique<InOrder>(size);
     };
-    auto runtime = Runtime::Create(Spec(), dataset,
-                                   testing::LoopbackPlacement(2, 2, rank, *port), options);
+    contract::Placement placement = testing::LoopbackPlacement(2, 2, rank, *port);
+    placement.shares = shares;
+    auto runtime = Runtime::Create(Spec(), dataset, placement, options);
     ASSERT_TRUE(runtime.ok()) << runtime.status().message();
     for (int step = 0; step < kSteps; ++step) {
       const StepResult result = (*runtime)->Step(step);
       std::lock_guard<std::mutex> lock(mu);
-      StepState& state = ranks[rank][step];
+      StepState& state = run.ranks[rank][step];
       state.loss = result.loss;
       state.grad_norm = result.grad_norm;
       for (const NamedTensor& p : (*runtime)->stage().parameters()) {
@@ -133,13 +141,11 @@ std::vector<Trajectory> RunJob(int zero = 0, std::vector<int64_t>* optimizer_byt
         state.params[p.name] = p.tensor.detach().clone();
       }
     }
-    if (optimizer_bytes != nullptr) {
-      std::lock_guard<std::mutex> lock(mu);
-      optimizer_bytes->resize(4);
-      (*optimizer_bytes)[rank] = (*runtime)->OptimizerStateBytes();
-    }
+    std::lock_guard<std::mutex> lock(mu);
+    run.optimizer_bytes[rank] = (*runtime)->OptimizerStateBytes();
+    run.micro_batches[rank] = (*runtime)->num_micro_batches();
   });
-  return ranks;
+  return run;
 }
 
 // The worst relative differences of `got` from `expected`: before the first update (the first
@@ -164,7 +170,7 @@ std::pair<double, double> Differences(const Trajectory& got, const Trajectory& e
 
 TEST(Runtime, TwoStagesTimesTwoReplicasTrainAsOneThreadRunningTheWholeModel) {
   const Trajectory expected = PlainLoop();
-  const std::vector<Trajectory> ranks = RunJob();
+  const std::vector<Trajectory> ranks = RunJob().ranks;
   std::set<std::string> seen;
   for (int rank = 0; rank < 4; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
@@ -182,9 +188,10 @@ TEST(Runtime, TwoStagesTimesTwoReplicasTrainAsOneThreadRunningTheWholeModel) {
 // all of one size).
 TEST(Runtime, UnderZeroOneEachReplicaKeepsHalfTheOptimizerStateAndTrainsTheSame) {
   const Trajectory expected = PlainLoop();
-  std::vector<int64_t> whole, sharded;
-  const std::vector<Trajectory> without = RunJob(0, &whole);
-  const std::vector<Trajectory> ranks = RunJob(1, &sharded);
+  const std::vector<int64_t> whole = RunJob(0).optimizer_bytes;
+  const JobRun run = RunJob(1);
+  const std::vector<Trajectory>& ranks = run.ranks;
+  const std::vector<int64_t>& sharded = run.optimizer_bytes;
   for (int rank = 0; rank < 4; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     const auto [before, after] = Differences(ranks[rank], expected);
@@ -197,6 +204,42 @@ TEST(Runtime, UnderZeroOneEachReplicaKeepsHalfTheOptimizerStateAndTrainsTheSame)
     }
     ASSERT_GT(whole[rank], 0);
     EXPECT_EQ(2 * sharded[rank], whole[rank]);
+  }
+}
+
+// Replicas on machines of different speeds take uneven shares of the batch's 4 micro-batches:
+// the same samples once, so the same update.
+TEST(Runtime, UnevenSharesOfTheBatchTrainAsOneThread) {
+  const Trajectory expected = PlainLoop();
+  for (const std::string shares : {"3,1", "1,3"}) {
+    const JobRun run = RunJob(0, shares);
+    // 2 x 2: replica 0 is ranks 0 and 1; each took its share.
+    const int first = shares == "3,1" ? 3 : 1;
+    EXPECT_EQ(run.micro_batches, (std::vector<int>{first, first, 4 - first, 4 - first}));
+    for (int rank = 0; rank < 4; ++rank) {
+      SCOPED_TRACE("shares " + shares + ", rank " + std::to_string(rank));
+      const auto [before, after] = Differences(run.ranks[rank], expected);
+      EXPECT_LE(before, kBeforeUpdate);
+      EXPECT_LE(after, kAfterUpdate);
+    }
+  }
+}
+
+TEST(Runtime, SharesThatDoNotCoverTheBatchAreRefusedNamingTheVariable) {
+  auto dataset = std::make_shared<testing::TinyDataset>(64);
+  RuntimeOptions options;
+  options.global_batch = kBatch;
+  options.chunk_size = 2;
+  for (const auto& [shares, words] : std::vector<std::pair<std::string, std::string>>{
+           {"3,3", "4 in all"}, {"4", "one count per replica"}, {"2,x", "positive integers"}}) {
+    contract::Placement placement = testing::LoopbackPlacement(1, 2, 0, 1);
+    placement.shares = shares;
+    auto runtime = Runtime::Create(Spec(), dataset, placement, options);
+    ASSERT_FALSE(runtime.ok()) << shares;
+    EXPECT_NE(runtime.status().message().find("MITRA_SHARES: "), std::string::npos)
+        << runtime.status().message();
+    EXPECT_NE(runtime.status().message().find(words), std::string::npos)
+        << runtime.status().message();
   }
 }
 
