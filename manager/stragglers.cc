@@ -7,9 +7,13 @@
 
 namespace mitra::manager {
 
-StragglerDetector::StragglerDetector(StragglerOptions options, std::vector<int> stage_of_rank)
+StragglerDetector::StragglerDetector(StragglerOptions options, std::vector<int> stage_of_rank,
+                                     std::vector<int64_t> micro_batches_of_rank)
     : options_(options), stage_of_rank_(std::move(stage_of_rank)), ranks_(stage_of_rank_.size()) {
   for (size_t r = 0; r < stage_of_rank_.size(); ++r) {
+    if (r < micro_batches_of_rank.size() && micro_batches_of_rank[r] > 0) {
+      ranks_[r].micro_batches = static_cast<double>(micro_batches_of_rank[r]);
+    }
     const int stage = stage_of_rank_[r];
     if (stage < 0) continue;
     if (ranks_of_stage_.size() <= static_cast<size_t>(stage)) ranks_of_stage_.resize(stage + 1);
@@ -31,17 +35,17 @@ std::optional<Straggler> StragglerDetector::Observe(int rank, int steps, double 
     return std::nullopt;
   }
   RankTimes& times = ranks_[rank];
-  times.compute_s = compute_s;
+  times.compute_s = compute_s / times.micro_batches;
   const std::optional<double> median = PeerMedian(rank);
-  if (!median || *median <= 0 || compute_s < options_.ratio * *median) {
+  if (!median || *median <= 0 || times.compute_s < options_.ratio * *median) {
     times.slow_steps = 0;
     return std::nullopt;
   }
   times.slow_steps += steps;
   if (times.reported || times.slow_steps < options_.steps) return std::nullopt;
   times.reported = true;
-  return Straggler{rank, stage_of_rank_[rank], compute_s, *median, compute_s / *median,
-                   times.slow_steps};
+  return Straggler{rank, stage_of_rank_[rank], compute_s, *median * times.micro_batches,
+                   times.compute_s / *median, times.slow_steps};
 }
 
 }  // namespace mitra::manager

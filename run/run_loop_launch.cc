@@ -52,10 +52,22 @@ void RunLoop::BeginGeneration(const manager::LaunchAction& launch) {
   ranks_.clear();
   ranks_generation_ = launch.generation;
   std::vector<int> stage_of_rank(launch.plan.world_size(), -1);
-  for (int stage = 0; stage < launch.plan.stage_map.num_stages(); ++stage) {
-    for (const int rank : launch.plan.stage_map.RanksOfStage(stage)) stage_of_rank[rank] = stage;
+  std::vector<int64_t> micro_batches_of_rank;  // uneven shares only
+  const GridPlan& plan = launch.plan;
+  if (planner::Uneven(plan.shares)) micro_batches_of_rank.resize(plan.world_size());
+  for (int stage = 0; stage < plan.stage_map.num_stages(); ++stage) {
+    const std::vector<int> ranks = plan.stage_map.RanksOfStage(stage);
+    for (size_t replica = 0; replica < ranks.size(); ++replica) {
+      stage_of_rank[ranks[replica]] = stage;
+      if (micro_batches_of_rank.empty()) continue;
+      micro_batches_of_rank[ranks[replica]] =
+          planner::ShareOf(plan.global_batch, plan.chunk_size, plan.shares, plan.replicas,
+                           static_cast<int>(replica))
+              .micro_batches;
+    }
   }
-  stragglers_.emplace(options_.stragglers, std::move(stage_of_rank));
+  stragglers_.emplace(options_.stragglers, std::move(stage_of_rank),
+                      std::move(micro_batches_of_rank));
 }
 
 LaunchSettings RunLoop::GenerationSettings(const manager::LaunchAction& launch) {

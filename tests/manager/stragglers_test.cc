@@ -65,6 +65,25 @@ TEST(Stragglers, JustBelowTheRatioIsNoStraggler) {
   EXPECT_TRUE(found);
 }
 
+// Uneven shares (3 and 1 micro-batches): the replica with three takes three times the compute
+// and is no straggler; per micro-batch, one that takes 1.5 times its peer's is.
+TEST(Stragglers, UnevenSharesAreJudgedPerMicroBatch) {
+  StragglerDetector detector({1.3, 20}, {0, 0}, {3, 1});
+  for (int beat = 0; beat < 30; ++beat) {
+    EXPECT_FALSE(detector.Observe(1, 1, 0.100));
+    EXPECT_FALSE(detector.Observe(0, 1, 0.300));
+  }
+  std::optional<Straggler> found;
+  for (int beat = 0; beat < 20 && !found; ++beat) {
+    detector.Observe(1, 1, 0.100);
+    found = detector.Observe(0, 1, 0.450);
+  }
+  ASSERT_TRUE(found);
+  EXPECT_DOUBLE_EQ(found->compute_s, 0.450);
+  EXPECT_DOUBLE_EQ(found->peer_median_s, 0.300);
+  EXPECT_DOUBLE_EQ(found->ratio, 1.5);
+}
+
 TEST(Stragglers, AStageWithoutPeersAndUnknownRanksAreNeverJudged) {
   StragglerDetector detector({1.3, 20}, {0, 1});  // 2 stages x 1 replica
   for (int beat = 0; beat < 30; ++beat) {
