@@ -325,7 +325,8 @@ Result<std::shared_ptr<const planner::ShapePolicy>> PlanFirstShape(
                      : ProfileForRun(c, options, inputs.program, run_dir, usable,
                                      plan->description, inputs.threads, inputs.timeout_s);
   if (!profile.ok()) return profile.status();
-  auto policy = std::make_shared<planner::PlannedShapePolicy>(*profile);
+  auto policy =
+      std::make_shared<planner::PlannedShapePolicy>(*profile, static_cast<int>(options.stages));
   planner::ShapeRequest first;
   for (const manager::Machine& m : usable.machines) first.machines.push_back({m.Address(), m.slots});
   first.segments = plan->description.segments;

@@ -121,13 +121,8 @@ Status CheckRunDirSocket(const run::RunDir& run_dir) {
 
 // --profile, for a planned job: null when not given.
 Result<std::shared_ptr<const planner::Profile>> GivenProfile(const RunOptions& options,
-                                                            const RunContext& c, bool planned) {
+                                                            const RunContext& c) {
   if (options.profile_dir.empty()) return std::shared_ptr<const planner::Profile>();
-  if (!planned) {
-    return Status::InvalidArgument(
-        "--profile is for planned shapes: leave out --nstages to let the planner choose them, "
-        "or leave out --profile");
-  }
   Result<planner::Profile> loaded = LoadProfile(JoinPath(c.working_directory, options.profile_dir));
   if (!loaded.ok()) return loaded.status();
   return std::shared_ptr<const planner::Profile>(
@@ -169,12 +164,13 @@ Result<CheckedInputs> CheckInputs(const RunOptions& options, RunContext& c) {
   if (!program.ok()) return program.status();
   in.program = std::move(program).value();
 
-  in.planned = options.stages == 0;
+  // --nstages with --profile: the planner chooses the rest of the shape for P stages.
+  in.planned = options.stages == 0 || !options.profile_dir.empty();
   if (Result<planner::GridPlan> early = PlanGrid(GridRequestFor(options, in.machines, in.planned));
       !early.ok()) {
     return early.status();
   }
-  Result<std::shared_ptr<const planner::Profile>> profile = GivenProfile(options, c, in.planned);
+  Result<std::shared_ptr<const planner::Profile>> profile = GivenProfile(options, c);
   if (!profile.ok()) return profile.status();
   in.profile = std::move(profile).value();
   in.run_dir = NormalizePath(JoinPath(c.working_directory, options.run_dir));

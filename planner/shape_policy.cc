@@ -53,6 +53,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   plan.chunk_size = request.chunk_size;
   plan.chunk_kept = request.chunk_kept;
   plan.zero = request.zero;
+  plan.stages = stages_;
   plan.machines = request.machines;
   if (profile_->num_segments() != request.segments) {
     return Status::InvalidArgument("the profile holds " + std::to_string(profile_->num_segments()) +

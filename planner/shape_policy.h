@@ -63,16 +63,18 @@ class FixedStagesPolicy : public ShapePolicy {
 };
 
 // The planner's fastest shape on the usable machines, re-planned at every launch, from the
-// profile as the request's corrections leave it. The plan carries the schedule, partition and
-// prediction to the workers and the records.
+// profile as the request's corrections leave it; of `stages` stages when that is > 0 (--nstages
+// with --profile). The plan carries the schedule, partition, shares and prediction to the
+// workers and the records.
 class PlannedShapePolicy : public ShapePolicy {
  public:
-  explicit PlannedShapePolicy(std::shared_ptr<const Profile> profile)
-      : profile_(std::move(profile)) {}
+  explicit PlannedShapePolicy(std::shared_ptr<const Profile> profile, int stages = 0)
+      : profile_(std::move(profile)), stages_(stages) {}
   Result<GridPlan> Plan(const ShapeRequest& request) const override;
 
  private:
   std::shared_ptr<const Profile> profile_;
+  int stages_;
 };
 
 }  // namespace mitra::planner

@@ -607,6 +607,51 @@ double AloneStepSeconds(const planner::MachineProfile& m, int64_t size) {
   return kCalibrationMicroBatches * micro_batch + update;
 }
 
+// A machine whose training steps compute this much longer than its segments' figures say does
+// not sustain the speed its short measurements saw (a CPU quota, a burstable VM, a busy
+// neighbour): its figures are scaled to the steps. Below it, the gap is the job's communication
+// sharing the cores, which MeasureSharing's calibration covers on machines of several slots.
+constexpr double kSustainedSpeedTolerance = 1.2;
+
+// Every compute figure of `m` (forwards, backwards, updates, sample loads) times `factor`.
+void ScaleCompute(planner::MachineProfile& m, double factor) {
+  m.sample_s *= factor;
+  for (planner::SegmentProfile& segment : m.segments) {
+    segment.update_s *= factor;
+    for (planner::SegmentCost& cost : segment.costs) {
+      cost.forward_s *= factor;
+      cost.forward_nograd_s *= factor;
+      cost.backward_s *= factor;
+      cost.weight_s *= factor;
+    }
+  }
+}
+
+// Step 4 on the machine's leader, from the median compute `step_s` of its processes' training
+// steps of `size` micro-batches: on a machine of several slots the speed with all of them
+// computing moves to the steps' (CalibratedSharing); a machine of one slot whose steps are
+// slower than its figures beyond kSustainedSpeedTolerance has its figures scaled to them.
+void CalibrateToSteps(planner::MachineProfile& machine, const std::vector<double>& workload_speed,
+                      const Settings& s, int64_t size, double step_s) {
+  const std::string& name = s.machines[s.machine];
+  const double alone_s = AloneStepSeconds(machine, size);
+  if (!(step_s > 0) || !(alone_s > 0)) return;
+  if (s.slots[s.machine] > 1) {
+    const double measured = alone_s / step_s;
+    machine.speed = planner::CalibratedSharing(workload_speed, measured, UsableCpus());
+    spdlog::info("{}: speed per process with {} computing: {:.3f} in the workload, {:.3f} in "
+                 "training steps of the runtime; the profile keeps {:.3f}",
+                 name, s.slots[s.machine], workload_speed.back(), measured, machine.speed.back());
+    return;
+  }
+  const double factor = step_s / alone_s;
+  if (factor <= kSustainedSpeedTolerance) return;
+  ScaleCompute(machine, factor);
+  spdlog::info("{}: training steps of the runtime computed {:.2f} times what its segments "
+               "measured alone: it does not sustain that speed, and the profile keeps its "
+               "figures {:.2f} times slower", name, factor, factor);
+}
+
 }  // namespace
 
 int RunProfile(const cutpoint::ModelSpec& spec, const std::shared_ptr<const Dataset>& data,
@@ -700,19 +745,13 @@ int RunProfile(const cutpoint::ModelSpec& spec, const std::shared_ptr<const Data
   }
   protocol.Barrier();
 
-  // 4. The speeds as the runtime's own training steps share the cores (planner/sharing.h).
-  if (world > 1 && *std::max_element(s.slots.begin(), s.slots.end()) > 1) {
+  // 4. Each machine's speed in the runtime's own training steps, every process at once: how
+  // they share the cores (planner/sharing.h), and whether a machine sustains its figures.
+  if (world > 1) {
     const std::vector<double> all = protocol.Gather(
         RuntimeComputeSeconds(spec, data, options, placement, protocol, load.size()));
     const std::vector<double> mine(all.begin() + first, all.begin() + first + s.slots[s.machine]);
-    if (leader && s.slots[s.machine] > 1 && Median(mine) > 0) {
-      const double measured = AloneStepSeconds(machine, load.size()) / Median(mine);
-      machine.speed = planner::CalibratedSharing(speed, measured, UsableCpus());
-      spdlog::info("{}: speed per process with {} computing: {:.3f} in the workload, {:.3f} in "
-                   "training steps of the runtime; the profile keeps {:.3f}",
-                   s.machines[s.machine], s.slots[s.machine], speed.back(), measured,
-                   machine.speed.back());
-    }
+    if (leader) CalibrateToSteps(machine, speed, s, load.size(), Median(mine));
   }
 
   if (leader) {

@@ -157,10 +157,23 @@ TEST_F(MitraRunTest, AProfileOfAnotherModelIsRefused) {
                                  {"--segments", "6"}));
   EXPECT_EQ(r.exit_code, 2) << r.output();
   EXPECT_TRUE(Contains(r.err, "profiles a model of 4 segments but the program has 6")) << r.err;
-  const MitraResult fixed =
-      Run(Args({"--batch-size", "8", "--nstages", "1", "--profile", RunDir() + "/profile"}));
-  EXPECT_EQ(fixed.exit_code, 2);
-  EXPECT_TRUE(Contains(fixed.err, "--profile is for planned shapes")) << fixed.err;
+}
+
+// --nstages with --profile: the planner chooses the rest of the shape for that depth.
+TEST_F(MitraRunTest, AProfileWithAFixedDepthPlansTheRestOfTheShape) {
+  dir_.Write("machines.txt", "localhost slots=2\n");
+  const MitraResult made = Run(Args({"--batch-size", "8", "--max-steps", "1"}));
+  ASSERT_EQ(made.exit_code, 0) << made.output();
+  std::vector<std::string> args =
+      Args({"--batch-size", "8", "--nstages", "2", "--max-steps", "1", "--profile",
+            RunDir() + "/profile"});
+  args[4] = "run2";  // --run-dir
+  const MitraResult fixed = Run(args);
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.output();
+  const std::vector<JsonObject> launches = EventsNamed(dir_.Path("run2"), "launch");
+  ASSERT_EQ(launches.size(), 1u) << fixed.out;
+  EXPECT_EQ(launches[0].GetNumber("stages"), 2) << launches[0].ToJson();
+  EXPECT_TRUE(launches[0].GetNumber("predicted_step_s").has_value()) << launches[0].ToJson();
 }
 
 TEST_F(MitraRunTest, MitraPlanRanksShapesFromAProfileAndNamesTheFixForBadInput) {

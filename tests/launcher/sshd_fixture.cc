@@ -218,9 +218,23 @@ Status SshdFixture::Reconnect(const std::string& address) {
   return Status::Ok();
 }
 
+Status SshdFixture::LimitCpu(const std::string& address, double cpus) {
+  Host* host = Find(address);
+  if (host == nullptr) return Status::NotFound(address + " is not a host of the fixture");
+  std::string name = "mitra-test-" + address;
+  Result<std::unique_ptr<CpuQuota>> quota = CpuQuota::Create(name, cpus);
+  if (!quota.ok()) return quota.status();
+  host->quota = std::move(quota).value();
+  return host->sshd ? host->quota->Add(host->sshd->pid()) : Status::Ok();
+}
+
 Status SshdFixture::Launch(const std::string& address, Host& host) {
   host.sshd = MitraProcess::Start(kSshd, {"-D", "-f", host.config_path, "-E", host.log_path}, dir_);
   if (!host.sshd) return Status::IoError("cannot start sshd for " + address);
+  // Before it accepts a connection, so that every session is born in the group.
+  if (host.quota) {
+    if (Status s = host.quota->Add(host.sshd->pid()); !s.ok()) return s;
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
     if (AcceptsConnections(address, host.port)) return Status::Ok();

@@ -22,6 +22,7 @@
 
 #include "mitra/common/status.h"
 #include "launcher/ssh_session.h"
+#include "tests/common/cpu_quota.h"
 #include "tests/common/run_helpers.h"
 
 namespace mitra::testing {
@@ -63,6 +64,11 @@ class SshdFixture {
   Status CutOff(const std::string& address);
   Status Reconnect(const std::string& address);
 
+  // Makes the host a slower machine: its sshd, and everything started through it from now on
+  // (and after a Stop and Start), shares `cpus` CPUs' time (0.4: 40% of one core) in a cgroup
+  // of its own (tests/common/cpu_quota.h; skip with CpuQuota::UnavailableReason()).
+  Status LimitCpu(const std::string& address, double cpus);
+
   const std::string& known_hosts_path() const { return known_hosts_path_; }
   const std::string& identity_path() const { return identity_path_; }
   int port(const std::string& address) const;
@@ -80,6 +86,7 @@ class SshdFixture {
     std::string log_path;
     std::string known_hosts_line;
     std::unique_ptr<MitraProcess> sshd;  // null while stopped
+    std::unique_ptr<CpuQuota> quota;     // LimitCpu's; null: the whole machine
   };
 
   SshdFixture() = default;

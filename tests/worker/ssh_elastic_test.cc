@@ -15,7 +15,9 @@
 #include <thread>
 
 #include "common/strings.h"
+#include "planner/batch_split.h"
 #include "planner/profile.h"
+#include "tests/common/cpu_quota.h"
 #include "tests/launcher/sshd_fixture.h"
 #include "tests/prerequisite.h"
 #include "tests/common/run_helpers.h"
@@ -460,6 +462,66 @@ TEST_F(SshElastic, ProfilingTwoMachinesMeasuresEachOfThemAndTheLinkBetweenThem) 
       tmp_.path(), 60);
   ASSERT_EQ(plan.exit_code, 0) << plan.output();
   EXPECT_TRUE(Contains(plan.out, "mitra plan: 3 slots, batch 8")) << plan.out;
+}
+
+// Host B gets 40% of one core, a slower machine: the profile measures it so, the planner gives
+// its replica the smaller share of each step's micro-batches, and the job (killed worker and
+// recovery included) trains exactly as the uninterrupted one, every loss and every sample.
+TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
+  MITRA_SKIP_WITHOUT(testing::CpuQuota::UnavailableReason());
+  const Status limited = sshd_->LimitCpu(kHostB, 0.4);
+  ASSERT_TRUE(limited.ok()) << limited.message();
+  machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
+  const std::string profile_dir = tmp_.Path("profile");
+  std::vector<std::string> args = {"profile", "--machines", machines_, "--batch-size",
+                                   std::to_string(kJob.batch_size), "--out", profile_dir,
+                                   "--micro-batches", "4,8", "--repeats", "5",
+                                   "--known-hosts", sshd_->known_hosts_path(), "--identity",
+                                   sshd_->identity_path(), "--"};
+  const std::vector<std::string> program = testing::GptArgs();
+  args.insert(args.end(), program.begin(), program.end());
+  const MitraResult profiled = testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
+  Result<planner::Profile> profile = planner::Profile::FromJson(
+      testing::ReadFileOrEmpty(profile_dir + "/profile.json"), "profile.json");
+  ASSERT_TRUE(profile.ok()) << profile.status().message();
+  ASSERT_EQ(profile->machines.size(), 2u);
+  // The blocks' forward and backward at 8 samples, a few milliseconds each.
+  double fast = 0, slow = 0;
+  for (int segment = 1; segment + 1 < profile->num_segments(); ++segment) {
+    for (const auto& [machine, sum] : {std::pair{0, &fast}, std::pair{1, &slow}}) {
+      const planner::SegmentCost c = profile->CostAt(profile->machines[machine], segment, 8);
+      *sum += c.forward_s + c.backward_s;
+    }
+  }
+  EXPECT_GT(slow, 1.5 * fast) << "A " << fast << " s, B " << slow << " s";
+
+  // kJob: 16 micro-batches of 4 to share; the planner chooses the rest of a 1-stage shape.
+  std::vector<std::string> run = Flags({"run", "--machines", machines_, "--batch-size",
+                                        std::to_string(kJob.batch_size), "--chunk-size",
+                                        std::to_string(kJob.chunk_size), "--max-steps",
+                                        std::to_string(kJob.steps), "--run-dir", run_dir_,
+                                        "--nstages", "1", "--profile", profile_dir});
+  run.push_back("--");
+  run.insert(run.end(), kJob.program.begin(), kJob.program.end());
+  auto mitra =
+      MitraProcess::Start(MITRA_BINARY, run, tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_EQ(::kill(NewestPid(1), SIGKILL), 0);
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: recovery done: training again in 1 x 2")) << r.out;
+  const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_EQ(launches.size(), 2u);
+  for (const JsonObject& launch : launches) {
+    Result<planner::Shares> shares =
+        planner::ParseShares(launch.GetString("shares").value_or(""));
+    ASSERT_TRUE(shares.ok() && shares->size() == 2u) << launch.ToJson();
+    EXPECT_GT((*shares)[0], (*shares)[1]) << launch.ToJson();
+  }
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
 }
 
 }  // namespace
