@@ -68,6 +68,26 @@ std::string CandidateJson(const planner::PlannedShape& s) {
   return out.str();
 }
 
+// Each listed machine's speed as the profile has it: the fastest one's forward and backward of
+// every segment at the largest profiled micro-batch over its own, in list order.
+std::vector<std::pair<std::string, double>> MachineSpeeds(
+    const planner::Profile& profile, const std::vector<planner::MachineSlots>& machines) {
+  const int64_t size = profile.micro_batches.back();
+  std::vector<std::pair<std::string, double>> out;
+  double fastest = 0;
+  for (const planner::MachineSlots& m : machines) {
+    double seconds = 0;
+    for (int s = 0; s < profile.num_segments(); ++s) {
+      const planner::SegmentCost cost = profile.CostAt(profile.Machine(m.address), s, size);
+      seconds += cost.forward_s + cost.backward_s;
+    }
+    out.emplace_back(m.address, seconds);
+    if (seconds > 0 && (fastest == 0 || seconds < fastest)) fastest = seconds;
+  }
+  for (auto& [address, speed] : out) speed = speed > 0 ? fastest / speed : 0;
+  return out;
+}
+
 }  // namespace
 
 std::string ProfileUsage() {
@@ -308,13 +328,18 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
     }
   }
   const size_t shown = std::min<size_t>(plan->candidates.size(), static_cast<size_t>(o.top));
+  const std::vector<std::pair<std::string, double>> speeds =
+      MachineSpeeds(*profile, request.machines);
   if (o.json) {
     std::ostringstream out;
     out << "{\"planning_s\":" << planning_s << ",\"slots\":" << slots
         << ",\"global_batch\":" << o.batch_size << ",\"considered\":" << plan->considered
         << ",\"simulated\":" << plan->simulated
-        << ",\"too_big\":" << plan->too_big << ",\"best\":" << CandidateJson(plan->candidates[0])
-        << ",\"candidates\":[";
+        << ",\"too_big\":" << plan->too_big << ",\"machine_speeds\":{";
+    for (size_t i = 0; i < speeds.size(); ++i) {
+      out << (i ? "," : "") << Quote(speeds[i].first) << ":" << Fixed(speeds[i].second, 3);
+    }
+    out << "},\"best\":" << CandidateJson(plan->candidates[0]) << ",\"candidates\":[";
     for (size_t i = 0; i < shown; ++i) out << (i ? "," : "") << CandidateJson(plan->candidates[i]);
     out << "]}";
     *c.out << out.str() << std::endl;
@@ -324,6 +349,12 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
          << o.batch_size << ": " << plan->considered << " shapes considered, "
          << plan->simulated << " simulated in " << Fixed(planning_s, 3) << " s ("
          << plan->too_big << " too big for memory)\n";
+  // Machines that differ: their speeds, which uneven shares follow.
+  if (std::any_of(speeds.begin(), speeds.end(), [](const auto& s) { return s.second < 0.95; })) {
+    *c.out << "  machine speeds (the fastest's forward and backward over each one's):";
+    for (const auto& [address, speed] : speeds) *c.out << " " << address << " " << Fixed(speed, 2);
+    *c.out << "\n";
+  }
   *c.out << "  #  shape      micro-batch  schedule          partition             idle  step s    "
             "samples/s  memory MB  bubble  shares\n";
   for (size_t i = 0; i < shown; ++i) {

@@ -495,6 +495,16 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
     }
   }
   EXPECT_GT(slow, 1.5 * fast) << "A " << fast << " s, B " << slow << " s";
+  // `mitra plan` shows the machines' speeds and the replicas' shares.
+  const MitraResult plan = testing::RunProgram(
+      MITRA_BINARY, {"plan", "--profile", profile_dir, "--batch-size", "64", "--chunk-size", "4",
+                     "--nstages", "1", "--machines", machines_},
+      tmp_.path(), 60);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output();
+  EXPECT_TRUE(Contains(plan.out, "machine speeds (the fastest's forward and backward over each "
+                                 "one's): " + Address(kHostA) + " 1.00 " + Address(kHostB) + " 0."))
+      << plan.out;
+  EXPECT_TRUE(Contains(plan.out, "  1  1 x 2 ")) << plan.out;
 
   // kJob: 16 micro-batches of 4 to share; the planner chooses the rest of a 1-stage shape.
   std::vector<std::string> run = Flags({"run", "--machines", machines_, "--batch-size",
