@@ -52,6 +52,7 @@ std::vector<PlannedShape> UnevenShapes(const SimulationInput& even_input,
                                        const Prediction& even) {
   std::vector<PlannedShape> out;
   if (even_input.candidate.replicas < 2) return out;
+  out.reserve(kShareRounds);  // `last` points into it
   SimulationInput in = even_input;
   const Prediction* last = &even;
   std::set<Shares> tried;
@@ -59,6 +60,8 @@ std::vector<PlannedShape> UnevenShapes(const SimulationInput& even_input,
     Shares shares = SharesByRate(in.candidate, in.global_batch, *last);
     if (shares.empty() || !tried.insert(shares).second) break;
     in.candidate.shares = std::move(shares);
+    // The shares pass CheckShares by construction and the shape simulated evenly: nothing is
+    // left to refuse, and the even candidate stands if the simulator should refuse anyway.
     Result<Prediction> prediction = Simulate(in);
     if (!prediction.ok()) break;
     PlannedShape& planned = out.emplace_back();
