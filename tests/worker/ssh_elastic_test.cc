@@ -464,18 +464,23 @@ TEST_F(SshElastic, ProfilingTwoMachinesMeasuresEachOfThemAndTheLinkBetweenThem) 
   EXPECT_TRUE(Contains(plan.out, "mitra plan: 3 slots, batch 8")) << plan.out;
 }
 
-// Host B gets 40% of one core, a slower machine: the profile measures it so, the planner gives
+// Host B gets half of one core, a slower machine: the profile measures it so, the planner gives
 // its replica the smaller share of each step's micro-batches, and the job (killed worker and
-// recovery included) trains exactly as the uninterrupted one, every loss and every sample.
+// recovery included) trains exactly as the uninterrupted one, every loss and every sample. A
+// batch of 256 in 32 micro-batches: enough computing a step that B's half core is worth more
+// than what a second replica adds (the all-reduce, B's share of the communication on half a
+// core); at 64 the planner rightly kept A alone in some runs.
 TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
   MITRA_SKIP_WITHOUT(testing::CpuQuota::UnavailableReason());
-  const Status limited = sshd_->LimitCpu(kHostB, 0.4);
+  const ElasticJob job{256, 30, testing::GptArgs(), 8};
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  const Status limited = sshd_->LimitCpu(kHostB, 0.5);
   ASSERT_TRUE(limited.ok()) << limited.message();
   machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
   const std::string profile_dir = tmp_.Path("profile");
   std::vector<std::string> args = {"profile", "--machines", machines_, "--batch-size",
-                                   std::to_string(kJob.batch_size), "--out", profile_dir,
-                                   "--micro-batches", "4,8", "--repeats", "5",
+                                   std::to_string(job.batch_size), "--out", profile_dir,
+                                   "--micro-batches", "8,16", "--repeats", "5",
                                    "--known-hosts", sshd_->known_hosts_path(), "--identity",
                                    sshd_->identity_path(), "--"};
   const std::vector<std::string> program = testing::GptArgs();
@@ -494,10 +499,13 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
       *sum += c.forward_s + c.backward_s;
     }
   }
-  EXPECT_GT(slow, 1.5 * fast) << "A " << fast << " s, B " << slow << " s";
+  // Half a core is twice as slow over a long stretch; how much of that the profile's figures
+  // show depends on how the quota's 2 ms periods fall on its measurements (1.16 to 2.4 times
+  // seen over a dozen runs), so the check asks for B slower, not for the factor.
+  EXPECT_GT(slow, 1.1 * fast) << "A " << fast << " s, B " << slow << " s";
   // `mitra plan` shows the machines' speeds and the replicas' shares.
   const MitraResult plan = testing::RunProgram(
-      MITRA_BINARY, {"plan", "--profile", profile_dir, "--batch-size", "64", "--chunk-size", "4",
+      MITRA_BINARY, {"plan", "--profile", profile_dir, "--batch-size", "256", "--chunk-size", "8",
                      "--nstages", "1", "--machines", machines_},
       tmp_.path(), 60);
   ASSERT_EQ(plan.exit_code, 0) << plan.output();
@@ -506,14 +514,14 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
       << plan.out;
   EXPECT_TRUE(Contains(plan.out, "  1  1 x 2 ")) << plan.out;
 
-  // kJob: 16 micro-batches of 4 to share; the planner chooses the rest of a 1-stage shape.
+  // The planner chooses the rest of a 1-stage shape.
   std::vector<std::string> run = Flags({"run", "--machines", machines_, "--batch-size",
-                                        std::to_string(kJob.batch_size), "--chunk-size",
-                                        std::to_string(kJob.chunk_size), "--max-steps",
-                                        std::to_string(kJob.steps), "--run-dir", run_dir_,
+                                        std::to_string(job.batch_size), "--chunk-size",
+                                        std::to_string(job.chunk_size), "--max-steps",
+                                        std::to_string(job.steps), "--run-dir", run_dir_,
                                         "--nstages", "1", "--profile", profile_dir});
   run.push_back("--");
-  run.insert(run.end(), kJob.program.begin(), kJob.program.end());
+  run.insert(run.end(), job.program.begin(), job.program.end());
   auto mitra =
       MitraProcess::Start(MITRA_BINARY, run, tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
   ASSERT_TRUE(mitra);
@@ -530,7 +538,7 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
     ASSERT_TRUE(shares.ok() && shares->size() == 2u) << launch.ToJson();
     EXPECT_GT((*shares)[0], (*shares)[1]) << launch.ToJson();
   }
-  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/false);
   ExpectNoWorkerLeft();
 }
 
