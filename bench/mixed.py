@@ -27,23 +27,15 @@ Needs root (cgroups, sshd) and sshd; everything it starts is stopped at the end.
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
-import subprocess
 import tempfile
 
-import elastic  # start_sshds, Job
+import elastic  # start_sshds
+from planner import predict_run, run, step_times
 
 BATCH = 32
 HOSTS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]  # A (whole machine), B and C (the quota)
-
-
-def run(cmd, **kw):
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
-    if out.returncode != 0:
-        raise RuntimeError(" ".join(cmd) + "\n" + out.stdout[-3000:])
-    return out.stdout
 
 
 class CpuGroup:
@@ -113,24 +105,6 @@ class Mix:
             group.close()
 
 
-def step_times(run_dir):
-    times = []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            m = json.loads(line)
-            if "step_time_s" in m:
-                times.append(m["step_time_s"])
-    return times[2:]
-
-
-def predict_run(args, run_dir, profile):
-    out = run([f"{args.build}/bin/mitra", "plan", "--validate", run_dir, "--profile", profile])
-    found = re.search(r"step\s+predicted ([0-9.]+) ms", out)
-    if not found:
-        raise RuntimeError("no prediction in `mitra plan --validate " + run_dir + "`:\n" + out)
-    return float(found.group(1)) / 1000
-
-
 def launch_of(run_dir):
     with open(os.path.join(run_dir, "events.jsonl")) as f:
         return [json.loads(line) for line in f if '"event":"launch"' in line][0]
@@ -174,7 +148,7 @@ def main():
                 run_dir = os.path.join(tmp, f"{name}-{r}")
                 run([f"{args.build}/bin/mitra", "run", "--machines", machines, *common, *flags,
                      "--run-dir", run_dir, "--", *program])
-                measured[name].append(statistics.median(step_times(run_dir)))
+                measured[name].append(statistics.median(step_times(run_dir)[2:]))
                 runs[name] = run_dir
         rows = []
         for name, medians in measured.items():

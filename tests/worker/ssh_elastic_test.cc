@@ -83,6 +83,19 @@ class SshElastic : public ::testing::Test {
                                tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
   }
 
+  // `mitra profile` of the tiny GPT on the machines of machines_, into `out`.
+  MitraResult Profile(const std::string& out, int64_t batch, const std::string& micro_batches,
+                      int repeats) const {
+    std::vector<std::string> args = {"profile", "--machines", machines_, "--batch-size",
+                                     std::to_string(batch), "--out", out, "--micro-batches",
+                                     micro_batches, "--repeats", std::to_string(repeats),
+                                     "--known-hosts", sshd_->known_hosts_path(), "--identity",
+                                     sshd_->identity_path(), "--"};
+    const std::vector<std::string> program = testing::GptArgs();
+    args.insert(args.end(), program.begin(), program.end());
+    return testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
+  }
+
   // "127.0.0.3:PORT", as the manager names the machine.
   std::string Address(const std::string& host) const {
     return host + ":" + std::to_string(sshd_->port(host));
@@ -421,13 +434,7 @@ TEST_F(SshElastic, CtrlCCheckpointsAndStopsEverything) {
 TEST_F(SshElastic, ProfilingTwoMachinesMeasuresEachOfThemAndTheLinkBetweenThem) {
   machines_ = tmp_.Write("machines.txt", Line(kHostA, 2) + Line(kHostB, 1));
   const std::string out = tmp_.Path("profile");
-  std::vector<std::string> args = {"profile", "--machines", machines_, "--batch-size", "8",
-                                   "--out", out, "--micro-batches", "1,4", "--repeats", "1",
-                                   "--known-hosts", sshd_->known_hosts_path(), "--identity",
-                                   sshd_->identity_path(), "--"};
-  const std::vector<std::string> program = testing::GptArgs();
-  args.insert(args.end(), program.begin(), program.end());
-  const MitraResult r = testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
+  const MitraResult r = Profile(out, 8, "1,4", 1);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_TRUE(Contains(r.out, "mitra: profile written to " + out + "/profile.json")) << r.out;
 
@@ -478,14 +485,7 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
   ASSERT_TRUE(limited.ok()) << limited.message();
   machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
   const std::string profile_dir = tmp_.Path("profile");
-  std::vector<std::string> args = {"profile", "--machines", machines_, "--batch-size",
-                                   std::to_string(job.batch_size), "--out", profile_dir,
-                                   "--micro-batches", "8,16", "--repeats", "5",
-                                   "--known-hosts", sshd_->known_hosts_path(), "--identity",
-                                   sshd_->identity_path(), "--"};
-  const std::vector<std::string> program = testing::GptArgs();
-  args.insert(args.end(), program.begin(), program.end());
-  const MitraResult profiled = testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
+  const MitraResult profiled = Profile(profile_dir, job.batch_size, "8,16", 5);
   ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
   Result<planner::Profile> profile = planner::Profile::FromJson(
       testing::ReadFileOrEmpty(profile_dir + "/profile.json"), "profile.json");
