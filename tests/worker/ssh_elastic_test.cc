@@ -474,38 +474,47 @@ TEST_F(SshElastic, ProfilingTwoMachinesMeasuresEachOfThemAndTheLinkBetweenThem) 
 // Host B gets half of one core, a slower machine: the profile measures it so, the planner gives
 // its replica the smaller share of each step's micro-batches, and the job (killed worker and
 // recovery included) trains exactly as the uninterrupted one, every loss and every sample. A
-// batch of 256 in 32 micro-batches: enough computing a step that B's half core is worth more
-// than what a second replica adds (the all-reduce, B's share of the communication on half a
-// core); at 64 the planner rightly kept A alone in some runs.
+// batch of 256 in 8 micro-batches of 32: enough computing a step that B's half core is worth
+// more than what a second replica adds (the all-reduce, B's share of the communication on half
+// a core); at 64 the planner rightly kept A alone in some runs.
 TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
   MITRA_SKIP_WITHOUT(testing::CpuQuota::UnavailableReason());
-  const ElasticJob job{256, 30, testing::GptArgs(), 8};
+  const ElasticJob job{256, 30, testing::GptArgs(), 32};
   ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
   const Status limited = sshd_->LimitCpu(kHostB, 0.5);
   ASSERT_TRUE(limited.ok()) << limited.message();
   machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
+  // Half a core is twice as slow over a long stretch. A segment much shorter than the quota's
+  // 2 ms period may run inside one grant and look fast: at micro-batches of 8 and 16 (blocks of
+  // 1-3 ms) B's figures came out no slower than A's in about one profile in three, and the
+  // training steps that calibrate them did not make up for it (they slow A too, by 1.26 to 1.70
+  // times on these two shared CPUs, and B by 1.29 to 2.31). At 32 and 64 samples (blocks of
+  // several ms) every profile found B 2.0 to 2.8 times slower. The test still profiles again, up
+  // to three times, should B come out no slower than 1.1 times A: what follows needs a profile
+  // that is right.
   const std::string profile_dir = tmp_.Path("profile");
-  const MitraResult profiled = Profile(profile_dir, job.batch_size, "8,16", 5);
-  ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
-  Result<planner::Profile> profile = planner::Profile::FromJson(
-      testing::ReadFileOrEmpty(profile_dir + "/profile.json"), "profile.json");
-  ASSERT_TRUE(profile.ok()) << profile.status().message();
-  ASSERT_EQ(profile->machines.size(), 2u);
-  // The blocks' forward and backward at 8 samples, a few milliseconds each.
   double fast = 0, slow = 0;
-  for (int segment = 1; segment + 1 < profile->num_segments(); ++segment) {
-    for (const auto& [machine, sum] : {std::pair{0, &fast}, std::pair{1, &slow}}) {
-      const planner::SegmentCost c = profile->CostAt(profile->machines[machine], segment, 8);
-      *sum += c.forward_s + c.backward_s;
+  for (int attempt = 1; attempt <= 3 && !(slow > 1.1 * fast); ++attempt) {
+    std::filesystem::remove_all(profile_dir);
+    const MitraResult profiled = Profile(profile_dir, job.batch_size, "32,64", 5);
+    ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
+    Result<planner::Profile> profile = planner::Profile::FromJson(
+        testing::ReadFileOrEmpty(profile_dir + "/profile.json"), "profile.json");
+    ASSERT_TRUE(profile.ok()) << profile.status().message();
+    ASSERT_EQ(profile->machines.size(), 2u);
+    fast = slow = 0;
+    for (int segment = 1; segment + 1 < profile->num_segments(); ++segment) {
+      for (const auto& [machine, sum] : {std::pair{0, &fast}, std::pair{1, &slow}}) {
+        const planner::SegmentCost c = profile->CostAt(profile->machines[machine], segment, 32);
+        *sum += c.forward_s + c.backward_s;
+      }
     }
+    std::cerr << "profile " << attempt << ": A " << fast << " s, B " << slow << " s\n";
   }
-  // Half a core is twice as slow over a long stretch; how much of that the profile's figures
-  // show depends on how the quota's 2 ms periods fall on its measurements (1.16 to 2.4 times
-  // seen over a dozen runs), so the check asks for B slower, not for the factor.
-  EXPECT_GT(slow, 1.1 * fast) << "A " << fast << " s, B " << slow << " s";
+  ASSERT_GT(slow, 1.1 * fast) << "three profiles in a row found B no slower than A";
   // `mitra plan` shows the machines' speeds and the replicas' shares.
   const MitraResult plan = testing::RunProgram(
-      MITRA_BINARY, {"plan", "--profile", profile_dir, "--batch-size", "256", "--chunk-size", "8",
+      MITRA_BINARY, {"plan", "--profile", profile_dir, "--batch-size", "256", "--chunk-size", "32",
                      "--nstages", "1", "--machines", machines_},
       tmp_.path(), 60);
   ASSERT_EQ(plan.exit_code, 0) << plan.output();
