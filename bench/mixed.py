@@ -156,7 +156,7 @@ def main():
             step = statistics.median(medians)
             predicted = predict_run(args, runs[name], profile)
             row = {"candidate": name, "shape": f"{launch['stages']} x {launch['replicas']}",
-                   "chunk_size": launch["chunk_size"], "shares": launch.get("shares", "even"),
+                   "chunk_size": launch["chunk_size"], "shares": ",".join(map(str, launch.get("shares", []))) or "even",
                    "machines": len(launch["machines"]), "measured_step_s": round(step, 4),
                    "samples_per_s": round(BATCH / step, 1), "predicted_step_s": round(predicted, 4),
                    "error": round(predicted / step - 1, 3),

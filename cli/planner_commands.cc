@@ -461,11 +461,7 @@ Result<planner::SimulationInput> SimulationOf(const RecordedRun& run,
   std::replace(partition.begin(), partition.end(), ',', ' ');
   std::istringstream counts(partition);
   for (int n; counts >> n;) in.candidate.partition.push_back(n);
-  if (launch.shares) {
-    Result<planner::Shares> shares = planner::ParseShares(*launch.shares);
-    if (!shares.ok()) return shares.status();
-    in.candidate.shares = *std::move(shares);
-  }
+  in.candidate.shares = launch.shares.value_or(planner::Shares{});
   in.rank_machines = launch.machines;
   return in;
 }

@@ -182,7 +182,6 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
   ReadText(env, kCheckpointDir, &p.checkpoint_dir);
   ReadText(env, kSchedule, &p.schedule);
   ReadText(env, kPartition, &p.partition);
-  ReadText(env, kShares, &p.shares);
   ReadText(env, kStepTrace, &p.step_trace);
   ReadText(env, kPrecision, &p.precision);
   ReadText(env, kDevice, &p.device);
@@ -192,6 +191,7 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
   if (!p.device.empty()) {
     if (Status s = CheckDevice(p.device, kDevice); !s.ok()) return s;
   }
+  if (Status s = ReadInts(env, kShares, ',', &p.shares); !s.ok()) return s;
   if (const std::string* v = Find(env, kZero)) {
     if (*v != "0" && *v != "1") {
       return Status::InvalidArgument("MITRA_ZERO='" + *v + "' is not 0 or 1");
@@ -246,7 +246,7 @@ Environment Placement::ToEnvironment() const {
   if (recompute >= 0) env[kRecompute] = recompute ? "1" : "0";
   if (zero >= 0) env[kZero] = zero ? "1" : "0";
   if (!partition.empty()) env[kPartition] = partition;
-  if (!shares.empty()) env[kShares] = shares;
+  if (!shares.empty()) env[kShares] = Joined(shares, ',');
   if (!step_trace.empty()) env[kStepTrace] = step_trace;
   if (park) env[kPark] = "1";
   if (!precision.empty()) env[kPrecision] = precision;

@@ -45,8 +45,9 @@ struct Placement {
   std::string schedule;
   int recompute = -1;  // -1 unset, else 0 or 1
   std::string partition;
-  // MITRA_SHARES: each replica's micro-batches, "5,3" (planner::ParseShares reads it); "": even.
-  std::string shares;
+  // MITRA_SHARES ("5,3"): each data-parallel replica's micro-batches of a step; empty: even
+  // (planner/batch_split.h).
+  std::vector<int64_t> shares;
   std::string step_trace;  // where to write one step's chrome trace; "": the program's own
   // The manager can send the next placement on standard input (MITRA_PARK=1): after a stop it
   // asked for, with its checkpoint on disk, the worker may park and wait for one instead of

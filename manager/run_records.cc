@@ -27,7 +27,7 @@ records::Launch LaunchRecord(const GridPlan& plan, int64_t generation, const std
     r.schedule = std::string(planner::ScheduleName(*plan.schedule)) + (plan.recompute ? "+recompute" : "");
     r.partition = plan.partition;
   }
-  if (!plan.shares.empty()) r.shares = planner::SharesText(plan.shares);
+  if (!plan.shares.empty()) r.shares = plan.shares;
   if (plan.predicted_step_s > 0) {
     r.predicted_step_s = plan.predicted_step_s;
     r.predicted_memory_bytes = plan.predicted_memory_bytes;

@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cassert>
 #include <numeric>
-#include <string_view>
-
-#include "common/strings.h"
 
 namespace mitra::planner {
 
@@ -100,25 +97,6 @@ std::string SharesText(const Shares& shares) {
   for (size_t d = 0; d < shares.size(); ++d) {
     if (d > 0) out += ',';
     out += std::to_string(shares[d]);
-  }
-  return out;
-}
-
-Result<Shares> ParseShares(const std::string& text) {
-  Shares out;
-  if (text.empty()) return out;
-  std::string_view rest = text;
-  while (true) {
-    const size_t comma = rest.find(',');
-    const std::optional<int64_t> count = ParseInt64(rest.substr(0, comma));
-    if (!count || *count < 1) {
-      return Status::InvalidArgument("shares \"" + text +
-                                     "\": give each replica's micro-batches as positive "
-                                     "integers separated by commas, e.g. 5,3");
-    }
-    out.push_back(*count);
-    if (comma == std::string_view::npos) break;
-    rest.remove_prefix(comma + 1);
   }
   return out;
 }

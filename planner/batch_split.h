@@ -60,10 +60,8 @@ Shares SharesBySpeed(int64_t micro_batches, const std::vector<double>& speeds, i
 // each >= 1, adding up to the step's `micro_batches`.
 Status CheckShares(const Shares& shares, int64_t micro_batches, int replicas);
 
-// "5,3" <-> {5, 3}; "" <-> {} (even). ParseShares: InvalidArgument for anything but positive
-// integers separated by commas.
+// "5,3" for {5, 3}, as the terminal and `mitra plan` show them.
 std::string SharesText(const Shares& shares);
-Result<Shares> ParseShares(const std::string& text);
 // True when the shares are not what EvenShares gives (nor empty).
 bool Uneven(const Shares& shares);
 

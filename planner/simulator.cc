@@ -286,9 +286,11 @@ Result<Prediction> Simulate(const SimulationInput& in) {
 
   const int64_t micro_batches = NumMicroBatches(in.global_batch, c.chunk_size);
   // Uneven shares are for machines that differ, where every replica is simulated anyway.
-  std::vector<int> replicas(c.replicas);
-  std::iota(replicas.begin(), replicas.end(), 0);
-  if (!Uneven(c.shares)) {
+  std::vector<int> replicas;
+  if (Uneven(c.shares)) {
+    replicas.resize(c.replicas);
+    std::iota(replicas.begin(), replicas.end(), 0);
+  } else {
     replicas = detail::SimulatedReplicas(p, in.rank_machines, c.stages, c.replicas,
                                          static_cast<int>(micro_batches % c.replicas));
   }

@@ -100,9 +100,9 @@ struct Launch {
   // A planned shape: what the planner chose; `schedule` is its name, "+recompute" appended when
   // the shape recomputes activations (e.g. "1f1b+recompute").
   std::optional<std::string> schedule, partition;
-  // Each replica's micro-batches, "5,3", where the planner made them uneven (machines that
-  // differ); absent: even.
-  std::optional<std::string> shares;
+  // Each replica's micro-batches, where the planner made them uneven (machines that differ);
+  // absent: even.
+  std::optional<std::vector<int64_t>> shares;
   std::optional<double> predicted_step_s;
   std::optional<int64_t> predicted_memory_bytes;
   std::vector<int64_t> pids;  // by rank; 0: not started

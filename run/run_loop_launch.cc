@@ -54,16 +54,12 @@ void RunLoop::BeginGeneration(const manager::LaunchAction& launch) {
   std::vector<int> stage_of_rank(launch.plan.world_size(), -1);
   std::vector<int64_t> micro_batches_of_rank;  // uneven shares only
   const GridPlan& plan = launch.plan;
-  if (planner::Uneven(plan.shares)) micro_batches_of_rank.resize(plan.world_size());
+  if (!plan.shares.empty()) micro_batches_of_rank.resize(plan.world_size());
   for (int stage = 0; stage < plan.stage_map.num_stages(); ++stage) {
-    const std::vector<int> ranks = plan.stage_map.RanksOfStage(stage);
+    const std::vector<int>& ranks = plan.stage_map.RanksOfStage(stage);
     for (size_t replica = 0; replica < ranks.size(); ++replica) {
       stage_of_rank[ranks[replica]] = stage;
-      if (micro_batches_of_rank.empty()) continue;
-      micro_batches_of_rank[ranks[replica]] =
-          planner::ShareOf(plan.global_batch, plan.chunk_size, plan.shares, plan.replicas,
-                           static_cast<int>(replica))
-              .micro_batches;
+      if (!plan.shares.empty()) micro_batches_of_rank[ranks[replica]] = plan.shares[replica];
     }
   }
   stragglers_.emplace(options_.stragglers, std::move(stage_of_rank),

@@ -45,7 +45,7 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
     p.zero = plan.zero ? 1 : 0;
   }
   p.partition = plan.partition;
-  p.shares = planner::SharesText(plan.shares);
+  p.shares = plan.shares;
   if (!settings.trace_dir.empty()) {
     p.step_trace = JoinPath(settings.trace_dir, records::StepTraceName(placement.rank));
   }

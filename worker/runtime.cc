@@ -154,12 +154,10 @@ Status Runtime::PlanSteps() {
   if (dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
   if (Status s = PlanChunks(); !s.ok()) return s;
-  Result<planner::Shares> shares = planner::ParseShares(placement_.shares);
-  const Status checked =
-      shares.ok() ? planner::CheckShares(*shares, micro_batches, replicas) : shares.status();
-  if (!checked.ok()) return Status::InvalidArgument("MITRA_SHARES: " + checked.message());
-  shares_ = *std::move(shares);
-  share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, shares_, replicas,
+  if (Status s = planner::CheckShares(placement_.shares, micro_batches, replicas); !s.ok()) {
+    return Status::InvalidArgument("MITRA_SHARES: " + s.message());
+  }
+  share_ = planner::ShareOf(opts.global_batch, opts.chunk_size, placement_.shares, replicas,
                             placement_.replica());
   if (opts.schedule == planner::ScheduleKind::kInterleaved &&
       !planner::InterleavedFits(stages, static_cast<int>(share_.micro_batches))) {
@@ -688,8 +686,9 @@ std::string Runtime::DescribeSettings() const {
   out << "; batch " << options_.global_batch << " in micro-batches of " << options_.chunk_size
       << (spec_.micro_batch_independent ? "" : " (fixed for the job)") << "; schedule "
       << planner::ScheduleName(options_.schedule) << (options_.recompute ? " with recompute" : "")
-      << (planner::Uneven(shares_) ? "; replicas' micro-batches " + planner::SharesText(shares_)
-                                   : "")
+      << (planner::Uneven(placement_.shares)
+              ? "; replicas' micro-batches " + planner::SharesText(placement_.shares)
+              : "")
       << (sharded_ ? "; optimizer state sharded over the replicas (ZeRO-1)" : "")
       << "; sampler "
       << (options_.custom_sampler ? "the program's own" : SamplerKindName(options_.sampler))

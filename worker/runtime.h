@@ -284,7 +284,6 @@ class Runtime {
   cutpoint::Partition partition_;  // of the layout's virtual stages
   planner::ChunkLayout layout_;
   std::vector<planner::Instruction> schedule_;
-  planner::Shares shares_;  // each replica's micro-batches (MITRA_SHARES); empty: even
   planner::BatchShare share_;
   int64_t prefetched_through_ = -1;  // the last step PrefetchFrom told the dataset of
   std::unique_ptr<Sampler> sampler_;

@@ -33,6 +33,7 @@ Placement Planned() {
   p.recompute = 1;
   p.zero = 1;
   p.partition = "3,5";
+  p.shares = {5, 3, 4};
   p.step_trace = "/runs/a/rank-3.trace.json";
   return p;
 }
@@ -53,6 +54,7 @@ TEST(Placement, WhatTheManagerWritesTheWorkerReadsBack) {
   EXPECT_EQ(read->resume_step, 40);
   EXPECT_EQ(read->rdzv_host, "10.0.0.1");
   EXPECT_EQ(read->rdzv_port, 29500);
+  EXPECT_EQ(read->shares, (std::vector<int64_t>{5, 3, 4}));
   EXPECT_EQ(read->generation, 7);
   EXPECT_EQ(read->host, "10.0.0.2");
   EXPECT_EQ(read->threads, 2);
@@ -97,6 +99,8 @@ TEST(Placement, MalformedVariablesAreNamed) {
   EXPECT_TRUE(Contains(error("MITRA_HEARTBEAT_S", "soon"), "MITRA_HEARTBEAT_S='soon'"));
   EXPECT_TRUE(Contains(error("MITRA_RECOMPUTE", "yes"), "is not 0 or 1"));
   EXPECT_TRUE(Contains(error("MITRA_ZERO", "2"), "MITRA_ZERO='2' is not 0 or 1"));
+  EXPECT_TRUE(Contains(error("MITRA_SHARES", "2,x"), "MITRA_SHARES='2,x' is not a list of whole"));
+  EXPECT_TRUE(Contains(error("MITRA_SHARES", "0,4"), "MITRA_SHARES='0,4'"));
   EXPECT_TRUE(Contains(error("MITRA_STAGE_TO_RANK_MAP", "0,1;2"), "stage-to-rank map"));
   env.erase("MITRA_STAGE_TO_RANK_MAP");
   EXPECT_TRUE(Contains(error("MITRA_RANK", "0"), "start workers with `mitra run`"));

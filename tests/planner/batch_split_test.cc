@@ -99,11 +99,6 @@ TEST(BatchSplit, SharesThatDoNotCoverTheStepAreRefusedByName) {
   EXPECT_NE(CheckShares({8}, 8, 2).message().find("one count per replica"), std::string::npos);
   EXPECT_FALSE(CheckShares({8, 0}, 8, 2).ok());
   EXPECT_TRUE(CheckShares({}, 8, 2).ok());
-  EXPECT_EQ(*ParseShares("5,3"), (Shares{5, 3}));
-  EXPECT_TRUE(ParseShares("")->empty());
-  for (const char* bad : {"5,", ",3", "5;3", "0,8", "-1,9", "a"}) {
-    EXPECT_FALSE(ParseShares(bad).ok()) << bad;
-  }
   EXPECT_EQ(SharesText({5, 3}), "5,3");
   EXPECT_FALSE(Uneven({}));
   EXPECT_FALSE(Uneven({3, 3, 2}));

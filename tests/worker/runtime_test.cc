@@ -110,7 +110,7 @@ struct JobRun {
 };
 
 // `zero`: RuntimeOptions::zero; `shares`: the placement's (MITRA_SHARES).
-JobRun RunJob(int zero = 0, const std::string& shares = "") {
+JobRun RunJob(int zero = 0, const std::vector<int64_t>& shares = {}) {
   JobRun run;
   auto port = PickFreeTcpPort("127.0.0.1");
   EXPECT_TRUE(port.ok()) << port.status().message();
@@ -211,13 +211,13 @@ TEST(Runtime, UnderZeroOneEachReplicaKeepsHalfTheOptimizerStateAndTrainsTheSame)
 // the same samples once, so the same update.
 TEST(Runtime, UnevenSharesOfTheBatchTrainAsOneThread) {
   const Trajectory expected = PlainLoop();
-  for (const std::string shares : {"3,1", "1,3"}) {
-    const JobRun run = RunJob(0, shares);
+  for (const int first : {3, 1}) {
+    const JobRun run = RunJob(0, {first, 4 - first});
     // 2 x 2: replica 0 is ranks 0 and 1; each took its share.
-    const int first = shares == "3,1" ? 3 : 1;
     EXPECT_EQ(run.micro_batches, (std::vector<int>{first, first, 4 - first, 4 - first}));
     for (int rank = 0; rank < 4; ++rank) {
-      SCOPED_TRACE("shares " + shares + ", rank " + std::to_string(rank));
+      SCOPED_TRACE("shares " + std::to_string(first) + "," + std::to_string(4 - first) +
+                   ", rank " + std::to_string(rank));
       const auto [before, after] = Differences(run.ranks[rank], expected);
       EXPECT_LE(before, kBeforeUpdate);
       EXPECT_LE(after, kAfterUpdate);
@@ -230,12 +230,12 @@ TEST(Runtime, SharesThatDoNotCoverTheBatchAreRefusedNamingTheVariable) {
   RuntimeOptions options;
   options.global_batch = kBatch;
   options.chunk_size = 2;
-  for (const auto& [shares, words] : std::vector<std::pair<std::string, std::string>>{
-           {"3,3", "4 in all"}, {"4", "one count per replica"}, {"2,x", "positive integers"}}) {
+  for (const auto& [shares, words] : std::vector<std::pair<std::vector<int64_t>, std::string>>{
+           {{3, 3}, "4 in all"}, {{4}, "one count per replica"}}) {
     contract::Placement placement = testing::LoopbackPlacement(1, 2, 0, 1);
     placement.shares = shares;
     auto runtime = Runtime::Create(Spec(), dataset, placement, options);
-    ASSERT_FALSE(runtime.ok()) << shares;
+    ASSERT_FALSE(runtime.ok()) << shares.size();
     EXPECT_NE(runtime.status().message().find("MITRA_SHARES: "), std::string::npos)
         << runtime.status().message();
     EXPECT_NE(runtime.status().message().find(words), std::string::npos)

@@ -17,6 +17,7 @@
 #include "common/strings.h"
 #include "planner/batch_split.h"
 #include "planner/profile.h"
+#include "records/records.h"
 #include "tests/common/cpu_quota.h"
 #include "tests/launcher/sshd_fixture.h"
 #include "tests/prerequisite.h"
@@ -542,9 +543,8 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
   const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
   ASSERT_EQ(launches.size(), 2u);
   for (const JsonObject& launch : launches) {
-    Result<planner::Shares> shares =
-        planner::ParseShares(launch.GetString("shares").value_or(""));
-    ASSERT_TRUE(shares.ok() && shares->size() == 2u) << launch.ToJson();
+    const std::optional<planner::Shares> shares = records::FromJson<records::Launch>(launch).shares;
+    ASSERT_TRUE(shares && shares->size() == 2u) << launch.ToJson();
     EXPECT_GT((*shares)[0], (*shares)[1]) << launch.ToJson();
   }
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/false);
