@@ -536,6 +536,77 @@ std::vector<double> MeasureSharing(Protocol& protocol, Workload& load, const Set
   return speeds;
 }
 
+// Step 3's message sizes, 1 KiB to 8 MiB.
+const std::vector<int64_t> kMessageSizes = {1 << 10, 1 << 14, 1 << 16, 1 << 18,
+                                            1 << 20, 1 << 22, 1 << 23};
+
+// Step 3a: rank 0 and the first process of every other machine (and its own machine's second,
+// when it has one) ping-pong every size, idle and while `small` computes: the links rank 0
+// keeps. Every rank takes part in the barriers; collective, throws PeerError.
+std::vector<planner::LinkProfile> MeasureLinks(Protocol& protocol, const Settings& s, int rank,
+                                               Workload& small) {
+  std::vector<std::pair<int, int>> peers;  // rank, machine
+  if (s.slots[0] > 1) peers.emplace_back(1, 0);
+  for (int m = 1, r = s.slots[0]; m < static_cast<int>(s.slots.size()); r += s.slots[m], ++m) {
+    peers.emplace_back(r, m);
+  }
+  std::vector<planner::LinkProfile> links;
+  int tag = 1000;
+  for (const auto& [peer, peer_machine] : peers) {
+    planner::LinkProfile link;
+    link.from = s.machines[0];
+    link.to = s.machines[peer_machine];
+    for (int64_t bytes : kMessageSizes) {
+      protocol.Barrier();
+      double seconds = 0;
+      if (rank == 0 || rank == peer) {
+        protocol.PingPong(peer, bytes, 1, tag);  // warm-up
+        seconds = protocol.PingPong(peer, bytes, s.repeats, tag + 2);
+      }
+      tag += 2 * s.repeats + 4;
+      link.samples.emplace_back(bytes, seconds);
+      const auto busy =
+          protocol.BusyTransfer(peer, bytes, s.repeats, tag, [&] { small.Run(1); });
+      tag += s.repeats + 1;
+      link.busy_samples.emplace_back(bytes, busy.wait_s);
+      link.send_samples.emplace_back(bytes, busy.send_s);
+    }
+    std::tie(link.latency_s, link.bytes_per_s) = planner::FitLatencyBandwidth(link.samples);
+    link.busy_latency_s = planner::BusyLatency(link);
+    std::tie(link.send_latency_s, link.send_bytes_per_s) =
+        planner::FitLatencyBandwidth(link.send_samples);
+    links.push_back(link);
+  }
+  return links;
+}
+
+// Step 3b: the all-reduce over all `world` processes, idle by size and started as every process
+// starts `small`, and the step's small all-reduce right after computing, into `out`.
+// Collective, throws PeerError.
+void MeasureCollectives(Protocol& protocol, const Settings& s, int world, Workload& small,
+                        planner::CommProfile* out) {
+  planner::AllreduceProfile all;
+  all.group = world;
+  for (int64_t bytes : kMessageSizes) {
+    all.samples.emplace_back(bytes, protocol.Allreduce(bytes, s.repeats));
+  }
+  std::tie(all.latency_s, all.bytes_per_s) = planner::FitLatencyBandwidth(all.samples);
+  std::vector<double> alone_times;
+  for (int r = 0; r < s.repeats; ++r) {
+    protocol.Barrier();
+    const auto start = Clock::now();
+    small.Run(1);
+    alone_times.push_back(Seconds(start));
+  }
+  const double alone = Median(alone_times);
+  for (int64_t bytes : {int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 22, int64_t{1} << 23}) {
+    all.busy_samples.emplace_back(
+        bytes, protocol.AllreduceDuringWork(bytes, s.repeats, alone, [&] { small.Run(1); }));
+  }
+  out->allreduce.push_back(all);
+  out->step_sync_s = protocol.SyncAfterWork(2 * s.repeats, [&] { small.Run(1); });
+}
+
 // Step 4: training steps of the runtime itself. The first kCalibrationWarmUpSteps warm up
 // (allocations, the first buckets); the median of the next kCalibrationSteps is kept. Each
 // replica trains kCalibrationMicroBatches micro-batches a step, as a job of several does.
@@ -687,62 +758,12 @@ int RunProfile(const cutpoint::ModelSpec& spec, const std::shared_ptr<const Data
   if (leader) machine.speed = speed;
   protocol.Barrier();
 
-  // 3. Messages and collectives.
-  planner::CommProfile comm_profile;
-  const std::vector<int64_t> sizes = {1 << 10, 1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 23};
+  // 3. Messages and collectives, a small workload keeping the cores busy where asked.
   Workload small(spec, dataset, options.seed, s.micro_batches.front());
   small.Run(1);
-  std::vector<std::pair<int, int>> peers;  // rank, machine
-  if (s.slots[0] > 1) peers.emplace_back(1, 0);
-  for (int m = 1, r = s.slots[0]; m < static_cast<int>(s.slots.size()); r += s.slots[m], ++m) {
-    peers.emplace_back(r, m);
-  }
-  int tag = 1000;
-  for (const auto& [peer, peer_machine] : peers) {
-    planner::LinkProfile link;
-    link.from = s.machines[0];
-    link.to = s.machines[peer_machine];
-    for (int64_t bytes : sizes) {
-      protocol.Barrier();
-      double seconds = 0;
-      if (placement.rank == 0 || placement.rank == peer) {
-        protocol.PingPong(peer, bytes, 1, tag);  // warm-up
-        seconds = protocol.PingPong(peer, bytes, s.repeats, tag + 2);
-      }
-      tag += 2 * s.repeats + 4;
-      link.samples.emplace_back(bytes, seconds);
-      const auto busy =
-          protocol.BusyTransfer(peer, bytes, s.repeats, tag, [&] { small.Run(1); });
-      tag += s.repeats + 1;
-      link.busy_samples.emplace_back(bytes, busy.wait_s);
-      link.send_samples.emplace_back(bytes, busy.send_s);
-    }
-    std::tie(link.latency_s, link.bytes_per_s) = planner::FitLatencyBandwidth(link.samples);
-    link.busy_latency_s = planner::BusyLatency(link);
-    std::tie(link.send_latency_s, link.send_bytes_per_s) =
-        planner::FitLatencyBandwidth(link.send_samples);
-    comm_profile.links.push_back(link);
-  }
-  if (world > 1) {
-    planner::AllreduceProfile all;
-    all.group = world;
-    for (int64_t bytes : sizes) all.samples.emplace_back(bytes, protocol.Allreduce(bytes, s.repeats));
-    std::tie(all.latency_s, all.bytes_per_s) = planner::FitLatencyBandwidth(all.samples);
-    std::vector<double> alone_times;
-    for (int r = 0; r < s.repeats; ++r) {
-      protocol.Barrier();
-      const auto start = Clock::now();
-      small.Run(1);
-      alone_times.push_back(Seconds(start));
-    }
-    const double alone = Median(alone_times);
-    for (int64_t bytes : {int64_t{1} << 16, int64_t{1} << 20, int64_t{1} << 22, int64_t{1} << 23}) {
-      all.busy_samples.emplace_back(
-          bytes, protocol.AllreduceDuringWork(bytes, s.repeats, alone, [&] { small.Run(1); }));
-    }
-    comm_profile.allreduce.push_back(all);
-    comm_profile.step_sync_s = protocol.SyncAfterWork(2 * s.repeats, [&] { small.Run(1); });
-  }
+  planner::CommProfile comm_profile;
+  comm_profile.links = MeasureLinks(protocol, s, placement.rank, small);
+  if (world > 1) MeasureCollectives(protocol, s, world, small, &comm_profile);
   protocol.Barrier();
 
   // 4. Each machine's speed in the runtime's own training steps, every process at once: how
