@@ -142,10 +142,27 @@ double SampleSeconds(const Dataset& dataset, const Settings& s) {
   return Median(times);
 }
 
+// The sum of the last time of each segment: one pass over the chain.
+double LastOfEach(const std::vector<std::vector<double>>& times) {
+  double sum = 0;
+  for (const std::vector<double>& t : times) sum += t.back();
+  return sum;
+}
+
+// What the segments' median times are to be multiplied by to add up to the median pass.
+double PassScale(const std::vector<std::vector<double>>& times, const std::vector<double>& passes) {
+  double sum = 0;
+  for (const std::vector<double>& t : times) sum += Median(t);
+  return sum > 0 ? Median(passes) / sum : 1.0;
+}
+
 // Every segment's costs at micro-batch `size`, timed within passes over the whole chain, as a
 // stage runs them: between two uses of a segment every other segment's weights and activations
 // go through the caches, so a small micro-batch pays for fetching the weights as it does in
-// training. Leaves the last pass's gradients in the parameters.
+// training. Each cost is the segment's share (by its median) of the whole pass's median: on a
+// machine whose CPU comes in slices (a quota, a noisy neighbour), a segment shorter than a slice
+// is often timed inside one and looks fast, while a pass spans many. Leaves the last pass's
+// gradients in the parameters.
 std::vector<planner::SegmentCost> SegmentCosts(
     const cutpoint::ModelSpec& spec, const std::vector<std::shared_ptr<cutpoint::Segment>>& segments,
     const Dataset& dataset, int64_t size, int repeats) {
@@ -155,6 +172,7 @@ std::vector<planner::SegmentCost> SegmentCosts(
   const int n = spec.num_segments();
   std::vector<std::vector<double>> forward(n), nograd(n), backward(n), weights(n);
   std::vector<int64_t> graph(n, 0), output_bytes(n, 0);
+  std::vector<double> forward_pass, nograd_pass, backward_pass;  // each round's sum
   for (int r = 0; r <= repeats; ++r) {  // the first round warms up
     std::vector<Activations> outputs(n);
     Activations in = batch;
@@ -191,15 +209,24 @@ std::vector<planner::SegmentCost> SegmentCosts(
       in = segments[i]->Forward(in);
       if (r > 0) nograd[i].push_back(Seconds(start));
     }
+    if (r > 0) {
+      forward_pass.push_back(LastOfEach(forward));
+      nograd_pass.push_back(LastOfEach(nograd));
+      backward_pass.push_back(LastOfEach(backward));
+    }
   }
+  const double forward_scale = PassScale(forward, forward_pass);
+  const double nograd_scale = PassScale(nograd, nograd_pass);
+  const double backward_scale = PassScale(backward, backward_pass);
   std::vector<planner::SegmentCost> costs(n);
   for (int i = 0; i < n; ++i) {
     planner::SegmentCost& cost = costs[i];
     cost.micro_batch = size;
-    cost.forward_s = Median(forward[i]);
-    cost.forward_nograd_s = Median(nograd[i]);
-    cost.backward_s = Median(backward[i]);
-    cost.weight_s = std::min(Median(weights[i]), cost.backward_s);
+    cost.forward_s = Median(forward[i]) * forward_scale;
+    cost.forward_nograd_s = Median(nograd[i]) * nograd_scale;
+    cost.backward_s = Median(backward[i]) * backward_scale;
+    // W is timed within the backward: the same scale.
+    cost.weight_s = std::min(Median(weights[i]) * backward_scale, cost.backward_s);
     cost.output_bytes = output_bytes[i];
     cost.graph_bytes = std::max<int64_t>(graph[i], cost.output_bytes);
   }

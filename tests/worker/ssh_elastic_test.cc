@@ -485,17 +485,16 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
   const Status limited = sshd_->LimitCpu(kHostB, 0.5);
   ASSERT_TRUE(limited.ok()) << limited.message();
   machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
-  // Half a core is twice as slow over a long stretch. A segment much shorter than the quota's
-  // 2 ms period may run inside one grant and look fast: at micro-batches of 8 and 16 (blocks of
-  // 1-3 ms) B's figures came out no slower than A's in about one profile in three, and the
-  // training steps that calibrate them did not make up for it (they slow A too, by 1.26 to 1.70
-  // times on these two shared CPUs, and B by 1.29 to 2.31). At 32 and 64 samples (blocks of
-  // several ms) every profile found B 2.0 to 2.8 times slower. The test still profiles again, up
-  // to three times, should B come out no slower than 1.1 times A: what follows needs a profile
+  // Half a core is twice as slow over a long stretch, and a profile sees it where its passes
+  // over the model span several of the quota's 2 ms periods: at micro-batches of 32 and 64 B's
+  // blocks came out 1.5 to 3.9 times A's in 11 profiles (at 8 and 16, 1.1 to 2.7 times in 8).
+  // With 8 micro-batches, shares 5,3 beat 4,4 once B is 1.25 times slower (5 A < 4 B); the test
+  // asks for 1.5, for what the blocks leave out (embedding, head, all-reduce), and profiles
+  // again, up to three times, should B come out faster than that: what follows needs a profile
   // that is right.
   const std::string profile_dir = tmp_.Path("profile");
   double fast = 0, slow = 0;
-  for (int attempt = 1; attempt <= 3 && !(slow > 1.1 * fast); ++attempt) {
+  for (int attempt = 1; attempt <= 3 && !(slow > 1.5 * fast); ++attempt) {
     std::filesystem::remove_all(profile_dir);
     const MitraResult profiled = Profile(profile_dir, job.batch_size, "32,64", 5);
     ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
@@ -512,7 +511,7 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
     }
     std::cerr << "profile " << attempt << ": A " << fast << " s, B " << slow << " s\n";
   }
-  ASSERT_GT(slow, 1.1 * fast) << "three profiles in a row found B no slower than A";
+  ASSERT_GT(slow, 1.5 * fast) << "three profiles in a row found B less than 1.5 times slower than A";
   // `mitra plan` shows the machines' speeds and the replicas' shares.
   const MitraResult plan = testing::RunProgram(
       MITRA_BINARY, {"plan", "--profile", profile_dir, "--batch-size", "256", "--chunk-size", "32",
