@@ -8,11 +8,11 @@
 namespace mitra::manager {
 
 StragglerDetector::StragglerDetector(StragglerOptions options, std::vector<int> stage_of_rank,
-                                     std::vector<int64_t> micro_batches_of_rank)
+                                     std::vector<double> expected_of_rank)
     : options_(options), stage_of_rank_(std::move(stage_of_rank)), ranks_(stage_of_rank_.size()) {
   for (size_t r = 0; r < stage_of_rank_.size(); ++r) {
-    if (r < micro_batches_of_rank.size() && micro_batches_of_rank[r] > 0) {
-      ranks_[r].micro_batches = static_cast<double>(micro_batches_of_rank[r]);
+    if (r < expected_of_rank.size() && expected_of_rank[r] > 0) {
+      ranks_[r].expected = expected_of_rank[r];
     }
     const int stage = stage_of_rank_[r];
     if (stage < 0) continue;
@@ -35,7 +35,7 @@ std::optional<Straggler> StragglerDetector::Observe(int rank, int steps, double 
     return std::nullopt;
   }
   RankTimes& times = ranks_[rank];
-  times.compute_s = compute_s / times.micro_batches;
+  times.compute_s = compute_s / times.expected;
   const std::optional<double> median = PeerMedian(rank);
   if (!median || *median <= 0 || times.compute_s < options_.ratio * *median) {
     times.slow_steps = 0;
@@ -44,7 +44,7 @@ std::optional<Straggler> StragglerDetector::Observe(int rank, int steps, double 
   times.slow_steps += steps;
   if (times.reported || times.slow_steps < options_.steps) return std::nullopt;
   times.reported = true;
-  return Straggler{rank, stage_of_rank_[rank], compute_s, *median * times.micro_batches,
+  return Straggler{rank, stage_of_rank_[rank], compute_s, *median * times.expected,
                    times.compute_s / *median, times.slow_steps};
 }
 

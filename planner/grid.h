@@ -74,6 +74,10 @@ struct GridPlan {
   Shares shares;  // each replica's micro-batches when a planner made them uneven; empty: even
   double predicted_step_s = 0;  // 0: not predicted
   int64_t predicted_memory_bytes = 0;
+  // Each rank's compute a step as the planner's profile predicts it (its stage over its
+  // replica's share, at its machine's speed); empty when not planned from a profile. The
+  // straggler detector judges each rank against it.
+  std::vector<double> expected_compute_s;
 
   int world_size() const { return stages * replicas; }
 };

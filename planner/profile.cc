@@ -58,6 +58,19 @@ double Interpolate(const std::vector<std::pair<double, double>>& points, double 
 
 }  // namespace
 
+void ScaleCompute(MachineProfile& m, double factor) {
+  m.sample_s *= factor;
+  for (SegmentProfile& segment : m.segments) {
+    segment.update_s *= factor;
+    for (SegmentCost& cost : segment.costs) {
+      cost.forward_s *= factor;
+      cost.forward_nograd_s *= factor;
+      cost.backward_s *= factor;
+      cost.weight_s *= factor;
+    }
+  }
+}
+
 double MachineProfile::SpeedAt(int k) const {
   if (k <= 1 || speed.empty()) return 1.0;
   if (k <= static_cast<int>(speed.size())) return speed[k - 1];

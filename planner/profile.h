@@ -60,6 +60,10 @@ struct MachineProfile {
   double SpeedAt(int k) const;
 };
 
+// Every compute figure of `m` (forwards, backwards, updates, sample loads) times `factor`: a
+// machine found that much slower with one process computing.
+void ScaleCompute(MachineProfile& m, double factor);
+
 // Point-to-point messages between two machines (`from` == `to`: within one machine).
 struct LinkProfile {
   std::string from, to;

@@ -1,5 +1,6 @@
 #include "planner/shape_policy.h"
 
+#include <algorithm>
 #include <numeric>
 #include <string>
 
@@ -30,19 +31,56 @@ Result<GridPlan> FixedStagesPolicy::Plan(const ShapeRequest& request) const {
 Profile Corrected(const Profile& profile, const std::vector<SpeedCorrection>& corrections) {
   Profile out = profile;
   for (const SpeedCorrection& c : corrections) {
-    // The machine whose figures the plan uses for `address` (Profile::Machine).
-    MachineProfile* m = out.machines.empty() ? nullptr : &out.machines.front();
-    for (MachineProfile& candidate : out.machines) {
-      if (candidate.address == c.address) m = &candidate;
+    if (out.machines.empty() || c.busy < 1 || !(c.factor > 0)) continue;
+    auto m = std::find_if(out.machines.begin(), out.machines.end(),
+                          [&](const MachineProfile& p) { return p.address == c.address; });
+    const MachineProfile& typical = m == out.machines.end() ? out.machines.front() : *m;
+    if (c.busy > 1 && c.busy > static_cast<int>(typical.speed.size())) continue;
+    if (m == out.machines.end()) {
+      MachineProfile copy = typical;  // as Profile::Machine costs it
+      copy.address = c.address;
+      out.machines.push_back(std::move(copy));
+      m = out.machines.end() - 1;
     }
-    if (m == nullptr || c.busy < 1 || c.busy > static_cast<int>(m->speed.size()) ||
-        !(c.factor > 0)) {
-      continue;
+    // One process's speed is its figures themselves (speed[0] is 1 by definition).
+    if (c.busy == 1) {
+      ScaleCompute(*m, c.factor);
+    } else {
+      m->speed[c.busy - 1] /= c.factor;
     }
-    m->speed[c.busy - 1] /= c.factor;
   }
   return out;
 }
+
+namespace {
+
+// Each rank's compute a step as `profile` predicts it: the forward and backward of its stage's
+// segments over its replica's samples, at its machine's speed with the plan's ranks there busy.
+std::vector<double> ExpectedCompute(const Profile& profile, const GridPlan& plan,
+                                    const std::vector<int>& partition,
+                                    const std::vector<MachineSlots>& machines) {
+  if (static_cast<int>(partition.size()) != plan.stages) return {};
+  std::vector<int> busy(machines.size(), 0);
+  for (const RankPlacement& r : plan.ranks) ++busy[r.machine];
+  std::vector<int> first_segment(partition.size() + 1, 0);
+  std::partial_sum(partition.begin(), partition.end(), first_segment.begin() + 1);
+  std::vector<double> out;
+  for (const RankPlacement& r : plan.ranks) {
+    const MachineProfile& machine = profile.Machine(machines[r.machine].address);
+    double micro_batch_s = 0;
+    for (int s = first_segment[r.stage]; s < first_segment[r.stage + 1]; ++s) {
+      const SegmentCost c = profile.CostAt(machine, s, plan.chunk_size);
+      micro_batch_s += c.forward_s + c.backward_s;
+    }
+    const int64_t samples =
+        ShareOf(plan.global_batch, plan.chunk_size, plan.shares, plan.replicas, r.replica).samples;
+    out.push_back(micro_batch_s * static_cast<double>(samples) / plan.chunk_size /
+                  machine.SpeedAt(busy[r.machine]));
+  }
+  return out;
+}
+
+}  // namespace
 
 Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   const Profile corrected =
@@ -80,6 +118,8 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   if (Uneven(best.candidate.shares)) out->shares = best.candidate.shares;
   out->predicted_step_s = best.prediction.step_s;
   out->predicted_memory_bytes = best.prediction.max_memory_bytes;
+  out->expected_compute_s = ExpectedCompute(*plan.profile, *out, best.candidate.partition,
+                                            request.machines);
   if (out->idle_slots > 0 && out->idle_reason.empty()) {
     out->idle_reason = "the planner predicts " + std::to_string(out->replicas) +
                        (out->replicas == 1 ? " replica" : " replicas") + " to be fastest";

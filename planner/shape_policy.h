@@ -20,8 +20,9 @@ namespace mitra::planner {
 
 // What a running job measured against the profile: on the machine `address`, with `busy` of
 // its processes in the job, steps took `factor` times what the profile predicted. The plan
-// divides that machine's speed with `busy` computing (MachineProfile::speed) by `factor`: a
-// step's time is mostly computation, which the speed scales.
+// divides that machine's speed with `busy` computing (MachineProfile::speed) by `factor`, and
+// with one computing, multiplies its figures (ScaleCompute): a step's time is mostly
+// computation, which the speed scales.
 struct SpeedCorrection {
   std::string address;
   int busy = 1;
@@ -38,9 +39,10 @@ struct ShapeRequest {
   int zero = -1;  // PlannedShapePolicy only: PlanRequest::zero
 };
 
-// `profile` with `corrections` applied, each to the machine the plan takes for its address
-// (Profile::Machine: the list's typical machine when that one was not profiled); one for a
-// number of processes the profile did not measure is ignored.
+// `profile` with `corrections` applied, each to the machine of its address; a machine that was
+// not profiled gets its own copy of the list's typical one (Profile::Machine) first, so that
+// correcting it leaves the others as they were. One for a number of processes the profile did
+// not measure is ignored.
 Profile Corrected(const Profile& profile, const std::vector<SpeedCorrection>& corrections);
 
 // Implementations are pure and thread-compatible.
@@ -50,6 +52,9 @@ class ShapePolicy {
   // The plan for `request`, or a Status whose message says why none fits and what would help
   // (the job waits, and `mitra status` shows the message).
   virtual Result<GridPlan> Plan(const ShapeRequest& request) const = 0;
+  // Whether plans weigh the machines' speeds, so that a correction (a machine found slower than
+  // planned) may change them.
+  virtual bool WeighsSpeeds() const { return false; }
 };
 
 // P fixed; D = floor(slots / P).
@@ -71,6 +76,7 @@ class PlannedShapePolicy : public ShapePolicy {
   explicit PlannedShapePolicy(std::shared_ptr<const Profile> profile, int stages = 0)
       : profile_(std::move(profile)), stages_(stages) {}
   Result<GridPlan> Plan(const ShapeRequest& request) const override;
+  bool WeighsSpeeds() const override { return true; }
 
  private:
   std::shared_ptr<const Profile> profile_;

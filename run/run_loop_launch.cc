@@ -52,18 +52,19 @@ void RunLoop::BeginGeneration(const manager::LaunchAction& launch) {
   ranks_.clear();
   ranks_generation_ = launch.generation;
   std::vector<int> stage_of_rank(launch.plan.world_size(), -1);
-  std::vector<int64_t> micro_batches_of_rank;  // uneven shares only
   const GridPlan& plan = launch.plan;
-  if (!plan.shares.empty()) micro_batches_of_rank.resize(plan.world_size());
+  // What the plan expects of each rank: the profile's prediction, else its replica's share.
+  std::vector<double> expected = plan.expected_compute_s;
+  const bool by_share = expected.empty() && !plan.shares.empty();
+  if (by_share) expected.resize(plan.world_size());
   for (int stage = 0; stage < plan.stage_map.num_stages(); ++stage) {
     const std::vector<int>& ranks = plan.stage_map.RanksOfStage(stage);
     for (size_t replica = 0; replica < ranks.size(); ++replica) {
       stage_of_rank[ranks[replica]] = stage;
-      if (!plan.shares.empty()) micro_batches_of_rank[ranks[replica]] = plan.shares[replica];
+      if (by_share) expected[ranks[replica]] = static_cast<double>(plan.shares[replica]);
     }
   }
-  stragglers_.emplace(options_.stragglers, std::move(stage_of_rank),
-                      std::move(micro_batches_of_rank));
+  stragglers_.emplace(options_.stragglers, std::move(stage_of_rank), std::move(expected));
 }
 
 LaunchSettings RunLoop::GenerationSettings(const manager::LaunchAction& launch) {

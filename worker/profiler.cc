@@ -711,20 +711,6 @@ double AloneStepSeconds(const planner::MachineProfile& m, int64_t size) {
 // sharing the cores, which MeasureSharing's calibration covers on machines of several slots.
 constexpr double kSustainedSpeedTolerance = 1.2;
 
-// Every compute figure of `m` (forwards, backwards, updates, sample loads) times `factor`.
-void ScaleCompute(planner::MachineProfile& m, double factor) {
-  m.sample_s *= factor;
-  for (planner::SegmentProfile& segment : m.segments) {
-    segment.update_s *= factor;
-    for (planner::SegmentCost& cost : segment.costs) {
-      cost.forward_s *= factor;
-      cost.forward_nograd_s *= factor;
-      cost.backward_s *= factor;
-      cost.weight_s *= factor;
-    }
-  }
-}
-
 // Step 4 on the machine's leader, from the median compute `step_s` of its processes' training
 // steps of `size` micro-batches: on a machine of several slots the speed with all of them
 // computing moves to the steps' (CalibratedSharing); a machine of one slot whose steps are
@@ -744,7 +730,7 @@ void CalibrateToSteps(planner::MachineProfile& machine, const std::vector<double
   }
   const double factor = step_s / alone_s;
   if (factor <= kSustainedSpeedTolerance) return;
-  ScaleCompute(machine, factor);
+  planner::ScaleCompute(machine, factor);
   spdlog::info("{}: training steps of the runtime computed {:.2f} times what its segments "
                "measured alone: it does not sustain that speed, and the profile keeps its "
                "figures {:.2f} times slower", name, factor, factor);

@@ -84,6 +84,24 @@ TEST(Stragglers, UnevenSharesAreJudgedPerMicroBatch) {
   EXPECT_DOUBLE_EQ(found->ratio, 1.5);
 }
 
+// A plan from a profile expects rank 0's machine to take twice rank 1's compute for the same
+// share: at that pace it is no straggler; slower than planned by 1.5 times, it is.
+TEST(Stragglers, ARankIsJudgedAgainstWhatThePlanExpectsOfItsMachine) {
+  StragglerDetector detector({1.3, 20}, {0, 0}, {0.2, 0.1});
+  for (int beat = 0; beat < 30; ++beat) {
+    EXPECT_FALSE(detector.Observe(1, 1, 0.100));
+    EXPECT_FALSE(detector.Observe(0, 1, 0.200));
+  }
+  std::optional<Straggler> found;
+  for (int beat = 0; beat < 20 && !found; ++beat) {
+    detector.Observe(1, 1, 0.100);
+    found = detector.Observe(0, 1, 0.300);
+  }
+  ASSERT_TRUE(found);
+  EXPECT_DOUBLE_EQ(found->peer_median_s, 0.200);
+  EXPECT_DOUBLE_EQ(found->ratio, 1.5);
+}
+
 TEST(Stragglers, AStageWithoutPeersAndUnknownRanksAreNeverJudged) {
   StragglerDetector detector({1.3, 20}, {0, 1});  // 2 stages x 1 replica
   for (int beat = 0; beat < 30; ++beat) {

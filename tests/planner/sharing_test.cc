@@ -107,8 +107,48 @@ TEST(SpeedCorrection, TheNextPlanUsesTheCorrectedSpeed) {
   EXPECT_EQ(profile->machines[0].speed[1], 0.95);
   EXPECT_EQ(Corrected(*profile, {{"m0", 3, 2.0}}).machines[0].speed,
             (std::vector<double>{1.0, 0.95}));
-  EXPECT_EQ(Corrected(*profile, {{"elsewhere", 1, 2.0}}).machines[0].speed,
-            (std::vector<double>{0.5, 0.95}));  // the typical machine, as plans take it
+  // A machine not profiled is corrected as its own copy of the typical one, which stays; with
+  // one process busy, its figures themselves (one process's speed is 1 by definition).
+  const Profile elsewhere = Corrected(*profile, {{"elsewhere", 1, 2.0}});
+  ASSERT_EQ(elsewhere.machines.size(), 2u);
+  EXPECT_EQ(elsewhere.machines[0].speed, (std::vector<double>{1.0, 0.95}));
+  EXPECT_EQ(elsewhere.machines[1].address, "elsewhere");
+  EXPECT_EQ(elsewhere.machines[1].speed, (std::vector<double>{1.0, 0.95}));
+  const SegmentCost typical = elsewhere.CostAt(elsewhere.machines[0], 2, 4);
+  const SegmentCost corrected = elsewhere.CostAt(elsewhere.machines[1], 2, 4);
+  EXPECT_DOUBLE_EQ(corrected.forward_s, 2 * typical.forward_s);
+  EXPECT_DOUBLE_EQ(corrected.backward_s, 2 * typical.backward_s);
+  EXPECT_DOUBLE_EQ(elsewhere.machines[1].segments[2].update_s,
+                   2 * elsewhere.machines[0].segments[2].update_s);
+}
+
+// A machine the profile does not know, found 2.5 times slower: the plan gives it the smaller
+// share (10,4 of 14, as planner_test's machine profiled that slow), and says what compute it
+// expects of each rank, against which the straggler rule judges them: 10 x 0.03 s on m0, and
+// 4 x 0.03 x 2.5 on the other.
+TEST(SpeedCorrection, AMachineFoundSlowerGetsLessOfTheBatchAndThePlanExpectsItsPace) {
+  const auto profile = std::make_shared<const Profile>(Uniform(1, 0.01, 0.02));
+  const PlannedShapePolicy policy(profile, 1);
+  ShapeRequest request;
+  request.machines = {{"m0", 1}, {"joined", 1}};
+  request.segments = 1;
+  request.global_batch = 14;
+  request.chunk_size = 1;
+  Result<GridPlan> even = policy.Plan(request);
+  ASSERT_TRUE(even.ok()) << even.status().message();
+  EXPECT_EQ(even->replicas, 2);
+  EXPECT_TRUE(even->shares.empty());
+  ASSERT_EQ(even->expected_compute_s.size(), 2u);
+  EXPECT_NEAR(even->expected_compute_s[0], 7 * 0.03, 1e-12);
+  EXPECT_NEAR(even->expected_compute_s[1], 7 * 0.03, 1e-12);
+  request.corrections = {{"joined", 1, 2.5}};
+  Result<GridPlan> weighed = policy.Plan(request);
+  ASSERT_TRUE(weighed.ok()) << weighed.status().message();
+  EXPECT_EQ(weighed->shares, (Shares{10, 4}));
+  ASSERT_EQ(weighed->expected_compute_s.size(), 2u);
+  EXPECT_NEAR(weighed->expected_compute_s[0], 10 * 0.03, 1e-12);
+  EXPECT_NEAR(weighed->expected_compute_s[1], 4 * 0.03 * 2.5, 1e-12);
+  EXPECT_EQ(profile->machines.size(), 1u);  // the profile itself is unchanged
 }
 
 }  // namespace
