@@ -70,6 +70,7 @@ std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, d
                  [this](const HostChecked& in) { OnHostChecked(in); },
                  [this](const StopInput& in) { OnStop(in); },
                  [this](const DrainMachine& in) { OnDrain(in); },
+                 [this](const SlowMachine& in) { OnSlowMachine(in); },
                  [](const TimerInput&) {},
              },
              input);
@@ -296,28 +297,28 @@ void Controller::CheckProfile(double step_s) {
     std::map<int, int> busy;  // machine index -> the generation's ranks on it
     for (const RankState& r : gen_.ranks) ++busy[r.machine];
     for (const auto& [machine, ranks] : busy) {
-      const std::string address = gen_.machines[machine].Address();
-      auto same = std::find_if(corrections_.begin(), corrections_.end(),
-                               [&](const planner::SpeedCorrection& c) {
-                                 return c.address == address && c.busy == ranks;
-                               });
-      // The prediction was made with the earlier correction: the two compound.
-      if (same == corrections_.end()) {
-        corrections_.push_back({address, ranks, v->ratio});
-        same = corrections_.end() - 1;
-      } else {
-        same->factor *= v->ratio;
-      }
-      fact.corrections.push_back(*same);
+      fact.corrections.push_back(Correct(gen_.machines[machine].Address(), ranks, v->ratio));
     }
   }
   Tell(fact);
+}
+
+planner::SpeedCorrection Controller::Correct(const std::string& address, int busy, double factor) {
+  auto same = std::find_if(
+      corrections_.begin(), corrections_.end(),
+      [&](const planner::SpeedCorrection& c) { return c.address == address && c.busy == busy; });
+  // The plan that was measured was made with the earlier correction: the two compound.
+  if (same == corrections_.end()) return corrections_.emplace_back(
+      planner::SpeedCorrection{address, busy, factor});
+  same->factor *= factor;
+  return *same;
 }
 
 bool Controller::DiffersFromCurrent(const GridPlan& desired,
                                     const std::vector<Machine>& machines) const {
   if (!gen_.live) return true;
   if (desired.stages != gen_.plan.stages || desired.replicas != gen_.plan.replicas) return true;
+  if (desired.shares != gen_.plan.shares) return true;
   for (size_t r = 0; r < desired.ranks.size(); ++r) {
     const Machine& want = machines[desired.ranks[r].machine];
     const Machine& have = gen_.machines[gen_.plan.ranks[r].machine];

@@ -216,12 +216,23 @@ struct DrainMachine {
   std::string by;
 };
 
+// A machine of the running generation found slower than its plan expected (a straggler, when
+// --exclude-stragglers does not drain it): its rank computed `ratio` times what its stage peers'
+// pace gives for its work. Where plans weigh the machines' speeds (a profile), the next plans
+// take it that much slower, and the job re-plans now: a planned morph when the plan changes
+// (less of the batch for it, or none of the job); drain stays for the user to ask.
+struct SlowMachine {
+  std::string address;  // Machine::Address()
+  double ratio = 1;
+};
+
 // Time passed; deadlines are checked on every input, this one carries nothing else.
 struct TimerInput {};
 
 using ControllerInput =
     std::variant<StartInput, MachinesChanged, GenerationLaunched, RankStarted, RankStartFailed,
-                 RankReport, RankExited, HostChecked, StopInput, DrainMachine, TimerInput>;
+                 RankReport, RankExited, HostChecked, StopInput, DrainMachine, SlowMachine,
+                 TimerInput>;
 
 // ---- Actions -----------------------------------------------------------------------------
 
@@ -338,14 +349,18 @@ class Controller {
   void OnHostChecked(const HostChecked& in);
   void OnStop(const StopInput& in);
   void OnDrain(const DrainMachine& in);
+  void OnSlowMachine(const SlowMachine& in);
   void OnTimers();
 
   // Plans the next generation on the usable machines and launches it, or waits.
   void TryLaunch();
   // The plan the usable machines allow; nullopt (with `why`) when they allow none.
   std::optional<std::pair<GridPlan, std::vector<Machine>>> DesiredPlan(std::string* why) const;
-  // Whether `desired` differs from what runs now (shape or machines).
+  // Whether `desired` differs from what runs now (shape, the replicas' shares, or machines).
   bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
+  // Records that on `address`, with `busy` of the job's processes, steps take `factor` times
+  // what the plans took: compounded with an earlier correction of the same, which it returns.
+  planner::SpeedCorrection Correct(const std::string& address, int busy, double factor);
   void BeginMorph(const std::string& why);
   // The running generation, every rank ready, against the machine list as it is now: morphs
   // when the list changed its shape or machines. Tells `fact` (when not null) with what it does.

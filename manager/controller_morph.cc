@@ -15,6 +15,15 @@
 #include "manager/state_placement.h"
 
 namespace mitra::manager {
+namespace {
+
+// "1 x 2", "1 x 2, shares 5,3".
+std::string PlanText(const GridPlan& plan) {
+  return std::to_string(plan.stages) + " x " + std::to_string(plan.replicas) +
+         (plan.shares.empty() ? "" : ", shares " + planner::SharesText(plan.shares));
+}
+
+}  // namespace
 
 void Controller::OnMachinesChanged(const MachinesChanged& in) {
   const MachinePool::Change change = pool_.Update(in.list);
@@ -95,6 +104,45 @@ void Controller::FollowMachineList(const std::string& why, ListChangedFact* fact
   }
   tell(Action::kMorph);
   BeginMorph(why);
+}
+
+void Controller::OnSlowMachine(const SlowMachine& in) {
+  using Action = SlowMachineFact::Action;
+  SlowMachineFact fact;
+  fact.machine = in.address;
+  fact.ratio = in.ratio;
+  const int busy = static_cast<int>(
+      std::count_if(gen_.ranks.begin(), gen_.ranks.end(), [&](const RankState& r) {
+        return gen_.machines[r.machine].Address() == in.address;
+      }));
+  if (!policy_->WeighsSpeeds() || !gen_.live || busy == 0 || !(in.ratio > 0)) {
+    Tell(fact);  // kUnweighed; a machine the job left since is judged again where it returns
+    return;
+  }
+  if (busy == static_cast<int>(gen_.ranks.size())) {
+    fact.action = Action::kAlone;
+    Tell(fact);
+    return;
+  }
+  fact.correction = Correct(in.address, busy, in.ratio);
+  if (phase_ != Phase::kRunning) {
+    fact.action = Action::kFolded;
+    Tell(fact);
+    return;
+  }
+  std::string why;
+  const auto desired = DesiredPlan(&why);
+  if (!desired || !DiffersFromCurrent(desired->first, desired->second)) {
+    fact.action = Action::kKeep;
+    fact.plan = PlanText(gen_.plan);
+    Tell(fact);
+    return;
+  }
+  fact.action = Action::kReplan;
+  fact.plan = PlanText(desired->first);
+  Tell(fact);
+  Morph("re-planning: " + in.address + " is slower than planned", desired->first,
+        desired->second);
 }
 
 void Controller::OnDrain(const DrainMachine& in) {

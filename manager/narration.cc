@@ -156,6 +156,40 @@ Narration ProfileChecked(const ProfileCheckFact& f) {
                   Join(machines, ", "));
 }
 
+Narration SlowMachineTold(const SlowMachineFact& f) {
+  using Action = SlowMachineFact::Action;
+  JsonObject fields;
+  fields.SetString("machine", f.machine).SetNumber("ratio", f.ratio);
+  if (f.correction) {
+    fields.SetInt("busy", f.correction->busy).SetNumber("factor", f.correction->factor);
+  }
+  if (!f.plan.empty()) fields.SetString("plan", f.plan);
+  char ratio[16];
+  std::snprintf(ratio, sizeof ratio, "%.2f", f.ratio);
+  const std::string head = "mitra: " + f.machine + " computes " + ratio +
+                           " times what its plan expected; ";
+  switch (f.action) {
+    case Action::kReplan:
+      return Told("slow_machine", fields.SetString("action", "replan"),
+                  head + "re-planned with it that much slower: " + f.plan +
+                      ", by a planned morph");
+    case Action::kKeep:
+      return Told("slow_machine", fields.SetString("action", "keep"),
+                  head + "the plan with it that much slower is the one running (" + f.plan + ")");
+    case Action::kFolded:
+      return Told("slow_machine", fields.SetString("action", "folded"),
+                  head + "the next generation plans with it that much slower");
+    case Action::kAlone:
+      return Told("slow_machine", fields.SetString("action", "none"),
+                  head + "the job runs on no other machine, so nothing changes");
+    case Action::kUnweighed:
+      break;
+  }
+  return Told("slow_machine", fields.SetString("action", "none"),
+              head + "plans without a profile (--profile) do not weigh machines' speeds, so "
+                     "its share stays; --exclude-stragglers would drain it");
+}
+
 Narration Failure(const FailureFact& f) {
   records::Failure record;
   record.reason = f.during_regroup
@@ -398,6 +432,7 @@ Narration Narrate(const Fact& fact) {
           [](const MorphFact& f) { return Morphing(f); },
           [](const FailureFact& f) { return Failure(f); },
           [](const ProfileCheckFact& f) { return ProfileChecked(f); },
+          [](const SlowMachineFact& f) { return SlowMachineTold(f); },
       },
       fact);
 }

@@ -225,6 +225,23 @@ struct LaunchedFact {
   bool held_partial = false;
 };
 
+// A machine found slower than its plan expected (controller.h's SlowMachine); what follows.
+struct SlowMachineFact {
+  enum class Action {
+    kReplan,     // the plan with it that much slower differs: a planned morph into it
+    kKeep,       // the plan with it that much slower is the one running
+    kFolded,     // a morph or recovery is under way: the next generation plans with it
+    kUnweighed,  // plans do not weigh the machines' speeds (no profile): nothing changes
+    kAlone,      // the job runs on no other machine: a rank slower than its peers there is no
+                 // slower machine, and nothing changes
+  };
+  std::string machine;
+  double ratio = 1;
+  Action action = Action::kUnweighed;
+  std::optional<planner::SpeedCorrection> correction;  // what the next plans divide its speed by
+  std::string plan;  // kReplan: the plan taken; kKeep: the one running ("1 x 2, shares 5,3")
+};
+
 // A planned generation's steps measured against the planner's prediction (ProfileCheck);
 // `corrections` (when they disagree): the profile's speeds the next plans divide.
 struct ProfileCheckFact {
@@ -247,7 +264,7 @@ using Fact = std::variant<LaunchedFact, StepLostFact, ListChangedFact, DrainFact
                           StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
                           AbandonFact, WaitingFact, StartingFact, WarmUpFact, StandbyFailedFact,
                           MorphFact,
-                          FailureFact, ProfileCheckFact>;
+                          FailureFact, ProfileCheckFact, SlowMachineFact>;
 
 // A fact as told: the event and its fields for events.jsonl, and the terminal's line ("": none;
 // on stderr when `error`).

@@ -91,6 +91,8 @@ void RunLoop::OnStepTimes(int64_t generation, int rank, const JsonObject& heartb
         << std::endl;
   if (options_.exclude_stragglers) {
     Handle(manager::DrainMachine{machine, "straggler: rank " + std::to_string(rank)});
+  } else {
+    Handle(manager::SlowMachine{machine, found->ratio});  // a plan that gives it less work
   }
 }
 

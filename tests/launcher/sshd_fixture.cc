@@ -225,7 +225,12 @@ Status SshdFixture::LimitCpu(const std::string& address, double cpus) {
   Result<std::unique_ptr<CpuQuota>> quota = CpuQuota::Create(name, cpus);
   if (!quota.ok()) return quota.status();
   host->quota = std::move(quota).value();
-  return host->sshd ? host->quota->Add(host->sshd->pid()) : Status::Ok();
+  if (!host->sshd) return Status::Ok();
+  if (Status s = host->quota->Add(host->sshd->pid()); !s.ok()) return s;
+  // What runs through it already (a worker mid-run) slows down now; signal 0 only finds them.
+  // One that exits meanwhile cannot be moved, and need not be.
+  for (const pid_t pid : SignalTree(address, *host, 0)) static_cast<void>(host->quota->Add(pid));
+  return Status::Ok();
 }
 
 Status SshdFixture::Launch(const std::string& address, Host& host) {

@@ -64,9 +64,10 @@ class SshdFixture {
   Status CutOff(const std::string& address);
   Status Reconnect(const std::string& address);
 
-  // Makes the host a slower machine: its sshd, and everything started through it from now on
-  // (and after a Stop and Start), shares `cpus` CPUs' time (0.4: 40% of one core) in a cgroup
-  // of its own (tests/common/cpu_quota.h; skip with CpuQuota::UnavailableReason()).
+  // Makes the host a slower machine: its sshd, what runs through it now, and everything started
+  // through it from now on (and after a Stop and Start), shares `cpus` CPUs' time (0.4: 40% of
+  // one core) in a cgroup of its own (tests/common/cpu_quota.h; skip with
+  // CpuQuota::UnavailableReason()).
   Status LimitCpu(const std::string& address, double cpus);
 
   const std::string& known_hosts_path() const { return known_hosts_path_; }

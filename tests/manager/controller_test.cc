@@ -326,6 +326,114 @@ TEST_F(ControllerProfileCheckTest, SlowerStepsCorrectTheSpeedTheNextPlansUse) {
   EXPECT_NEAR(c.factor, 1.5, 1e-12);
 }
 
+// One stage over the machines, each replica even, but 5,3 of the 8 micro-batches where the
+// second machine is corrected 1.5 times slower or more: a planner that weighs speeds, in brief.
+class WeighingPolicy : public ShapePolicy {
+ public:
+  Result<GridPlan> Plan(const ShapeRequest& request) const override {
+    *asked_with = request.corrections;
+    Result<GridPlan> plan = FixedStagesPolicy(1).Plan(request);
+    for (const planner::SpeedCorrection& c : request.corrections) {
+      if (plan.ok() && c.address == "127.0.0.3" && c.factor >= 1.5) plan->shares = {5, 3};
+    }
+    return plan;
+  }
+  bool WeighsSpeeds() const override { return true; }
+  std::shared_ptr<std::vector<planner::SpeedCorrection>> asked_with =
+      std::make_shared<std::vector<planner::SpeedCorrection>>();
+};
+
+class ControllerSlowMachineTest : public ControllerTest {
+ protected:
+  void Start(std::shared_ptr<const ShapePolicy> policy) {
+    ControllerOptions o = Options();
+    o.chunk_size = 2;  // 8 micro-batches
+    o.policy = std::move(policy);
+    Make(o);
+    Feed(StartInput{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n"), {}});
+    RunGeneration(5);
+  }
+  std::optional<RecordAction> Told() const {
+    for (const RecordAction& r : All<RecordAction>()) {
+      if (r.event == "slow_machine") return r;
+    }
+    return std::nullopt;
+  }
+  bool Drained(const std::string& address) const {
+    for (const MachineView& v : controller_->Machines()) {
+      if (v.machine.Address() == address) return v.state == MachineState::kDrained;
+    }
+    return false;
+  }
+  std::shared_ptr<WeighingPolicy> weighing_ = std::make_shared<WeighingPolicy>();
+};
+
+TEST_F(ControllerSlowMachineTest, AMachineSlowerThanPlannedIsReplannedWithLessWorkNotDrained) {
+  Start(weighing_);
+  Feed(SlowMachine{"127.0.0.3", 1.6});
+  const std::optional<RecordAction> told = Told();
+  ASSERT_TRUE(told);
+  EXPECT_EQ(told->fields.GetString("action"), "replan");
+  EXPECT_EQ(told->line, "mitra: 127.0.0.3 computes 1.60 times what its plan expected; re-planned "
+                        "with it that much slower: 1 x 2, shares 5,3, by a planned morph");
+  ASSERT_EQ(weighing_->asked_with->size(), 1u);
+  EXPECT_EQ(weighing_->asked_with->front().address, "127.0.0.3");
+  EXPECT_EQ(weighing_->asked_with->front().busy, 1);
+  EXPECT_NEAR(weighing_->asked_with->front().factor, 1.6, 1e-12);
+  EXPECT_EQ(controller_->phase(), Phase::kMorphing);
+  EXPECT_EQ(SignalsOf(SIGUSR1), (std::vector<int>{0, 1}));
+  StopAll(6);
+  const LaunchAction& launch = OnlyLaunch();
+  EXPECT_EQ(launch.expected_step, 6);
+  EXPECT_EQ(Addresses(launch), (std::vector<std::string>{"127.0.0.2", "127.0.0.3"}));
+  EXPECT_EQ(launch.plan.shares, (planner::Shares{5, 3}));
+  EXPECT_FALSE(Drained("127.0.0.3"));
+}
+
+TEST_F(ControllerSlowMachineTest, APlanThatStaysTheSameKeepsTheJobAsItIs) {
+  Start(weighing_);
+  Feed(SlowMachine{"127.0.0.3", 1.2});
+  const std::optional<RecordAction> told = Told();
+  ASSERT_TRUE(told);
+  EXPECT_EQ(told->fields.GetString("action"), "keep");
+  EXPECT_NE(told->line.find("the plan with it that much slower is the one running (1 x 2)"),
+            std::string::npos)
+      << told->line;
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  // The correction stays, and a second finding compounds with it: 1.2 x 1.3 >= 1.5.
+  Feed(SlowMachine{"127.0.0.3", 1.3});
+  ASSERT_TRUE(Told());
+  EXPECT_EQ(Told()->fields.GetString("action"), "replan");
+  EXPECT_NEAR(weighing_->asked_with->front().factor, 1.56, 1e-12);
+}
+
+TEST_F(ControllerSlowMachineTest, ARankSlowerThanItsPeersOnTheOnlyMachineChangesNothing) {
+  ControllerOptions o = Options();
+  o.policy = weighing_;
+  Make(o);
+  Feed(StartInput{List("127.0.0.3 slots=2\n"), {}});
+  RunGeneration(5);
+  Feed(SlowMachine{"127.0.0.3", 2.0});
+  ASSERT_TRUE(Told());
+  EXPECT_EQ(Told()->fields.GetString("action"), "none");
+  EXPECT_NE(Told()->line.find("the job runs on no other machine"), std::string::npos);
+  EXPECT_TRUE(weighing_->asked_with->empty());  // no correction was made, nothing re-planned
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+}
+
+TEST_F(ControllerSlowMachineTest, WithoutAPlannerThatWeighsSpeedsNothingChanges) {
+  Start(std::make_shared<FixedStagesPolicy>(1));
+  Feed(SlowMachine{"127.0.0.3", 2.0});
+  const std::optional<RecordAction> told = Told();
+  ASSERT_TRUE(told);
+  EXPECT_EQ(told->fields.GetString("action"), "none");
+  EXPECT_NE(told->line.find("--exclude-stragglers would drain it"), std::string::npos) << told->line;
+  EXPECT_TRUE(All<SignalAction>().empty());
+  EXPECT_EQ(controller_->phase(), Phase::kRunning);
+  EXPECT_FALSE(Drained("127.0.0.3"));
+}
+
 TEST_F(ControllerTest, AnExtraSlotThatChangesNoShapeDoesNotMorph) {
   Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
   RunGeneration(1);

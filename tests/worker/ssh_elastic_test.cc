@@ -97,6 +97,15 @@ class SshElastic : public ::testing::Test {
     return testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
   }
 
+  // The run's re-plans for a machine slower than planned: slow_machine events that morphed.
+  size_t Replans() const {
+    size_t n = 0;
+    for (const JsonObject& e : testing::EventsNamed(run_dir_, "slow_machine")) {
+      n += e.GetString("action") == "replan" ? 1 : 0;
+    }
+    return n;
+  }
+
   // "127.0.0.3:PORT", as the manager names the machine.
   std::string Address(const std::string& host) const {
     return host + ":" + std::to_string(sshd_->port(host));
@@ -539,14 +548,70 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
   const MitraResult r = mitra->Wait(240);
   ASSERT_EQ(r.exit_code, 0) << r.output();
   EXPECT_TRUE(Contains(r.out, "mitra: recovery done: training again in 1 x 2")) << r.out;
+  // The first launch and the recovery's; a machine that then computes well off what its plan
+  // expected re-plans the job (AMachineThatSlowsMidRun... below), one launch more each time.
   const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
-  ASSERT_EQ(launches.size(), 2u);
-  for (const JsonObject& launch : launches) {
-    const std::optional<planner::Shares> shares = records::FromJson<records::Launch>(launch).shares;
-    ASSERT_TRUE(shares && shares->size() == 2u) << launch.ToJson();
-    EXPECT_GT((*shares)[0], (*shares)[1]) << launch.ToJson();
+  ASSERT_EQ(launches.size(), 2 + Replans()) << r.output();
+  for (size_t i = 0; i < 2; ++i) {
+    const std::optional<planner::Shares> shares =
+        records::FromJson<records::Launch>(launches[i]).shares;
+    ASSERT_TRUE(shares && shares->size() == 2u) << launches[i].ToJson();
+    EXPECT_GT((*shares)[0], (*shares)[1]) << launches[i].ToJson();
   }
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
+// Two like machines, profiled alike, planned 1 x 2; mid-run B is cut to 0.4 of a core. Its
+// rank becomes a straggler against what its plan expected, and the job (planned from the
+// profile, without --exclude-stragglers) re-plans with B that much slower: a planned morph gives
+// B less of the batch (or, where the plan finds A alone faster, none), nothing is drained, and
+// every loss and every step's samples are the uninterrupted job's.
+TEST_F(SshElastic, AMachineThatSlowsMidRunIsReplannedWithLessWorkNotDrained) {
+  MITRA_SKIP_WITHOUT(testing::CpuQuota::UnavailableReason());
+  const ElasticJob job{256, 100, testing::GptArgs(), 32};
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  machines_ = tmp_.Write("machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
+  const std::string profile_dir = tmp_.Path("profile");
+  const MitraResult profiled = Profile(profile_dir, job.batch_size, "32,64", 5);
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
+  std::vector<std::string> run = Flags({"run", "--machines", machines_, "--batch-size",
+                                        std::to_string(job.batch_size), "--chunk-size",
+                                        std::to_string(job.chunk_size), "--max-steps",
+                                        std::to_string(job.steps), "--run-dir", run_dir_,
+                                        "--nstages", "1", "--profile", profile_dir});
+  run.push_back("--");
+  run.insert(run.end(), job.program.begin(), job.program.end());
+  auto mitra =
+      MitraProcess::Start(MITRA_BINARY, run, tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  ASSERT_EQ(testing::EventsNamed(run_dir_, "launch").size(), 1u) << "the like machines share evenly";
+  const Status limited = sshd_->LimitCpu(kHostB, 0.4);
+  ASSERT_TRUE(limited.ok()) << limited.message();
+  const MitraResult r = mitra->Wait(300);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  bool replanned = false;
+  for (const JsonObject& slow : testing::EventsNamed(run_dir_, "slow_machine")) {
+    std::cout << "slow_machine: " << slow.ToJson() << "\n";
+    replanned |= slow.GetString("machine") == Address(kHostB) && slow.GetString("action") == "replan";
+  }
+  EXPECT_TRUE(replanned) << r.output();
+  EXPECT_TRUE(Contains(r.out, "times what its plan expected; re-planned with it that much slower"))
+      << r.out;
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "drain").empty()) << r.output();
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "failure").empty()) << r.output();
+  const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_GE(launches.size(), 2u) << r.output();
+  const records::Launch last = records::FromJson<records::Launch>(launches.back());
+  std::cout << "last launch: " << launches.back().ToJson() << "\n";
+  if (last.machines.size() == 1) {
+    EXPECT_EQ(last.machines[0], Address(kHostA));
+  } else {
+    ASSERT_TRUE(last.shares && last.shares->size() == 2u) << launches.back().ToJson();
+    EXPECT_GT((*last.shares)[0], (*last.shares)[1]) << launches.back().ToJson();
+  }
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
   ExpectNoWorkerLeft();
 }
 
