@@ -1,6 +1,7 @@
 #include "cli/run_command.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 
 #include "checkpoint/store.h"
@@ -8,8 +9,10 @@
 #include "common/duration_text.h"
 #include "common/json.h"
 #include "common/strings.h"
+#include "manager/profile_check.h"
 #include "manager/progress.h"
 #include "mitra/planner/batch_split.h"
+#include "records/reader.h"
 #include "records/records.h"
 #include "run/orphans.h"
 #include "run/profile_job.h"
@@ -329,6 +332,20 @@ Result<std::shared_ptr<const planner::ShapePolicy>> PlanFirstShape(
       std::make_shared<planner::PlannedShapePolicy>(*profile, static_cast<int>(options.stages));
   planner::ShapeRequest first;
   for (const manager::Machine& m : usable.machines) first.machines.push_back({m.Address(), m.slots});
+  plan->corrections =
+      manager::RecordedCorrections(records::RunDirReader(c.fs, run_dir.path()).Events());
+  first.corrections = plan->corrections;
+  if (!plan->corrections.empty()) {
+    std::vector<std::string> measured;
+    for (const planner::SpeedCorrection& k : plan->corrections) {
+      char factor[32];
+      std::snprintf(factor, sizeof factor, "%.2f", k.factor);
+      measured.push_back(k.address + " with " + std::to_string(k.busy) + " busy takes " + factor +
+                         " times the profile's time");
+    }
+    *c.out << "mitra: planning with the speeds this run measured before (events.jsonl): "
+           << Join(measured, ", ") << std::endl;
+  }
   first.segments = plan->description.segments;
   first.global_batch = options.batch_size;
   first.chunk_size = plan->chunk_size;
@@ -368,6 +385,7 @@ manager::ControllerOptions ControllerOptionsFor(
   o.spares = options.no_regroup ? 0 : options.spares;
   o.start_step = plan.resume_step;
   o.first_generation = first_generation;
+  o.corrections = plan.corrections;
   return o;
 }
 

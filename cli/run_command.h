@@ -106,6 +106,9 @@ struct ProgramPlan {
   // shape takes its own default.
   int chunk_size = 0;
   std::vector<std::string> reported;  // damaged checkpoints named on the terminal already
+  // The speed corrections this run's earlier managers measured (its events.jsonl): a planned
+  // job's plans start from them.
+  std::vector<planner::SpeedCorrection> corrections;
 };
 // Runs the program with MITRA_DESCRIBE=1 (on RunContext::runner), finds the checkpoint it
 // resumes from (another model's is refused) and plans the grid.

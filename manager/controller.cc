@@ -53,6 +53,7 @@ Controller::Controller(ControllerOptions options)
       budget_(RestartBudgetOptions{options_.max_restarts, options_.restart_window_s}),
       standby_(options_.spares) {
   gen_.number = options_.first_generation - 1;
+  corrections_ = options_.corrections;
 }
 
 std::vector<ControllerAction> Controller::Handle(const ControllerInput& input, double now) {

@@ -122,6 +122,9 @@ struct ControllerOptions {
   // Standby workers kept on each machine of the running generation, to take a failed rank's
   // place without a process start (--spares).
   int spares = 0;
+  // The speed corrections the run's earlier managers measured (RecordedCorrections): the plans
+  // start from them, and the job's own compound with them.
+  std::vector<planner::SpeedCorrection> corrections;
 };
 
 // ---- Inputs ------------------------------------------------------------------------------

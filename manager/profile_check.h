@@ -10,6 +10,9 @@
 #include <optional>
 #include <vector>
 
+#include "planner/shape_policy.h"
+#include "records/reader.h"
+
 namespace mitra::manager {
 
 class ProfileCheck {
@@ -38,5 +41,12 @@ class ProfileCheck {
   int seen_ = 0;
   std::vector<double> times_;
 };
+
+// The speed corrections a run's earlier managers measured, from its events: each
+// `profile_check`'s `corrections` and each `slow_machine`'s `busy` and `factor` carry a
+// correction as compounded then, so the newest of each machine and load is the one in force.
+// A restarted manager plans from them, as the one before it would have.
+std::vector<planner::SpeedCorrection> RecordedCorrections(
+    const std::vector<records::EventRecord>& events);
 
 }  // namespace mitra::manager

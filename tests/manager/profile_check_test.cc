@@ -37,5 +37,36 @@ TEST(ProfileCheck, DisagreesBeyondTheMarginEitherWayAndNeverWithoutAPrediction) 
   EXPECT_FALSE(ratio_of(0, 0.1));
 }
 
+// What a restarted manager plans from: the newest correction of each machine and load, from
+// profile checks and slow machines alike; records it cannot read are passed over.
+TEST(RecordedCorrections, TheNewestOfEachMachineAndLoadIsInForce) {
+  auto event = [](const std::string& name, const std::string& json) {
+    records::EventRecord e;
+    e.event = name;
+    e.fields = JsonObject::Parse(json).value();
+    return e;
+  };
+  const std::vector<records::EventRecord> events = {
+      event("launch", R"({"generation":0})"),
+      event("profile_check", R"({"corrections":[{"machine":"a:22","busy":1,"factor":1.5},)"
+                             R"({"machine":"b:22","busy":1,"factor":1.5}]})"),
+      event("slow_machine", R"({"machine":"b:22","ratio":2.0,"busy":1,"factor":3.0})"),
+      event("slow_machine", R"({"machine":"c:22","ratio":2.0,"action":"none"})"),  // no correction
+      event("profile_check", R"({"corrections":[{"machine":"a:22","busy":2,"factor":0.8},)"
+                             R"({"machine":7}]})"),
+  };
+  const std::vector<planner::SpeedCorrection> kept = RecordedCorrections(events);
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_EQ(kept[0].address, "a:22");
+  EXPECT_EQ(kept[0].busy, 1);
+  EXPECT_DOUBLE_EQ(kept[0].factor, 1.5);
+  EXPECT_EQ(kept[1].address, "b:22");
+  EXPECT_DOUBLE_EQ(kept[1].factor, 3.0);
+  EXPECT_EQ(kept[2].address, "a:22");
+  EXPECT_EQ(kept[2].busy, 2);
+  EXPECT_DOUBLE_EQ(kept[2].factor, 0.8);
+  EXPECT_TRUE(RecordedCorrections({}).empty());
+}
+
 }  // namespace
 }  // namespace mitra::manager

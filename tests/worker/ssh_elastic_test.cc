@@ -566,7 +566,8 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
 // rank becomes a straggler against what its plan expected, and the job (planned from the
 // profile, without --exclude-stragglers) re-plans with B that much slower: a planned morph gives
 // B less of the batch (or, where the plan finds A alone faster, none), nothing is drained, and
-// every loss and every step's samples are the uninterrupted job's.
+// every loss and every step's samples are the uninterrupted job's. A new manager of the run
+// plans from the speeds the first one measured.
 TEST_F(SshElastic, AMachineThatSlowsMidRunIsReplannedWithLessWorkNotDrained) {
   MITRA_SKIP_WITHOUT(testing::CpuQuota::UnavailableReason());
   const ElasticJob job{256, 100, testing::GptArgs(), 32};
@@ -612,6 +613,29 @@ TEST_F(SshElastic, AMachineThatSlowsMidRunIsReplannedWithLessWorkNotDrained) {
     EXPECT_GT((*last.shares)[0], (*last.shares)[1]) << launches.back().ToJson();
   }
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+
+  // A new manager of the run (B still slow) plans from what the last one measured: its first
+  // launch gives B the smaller share at once.
+  const ElasticJob longer{256, 130, testing::GptArgs(), 32};
+  ASSERT_FALSE(testing::Uninterrupted(longer).losses.empty());
+  run[std::find(run.begin(), run.end(), "--max-steps") - run.begin() + 1] =
+      std::to_string(longer.steps);
+  const MitraResult again = testing::RunProgram(MITRA_BINARY, run, tmp_.path(), 300,
+                                                {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_EQ(again.exit_code, 0) << again.output();
+  EXPECT_TRUE(Contains(again.out,
+                       "mitra: planning with the speeds this run measured before (events.jsonl): "))
+      << again.out;
+  EXPECT_TRUE(Contains(again.out, Address(kHostB) + " with 1 busy takes ")) << again.out;
+  const std::vector<JsonObject> all = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_GT(all.size(), launches.size());
+  const records::Launch first = records::FromJson<records::Launch>(all[launches.size()]);
+  std::cout << "the new manager's first launch: " << all[launches.size()].ToJson() << "\n";
+  if (first.machines.size() != 1) {
+    ASSERT_TRUE(first.shares && first.shares->size() == 2u) << all[launches.size()].ToJson();
+    EXPECT_GT((*first.shares)[0], (*first.shares)[1]) << all[launches.size()].ToJson();
+  }
+  testing::ExpectSameTraining(longer, run_dir_, trace_, /*consecutive=*/false);
   ExpectNoWorkerLeft();
 }
 
