@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/duration_text.h"
+#include "common/strings.h"
 #include "manager/progress.h"
 #include "report/report_assets.h"  // generated: kReportStyle, kReportScript
 
@@ -260,6 +261,42 @@ std::string RanksSection(const RunReport& r) {
   return out + "</table>\n";
 }
 
+// Shown where machines differed: each uneven generation's shares by machine, and each machine
+// found slower than planned with what followed.
+std::string MachinesSection(const RunReport& r) {
+  const bool uneven = std::any_of(r.generations.begin(), r.generations.end(),
+                                  [](const GenerationSpan& g) { return !g.shares.empty(); });
+  if (!uneven && r.slow_machines.empty()) return "";
+  std::string out = "<h2>Machines that differ</h2>\n";
+  if (uneven) {
+    out += "<table class=\"shares\"><tr><th>generation</th><th>shape</th>"
+           "<th>micro-batches a step, by replica (its first stage's machine)</th></tr>\n";
+    for (const GenerationSpan& g : r.generations) {
+      if (g.shares.empty()) continue;
+      std::vector<std::string> parts;
+      for (size_t d = 0; d < g.shares.size(); ++d) {
+        parts.push_back(Escape(d < g.share_machines.size() ? g.share_machines[d] : "?") + " " +
+                        std::to_string(g.shares[d]));
+      }
+      out += "<tr><td>" + std::to_string(g.generation) + "</td><td>" + g.Shape() + "</td><td>" +
+             Join(parts, ", ") + "</td></tr>\n";
+    }
+    out += "</table>\n";
+  }
+  if (r.slow_machines.empty()) return out;
+  out += "<table class=\"slow-machines\"><tr><th>machine</th><th>generation</th>"
+         "<th>compute over planned</th><th>what followed</th></tr>\n";
+  for (const SlowMachineMark& m : r.slow_machines) {
+    const std::string followed = m.action == "replan"   ? "re-planned: " + m.plan
+                                 : m.action == "keep"   ? "kept " + m.plan
+                                 : m.action == "folded" ? "the next generation planned with it"
+                                                        : "nothing (no profile, or one machine)";
+    out += "<tr><td>" + Escape(m.machine) + "</td><td>" + std::to_string(m.generation) +
+           "</td><td>" + Fixed(m.ratio, 2) + "</td><td>" + Escape(followed) + "</td></tr>\n";
+  }
+  return out + "</table>\n";
+}
+
 std::string Chart(const std::string& id) {
   return "<div class=\"chart\"><canvas id=\"" + id + "\"></canvas></div>\n";
 }
@@ -288,6 +325,7 @@ std::string RenderReportPage(const RunReport& r, const PageOptions& options) {
   if (!r.checkpoints.empty()) page += Chart("checkpoints");
   page += CheckpointsTable(r);
   page += "<h2>Per-rank step times</h2>\n" + RanksSection(r);
+  page += MachinesSection(r);
   page += "<script id=\"report-data\" type=\"application/json\">" +
           ScriptSafe(ChartData(r, options.max_chart_points).dump(-1, ' ', false, json::error_handler_t::replace)) + "</script>\n";
   page += "<script>\n" + std::string(kReportScript) + "\n</script>\n</body>\n</html>\n";

@@ -79,6 +79,19 @@ void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pe
     g.world_size = static_cast<int>(launch.shape.world_size);
     g.resume_step = launch.resume_step;
     g.launched = g.ended = time;
+    if (launch.shares) {
+      g.shares = *launch.shares;
+      // The first stage's ranks, by replica ("0,2;1,3": stage 0 is ranks 0 and 2).
+      const std::string& map = launch.shape.stage_to_rank_map;
+      const std::string_view first_stage = std::string_view(map).substr(0, map.find(';'));
+      for (size_t at = 0; at < first_stage.size();) {
+        const size_t comma = std::min(first_stage.find(',', at), first_stage.size());
+        const std::optional<int64_t> r = ParseInt64(first_stage.substr(at, comma - at));
+        const bool known = r && *r >= 0 && *r < static_cast<int64_t>(launch.machines.size());
+        g.share_machines.push_back(known ? launch.machines[*r] : "?");
+        at = comma + 1;
+      }
+    }
     report.generations.push_back(g);
   } else if (e.Is<records::Ready>()) {
     if (GenerationSpan* g = FindGeneration(report, e.As<records::Ready>().generation)) {
@@ -132,6 +145,13 @@ void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pe
     report.stragglers.push_back(Straggler{time, s.generation, static_cast<int>(s.rank),
                                           static_cast<int>(s.stage), s.machine, s.compute_s,
                                           s.peer_median_s, s.ratio, s.steps});
+  } else if (e.event == "slow_machine") {
+    report.slow_machines.push_back(
+        SlowMachineMark{time, static_cast<int64_t>(e.fields.GetNumber("generation").value_or(0)),
+                        e.fields.GetString("machine").value_or(""),
+                        e.fields.GetNumber("ratio").value_or(0),
+                        e.fields.GetString("action").value_or(""),
+                        e.fields.GetString("plan").value_or("")});
   } else if (records::End::IsEnd(e.event)) {
     const auto end = records::FromJson<records::End>(e.fields);
     report.end.state = e.event;

@@ -49,6 +49,10 @@ struct GenerationSpan {
   double ended = 0;              // its last record (a worker's exit, a step): the span's end
   std::optional<double> ready;   // every rank ready
   int64_t first_step = 0, last_step = 0;  // steps it trained (0, 0: none)
+  // Where the replicas' shares were uneven (machines that differ): each replica's micro-batches
+  // a step and the machine of its first stage; empty when even.
+  std::vector<int64_t> shares;
+  std::vector<std::string> share_machines;
   std::string Shape() const;     // "2 x 2"
 };
 
@@ -104,6 +108,16 @@ struct Straggler {
   int64_t steps = 0;
 };
 
+// A machine found slower than its plan expected, and what followed (the `slow_machine` record).
+struct SlowMachineMark {
+  double time = 0;
+  int64_t generation = 0;
+  std::string machine;
+  double ratio = 0;
+  std::string action;  // "replan", "keep", "folded", "none"
+  std::string plan;    // the plan taken or kept ("1 x 2, shares 6,2"); "" for none
+};
+
 // How the job ended (the `done`, `stopped` or `failed` record), or where it is (state.json).
 struct RunEnd {
   std::string state;  // "done", "stopped", "failed"; a running job: state.json's, or "running"
@@ -131,6 +145,7 @@ struct RunReport {
   std::vector<RankSteps> rank_steps;
   RankSource rank_source = RankSource::kNone;
   std::vector<Straggler> stragglers;
+  std::vector<SlowMachineMark> slow_machines;
   int morphs = 0;  // `morph` records: planned changes asked for
   RunEnd end;
   double last_time = 0;   // the newest record's time

@@ -171,6 +171,33 @@ TEST_F(RunReportTest, RankStepsAndStragglersAreShownWhenRecorded) {
   EXPECT_FALSE(Contains(page, "not recorded"));
 }
 
+// Machines that differ: a 1 x 2 launched with shares 5,3, a machine found slower, re-planned
+// to 6,2; each generation's shares by machine and what followed the finding are shown.
+TEST_F(RunReportTest, UnevenSharesAndMachinesSlowerThanPlannedAreShown) {
+  fs_.AddFile("run/events.jsonl",
+              R"({"time":100.0,"event":"start","program":"p"}
+{"time":100.5,"event":"launch","generation":0,"stages":1,"replicas":2,"world_size":2,"stage_to_rank_map":"0,1;","shares":[5,3],"machines":["10.0.0.6","10.0.0.7"],"resume_step":0}
+{"time":103.0,"event":"slow_machine","machine":"10.0.0.7","ratio":2.5,"busy":1,"factor":2.5,"plan":"1 x 2, shares 6,2","action":"replan","generation":0}
+{"time":103.5,"event":"launch","generation":1,"stages":1,"replicas":2,"world_size":2,"stage_to_rank_map":"0,1;","shares":[6,2],"machines":["10.0.0.6","10.0.0.7"],"resume_step":30}
+)");
+  fs_.AddFile("run/metrics.jsonl", RecordedStep(1, 0, 101.0, 3.0));
+  const RunReport r = Read();
+  ASSERT_EQ(r.generations.size(), 2u);
+  EXPECT_EQ(r.generations[1].shares, (std::vector<int64_t>{6, 2}));
+  EXPECT_EQ(r.generations[1].share_machines, (std::vector<std::string>{"10.0.0.6", "10.0.0.7"}));
+  ASSERT_EQ(r.slow_machines.size(), 1u);
+  EXPECT_EQ(r.slow_machines[0].action, "replan");
+  const std::string page = Page(r);
+  EXPECT_TRUE(Contains(page, "<h2>Machines that differ</h2>")) << page;
+  EXPECT_TRUE(Contains(page, "<td>0</td><td>1 x 2</td><td>10.0.0.6 5, 10.0.0.7 3</td>")) << page;
+  EXPECT_TRUE(Contains(page, "<td>10.0.0.7</td><td>0</td><td>2.50</td><td>re-planned: 1 x 2, "
+                             "shares 6,2</td>"))
+      << page;
+  // Like machines: no such section.
+  fs_.AddFile("run/events.jsonl", kRecordedEvents);
+  EXPECT_FALSE(Contains(Page(Read()), "Machines that differ"));
+}
+
 TEST_F(RunReportTest, WithoutRankStepsTheStepTracesStandIn) {
   fs_.AddFile("run/events.jsonl", kRecordedEvents);
   fs_.AddFile("run/metrics.jsonl", RecordedMetrics());

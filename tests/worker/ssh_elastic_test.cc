@@ -613,6 +613,12 @@ TEST_F(SshElastic, AMachineThatSlowsMidRunIsReplannedWithLessWorkNotDrained) {
     EXPECT_GT((*last.shares)[0], (*last.shares)[1]) << launches.back().ToJson();
   }
   testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  const MitraResult report = testing::RunProgram(
+      MITRA_BINARY, {"report", run_dir_, "-o", tmp_.Path("report.html")}, tmp_.path(), 60);
+  ASSERT_EQ(report.exit_code, 0) << report.output();
+  const std::string page = testing::ReadFileOrEmpty(tmp_.Path("report.html"));
+  EXPECT_TRUE(Contains(page, "<h2>Machines that differ</h2>"));
+  EXPECT_TRUE(Contains(page, "<td>" + Address(kHostB) + "</td><td>")) << "its finding";
 
   // A new manager of the run (B still slow) plans from what the last one measured: its first
   // launch gives B the smaller share at once.
