@@ -97,6 +97,20 @@ class SshElastic : public ::testing::Test {
     return testing::RunProgram(MITRA_BINARY, args, tmp_.path(), 240);
   }
 
+  // `mitra run` arguments for `job` on machines_, one stage and the rest planned from the
+  // profile in `profile_dir`.
+  std::vector<std::string> PlannedOneStageRun(const ElasticJob& job,
+                                              const std::string& profile_dir) const {
+    std::vector<std::string> run = Flags({"run", "--machines", machines_, "--batch-size",
+                                          std::to_string(job.batch_size), "--chunk-size",
+                                          std::to_string(job.chunk_size), "--max-steps",
+                                          std::to_string(job.steps), "--run-dir", run_dir_,
+                                          "--nstages", "1", "--profile", profile_dir});
+    run.push_back("--");
+    run.insert(run.end(), job.program.begin(), job.program.end());
+    return run;
+  }
+
   // The run's re-plans for a machine slower than planned: slow_machine events that morphed.
   size_t Replans() const {
     size_t n = 0;
@@ -533,13 +547,7 @@ TEST_F(SshElastic, ASlowerMachineTakesASmallerShareOfTheBatchWithTheSameMath) {
   EXPECT_TRUE(Contains(plan.out, "  1  1 x 2 ")) << plan.out;
 
   // The planner chooses the rest of a 1-stage shape.
-  std::vector<std::string> run = Flags({"run", "--machines", machines_, "--batch-size",
-                                        std::to_string(job.batch_size), "--chunk-size",
-                                        std::to_string(job.chunk_size), "--max-steps",
-                                        std::to_string(job.steps), "--run-dir", run_dir_,
-                                        "--nstages", "1", "--profile", profile_dir});
-  run.push_back("--");
-  run.insert(run.end(), job.program.begin(), job.program.end());
+  std::vector<std::string> run = PlannedOneStageRun(job, profile_dir);
   auto mitra =
       MitraProcess::Start(MITRA_BINARY, run, tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
   ASSERT_TRUE(mitra);
@@ -576,13 +584,7 @@ TEST_F(SshElastic, AMachineThatSlowsMidRunIsReplannedWithLessWorkNotDrained) {
   const std::string profile_dir = tmp_.Path("profile");
   const MitraResult profiled = Profile(profile_dir, job.batch_size, "32,64", 5);
   ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
-  std::vector<std::string> run = Flags({"run", "--machines", machines_, "--batch-size",
-                                        std::to_string(job.batch_size), "--chunk-size",
-                                        std::to_string(job.chunk_size), "--max-steps",
-                                        std::to_string(job.steps), "--run-dir", run_dir_,
-                                        "--nstages", "1", "--profile", profile_dir});
-  run.push_back("--");
-  run.insert(run.end(), job.program.begin(), job.program.end());
+  std::vector<std::string> run = PlannedOneStageRun(job, profile_dir);
   auto mitra =
       MitraProcess::Start(MITRA_BINARY, run, tmp_.path(), {{"MITRA_TRACE_SAMPLES", trace_}});
   ASSERT_TRUE(mitra);
