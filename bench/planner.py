@@ -22,9 +22,11 @@
   bench/planner.py [--build build] [--shapes 12] [--steps 12] [--rounds 3] [--no-morph]
 """
 import argparse
+import atexit
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -104,8 +106,15 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-morph", action="store_true",
                         help="leave out part 5, the morph from 4 to 3 slots")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the profiles and run directories (over a gigabyte) and print "
+                             "where")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="mitra-planner-bench-")
+    if args.keep:
+        print(json.dumps({"kept_in": tmp}), flush=True)
+    else:
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
 
     # 1, 2. Profile on 2 slots and plan.
     start = time.monotonic()
