@@ -19,7 +19,7 @@
    (P as the planner chose at 4 slots, or 2 when it chose 1; D = floor(3 / P)) and against the
    best shape that uses all three slots, each predicted and measured.
 
-  bench/planner.py [--build build] [--shapes 12] [--steps 12] [--rounds 3] [--no-morph]
+  bench/planner.py [--build build] [--shapes 12] [--steps 12] [--rounds 3] [--no-morph] [--keep]
 """
 import argparse
 import atexit
