@@ -7,6 +7,7 @@
 #include <set>
 
 #include "common/strings.h"
+#include "mitra/contract/stage_map.h"
 #include "records/reader.h"
 
 namespace mitra::report {
@@ -63,6 +64,27 @@ void ReadMetrics(const records::RunDirReader& reader, RunReport& report) {
   }
 }
 
+// A generation's span as its `launch` record starts it: its shape, and its shares by machine
+// where they were uneven.
+GenerationSpan Launched(const records::Launch& launch, double time) {
+  GenerationSpan g;
+  g.generation = launch.shape.generation;
+  g.stages = static_cast<int>(launch.shape.stages);
+  g.replicas = static_cast<int>(launch.shape.replicas);
+  g.world_size = static_cast<int>(launch.shape.world_size);
+  g.resume_step = launch.resume_step;
+  g.launched = g.ended = time;
+  if (!launch.shares) return g;
+  g.shares = *launch.shares;
+  const Result<contract::StageMap> map = contract::StageMap::Parse(launch.shape.stage_to_rank_map);
+  for (size_t d = 0; d < g.shares.size(); ++d) {  // each replica's first-stage rank's machine
+    const int rank = map.ok() && d < map->RanksOfStage(0).size() ? map->RanksOfStage(0)[d] : -1;
+    const bool known = rank >= 0 && rank < static_cast<int>(launch.machines.size());
+    g.share_machines.push_back(known ? launch.machines[rank] : "?");
+  }
+  return g;
+}
+
 void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pending_cause) {
   const double time = e.time;
   if (e.Is<records::Start>()) {
@@ -71,28 +93,7 @@ void ReadEvent(const records::EventRecord& e, RunReport& report, std::string* pe
     report.program = start.job.program;
     if (start.tokens_per_sample > 0) report.tokens = true;
   } else if (e.Is<records::Launch>()) {
-    const auto launch = e.As<records::Launch>();
-    GenerationSpan g;
-    g.generation = launch.shape.generation;
-    g.stages = static_cast<int>(launch.shape.stages);
-    g.replicas = static_cast<int>(launch.shape.replicas);
-    g.world_size = static_cast<int>(launch.shape.world_size);
-    g.resume_step = launch.resume_step;
-    g.launched = g.ended = time;
-    if (launch.shares) {
-      g.shares = *launch.shares;
-      // The first stage's ranks, by replica ("0,2;1,3": stage 0 is ranks 0 and 2).
-      const std::string& map = launch.shape.stage_to_rank_map;
-      const std::string_view first_stage = std::string_view(map).substr(0, map.find(';'));
-      for (size_t at = 0; at < first_stage.size();) {
-        const size_t comma = std::min(first_stage.find(',', at), first_stage.size());
-        const std::optional<int64_t> r = ParseInt64(first_stage.substr(at, comma - at));
-        const bool known = r && *r >= 0 && *r < static_cast<int64_t>(launch.machines.size());
-        g.share_machines.push_back(known ? launch.machines[*r] : "?");
-        at = comma + 1;
-      }
-    }
-    report.generations.push_back(g);
+    report.generations.push_back(Launched(e.As<records::Launch>(), time));
   } else if (e.Is<records::Ready>()) {
     if (GenerationSpan* g = FindGeneration(report, e.As<records::Ready>().generation)) {
       g->ready = time;
