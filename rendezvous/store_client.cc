@@ -1,0 +1,183 @@
+#include "rendezvous/store_client.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "common/duration_text.h"
+
+namespace mitra::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point After(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                            std::chrono::duration<double>(seconds));
+}
+
+int MillisecondsUntil(Clock::time_point deadline) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 3'600'000));
+}
+
+// Sends every byte before `deadline`; false when the peer is gone or time ran out.
+bool SendBefore(int fd, std::string_view bytes, Clock::time_point deadline) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      bytes.remove_prefix(static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, MillisecondsUntil(deadline)) <= 0) return false;
+  }
+  return true;
+}
+
+// Appends what arrives to `into` until it holds `size` bytes. 1: done; 0: the peer closed;
+// -1: the deadline passed or the socket failed.
+int ReceiveBefore(int fd, std::string& into, size_t size, Clock::time_point deadline) {
+  char buffer[64 * 1024];
+  while (into.size() < size) {
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, MillisecondsUntil(deadline));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready <= 0) return -1;
+    const ssize_t n = ::recv(fd, buffer, std::min(sizeof(buffer), size - into.size()), 0);
+    if (n == 0) return 0;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) return -1;
+    into.append(buffer, static_cast<size_t>(n));
+  }
+  return 1;
+}
+
+// A connected TCP socket to `address`, trying again while refused, until `deadline`.
+Result<int> ConnectBefore(const std::string& host, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+      error != 0) {
+    return Status::InvalidArgument("cannot resolve '" + host + "': " + ::gai_strerror(error));
+  }
+  const std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, ::freeaddrinfo);
+  for (;;) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Status::IoError(std::string("cannot create a socket: ") + std::strerror(errno));
+    if (::connect(fd, addresses->ai_addr, addresses->ai_addrlen) == 0) {
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return fd;
+    }
+    ::close(fd);
+    if (Clock::now() + std::chrono::milliseconds(5) > deadline) {
+      return Status::Timeout("nothing listened");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+}  // namespace
+
+StoreClient::StoreClient(int fd, std::string address, Channel channel)
+    : fd_(fd), address_(std::move(address)), channel_(std::move(channel)) {}
+
+StoreClient::~StoreClient() { ::close(fd_); }
+
+Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const JobToken& token,
+                                                          const std::string& host, int port,
+                                                          double timeout_s) {
+  const std::string address = host + ":" + std::to_string(port);
+  const std::string within = " within " + SecondsText(timeout_s) + " s";
+  const Clock::time_point deadline = After(timeout_s);
+  Result<int> connected = ConnectBefore(host, port, deadline);
+  if (!connected.ok()) {
+    if (connected.status().code() != Status::Code::kTimeout) return connected.status();
+    return Status::Timeout("the rendezvous store at " + address + " did not listen" + within);
+  }
+  const int fd = *connected;
+  auto fail = [&](Status status) {
+    ::close(fd);
+    return status;
+  };
+  std::string hello;
+  const int got_hello = ReceiveBefore(fd, hello, kHelloBytes, deadline);
+  if (got_hello < 0) return fail(Status::Timeout("the rendezvous store at " + address + " did not greet" + within));
+  Result<Bytes32> server_nonce = got_hello == 0 ? Result<Bytes32>(Status::InvalidArgument("it closed the connection")) : ReadHello(hello);
+  if (!server_nonce.ok()) {
+    return fail(Status::Unavailable("what listens at " + address +
+                                    " is not this job's rendezvous store: " +
+                                    server_nonce.status().message()));
+  }
+  const Bytes32 client_nonce = RandomBytes32();
+  std::string answer;
+  if (!SendBefore(fd, Proof(token, *server_nonce, client_nonce), deadline) ||
+      ReceiveBefore(fd, answer, kAnswerBytes, deadline) == 0) {
+    return fail(Status::Unavailable(
+        "the rendezvous store at " + address +
+        " refused this process's job token: it serves another job, or the ranks were given "
+        "different tokens (MITRA_JOB_TOKEN; mitra run gives every rank the same)"));
+  }
+  if (answer.size() < kAnswerBytes) {
+    return fail(Status::Timeout("the rendezvous store at " + address + " did not answer" + within));
+  }
+  if (!CheckAnswer(token, *server_nonce, client_nonce, answer)) {
+    return fail(Status::Unavailable("what listens at " + address +
+                                    " could not prove it holds this job's token: it is not "
+                                    "this job's rendezvous store"));
+  }
+  return std::unique_ptr<StoreClient>(new StoreClient(
+      fd, address, Channel(token, *server_nonce, client_nonce, Channel::Side::kClient)));
+}
+
+Result<Response> StoreClient::Call(const Request& request, double timeout_s) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (broken_) return *broken_;
+  const Clock::time_point deadline = After(timeout_s);
+  auto broken = [&](Status status) {
+    broken_ = status;
+    ::shutdown(fd_, SHUT_RDWR);
+    return status;
+  };
+  const std::string what = std::string(OpName(request.op)) + " on the rendezvous store at " + address_;
+  if (!SendBefore(fd_, channel_.Seal(Encode(request)), deadline)) {
+    return broken(Status::Unavailable(what + " failed: the connection closed"));
+  }
+  std::string bytes;
+  for (;;) {
+    if (std::optional<Result<std::string>> body = channel_.Next()) {
+      if (!body->ok()) return broken(Status::Unavailable(what + ": " + body->status().message()));
+      Result<Response> response = DecodeResponse(**body);
+      if (!response.ok()) return broken(Status::Unavailable(what + ": " + response.status().message()));
+      return response;
+    }
+    bytes.clear();
+    const int got = ReceiveBefore(fd_, bytes, 1, deadline);
+    if (got == 0) return broken(Status::Unavailable(what + " failed: the store closed the connection"));
+    if (got < 0) {
+      return broken(Status::Timeout(what + " had no answer within " + SecondsText(timeout_s) + " s"));
+    }
+    // Take whatever else has arrived too.
+    char more[64 * 1024];
+    const ssize_t n = ::recv(fd_, more, sizeof(more), MSG_DONTWAIT);
+    if (n > 0) bytes.append(more, static_cast<size_t>(n));
+    channel_.Feed(bytes);
+  }
+}
+
+}  // namespace mitra::rendezvous

@@ -1,0 +1,259 @@
+// The rendezvous store over real sockets on loopback: c10d's operations, and that it admits
+// only holders of the job token and that no one client can stall or exhaust it.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rendezvous/store_client.h"
+#include "rendezvous/store_server.h"
+#include "rendezvous/wire.h"
+
+namespace mitra::rendezvous {
+namespace {
+
+constexpr char kLoopback[] = "127.0.0.1";
+
+struct Fixture {
+  JobToken token = JobToken::Generate();
+  std::unique_ptr<StoreServer> server;
+
+  explicit Fixture(StoreServerOptions options = {}) {
+    auto started = StoreServer::Start(token, kLoopback, 0, std::move(options));
+    EXPECT_TRUE(started.ok()) << started.status().message();
+    server = std::move(started).value();
+  }
+  std::unique_ptr<StoreClient> Client(double timeout_s = 5) {
+    auto client = StoreClient::Connect(token, kLoopback, server->port(), timeout_s);
+    EXPECT_TRUE(client.ok()) << client.status().message();
+    return client.ok() ? std::move(client).value() : nullptr;
+  }
+};
+
+Response Call(StoreClient& client, Request request) {
+  Result<Response> response = client.Call(request, 5);
+  EXPECT_TRUE(response.ok()) << response.status().message();
+  return response.ok() ? *response : Response{Reply::kError, 0, response.status().message()};
+}
+
+// A raw TCP connection from `from` (an address of this machine) to the store.
+int RawConnect(int port, const char* from = kLoopback, const char* to = kLoopback) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &local.sin_addr);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
+  sockaddr_in remote{};
+  remote.sin_family = AF_INET;
+  remote.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, to, &remote.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the peer closed `fd` within `timeout_s` (reading and dropping what it sent).
+bool ClosedWithin(int fd, double timeout_s) {
+  timeval tv{static_cast<time_t>(timeout_s), static_cast<suseconds_t>((timeout_s - static_cast<int>(timeout_s)) * 1e6)};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  char buffer[256];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+// A raw connection that has proven `token` (the handshake done by hand): what a job's own
+// process could send.
+int ProvenRaw(const JobToken& token, int port) {
+  const int fd = RawConnect(port);
+  std::string hello(kHelloBytes, '\0');
+  EXPECT_EQ(::recv(fd, hello.data(), hello.size(), MSG_WAITALL), static_cast<ssize_t>(kHelloBytes));
+  const Bytes32 server_nonce = *ReadHello(hello), client_nonce = RandomBytes32();
+  const std::string proof = Proof(token, server_nonce, client_nonce);
+  EXPECT_EQ(::send(fd, proof.data(), proof.size(), MSG_NOSIGNAL), static_cast<ssize_t>(proof.size()));
+  std::string answer(kAnswerBytes, '\0');
+  EXPECT_EQ(::recv(fd, answer.data(), answer.size(), MSG_WAITALL), static_cast<ssize_t>(kAnswerBytes));
+  return fd;
+}
+
+TEST(RendezvousStore, AnswersEachOperationAsC10dsStoreDoes) {
+  Fixture f;
+  auto client = f.Client();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(Call(*client, {Op::kGet, 0, {"a"}, {}, {}}).reply, Reply::kNotFound);
+  EXPECT_EQ(Call(*client, {Op::kSet, 0, {"a"}, "1", {}}).reply, Reply::kOk);
+  EXPECT_EQ(Call(*client, {Op::kGet, 0, {"a"}, {}, {}}).value, "1");
+  EXPECT_EQ(Call(*client, {Op::kAdd, 5, {"n"}, {}, {}}).number, 5);
+  EXPECT_EQ(Call(*client, {Op::kAdd, -2, {"n"}, {}, {}}).number, 3);
+  EXPECT_EQ(Call(*client, {Op::kGet, 0, {"n"}, {}, {}}).value, "3");
+  EXPECT_EQ(Call(*client, {Op::kAdd, 1, {"a"}, {}, {}}).number, 2);
+  // compare-set: a missing key is set only when "" was expected; a present one when it matches.
+  EXPECT_EQ(Call(*client, {Op::kCompareSet, 0, {"c"}, "new", "x"}).value, "x");
+  EXPECT_EQ(Call(*client, {Op::kCompareSet, 0, {"c"}, "new", ""}).value, "new");
+  EXPECT_EQ(Call(*client, {Op::kCompareSet, 0, {"c"}, "newer", "x"}).value, "new");
+  EXPECT_EQ(Call(*client, {Op::kCompareSet, 0, {"c"}, "newer", "new"}).value, "newer");
+  EXPECT_EQ(Call(*client, {Op::kCheck, 0, {"a", "n"}, {}, {}}).number, 1);
+  EXPECT_EQ(Call(*client, {Op::kCheck, 0, {"a", "zz"}, {}, {}}).number, 0);
+  EXPECT_EQ(Call(*client, {Op::kNumKeys, 0, {}, {}, {}}).number, 3);
+  EXPECT_EQ(Call(*client, {Op::kDelete, 0, {"a"}, {}, {}}).number, 1);
+  EXPECT_EQ(Call(*client, {Op::kDelete, 0, {"a"}, {}, {}}).number, 0);
+  EXPECT_EQ(Call(*client, {Op::kNumKeys, 0, {}, {}, {}}).number, 2);
+}
+
+TEST(RendezvousStore, AWaitIsAnsweredWhenAnotherClientSetsItsLastKeyOrAtItsTimeout) {
+  Fixture f;
+  auto waiter = f.Client(), setter = f.Client();
+  ASSERT_NE(waiter, nullptr);
+  ASSERT_NE(setter, nullptr);
+  std::atomic<bool> answered{false};
+  std::thread wait([&] {
+    EXPECT_EQ(Call(*waiter, {Op::kWait, 10'000, {"x", "y"}, {}, {}}).reply, Reply::kOk);
+    answered = true;
+  });
+  Call(*setter, {Op::kSet, 0, {"x"}, "1", {}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(answered);
+  Call(*setter, {Op::kAdd, 1, {"y"}, {}, {}});
+  wait.join();
+  EXPECT_TRUE(answered);
+
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Call(*waiter, {Op::kWait, 200, {"never"}, {}, {}}).reply, Reply::kTimedOut);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(190));
+  // The connection serves on after a timed-out wait.
+  EXPECT_EQ(Call(*waiter, {Op::kGet, 0, {"x"}, {}, {}}).value, "1");
+}
+
+TEST(RendezvousStore, AClientWithAnotherJobsTokenIsRefusedAndCountedAndTheJobsClientsServeOn) {
+  std::vector<std::string> refused;
+  StoreServerOptions options;
+  options.on_refused = [&](const std::string& peer, const std::string& why) {
+    refused.push_back(peer + " " + why);
+  };
+  Fixture f(options);
+  auto ours = f.Client();
+  ASSERT_NE(ours, nullptr);
+  auto theirs = StoreClient::Connect(JobToken::Generate(), kLoopback, f.server->port(), 5);
+  ASSERT_FALSE(theirs.ok());
+  EXPECT_EQ(theirs.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(theirs.status().message().find("refused this process's job token"), std::string::npos)
+      << theirs.status().message();
+  EXPECT_EQ(Call(*ours, {Op::kSet, 0, {"k"}, "v", {}}).reply, Reply::kOk);
+  EXPECT_EQ(f.server->counts().refused, 1);
+  EXPECT_EQ(f.server->counts().proven, 1);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_NE(refused[0].find("did not prove the job token"), std::string::npos) << refused[0];
+}
+
+TEST(RendezvousStore, AClientCannotTakeTheStoresPlaceWithoutTheToken) {
+  // Something else listens where the store should: it greets like a store but cannot answer.
+  Fixture impostor;  // another job's store, on another token
+  auto client = StoreClient::Connect(JobToken::Generate(), kLoopback, impostor.server->port(), 5);
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), Status::Code::kUnavailable);
+}
+
+TEST(RendezvousStore, AStalledClientHoldsNoOneUpAndIsDroppedAtItsDeadline) {
+  StoreServerOptions options;
+  options.handshake_timeout_s = 0.5;
+  options.frame_timeout_s = 0.5;
+  Fixture f(options);
+  // Half a proof, then silence.
+  const int stalled = RawConnect(f.server->port());
+  ASSERT_GE(stalled, 0);
+  ASSERT_EQ(::send(stalled, "mitrardz", 8, 0), 8);
+  // A proven client that begins a frame of 100 bytes and sends 10.
+  const int half = ProvenRaw(f.token, f.server->port());
+  ASSERT_EQ(::send(half, "\0\0\0\x64" "0123456789", 14, MSG_NOSIGNAL), 14);
+  const auto start = std::chrono::steady_clock::now();
+  auto client = f.Client();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(Call(*client, {Op::kSet, 0, {"k"}, "v", {}}).reply, Reply::kOk);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(300));
+  EXPECT_TRUE(ClosedWithin(stalled, 3));
+  EXPECT_TRUE(ClosedWithin(half, 3));
+  ::close(stalled);
+  ::close(half);
+  EXPECT_EQ(f.server->counts().refused, 2);
+}
+
+TEST(RendezvousStore, AHeaderClaimingHugeLengthsIsRefusedAtOnceWithoutGrowingTheStore) {
+  Fixture f;
+  auto client = f.Client();
+  ASSERT_NE(client, nullptr);
+  // Before the proof: more bytes than a proof.
+  const int raw = RawConnect(f.server->port());
+  ASSERT_GE(raw, 0);
+  const std::string huge = std::string("\x7f\xff\xff\xff", 4) + std::string(200, 'k');
+  ASSERT_EQ(::send(raw, huge.data(), huge.size(), MSG_NOSIGNAL), static_cast<ssize_t>(huge.size()));
+  EXPECT_TRUE(ClosedWithin(raw, 0.5));
+  ::close(raw);
+  EXPECT_EQ(f.server->counts().refused, 1);
+  // Another protocol's request shorter than a proof (c10d TCPStore's ADD) is refused at once,
+  // not at the handshake's deadline.
+  const int other = RawConnect(f.server->port());
+  const std::string add = std::string("\x02\x1a\0\0\0\0\0\0\0", 9) + "gen-1/checkpoint/50/failed";
+  ASSERT_EQ(::send(other, add.data(), add.size(), MSG_NOSIGNAL), static_cast<ssize_t>(add.size()));
+  EXPECT_TRUE(ClosedWithin(other, 0.5));
+  ::close(other);
+  EXPECT_EQ(f.server->counts().refused, 2);
+  EXPECT_EQ(Call(*client, {Op::kNumKeys, 0, {}, {}, {}}).number, 0);
+}
+
+TEST(RendezvousStore, ManyIdleConnectionsCannotKeepTheJobsRanksOut) {
+  StoreServerOptions options;
+  options.max_unproven = 16;
+  Fixture f(options);
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(RawConnect(f.server->port()));
+  auto client = f.Client(2);
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(Call(*client, {Op::kSet, 0, {"k"}, "v", {}}).reply, Reply::kOk);
+  for (int fd : idle) ::close(fd);
+  EXPECT_GE(f.server->counts().refused, 80);
+}
+
+TEST(RendezvousStore, ValuesPastTheCapAreRefusedAndTheStoreServesOn) {
+  StoreServerOptions options;
+  options.max_store_bytes = 1000;
+  Fixture f(options);
+  auto client = f.Client();
+  ASSERT_NE(client, nullptr);
+  EXPECT_EQ(Call(*client, {Op::kSet, 0, {"a"}, std::string(900, 'x'), {}}).reply, Reply::kOk);
+  const Response full = Call(*client, {Op::kSet, 0, {"b"}, std::string(200, 'x'), {}});
+  EXPECT_EQ(full.reply, Reply::kError);
+  EXPECT_NE(full.value.find("full"), std::string::npos);
+  // Replacing a value counts its old size out.
+  EXPECT_EQ(Call(*client, {Op::kSet, 0, {"a"}, std::string(950, 'y'), {}}).reply, Reply::kOk);
+}
+
+TEST(RendezvousStore, ListensOnItsAddressOnlyNotEveryInterface) {
+  Fixture f;
+  // 127.0.0.2 is this machine too (all of 127/8 is loopback), but not the address it was given.
+  EXPECT_EQ(RawConnect(f.server->port(), kLoopback, "127.0.0.2"), -1);
+  const int fd = RawConnect(f.server->port(), "127.0.0.2", kLoopback);  // from another address
+  EXPECT_GE(fd, 0);
+  ::close(fd);
+}
+
+TEST(RendezvousStore, AnAddressThatIsNotThisMachinesIsAnErrorNamingIt) {
+  auto started = StoreServer::Start(JobToken::Generate(), "192.0.2.1", 0);  // TEST-NET-1
+  ASSERT_FALSE(started.ok());
+  EXPECT_NE(started.status().message().find("192.0.2.1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mitra::rendezvous
