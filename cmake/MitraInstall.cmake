@@ -2,7 +2,8 @@
 # find_package(mitra) and link mitra::worker.
 include(CMakePackageConfigHelpers)
 
-set(MITRA_INSTALL_TARGETS mitra_common mitra_contract mitra_planner mitra_checkpoint_store)
+set(MITRA_INSTALL_TARGETS mitra_common mitra_contract mitra_rendezvous mitra_planner
+                          mitra_checkpoint_store)
 if(MITRA_WITH_TORCH)
   list(APPEND MITRA_INSTALL_TARGETS mitra_checkpoint mitra_cutpoint mitra_worker)
 endif()

@@ -36,7 +36,7 @@ Result<int> PickFreeTcpPort(const std::string& ipv4_address) {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
-Status WaitUntilListening(const std::string& host, int port, double timeout_s) {
+Result<int> ConnectWhenListening(const std::string& host, int port, double timeout_s) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -54,9 +54,8 @@ Status WaitUntilListening(const std::string& host, int port, double timeout_s) {
     for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
       const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
       if (fd < 0) continue;
-      const bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) return fd;
       ::close(fd);
-      if (connected) return Status::Ok();
     }
     if (std::chrono::steady_clock::now() + kRetry > deadline) {
       return Status::Timeout("nothing listened on " + host + ":" + std::to_string(port) +

@@ -1,4 +1,4 @@
-// Picking a TCP port for the workers' rendezvous store, and waiting for it to listen.
+// Picking a TCP port for the workers' rendezvous store, and connecting to it once it listens.
 #pragma once
 
 #include <string>
@@ -12,11 +12,12 @@ namespace mitra {
 // it; the worker then fails to rendezvous and the manager reports it. Blocks briefly.
 Result<int> PickFreeTcpPort(const std::string& ipv4_address);
 
-// Waits until something accepts TCP connections on `host`:`port` (a name or an address), trying
-// every few milliseconds, for at most `timeout_s`; the test connection is closed at once.
-// Timeout when nothing listened in time, InvalidArgument when `host` does not resolve.
-// (c10d's store client, when refused, tries again only a second later: a worker that knows
-// the store is about to listen waits here first.)
-Status WaitUntilListening(const std::string& host, int port, double timeout_s);
+// A TCP connection to `host`:`port` (a name or an address; every address it resolves to is
+// tried), trying again every few milliseconds while nothing accepts, for at most `timeout_s`:
+// the connected socket (close-on-exec, blocking), which the caller closes. Timeout when
+// nothing accepted in time, InvalidArgument when `host` does not resolve. (A worker told to
+// meet a store that is about to listen connects with this rather than waiting a whole second
+// between tries.)
+Result<int> ConnectWhenListening(const std::string& host, int port, double timeout_s);
 
 }  // namespace mitra

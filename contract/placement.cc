@@ -177,6 +177,12 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
                                    " is outside the stage-to-rank map " + p.stage_map.ToString());
   }
   ReadText(env, kRdzvHost, &p.rdzv_host);
+  ReadText(env, kJobToken, &p.job_token);
+  if (!p.standalone && p.job_token.empty()) {
+    return Status::InvalidArgument(
+        "MITRA_RANK is set but MITRA_JOB_TOKEN is not: start workers with `mitra run`, or give "
+        "every rank the same secret of 64 hex digits (e.g. from `openssl rand -hex 32`)");
+  }
   ReadText(env, kHost, &p.host);
   ReadText(env, kRunDir, &p.run_dir);
   ReadText(env, kCheckpointDir, &p.checkpoint_dir);
@@ -233,6 +239,7 @@ Environment Placement::ToEnvironment() const {
   env[kResumeStep] = std::to_string(resume_step);
   env[kRdzvHost] = rdzv_host;
   env[kRdzvPort] = std::to_string(rdzv_port);
+  if (!job_token.empty()) env[kJobToken] = job_token;
   env[kGeneration] = std::to_string(generation);
   env[kHost] = host;
   env[kThreads] = std::to_string(threads);

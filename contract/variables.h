@@ -17,6 +17,10 @@ inline constexpr char kResumeStep[] = "MITRA_RESUME_STEP";
 inline constexpr char kRdzvHost[] = "MITRA_RDZV_HOST";
 inline constexpr char kRdzvPort[] = "MITRA_RDZV_PORT";
 inline constexpr char kGeneration[] = "MITRA_GENERATION";
+// The job's secret, 64 hex digits (rendezvous/job_token.h, docs/security.md): every connection
+// to the job's rendezvous store proves it. Never on a command line (launcher/process_runner.h:
+// ProcessSpec::secrets).
+inline constexpr char kJobToken[] = "MITRA_JOB_TOKEN";
 inline constexpr char kHost[] = "MITRA_HOST";
 inline constexpr char kThreads[] = "MITRA_THREADS";
 inline constexpr char kTimeoutS[] = "MITRA_TIMEOUT_S";
@@ -73,6 +77,7 @@ inline constexpr const char* kManagedVariables[] = {
     kDescribe,       kProfile,
     kProfileMachines, kProfileSlots,   kProfileMicroBatches, kProfileRepeats, kMachine,
     kPrecision,      kDevice,          kZero,              kStandbyStage,   kShares,
+    kJobToken,
 };
 
 }  // namespace mitra::contract

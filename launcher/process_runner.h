@@ -34,6 +34,12 @@ struct ProcessSpec {
   std::map<std::string, std::string> environment;  // the child's entire environment
   std::string working_directory;                   // "": the runner's own
   std::string log_path;  // every byte of stdout and stderr is appended here; "": no log
+  // Names in `environment` whose values are secrets (the job token, docs/security.md): no
+  // runner puts them on a command line, where any user of the machine could read them. The
+  // local and srun runners pass the environment itself (readable only by its user); the SSH
+  // runner writes these values to the process's standard input, from which a shell of its own
+  // reads them into the environment before it execs the program.
+  std::vector<std::string> secrets;
 };
 
 struct ExitStatus {

@@ -73,4 +73,58 @@ Result<std::string> EnvCommandLine(const std::map<std::string, std::string>& env
   return ShellCommandLine(words);
 }
 
+namespace {
+
+std::vector<std::string> PresentSecrets(const std::map<std::string, std::string>& environment,
+                                        const std::vector<std::string>& secrets) {
+  std::vector<std::string> present;
+  for (const std::string& name : secrets) {
+    if (environment.count(name)) present.push_back(name);
+  }
+  return present;
+}
+
+}  // namespace
+
+Result<std::string> EnvCommandLineWithSecrets(const std::map<std::string, std::string>& environment,
+                                              const std::vector<std::string>& secrets,
+                                              const std::vector<std::string>& argv) {
+  const std::vector<std::string> present = PresentSecrets(environment, secrets);
+  if (present.empty()) return EnvCommandLine(environment, argv);
+  if (argv.empty()) return Status::InvalidArgument("the command is empty");
+  std::map<std::string, std::string> visible = environment;
+  for (const std::string& name : present) {
+    if (!IsValidEnvironmentName(name)) {
+      return Status::InvalidArgument("environment variable name '" + name + "' is not valid");
+    }
+    visible.erase(name);
+  }
+  std::vector<std::string> wrapped = SecretReader(present);
+  wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+  return EnvCommandLine(visible, wrapped);
+}
+
+std::vector<std::string> SecretReader(const std::vector<std::string>& names) {
+  std::string script;
+  for (const std::string& name : names) {
+    script += "IFS= read -r " + name + " || { echo 'mitra: no value for " + name +
+              " on standard input' >&2; exit 111; }; export " + name + "; ";
+  }
+  script += "exec \"$0\" \"$@\"";
+  return {"/bin/sh", "-c", script};
+}
+
+Result<std::string> SecretLines(const std::map<std::string, std::string>& environment,
+                                const std::vector<std::string>& secrets) {
+  std::string lines;
+  for (const std::string& name : PresentSecrets(environment, secrets)) {
+    const std::string& value = environment.at(name);
+    if (value.find('\n') != std::string::npos) {
+      return Status::InvalidArgument("the value of " + name + " holds a newline");
+    }
+    lines += value + "\n";
+  }
+  return lines;
+}
+
 }  // namespace mitra::launcher

@@ -32,4 +32,21 @@ Result<std::string> ShellCommandLine(const std::vector<std::string>& argv);
 Result<std::string> EnvCommandLine(const std::map<std::string, std::string>& environment,
                                    const std::vector<std::string>& argv);
 
+// {"/bin/sh", "-c", script}: a shell that reads one line of standard input into each of
+// `names` (valid names, in order), exports them and execs its arguments ("$0" "$@", same pid);
+// a missing line ends it with exit code 111 and a message on stderr.
+std::vector<std::string> SecretReader(const std::vector<std::string>& names);
+
+// Like EnvCommandLine, but the variables named in `secrets` are not on the line: a shell
+// started by env reads their values from standard input, one line each in the order of
+// `secrets`, exports them and execs `argv` (same pid). A missing line ends it with exit code
+// 111 and a message on stderr. Names in `secrets` that `environment` lacks are left out.
+Result<std::string> EnvCommandLineWithSecrets(const std::map<std::string, std::string>& environment,
+                                              const std::vector<std::string>& secrets,
+                                              const std::vector<std::string>& argv);
+// The lines EnvCommandLineWithSecrets's shell reads: each secret's value and a newline, in the
+// order of `secrets`. InvalidArgument when a value holds a newline.
+Result<std::string> SecretLines(const std::map<std::string, std::string>& environment,
+                                const std::vector<std::string>& secrets);
+
 }  // namespace mitra::launcher

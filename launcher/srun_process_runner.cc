@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "common/duration_text.h"
 #include "common/json.h"
 #include "common/strings.h"
+#include "launcher/shell_quote.h"
 
 namespace mitra::launcher {
 
@@ -36,6 +38,15 @@ constexpr std::string_view kTaskEvent = "srun_task";
 constexpr const char* kReportThenExec =
     "printf '@mitra {\"event\":\"srun_task\",\"step\":\"%s.%s\",\"pid\":%s}\\n' "
     "\"$SLURM_JOB_ID\" \"$SLURM_STEP_ID\" \"$$\"; exec \"$@\"";
+
+// The same, with the values of `secrets` on the program's standard input (a here-document the
+// shell expands from the task's own environment, where srun --export=ALL carried them from
+// srun's), for SecretReader to read: the values are on no command line.
+std::string ReportThenExecWithSecrets(const std::vector<std::string>& secrets) {
+  std::string heredoc;
+  for (const std::string& name : secrets) heredoc += "$" + name + "\n";
+  return std::string(kReportThenExec) + " <<MITRA_SECRETS\n" + heredoc + "MITRA_SECRETS\n";
+}
 
 // Kills $2 when its environment holds MITRA_RUN_DIR=$1: a worker of that run, not a reused pid.
 constexpr const char* kKillIfWorker =
@@ -76,14 +87,25 @@ Result<std::vector<std::string>> SrunTaskCommand(const ProcessSpec& spec) {
                                    "' holds '=' or a NUL byte, which `env` cannot run under "
                                    "srun; rename it or its directory");
   }
-  std::vector<std::string> command{"/bin/sh", "-c", kReportThenExec, "mitra-srun", "env", "-i"};
+  std::vector<std::string> secrets;
+  for (const std::string& name : spec.secrets) {
+    if (spec.environment.count(name) && IsValidEnvironmentName(name)) secrets.push_back(name);
+  }
+  const std::string script =
+      secrets.empty() ? std::string(kReportThenExec) : ReportThenExecWithSecrets(secrets);
+  std::vector<std::string> command{"/bin/sh", "-c", script, "mitra-srun", "env", "-i"};
   for (const auto& [name, value] : spec.environment) {
+    if (std::find(secrets.begin(), secrets.end(), name) != secrets.end()) continue;
     if (name.empty() || HoldsByte(name, '=') || HoldsByte(name, '\0') || HoldsByte(value, '\0')) {
       return Status::InvalidArgument("environment variable '" + name +
                                      "' cannot be passed to a process: a name must be non-empty "
                                      "and without '=', and neither may hold a NUL byte");
     }
     command.push_back(name + "=" + value);
+  }
+  if (!secrets.empty()) {
+    const std::vector<std::string> reader = SecretReader(secrets);
+    command.insert(command.end(), reader.begin(), reader.end());
   }
   command.push_back(spec.program);
   command.insert(command.end(), spec.args.begin(), spec.args.end());
@@ -159,6 +181,13 @@ Result<StartedProcess> SrunProcessRunner::Start(const ProcessSpec& spec, Process
   local.program = *srun;
   local.args = SrunArguments(options_, spec.working_directory, *task);
   local.environment = options_.environment;
+  // The secrets reach the task in srun's own environment (--export=ALL), which only its user
+  // can read, not on srun's command line.
+  for (const std::string& name : spec.secrets) {
+    if (auto it = spec.environment.find(name); it != spec.environment.end()) {
+      local.environment[name] = it->second;
+    }
+  }
   local.log_path = spec.log_path;
 
   auto step = std::make_shared<detail::SrunStep>();

@@ -318,8 +318,10 @@ Result<std::string> SshProcessRunner::ResolveProgram(const std::string& program,
 Result<StartedProcess> SshProcessRunner::Start(const ProcessSpec& spec, ProcessEventSink sink) {
   std::vector<std::string> argv = {spec.program};
   argv.insert(argv.end(), spec.args.begin(), spec.args.end());
-  Result<std::string> env_line = EnvCommandLine(spec.environment, argv);
+  Result<std::string> env_line = EnvCommandLineWithSecrets(spec.environment, spec.secrets, argv);
   if (!env_line.ok()) return env_line.status();
+  Result<std::string> secret_lines = SecretLines(spec.environment, spec.secrets);
+  if (!secret_lines.ok()) return secret_lines.status();
   std::string command;
   if (!spec.working_directory.empty()) {
     command = "cd " + ShellQuote(spec.working_directory) + " >/dev/null && ";
@@ -336,20 +338,27 @@ Result<StartedProcess> SshProcessRunner::Start(const ProcessSpec& spec, ProcessE
   std::future<Result<StartedProcess>> result = started->get_future();
   auto shared_log = std::make_shared<std::unique_ptr<AppendableFile>>(std::move(log));
   loop_->Post(
-      [this, started, command, shared_log, sink = std::move(sink),
+      [this, started, command, shared_log, sink = std::move(sink), secrets = *secret_lines,
        what = "'" + spec.program + "' on " + description_](detail::SshHostLoop& loop) mutable {
         if (Status status = loop.EnsureConnected(); !status.ok()) {
           started->set_value(status);
           return;
         }
         const ProcessId id = state_->next_id++;
-        Status status =
-            loop.Exec(command,
-                      std::make_unique<ProcessHandler>(
-                          id, what, std::move(*shared_log), std::move(sink), options_.tail_lines,
-                          After(options_.start_timeout_s), started, state_.get()),
-                      detail::ExecInput::kOpen);
-        if (!status.ok()) started->set_value(status);
+        auto handler = std::make_unique<ProcessHandler>(
+            id, what, std::move(*shared_log), std::move(sink), options_.tail_lines,
+            After(options_.start_timeout_s), started, state_.get());
+        const ProcessHandler* channel = handler.get();
+        Status status = loop.Exec(command, std::move(handler), detail::ExecInput::kOpen);
+        if (!status.ok()) {
+          started->set_value(status);
+          return;
+        }
+        // The secrets' shell reads them first; a failed write leaves it without them, and it
+        // exits saying so.
+        if (!secrets.empty()) {
+          loop.Write(channel, std::move(secrets), After(options_.send_timeout_s), [](Status) {});
+        }
       });
   return result.get();
 }

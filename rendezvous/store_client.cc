@@ -1,6 +1,5 @@
 #include "rendezvous/store_client.h"
 
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -11,9 +10,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "common/duration_text.h"
+#include "common/free_port.h"
 
 namespace mitra::rendezvous {
 namespace {
@@ -65,33 +64,6 @@ int ReceiveBefore(int fd, std::string& into, size_t size, Clock::time_point dead
   return 1;
 }
 
-// A connected TCP socket to `address`, trying again while refused, until `deadline`.
-Result<int> ConnectBefore(const std::string& host, int port, Clock::time_point deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* found = nullptr;
-  if (const int error = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
-      error != 0) {
-    return Status::InvalidArgument("cannot resolve '" + host + "': " + ::gai_strerror(error));
-  }
-  const std::unique_ptr<addrinfo, void (*)(addrinfo*)> addresses(found, ::freeaddrinfo);
-  for (;;) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return Status::IoError(std::string("cannot create a socket: ") + std::strerror(errno));
-    if (::connect(fd, addresses->ai_addr, addresses->ai_addrlen) == 0) {
-      const int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      return fd;
-    }
-    ::close(fd);
-    if (Clock::now() + std::chrono::milliseconds(5) > deadline) {
-      return Status::Timeout("nothing listened");
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-}
-
 }  // namespace
 
 StoreClient::StoreClient(int fd, std::string address, Channel channel)
@@ -105,12 +77,14 @@ Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const JobToken& token,
   const std::string address = host + ":" + std::to_string(port);
   const std::string within = " within " + SecondsText(timeout_s) + " s";
   const Clock::time_point deadline = After(timeout_s);
-  Result<int> connected = ConnectBefore(host, port, deadline);
+  Result<int> connected = ConnectWhenListening(host, port, timeout_s);
   if (!connected.ok()) {
     if (connected.status().code() != Status::Code::kTimeout) return connected.status();
     return Status::Timeout("the rendezvous store at " + address + " did not listen" + within);
   }
   const int fd = *connected;
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   auto fail = [&](Status status) {
     ::close(fd);
     return status;

@@ -85,6 +85,7 @@ class ProfileRanks {
       spec.environment = WorkerEnvironment(options.worker.EnvironmentFor(machine.IsLocal()), plan,
                                            r, transports.WorkerAddress(machine), settings);
       for (auto& [name, value] : request.ToEnvironment()) spec.environment[name] = std::move(value);
+      spec.secrets = SecretVariables();
       spec.working_directory = options.worker.DirectoryFor(machine.IsLocal());
       if (!options.log_dir.empty()) {
         spec.log_path = options.log_dir + "/rank-" + std::to_string(r.rank) + ".log";

@@ -141,6 +141,7 @@ mitra::Status RunLoop::StartProcess(int64_t generation, int rank, const manager:
   spec.program = options_.worker.program;
   spec.args = options_.worker.args;
   spec.environment = std::move(environment);
+  spec.secrets = SecretVariables();
   spec.working_directory = options_.worker.DirectoryFor(machine.IsLocal());
   spec.log_path = run_dir_->LogPath(generation, rank);
   EventQueue* queue = queue_;

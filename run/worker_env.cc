@@ -3,6 +3,7 @@
 #include "common/file_system.h"
 #include "contract/variables.h"
 #include "records/records.h"
+#include "rendezvous/job_token.h"
 
 namespace mitra::run {
 namespace {
@@ -28,6 +29,16 @@ void AskForHugePages(Environment& env) {
 }
 
 }  // namespace
+
+contract::Placement JobPlacement() {
+  contract::Placement p;
+  p.checkpoint_every = 0;
+  p.keep_checkpoints = 3;
+  p.job_token = rendezvous::JobToken::Generate().Hex();
+  return p;
+}
+
+std::vector<std::string> SecretVariables() { return {contract::kJobToken}; }
 
 Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
                               const RankPlacement& placement, const std::string& host,

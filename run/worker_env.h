@@ -21,13 +21,13 @@ using planner::RankPlacement;
 using contract::Environment;
 
 // A manager's placement before the rank and the plan are known: no checkpoints unless asked,
-// the newest 3 kept (a program run alone keeps its own settings instead).
-inline contract::Placement JobPlacement() {
-  contract::Placement p;
-  p.checkpoint_every = 0;
-  p.keep_checkpoints = 3;
-  return p;
-}
+// the newest 3 kept (a program run alone keeps its own settings instead), and a new job token
+// (docs/security.md), the job's for its whole life.
+contract::Placement JobPlacement();
+
+// The variables of a worker's environment that are secrets (the job token): what a
+// ProcessSpec's `secrets` names.
+std::vector<std::string> SecretVariables();
 
 // What is the same for every rank of one launch: the job's part of each rank's placement
 // (rendezvous, generation, steps, threads, timeouts, run and checkpoint directories, park,

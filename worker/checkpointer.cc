@@ -11,11 +11,11 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include "checkpoint/store.h"
 #include "checkpoint/tensor_file.h"
+#include "worker/job_store.h"
 #include "worker/report.h"
 #include "worker/staging_pool.h"
 
@@ -71,14 +71,8 @@ namespace {
 
 // The checkpointer's own connection to the rendezvous store, under the generation's prefix.
 c10::intrusive_ptr<c10d::Store> ConnectStore(const Placement& p) {
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(p.rdzv_port);
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = std::chrono::milliseconds(static_cast<int64_t>(p.timeout_s * 1000));
   return c10::make_intrusive<c10d::PrefixStore>(
-      "gen-" + std::to_string(p.generation) + "/checkpoint",
-      c10::make_intrusive<c10d::TCPStore>(p.rdzv_host, opts));
+      "gen-" + std::to_string(p.generation) + "/checkpoint", JobStore::Connect(p, /*host=*/false));
 }
 
 }  // namespace

@@ -4,10 +4,9 @@
 #include <string>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include "common/duration_text.h"
-#include "common/free_port.h"
+#include "rendezvous/job_token.h"
+#include "worker/job_store.h"
 
 namespace mitra::worker {
 namespace {
@@ -85,6 +84,15 @@ torch::Tensor Allocate(const Described& d, c10::Device device) {
   return torch::empty(d.dims, torch::TensorOptions().device(device).dtype(d.dtype));
 }
 
+// The job's store `store` is, or wraps in prefixes; null when it is another kind (the
+// HashStore of ranks that are threads).
+const JobStore* JobStoreBehind(c10::intrusive_ptr<c10d::Store> store) {
+  while (auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store.get())) {
+    store = prefixed->getUnderlyingStore();
+  }
+  return dynamic_cast<const JobStore*>(store.get());
+}
+
 // Runs `post` (a send or a receive posted on Gloo), turning a failure into a PeerError.
 c10::intrusive_ptr<c10d::Work> Posted(
     const std::function<c10::intrusive_ptr<c10d::Work>()>& post, const std::string& what) {
@@ -104,14 +112,68 @@ Comm::Comm(const Placement& placement, c10::Device device, Backend backend)
       device_(device),
       through_host_(!device.is_cpu() && backend == Backend::kGloo) {}
 
-void Comm::CreateGroups(Backend backend) {
+void Comm::CreateGroups(Backend backend, const JobStore* proof) {
   GroupOptions group{backend, placement_.host, timeout_};
-  global_ = CreateProcessGroup(c10::make_intrusive<c10d::PrefixStore>("global", store_),
-                               placement_.rank, placement_.world_size(), group);
+  const bool prove = proof != nullptr && backend == Backend::kGloo;
+  auto global_store = c10::make_intrusive<c10d::PrefixStore>("global", store_);
+  global_ = CreateProcessGroup(global_store, placement_.rank, placement_.world_size(), group);
+  if (prove) {
+    ProvePairs(*global_, placement_.rank, placement_.world_size(), *global_store, *proof,
+               "the global group");
+  }
   if (placement_.num_replicas() > 1) {
-    dp_ = CreateProcessGroup(
-        c10::make_intrusive<c10d::PrefixStore>("dp-" + std::to_string(placement_.stage()), store_),
-        placement_.replica(), placement_.num_replicas(), group);
+    auto dp_store =
+        c10::make_intrusive<c10d::PrefixStore>("dp-" + std::to_string(placement_.stage()), store_);
+    dp_ = CreateProcessGroup(dp_store, placement_.replica(), placement_.num_replicas(), group);
+    if (prove) {
+      ProvePairs(*dp_, placement_.replica(), placement_.num_replicas(), *dp_store, *proof,
+                 "the replicas of stage " + std::to_string(placement_.stage()));
+    }
+  }
+}
+
+void Comm::ProvePairs(c10d::ProcessGroup& group, int rank, int size, c10d::Store& store,
+                      const JobStore& proof, const std::string& what) {
+  constexpr int kProofTag = 0x7ffffff0;  // above every message tag (kTagsPerMessage * tag)
+  constexpr int64_t kTagBytes = 32;
+  if (size < 2) return;
+  // The first rank to ask sets the group's nonce; every rank reads the same one.
+  const std::vector<uint8_t> fresh = [] {
+    const rendezvous::Bytes32 b = rendezvous::RandomBytes32();
+    return std::vector<uint8_t>(b.begin(), b.end());
+  }();
+  const std::vector<uint8_t> set = store.compareSet("pair-nonce", {}, fresh);
+  const std::string nonce(set.begin(), set.end());
+  auto tensor_of = [](const std::string& bytes) {
+    return torch::from_blob(const_cast<char*>(bytes.data()), {kTagBytes}, torch::kUInt8).clone();
+  };
+  std::vector<std::vector<torch::Tensor>> sent, received;
+  std::vector<c10::intrusive_ptr<c10d::Work>> sends, receives;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    sent.push_back({tensor_of(proof.PairTag(nonce, rank, peer))});
+    received.push_back({torch::zeros({kTagBytes}, torch::kUInt8)});
+  }
+  size_t i = 0;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const std::string where = "proving " + what + "'s connection to its rank " + std::to_string(peer);
+    sends.push_back(Posted([&] { return group.send(sent[i], peer, kProofTag); }, where));
+    receives.push_back(Posted([&] { return group.recv(received[i], peer, kProofTag); }, where));
+    ++i;
+  }
+  i = 0;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    const std::string where = what + "'s connection to its rank " + std::to_string(peer);
+    Wait(receives[i], "receiving the job token's proof over " + where);
+    const std::string expected = proof.PairTag(nonce, peer, rank);
+    const std::string got(static_cast<const char*>(received[i][0].data_ptr()), kTagBytes);
+    if (!rendezvous::SameTag(rendezvous::Bytes32From(got), rendezvous::Bytes32From(expected))) {
+      throw PeerError(where + " did not prove the job token: another process took its place");
+    }
+    Wait(sends[i], "sending the job token's proof over " + where);
+    ++i;
   }
 }
 
@@ -119,22 +181,13 @@ std::unique_ptr<Comm> Comm::Connect(const Placement& placement, Backend backend,
                                     c10::Device device) {
   std::unique_ptr<Comm> comm(new Comm(placement, device, backend));
   const int world = placement.world_size();
-  c10d::TCPStoreOptions opts;
-  opts.port = static_cast<uint16_t>(placement.rdzv_port);
-  opts.isServer = placement.rank == 0;
-  opts.numWorkers = world;
-  opts.waitWorkers = true;
-  opts.timeout = comm->timeout_;
-  if (!opts.isServer) {
-    // Every rank of a regrouped generation is told its place at the same moment, so rank 0's
-    // store is often not listening yet; c10d's client would then wait a whole second.
-    (void)WaitUntilListening(placement.rdzv_host, placement.rdzv_port, placement.timeout_s);
-  }
   try {
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(placement.rdzv_host, opts);
+    // Rank 0 hosts the job's store; every rank (rank 0 too) connects to it with the job token.
+    // A rank told its place before rank 0 listens tries again every few milliseconds.
+    auto store = JobStore::Connect(placement, /*host=*/placement.rank == 0);
     comm->store_ = c10::make_intrusive<c10d::PrefixStore>(
-        "gen-" + std::to_string(placement.generation), tcp);
-    comm->CreateGroups(backend);
+        "gen-" + std::to_string(placement.generation), store);
+    comm->CreateGroups(backend, store.get());
   } catch (const std::exception& e) {
     throw PeerError("rendezvous at " + placement.rdzv_host + ":" +
                     std::to_string(placement.rdzv_port) + " (generation " +
@@ -151,7 +204,7 @@ std::unique_ptr<Comm> Comm::Join(const Placement& placement,
   std::unique_ptr<Comm> comm(new Comm(placement, device, backend));
   comm->store_ = store;
   try {
-    comm->CreateGroups(backend);
+    comm->CreateGroups(backend, JobStoreBehind(store));
   } catch (const std::exception& e) {
     throw PeerError("the process groups of " + std::to_string(placement.world_size()) +
                     " ranks were not complete within " + SecondsText(placement.timeout_s) +

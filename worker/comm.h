@@ -1,6 +1,7 @@
 // Comm: the process groups of one worker and the messages between pipeline stages.
 //
-// Connect() rendezvouses through a c10d TCPStore (rank 0 hosts it) under a prefix of the
+// Connect() rendezvouses through the job's store (worker/job_store.h; rank 0 hosts it, every
+// connection proves the job token) under a prefix of the
 // generation, so a relaunched job never meets the keys of an earlier one, and then Join()s:
 // creates the global group (all ranks) and the data-parallel group of this rank's stage (its
 // replicas) over that store.
@@ -24,6 +25,8 @@
 
 namespace mitra::worker {
 
+class JobStore;
+
 // A collective or message failed because a peer is gone or timed out.
 class PeerError : public std::runtime_error {
  public:
@@ -40,8 +43,8 @@ class Comm {
                                        c10::Device device = c10::Device(c10::DeviceType::CPU));
   // What Connect does once the store is there: creates this rank's groups over `store`, which
   // every rank of the placement's job shares (a c10d::HashStore for ranks that are threads of
-  // one process). Blocks like Connect; throws PeerError when the groups are not complete in
-  // time.
+  // one process), proving their connections when it is a JobStore. Blocks like Connect;
+  // throws PeerError when the groups are not complete in time.
   static std::unique_ptr<Comm> Join(const Placement& placement,
                                     const c10::intrusive_ptr<c10d::Store>& store, Backend backend,
                                     c10::Device device = c10::Device(c10::DeviceType::CPU));
@@ -98,8 +101,17 @@ class Comm {
 
  private:
   Comm(const Placement& placement, c10::Device device, Backend backend);
-  // Creates the groups over store_ (throws what c10d throws).
-  void CreateGroups(Backend backend);
+  // Creates the groups over store_ (throws what c10d throws). With `proof`, the job's store,
+  // each Gloo group's connections are proven (ProvePairs) before the groups are used.
+  void CreateGroups(Backend backend, const JobStore* proof = nullptr);
+  // Gloo connects each pair of a group by accepting the first connection to a port of its
+  // own, with no word on who connects: a process that took a pair's place would receive the
+  // job's messages or send its own. So every rank sends every other rank of `group` a tag
+  // only the job's processes can make (JobStore::PairTag, over a nonce fresh in `store`) and
+  // checks the one it receives, before the group carries anything else. Throws PeerError
+  // naming the pair whose tag was wrong or did not come.
+  void ProvePairs(c10d::ProcessGroup& group, int rank, int size, c10d::Store& store,
+                  const JobStore& proof, const std::string& what);
 
   Placement placement_;
   std::chrono::milliseconds timeout_{30000};

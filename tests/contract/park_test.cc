@@ -16,6 +16,7 @@ TEST(ParkLine, APlacementRoundTripsWithOnlyTheContractsVariables) {
   p.resume_step = 40;
   p.run_dir = "/runs/a \"quoted\"";
   p.park = true;
+  p.job_token = std::string(64, 'e');  // the job's secret goes with the placement, on stdin
   Environment env = p.ToEnvironment();
   env["PATH"] = "/usr/bin";  // the process's own environment stays as it is
   const std::string line = PlacementLine(env);
@@ -34,6 +35,7 @@ TEST(ParkLine, APlacementRoundTripsWithOnlyTheContractsVariables) {
   EXPECT_EQ(back->run_dir, "/runs/a \"quoted\"");
   EXPECT_TRUE(back->park);
   EXPECT_EQ(back->stage_map.ToString(), p.stage_map.ToString());
+  EXPECT_EQ(back->job_token, p.job_token);
 }
 
 TEST(ParkLine, TheExitOrderHasNoPlacement) {
@@ -58,6 +60,7 @@ TEST(ParkLine, ParkIsReadAsZeroOrOne) {
   Placement p;
   p.stage_map = StageMap::Default(1, 1);
   p.rdzv_port = 1;
+  p.job_token = std::string(64, 'e');
   Environment env = p.ToEnvironment();
   EXPECT_EQ(env.count("MITRA_PARK"), 0u);
   EXPECT_FALSE(Placement::FromEnvironment(env)->park);

@@ -35,6 +35,7 @@ Placement Planned() {
   p.partition = "3,5";
   p.shares = {5, 3, 4};
   p.step_trace = "/runs/a/rank-3.trace.json";
+  p.job_token = std::string(64, 'c');
   return p;
 }
 
@@ -69,6 +70,7 @@ TEST(Placement, WhatTheManagerWritesTheWorkerReadsBack) {
   EXPECT_EQ(read->zero, 1);
   EXPECT_EQ(read->partition, "3,5");
   EXPECT_EQ(read->step_trace, "/runs/a/rank-3.trace.json");
+  EXPECT_EQ(read->job_token, std::string(64, 'c'));
   EXPECT_EQ(read->ToEnvironment(), sent.ToEnvironment());
 }
 
@@ -107,6 +109,9 @@ TEST(Placement, MalformedVariablesAreNamed) {
   env = Planned().ToEnvironment();
   env.erase("MITRA_RDZV_PORT");
   EXPECT_TRUE(Contains(error("MITRA_RANK", "0"), "MITRA_RDZV_PORT is not set"));
+  env = Planned().ToEnvironment();
+  env.erase("MITRA_JOB_TOKEN");
+  EXPECT_TRUE(Contains(error("MITRA_RANK", "0"), "MITRA_JOB_TOKEN is not"));
 }
 
 TEST(Placement, PrecisionAndDeviceRoundTripAndBadValuesNameTheChoices) {

@@ -67,5 +67,21 @@ TEST(EnvCommandLine, RefusesBadNamesAndAmbiguousPrograms) {
   EXPECT_EQ(EnvCommandLine({}, {}).status().code(), Status::Code::kInvalidArgument);
 }
 
+TEST(EnvCommandLineWithSecrets, TheLineCarriesTheSecretsNameButNotItsValue) {
+  const std::map<std::string, std::string> env = {{"A", "1"}, {"T", "s3cret"}};
+  Result<std::string> line = EnvCommandLineWithSecrets(env, {"T"}, {"/bin/prog", "--x"});
+  ASSERT_TRUE(line.ok()) << line.status().message();
+  EXPECT_EQ(line->find("s3cret"), std::string::npos) << *line;
+  EXPECT_NE(line->find("read -r T"), std::string::npos) << *line;
+  EXPECT_NE(line->find("'A=1'"), std::string::npos) << *line;
+  EXPECT_EQ(*SecretLines(env, {"T"}), "s3cret\n");
+}
+
+TEST(EnvCommandLineWithSecrets, WithoutSecretsItIsEnvCommandLineAndANewlineIsRefused) {
+  EXPECT_EQ(*EnvCommandLineWithSecrets({{"A", "1"}}, {"T"}, {"/bin/true"}),
+            *EnvCommandLine({{"A", "1"}}, {"/bin/true"}));
+  EXPECT_FALSE(SecretLines({{"T", "a\nb"}}, {"T"}).ok());
+}
+
 }  // namespace
 }  // namespace mitra::launcher

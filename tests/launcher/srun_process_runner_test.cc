@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/shell_quote.h"
 #include "tests/launcher/scripted_process_runner.h"
 
 namespace mitra::launcher {
@@ -55,6 +56,24 @@ TEST(SrunCommandLine, TheTaskReportsItsStepThenExecsTheProgramWithExactlyItsEnvi
   EXPECT_EQ(std::vector<std::string>(command->begin() + 3, command->end()),
             (std::vector<std::string>{"mitra-srun", "env", "-i", "MITRA_RANK=3", "PATH=/usr/bin",
                                       "/opt/train", "--lr", "0.1; rm -rf /"}));
+}
+
+// A secret travels in srun's environment (SrunProcessRunner::Start adds it there) and reaches
+// the program through a here-document the task's shell expands: its value is on no command line.
+TEST(SrunCommandLine, ASecretIsReadFromTheTasksEnvironmentNotTheCommandLine) {
+  ProcessSpec spec = Spec();
+  spec.environment["MITRA_JOB_TOKEN"] = "0123abcd";
+  spec.secrets = {"MITRA_JOB_TOKEN"};
+  Result<std::vector<std::string>> command = SrunTaskCommand(spec);
+  ASSERT_TRUE(command.ok()) << command.status().ToString();
+  for (const std::string& word : *command) EXPECT_EQ(word.find("0123abcd"), std::string::npos) << word;
+  EXPECT_NE((*command)[2].find("<<MITRA_SECRETS\n$MITRA_JOB_TOKEN\nMITRA_SECRETS"), std::string::npos)
+      << (*command)[2];
+  const std::vector<std::string> reader = SecretReader({"MITRA_JOB_TOKEN"});
+  EXPECT_EQ(std::vector<std::string>(command->begin() + 3, command->end()),
+            (std::vector<std::string>{"mitra-srun", "env", "-i", "MITRA_RANK=3", "PATH=/usr/bin",
+                                      reader[0], reader[1], reader[2], "/opt/train", "--lr",
+                                      "0.1; rm -rf /"}));
 }
 
 TEST(SrunCommandLine, RefusesWhatEnvWouldMisread) {

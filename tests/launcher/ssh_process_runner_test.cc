@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -254,6 +255,41 @@ TEST_F(SshProcessRunnerTest, SendsLinesToTheRemoteProcessInOrder) {
   EXPECT_EQ(late.code(), Status::Code::kUnavailable);
   EXPECT_NE(late.message().find("exited"), std::string::npos) << late.message();
   EXPECT_EQ(runner.SendLine(p->id, "a\nb").code(), Status::Code::kInvalidArgument);
+}
+
+// Every command line on this machine (the sshd fixture's hosts are its loopback addresses).
+std::string AllCommandLines() {
+  std::string all;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") == std::string::npos) {
+      all += CommandLineOf(std::stoi(name)) + "\n";
+    }
+  }
+  return all;
+}
+
+TEST_F(SshProcessRunnerTest, ASecretReachesTheProgramsEnvironmentButNoCommandLine) {
+  SshProcessRunner runner(Options(kHost), &fs_);
+  const std::string secret = "0123456789abcdef0123456789abcdef-secret";
+  ProcessSpec spec = Shell("echo \"token=$T\"; read -r line; echo \"then=$line\"");
+  spec.environment["T"] = secret;
+  spec.secrets = {"T"};
+  Result<StartedProcess> p = runner.Start(spec, Sink());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  for (int i = 0; i < 200 && testing::ReadFileOrEmpty(spec.log_path).empty(); ++i) ::usleep(10000);
+  ASSERT_EQ(testing::ReadFileOrEmpty(spec.log_path), "token=" + secret + "\n");
+  // While it runs (waiting for its next line), no process shows the secret on its command line.
+  EXPECT_EQ(AllCommandLines().find(secret), std::string::npos);
+  // The pid reported is the program's: the shell that read the secret exec'd it.
+  EXPECT_NE(CommandLineOf(p->pid).find("read -r line"), std::string::npos) << CommandLineOf(p->pid);
+  EXPECT_EQ(CommandLineOf(p->pid).find("IFS="), std::string::npos) << CommandLineOf(p->pid);
+  // The lines sent later reach the program, after the secret's.
+  ASSERT_TRUE(runner.SendLine(p->id, "go").ok());
+  const std::vector<ProcessEvent> seen = UntilExit();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(seen.back().exit.ok()) << seen.back().exit.ToString();
+  EXPECT_EQ(testing::ReadFileOrEmpty(spec.log_path), "token=" + secret + "\nthen=go\n");
 }
 
 // Three lines of kMaxSentLine are more than sshd's channel window and the pipe behind it hold:

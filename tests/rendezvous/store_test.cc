@@ -2,10 +2,7 @@
 // only holders of the job token and that no one client can stall or exhaust it.
 #include <gtest/gtest.h>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -17,9 +14,13 @@
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 #include "rendezvous/wire.h"
+#include "tests/rendezvous/raw_socket.h"
 
 namespace mitra::rendezvous {
 namespace {
+
+using testing::ClosedWithin;
+using testing::RawConnect;
 
 constexpr char kLoopback[] = "127.0.0.1";
 
@@ -43,36 +44,6 @@ Response Call(StoreClient& client, Request request) {
   Result<Response> response = client.Call(request, 5);
   EXPECT_TRUE(response.ok()) << response.status().message();
   return response.ok() ? *response : Response{Reply::kError, 0, response.status().message()};
-}
-
-// A raw TCP connection from `from` (an address of this machine) to the store.
-int RawConnect(int port, const char* from = kLoopback, const char* to = kLoopback) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in local{};
-  local.sin_family = AF_INET;
-  ::inet_pton(AF_INET, from, &local.sin_addr);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)), 0);
-  sockaddr_in remote{};
-  remote.sin_family = AF_INET;
-  remote.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, to, &remote.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&remote), sizeof(remote)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// Whether the peer closed `fd` within `timeout_s` (reading and dropping what it sent).
-bool ClosedWithin(int fd, double timeout_s) {
-  timeval tv{static_cast<time_t>(timeout_s), static_cast<suseconds_t>((timeout_s - static_cast<int>(timeout_s)) * 1e6)};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  char buffer[256];
-  for (;;) {
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n == 0) return true;
-    if (n < 0) return errno == ECONNRESET;
-  }
 }
 
 // A raw connection that has proven `token` (the handshake done by hand): what a job's own

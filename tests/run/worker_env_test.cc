@@ -40,6 +40,14 @@ TEST(WorkerEnv, GivesEachRankItsPlaceAndDropsStaleVariables) {
   EXPECT_EQ(env.at("MITRA_TIMEOUT_S"), "0.5");
   EXPECT_EQ(env.at("MITRA_RUN_DIR"), "/runs/a");
   EXPECT_EQ(env.at("MITRA_HEARTBEAT_S"), "1");  // the manager's, not a stale one
+  // The job's token: the same for every rank of a job, another job's another.
+  EXPECT_EQ(env.at("MITRA_JOB_TOKEN").size(), 64u);
+  EXPECT_EQ(env.at("MITRA_JOB_TOKEN"), settings.placement.job_token);
+  EXPECT_EQ(WorkerEnvironment(base, *plan, plan->ranks[0], "127.0.0.1", settings)
+                .at("MITRA_JOB_TOKEN"),
+            env.at("MITRA_JOB_TOKEN"));
+  EXPECT_NE(LaunchSettings().placement.job_token, settings.placement.job_token);
+  EXPECT_EQ(SecretVariables(), std::vector<std::string>{"MITRA_JOB_TOKEN"});
   EXPECT_EQ(env.count("MITRA_PARTITION"), 0u);  // a plan without one leaves the program's own
   EXPECT_EQ(env.count("MITRA_SCHEDULE"), 0u);
   EXPECT_EQ(env.count("MITRA_STEP_TRACE"), 0u);

@@ -6,9 +6,13 @@
 
 #include <future>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/torch.h>
 
+#include "rendezvous/store_client.h"
+#include "rendezvous/store_server.h"
 #include "tests/worker/thread_ranks.h"
+#include "worker/job_store.h"
 
 namespace mitra::worker {
 namespace {
@@ -175,6 +179,48 @@ TEST(Comm, EachStageHasADataParallelGroupOfItsReplicas) {
 
 // A peer that never sends: the receive gives up after the placement's timeout with a PeerError
 // that names what was awaited and from whom.
+// Every connection of a job's groups is proven with the job token before it carries anything
+// (Comm::ProvePairs). The guard: a rank that got into the store but holds another token (as a
+// process that took a pair's place would) fails the proof, and so does its peer.
+TEST(Comm, AConnectionWhoseTagIsNotTheJobsEndsTheRendezvousNamingIt) {
+  const auto token = rendezvous::JobToken::Generate(), other = rendezvous::JobToken::Generate();
+  auto server = rendezvous::StoreServer::Start(token, "127.0.0.1", 0);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const int port = (*server)->port();
+  for (const bool outsider : {false, true}) {
+    SCOPED_TRACE(outsider ? "rank 1 holds another token" : "both hold the job's token");
+    std::vector<std::string> errors(2);
+    testing::RunRanks(2, [&](int rank) {
+      auto client = rendezvous::StoreClient::Connect(token, "127.0.0.1", port, 10);
+      ASSERT_TRUE(client.ok()) << client.status().message();
+      const std::string hex = rank == 1 && outsider ? other.Hex() : token.Hex();
+      auto store = c10::make_intrusive<JobStore>(hex, nullptr, std::move(client).value(),
+                                                 std::chrono::seconds(10));
+      const Placement p = testing::LoopbackPlacement(2, 1, rank, port, 10);
+      try {
+        auto prefixed = c10::make_intrusive<c10d::PrefixStore>(
+            std::string(outsider ? "outsider" : "own"), store);
+        auto comm = Comm::Join(p, prefixed, Backend::kGloo);
+        comm->SendTensors({torch::ones({2})}, 1 - rank, 1);
+        std::vector<torch::Tensor> into{torch::zeros({2})};
+        comm->RecvTensors(into, 1 - rank, 1, "ones");
+        comm->WaitSends();
+        EXPECT_TRUE(torch::equal(into[0], torch::ones({2})));
+      } catch (const PeerError& e) {
+        errors[rank] = e.what();
+      }
+    });
+    for (int rank = 0; rank < 2; ++rank) {
+      if (!outsider) {
+        EXPECT_EQ(errors[rank], "") << "rank " << rank;
+      } else {
+        EXPECT_NE(errors[rank].find("did not prove the job token"), std::string::npos)
+            << "rank " << rank << ": " << errors[rank];
+      }
+    }
+  }
+}
+
 TEST(Comm, APeerThatNeverSendsIsAPeerErrorNamingIt) {
   std::promise<void> received;
   std::shared_future<void> done = received.get_future().share();

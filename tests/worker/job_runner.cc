@@ -14,6 +14,7 @@
 
 #include "common/free_port.h"
 #include "mitra/contract/stage_map.h"
+#include "rendezvous/job_token.h"
 #include "tests/common/run_helpers.h"
 
 namespace mitra::testing {
@@ -33,6 +34,7 @@ JobResult RunJob(const std::string& program, int stages, int replicas,
   const std::string map = contract::StageMap::Default(stages, replicas).ToString();
   const int port = *PickFreeTcpPort("127.0.0.1");
   const std::string dir = MakeTempDir("mitra-job");
+  const std::string token = rendezvous::JobToken::Generate().Hex();  // the job's, as mitra run makes
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     std::map<std::string, std::string> env = extra_env;
@@ -41,6 +43,7 @@ JobResult RunJob(const std::string& program, int stages, int replicas,
     env["MITRA_STAGE_TO_RANK_MAP"] = map;
     env["MITRA_RDZV_HOST"] = "127.0.0.1";
     env["MITRA_RDZV_PORT"] = std::to_string(port);
+    if (!env.count("MITRA_JOB_TOKEN")) env["MITRA_JOB_TOKEN"] = token;
     env["MITRA_HOST"] = "127.0.0.1";
     if (!env.count("MITRA_TIMEOUT_S")) env["MITRA_TIMEOUT_S"] = "30";
     const std::string log = dir + "/rank-" + std::to_string(rank) + ".log";

@@ -1,5 +1,5 @@
 // Runtime: a 2 x 2 job of the tiny model, ranks as threads (tests/worker/thread_ranks.h) that
-// meet through the real rendezvous (Comm::Connect, a TCPStore on loopback), trains as a plain
+// meet through the real rendezvous (Comm::Connect, the job's store on loopback), trains as a plain
 // LibTorch loop over the whole model and batch does: the same losses, gradient norms, clipped
 // gradients and AdamW updates.
 //

@@ -21,7 +21,8 @@ constexpr double kRankTimeoutS = 10;
 
 // The placement of `rank` in a `stages` x `replicas` job on loopback, in the default layout
 // (stage s on ranks s, s + P, s + 2P, ...). `rdzv_port` only matters to a Runtime, which
-// rendezvous through a TCPStore (Comm::Connect); rank 0 hosts it.
+// rendezvous through the job's store (Comm::Connect); rank 0 hosts it, and the ranks, threads of
+// one process run alone, share its own job token.
 worker::Placement LoopbackPlacement(int stages, int replicas, int rank, int rdzv_port = 0,
                                     double timeout_s = kRankTimeoutS);
 
