@@ -37,7 +37,9 @@ Result<ParkOrder> ParseParkLine(std::string_view line) {
                                    "': neither {\"placement\":{...}} nor {\"exit\":true}");
   }
   Environment env;
-  for (const auto& [name, value] : placement->fields()) {
+  for (const auto& field : placement->fields()) {
+    const std::string& name = field.first;  // a lambda may not capture a structured binding (C++17)
+    const JsonValue& value = field.second;
     const bool known = std::any_of(std::begin(kManagedVariables), std::end(kManagedVariables),
                                    [&](const char* managed) { return name == managed; });
     if (!known || !value.is_string()) {
