@@ -7,6 +7,7 @@
 
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
+#include "worker/report.h"
 
 namespace mitra::worker {
 namespace {
@@ -21,14 +22,17 @@ std::string Text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
 double Seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
-// Tells the log of the first connections refused and then of every hundredth, so that a
-// flood of them cannot fill it.
+// Tells the log and the manager (a `warning` record: its terminal and events.jsonl) of the
+// first connections refused and then of every hundredth, so that a flood of them cannot fill
+// either.
 void LogRefused(const std::string& peer, const std::string& why) {
   static std::atomic<int64_t> count{0};
   const int64_t n = ++count;
   if (n <= 10 || n % 100 == 0) {
-    spdlog::warn("the rendezvous store closed a connection from {}, which {} ({} so far)", peer,
-                 why, n);
+    const std::string message = "the rendezvous store closed a connection from " + peer +
+                                ", which " + why + " (" + std::to_string(n) + " so far)";
+    spdlog::warn("{}", message);
+    Record("warning").Add("message", message).Emit();
   }
 }
 

@@ -170,9 +170,16 @@ TEST_F(Outsiders, AreRefusedAndTheJobTrainsEveryStepAsTheUninterruptedOne) {
   }
   for (double step = 10; step <= 120; step += 10) EXPECT_TRUE(checkpoints.count(step)) << step;
   testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/true);
+  // Rank 0 told its log and the manager: the terminal and events.jsonl name the outsider.
+  const std::string refused = "the rendezvous store closed a connection from 127.0.0.2";
   const std::string log = testing::ReadFileOrEmpty(run_dir_ + "/logs/gen-0/rank-0.log");
-  EXPECT_NE(log.find("the rendezvous store closed a connection from 127.0.0.2"), std::string::npos)
-      << log;
+  EXPECT_NE(log.find(refused), std::string::npos) << log;
+  EXPECT_NE(r.err.find("mitra: warning: rank 0: " + refused), std::string::npos) << r.err;
+  bool recorded = false;
+  for (const JsonObject& w : testing::EventsNamed(run_dir_, "worker_warning")) {
+    recorded |= w.GetString("message").value_or("").find(refused) != std::string::npos;
+  }
+  EXPECT_TRUE(recorded) << "no worker_warning event names the refused connection";
   // The token is in no file of the run directory: no record or log holds it.
   for (const auto& entry : std::filesystem::recursive_directory_iterator(run_dir_)) {
     if (!entry.is_regular_file()) continue;
