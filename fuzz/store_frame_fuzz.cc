@@ -1,14 +1,18 @@
 // What reaches the rendezvous store from the network (rendezvous/wire.h): the bytes of a
 // connection, read as the server reads them, and a frame's body, decoded as a request.
 //
-// The input's first byte picks the part: even, the bytes are fed to the server's side of a
-// proven channel, in pieces whose sizes the next bytes choose (a fuzzer cannot forge a tag,
-// so this reaches the length checks and the tag's refusal); odd, the rest is a body decoded
-// as a request and as a response, and sealed and opened between two channels of one session.
+// The input's first byte picks the part (its value modulo 3): 0, the bytes are fed to the
+// server's side of a proven channel, in pieces whose sizes the next bytes choose (a fuzzer
+// cannot forge a tag, so this reaches the length checks and the tag's refusal); 1, the rest is
+// a body decoded as a request and as a response, and sealed and opened between two channels of
+// one session; 2, the rest is what a connection sends before it is admitted, read as a
+// server's hello and checked as a proof of the job token.
 //
 // Invariants: a channel never yields a body over kMaxBody, nor holds more than it was fed, and
 // once it refuses a frame it refuses every call after; a decoded request or response encodes
-// to the same body; a sealed body opens to itself on the other side.
+// to the same body; a sealed body opens to itself on the other side; a hello is read only from
+// its exact size and header; a proof is accepted only when it is the one the token makes for
+// the nonce it names.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -66,16 +70,32 @@ void Decode(std::string_view body) {
   FUZZ_CHECK(server.buffered() == 0);
 }
 
+void Admit(std::string_view bytes) {
+  if (Result<Bytes32> nonce = ReadHello(bytes); nonce.ok()) {
+    FUZZ_CHECK(bytes.size() == kHelloBytes);
+    FUZZ_CHECK(Hello(*nonce) == bytes);
+  }
+  const JobToken token = FixedToken();
+  if (Result<Bytes32> client_nonce = CheckProof(token, Nonce(1), bytes); client_nonce.ok()) {
+    FUZZ_CHECK(Proof(token, Nonce(1), *client_nonce) == bytes);
+  }
+}
+
 }  // namespace
 }  // namespace mitra::rendezvous
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string_view input(reinterpret_cast<const char*>(data) + 1, size - 1);
-  if (data[0] % 2 == 0) {
-    mitra::rendezvous::FeedServer(input);
-  } else if (input.size() <= mitra::rendezvous::kMaxBody) {
-    mitra::rendezvous::Decode(input);
+  switch (data[0] % 3) {
+    case 0:
+      mitra::rendezvous::FeedServer(input);
+      break;
+    case 1:
+      if (input.size() <= mitra::rendezvous::kMaxBody) mitra::rendezvous::Decode(input);
+      break;
+    default:
+      mitra::rendezvous::Admit(input);
   }
   return 0;
 }
