@@ -16,9 +16,9 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <unordered_map>
 #include <vector>
 
+#include "rendezvous/store_table.h"
 #include "rendezvous/wire.h"
 
 namespace mitra::rendezvous {
@@ -74,7 +74,8 @@ class StoreServer::Loop {
  public:
   Loop(const JobToken& token, StoreServerOptions options, std::atomic<int64_t>& proven,
        std::atomic<int64_t>& refused)
-      : token_(token), options_(std::move(options)), proven_(proven), refused_(refused) {}
+      : token_(token), options_(std::move(options)), proven_(proven), refused_(refused),
+        table_(options_.max_store_bytes) {}
   ~Loop() {
     for (auto& [id, c] : connections_) ::close(c.fd);
   }
@@ -91,13 +92,8 @@ class StoreServer::Loop {
     std::optional<Channel> channel;  // once proven
     std::string out;                 // bytes still to send
     Clock::time_point deadline = Clock::time_point::max();  // proof, or a frame begun
-    uint64_t waiting = 0;            // the wait it is answered after; 0: none
+    bool waiting = false;            // a wait of its own is held (StoreTable)
     bool dead = false;               // a write failed, or it would not read: to be closed
-  };
-  struct Waiter {
-    uint64_t connection;
-    size_t missing;
-    Clock::time_point deadline;
   };
 
   void Accept(int listen_fd);
@@ -109,14 +105,12 @@ class StoreServer::Loop {
   bool Write(Connection& c);
   void Refuse(uint64_t id, const std::string& why);
   void Close(uint64_t id);
-  Response Handle(uint64_t id, const Request& r);
-  // A key now exists: waits that needed it may be answered.
-  void Created(const std::string& key);
+  // Sends each answer to its connection (closed ones are skipped).
+  void Send(const std::vector<StoreTable::Answer>& answers);
   void Respond(uint64_t id, const Response& response);
   void ExpireDeadlines();
   void CloseDead();
   int PollTimeoutMs() const;
-  bool Put(const std::string& key, std::string value);
 
   JobToken token_;
   StoreServerOptions options_;
@@ -125,10 +119,7 @@ class StoreServer::Loop {
   std::map<uint64_t, Connection> connections_;
   std::set<uint64_t> unproven_;  // connections still to prove the token, oldest first
   uint64_t next_id_ = 1;
-  std::unordered_map<std::string, std::string> values_;
-  size_t bytes_ = 0;
-  std::map<uint64_t, Waiter> waiters_;  // by the id of their connection
-  std::unordered_map<std::string, std::vector<uint64_t>> waiting_on_;  // key -> connections
+  StoreTable table_;  // the keys, values and waits; a connection's id is its client id
 };
 
 void StoreServer::Loop::Run(int listen_fd, int wake_fd) {
@@ -141,7 +132,7 @@ void StoreServer::Loop::Run(int listen_fd, int wake_fd) {
     fds.push_back({wake_fd, POLLIN, 0});
     fds.push_back({accepting ? listen_fd : -1, POLLIN, 0});
     for (const auto& [id, c] : connections_) {
-      const bool reading = c.waiting == 0;  // a waiting client sends nothing until answered
+      const bool reading = !c.waiting;  // a waiting client sends nothing until answered
       fds.push_back({c.fd, static_cast<short>((reading ? POLLIN : 0) | (c.out.empty() ? 0 : POLLOUT)), 0});
       ids.push_back(id);
     }
@@ -227,7 +218,7 @@ bool StoreServer::Loop::Read(uint64_t id, Connection& c) {
     }
     c.channel->Feed(bytes);
     if (!Serve(id, c) || c.dead) return false;
-    if (c.waiting != 0) return true;  // the rest is read once the wait is answered
+    if (c.waiting) return true;  // the rest is read once the wait is answered
   }
 }
 
@@ -242,7 +233,7 @@ bool StoreServer::Loop::Prove(Connection& c) {
 }
 
 bool StoreServer::Loop::Serve(uint64_t id, Connection& c) {
-  while (c.waiting == 0) {
+  while (!c.waiting) {
     std::optional<Result<std::string>> body = c.channel->Next();
     if (!body) break;
     if (!body->ok()) {
@@ -254,8 +245,12 @@ bool StoreServer::Loop::Serve(uint64_t id, Connection& c) {
       Respond(id, {Reply::kError, 0, "a malformed request: " + request.status().message()});
       continue;
     }
-    const Response response = Handle(id, *request);
-    if (c.waiting == 0) Respond(id, response);
+    const Clock::time_point wait_deadline =
+        request->number > 0 ? After(static_cast<double>(request->number) / 1000.0)
+                            : Clock::time_point::max();
+    const std::vector<StoreTable::Answer> answers = table_.Handle(id, *request, wait_deadline);
+    c.waiting = table_.Waiting(id);
+    Send(answers);
   }
   // A frame begun must end in time; a whole one leaves nothing behind.
   if (c.channel->buffered() == 0) {
@@ -266,94 +261,12 @@ bool StoreServer::Loop::Serve(uint64_t id, Connection& c) {
   return true;
 }
 
-bool StoreServer::Loop::Put(const std::string& key, std::string value) {
-  auto it = values_.find(key);
-  const size_t old = it == values_.end() ? 0 : key.size() + it->second.size();
-  const size_t now = key.size() + value.size();
-  if (bytes_ - old + now > options_.max_store_bytes) return false;
-  bytes_ = bytes_ - old + now;
-  const bool created = it == values_.end();
-  values_[key] = std::move(value);
-  if (created) Created(key);
-  return true;
-}
-
-Response StoreServer::Loop::Handle(uint64_t id, const Request& r) {
-  const std::string full = "the rendezvous store is full (" +
-                           std::to_string(options_.max_store_bytes) + " bytes of keys and values)";
-  switch (r.op) {
-    case Op::kSet:
-      if (!Put(r.keys[0], r.value)) return {Reply::kError, 0, full};
-      return {Reply::kOk, 0, {}};
-    case Op::kGet: {
-      auto it = values_.find(r.keys[0]);
-      if (it == values_.end()) return {Reply::kNotFound, 0, {}};
-      return {Reply::kValue, 0, it->second};
-    }
-    case Op::kAdd: {
-      auto it = values_.find(r.keys[0]);
-      int64_t sum = r.number;
-      if (it != values_.end()) {
-        try {
-          sum += std::stoll(it->second);
-        } catch (const std::exception&) {
-          return {Reply::kError, 0, "add to '" + r.keys[0] + "', which holds a value that is not a number"};
-        }
-      }
-      if (!Put(r.keys[0], std::to_string(sum))) return {Reply::kError, 0, full};
-      return {Reply::kNumber, sum, {}};
-    }
-    case Op::kCompareSet: {
-      auto it = values_.find(r.keys[0]);
-      const bool matches = it == values_.end() ? r.expected.empty() : it->second == r.expected;
-      if (matches && !Put(r.keys[0], r.value)) return {Reply::kError, 0, full};
-      return {Reply::kValue, 0, values_.count(r.keys[0]) ? values_[r.keys[0]] : r.expected};
-    }
-    case Op::kDelete: {
-      auto it = values_.find(r.keys[0]);
-      if (it == values_.end()) return {Reply::kNumber, 0, {}};
-      bytes_ -= it->first.size() + it->second.size();
-      values_.erase(it);
-      return {Reply::kNumber, 1, {}};
-    }
-    case Op::kCheck:
-      for (const std::string& key : r.keys) {
-        if (!values_.count(key)) return {Reply::kNumber, 0, {}};
-      }
-      return {Reply::kNumber, 1, {}};
-    case Op::kNumKeys:
-      return {Reply::kNumber, static_cast<int64_t>(values_.size()), {}};
-    case Op::kWait: {
-      size_t missing = 0;
-      for (const std::string& key : r.keys) {
-        if (values_.count(key)) continue;
-        std::vector<uint64_t>& ids = waiting_on_[key];
-        if (std::find(ids.begin(), ids.end(), id) != ids.end()) continue;  // named twice
-        ids.push_back(id);
-        ++missing;
-      }
-      if (missing == 0) return {Reply::kOk, 0, {}};
-      const Clock::time_point deadline =
-          r.number > 0 ? After(static_cast<double>(r.number) / 1000.0) : Clock::time_point::max();
-      waiters_[id] = {id, missing, deadline};
-      connections_.at(id).waiting = id;
-      return {};
-    }
-  }
-  return {Reply::kError, 0, "unknown request"};
-}
-
-void StoreServer::Loop::Created(const std::string& key) {
-  auto it = waiting_on_.find(key);
-  if (it == waiting_on_.end()) return;
-  const std::vector<uint64_t> ids = std::move(it->second);
-  waiting_on_.erase(it);
-  for (uint64_t id : ids) {
-    auto w = waiters_.find(id);
-    if (w == waiters_.end() || --w->second.missing > 0) continue;
-    waiters_.erase(w);
-    connections_.at(id).waiting = 0;
-    Respond(id, {Reply::kOk, 0, {}});
+void StoreServer::Loop::Send(const std::vector<StoreTable::Answer>& answers) {
+  for (const StoreTable::Answer& a : answers) {
+    const auto it = connections_.find(a.client);
+    if (it == connections_.end()) continue;
+    it->second.waiting = false;  // an answer ends its wait, if it had one
+    Respond(a.client, a.response);
   }
 }
 
@@ -397,35 +310,27 @@ void StoreServer::Loop::Close(uint64_t id) {
   ::close(it->second.fd);
   connections_.erase(it);
   unproven_.erase(id);
-  waiters_.erase(id);  // its entries in waiting_on_ are skipped when their key comes
+  table_.Forget(id);
 }
 
 void StoreServer::Loop::ExpireDeadlines() {
   const Clock::time_point now = Clock::now();
-  std::vector<uint64_t> late, timed_out;
+  std::vector<uint64_t> late;
   for (const auto& [id, c] : connections_) {
     if (c.deadline <= now) late.push_back(id);
-  }
-  for (const auto& [id, w] : waiters_) {
-    if (w.deadline <= now) timed_out.push_back(id);
   }
   for (uint64_t id : late) {
     const bool proven = connections_.at(id).channel.has_value();
     Refuse(id, proven ? "began a frame and did not finish it in time"
                       : "did not prove the job token in time");
   }
-  for (uint64_t id : timed_out) {
-    if (!waiters_.count(id) || !connections_.count(id)) continue;
-    waiters_.erase(id);
-    connections_.at(id).waiting = 0;
-    Respond(id, {Reply::kTimedOut, 0, {}});
-  }
+  Send(table_.ExpireWaits(now));
 }
 
 int StoreServer::Loop::PollTimeoutMs() const {
   Clock::time_point next = Clock::time_point::max();
   for (const auto& [id, c] : connections_) next = std::min(next, c.deadline);
-  for (const auto& [id, w] : waiters_) next = std::min(next, w.deadline);
+  next = std::min(next, table_.NextDeadline());
   if (next == Clock::time_point::max()) return -1;
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count();
   return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60'000));

@@ -9,7 +9,8 @@
 // serves every connection with poll(), reads and writes never block, a frame's length is
 // checked before its bytes are kept, a frame begun must be whole within frame_timeout_s,
 // unproven connections are capped (a new one takes the place of the oldest), and the values it
-// holds are capped in bytes.
+// holds are capped in bytes. What each request does is a StoreTable's (store_table.h); this
+// class moves the bytes and keeps the time.
 #pragma once
 
 #include <atomic>
