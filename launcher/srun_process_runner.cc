@@ -41,7 +41,9 @@ constexpr const char* kReportThenExec =
 
 // The same, with the values of `secrets` on the program's standard input (a here-document the
 // shell expands from the task's own environment, where srun --export=ALL carried them from
-// srun's), for SecretReader to read: the values are on no command line.
+// srun's), for SecretReader to read: the values are on no command line. (dash passes a
+// here-document through a pipe; bash before 5.1 through a temporary file of mode 0600 in
+// $TMPDIR, removed at once.)
 std::string ReportThenExecWithSecrets(const std::vector<std::string>& secrets) {
   std::string heredoc;
   for (const std::string& name : secrets) heredoc += "$" + name + "\n";
@@ -89,7 +91,11 @@ Result<std::vector<std::string>> SrunTaskCommand(const ProcessSpec& spec) {
   }
   std::vector<std::string> secrets;
   for (const std::string& name : spec.secrets) {
-    if (spec.environment.count(name) && IsValidEnvironmentName(name)) secrets.push_back(name);
+    if (!spec.environment.count(name)) continue;
+    if (!IsValidEnvironmentName(name)) {
+      return Status::InvalidArgument("secret '" + name + "' is not a valid variable name");
+    }
+    secrets.push_back(name);
   }
   const std::string script =
       secrets.empty() ? std::string(kReportThenExec) : ReportThenExecWithSecrets(secrets);

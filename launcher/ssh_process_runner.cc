@@ -354,8 +354,9 @@ Result<StartedProcess> SshProcessRunner::Start(const ProcessSpec& spec, ProcessE
           started->set_value(status);
           return;
         }
-        // The secrets' shell reads them first; a failed write leaves it without them, and it
-        // exits saying so.
+        // The secrets' shell reads them first. A write that fails leaves it waiting for them,
+        // as any read of stdin would: the manager's start timeout (no `starting` record) then
+        // fails the worker; a write cut short closes the input, and the shell exits saying so.
         if (!secrets.empty()) {
           loop.Write(channel, std::move(secrets), After(options_.send_timeout_s), [](Status) {});
         }

@@ -1,7 +1,7 @@
 // The job's secret (docs/security.md): 32 random bytes the manager makes once per job and
 // hands each worker in its environment (MITRA_JOB_TOKEN, 64 hex digits), never on a command
 // line. Every connection to the job's rendezvous store proves it knows the token without
-// sending it (handshake.h), so a process of another job, or of another user on the network,
+// sending it (wire.h), so a process of another job, or of another user on the network,
 // can neither read nor write the store.
 #pragma once
 

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "common/duration_text.h"
 #include "common/free_port.h"
@@ -19,15 +20,25 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+constexpr char kClosedBeforeHello[] = "the store closed the connection before greeting it";
+
 Clock::time_point After(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(
                             std::chrono::duration<double>(seconds));
 }
 
-int MillisecondsUntil(Clock::time_point deadline) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, 3'600'000));
+// Waits until `fd` has `events` or `deadline` passes (true: it has them). Polls in pieces of
+// at most an hour, so that any deadline, however far, is kept.
+bool PollUntil(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (ms <= 0) return false;
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 3'600'000)));
+    if (ready > 0) return true;
+    if (ready < 0 && errno != EINTR) return false;
+  }
 }
 
 // Sends every byte before `deadline`; false when the peer is gone or time ran out.
@@ -40,8 +51,7 @@ bool SendBefore(int fd, std::string_view bytes, Clock::time_point deadline) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, MillisecondsUntil(deadline)) <= 0) return false;
+    if (!PollUntil(fd, POLLOUT, deadline)) return false;
   }
   return true;
 }
@@ -51,10 +61,7 @@ bool SendBefore(int fd, std::string_view bytes, Clock::time_point deadline) {
 int ReceiveBefore(int fd, std::string& into, size_t size, Clock::time_point deadline) {
   char buffer[64 * 1024];
   while (into.size() < size) {
-    pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, MillisecondsUntil(deadline));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) return -1;
+    if (!PollUntil(fd, POLLIN, deadline)) return -1;
     const ssize_t n = ::recv(fd, buffer, std::min(sizeof(buffer), size - into.size()), 0);
     if (n == 0) return 0;
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
@@ -74,9 +81,31 @@ StoreClient::~StoreClient() { ::close(fd_); }
 Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const JobToken& token,
                                                           const std::string& host, int port,
                                                           double timeout_s) {
-  const std::string address = host + ":" + std::to_string(port);
-  const std::string within = " within " + SecondsText(timeout_s) + " s";
   const Clock::time_point deadline = After(timeout_s);
+  for (;;) {
+    Result<std::unique_ptr<StoreClient>> client = TryConnect(token, host, port, deadline);
+    // Closed before its greeting: the store gave this connection's place to a newer one (many
+    // connections at once, an outsider's flood among them). Another try, while time is left.
+    if (client.ok() || client.status().message() != kClosedBeforeHello ||
+        Clock::now() + std::chrono::milliseconds(5) > deadline) {
+      if (!client.ok() && client.status().message() == kClosedBeforeHello) {
+        return Status::Unavailable("the rendezvous store at " + host + ":" + std::to_string(port) +
+                                   " closed every connection before greeting it, for " +
+                                   SecondsText(timeout_s) + " s");
+      }
+      return client;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Result<std::unique_ptr<StoreClient>> StoreClient::TryConnect(const JobToken& token,
+                                                             const std::string& host, int port,
+                                                             Clock::time_point deadline) {
+  const std::string address = host + ":" + std::to_string(port);
+  const double timeout_s =
+      std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+  const std::string within = " within " + SecondsText(timeout_s) + " s";
   Result<int> connected = ConnectWhenListening(host, port, timeout_s);
   if (!connected.ok()) {
     if (connected.status().code() != Status::Code::kTimeout) return connected.status();
@@ -92,7 +121,8 @@ Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const JobToken& token,
   std::string hello;
   const int got_hello = ReceiveBefore(fd, hello, kHelloBytes, deadline);
   if (got_hello < 0) return fail(Status::Timeout("the rendezvous store at " + address + " did not greet" + within));
-  Result<Bytes32> server_nonce = got_hello == 0 ? Result<Bytes32>(Status::InvalidArgument("it closed the connection")) : ReadHello(hello);
+  if (got_hello == 0) return fail(Status::Unavailable(kClosedBeforeHello));
+  Result<Bytes32> server_nonce = ReadHello(hello);
   if (!server_nonce.ok()) {
     return fail(Status::Unavailable("what listens at " + address +
                                     " is not this job's rendezvous store: " +
@@ -122,6 +152,13 @@ Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const JobToken& token,
 Result<Response> StoreClient::Call(const Request& request, double timeout_s) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (broken_) return *broken_;
+  const std::string body = Encode(request);
+  if (body.size() > kMaxBody) {
+    return Status::InvalidArgument(std::string(OpName(request.op)) + " of " +
+                                   std::to_string(body.size()) +
+                                   " bytes: the rendezvous store takes requests of at most " +
+                                   std::to_string(kMaxBody));
+  }
   const Clock::time_point deadline = After(timeout_s);
   auto broken = [&](Status status) {
     broken_ = status;
@@ -129,7 +166,7 @@ Result<Response> StoreClient::Call(const Request& request, double timeout_s) {
     return status;
   };
   const std::string what = std::string(OpName(request.op)) + " on the rendezvous store at " + address_;
-  if (!SendBefore(fd_, channel_.Seal(Encode(request)), deadline)) {
+  if (!SendBefore(fd_, channel_.Seal(body), deadline)) {
     return broken(Status::Unavailable(what + " failed: the connection closed"));
   }
   std::string bytes;

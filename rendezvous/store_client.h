@@ -2,6 +2,7 @@
 // job token. worker/job_store.h puts c10d's Store interface on it.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -16,7 +17,8 @@ namespace mitra::rendezvous {
 class StoreClient {
  public:
   // Connects to `host`:`port` and proves the token; rank 0 may not be listening yet, so a
-  // refused connection is tried again every few milliseconds. Blocks up to `timeout_s`.
+  // refused connection is tried again every few milliseconds, and so is one the store closes
+  // before greeting it (it gave the place to a newer connection). Blocks up to `timeout_s`.
   // Errors: InvalidArgument when `host` does not resolve; Timeout when nothing answered in
   // time; Unavailable when the store closed the connection at the proof (its job's token is
   // another: the ranks were given different tokens, or another job took the port) or is not
@@ -37,6 +39,10 @@ class StoreClient {
 
  private:
   StoreClient(int fd, std::string address, Channel channel);
+  // One connection and handshake; Connect tries again while the store closes them unread.
+  static Result<std::unique_ptr<StoreClient>> TryConnect(
+      const JobToken& token, const std::string& host, int port,
+      std::chrono::steady_clock::time_point deadline);
   Status SendAll(const std::string& bytes, double timeout_s);
 
   int fd_;

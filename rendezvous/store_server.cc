@@ -92,12 +92,15 @@ class StoreServer::Loop {
     std::optional<Channel> channel;  // once proven
     std::string out;                 // bytes still to send
     Clock::time_point deadline = Clock::time_point::max();  // proof, or a frame begun
+    std::string source;              // the peer's address without its port
     bool waiting = false;            // a wait of its own is held (StoreTable)
-    bool dead = false;               // a write failed, or it would not read: to be closed
+    bool gone = false;               // a write failed: the peer is gone; closed quietly
+    bool unread = false;             // it left too many answers unread: refused
   };
 
   void Accept(int listen_fd);
-  void MakeRoomForOneUnproven();
+  // Makes room for one more connection still to prove the token, from `source`.
+  void MakeRoomForOneUnproven(const std::string& source);
   // Reads what the connection sent and acts on it; false when it is to be closed.
   bool Read(uint64_t id, Connection& c);
   bool Prove(Connection& c);
@@ -109,6 +112,7 @@ class StoreServer::Loop {
   void Send(const std::vector<StoreTable::Answer>& answers);
   void Respond(uint64_t id, const Response& response);
   void ExpireDeadlines();
+  // Closes the connections a write found gone (quietly) or that did not read (refused).
   void CloseDead();
   int PollTimeoutMs() const;
 
@@ -118,6 +122,7 @@ class StoreServer::Loop {
   std::atomic<int64_t>& refused_;
   std::map<uint64_t, Connection> connections_;
   std::set<uint64_t> unproven_;  // connections still to prove the token, oldest first
+  Clock::time_point accept_after_ = Clock::time_point::min();  // out of descriptors: a pause
   uint64_t next_id_ = 1;
   StoreTable table_;  // the keys, values and waits; a connection's id is its client id
 };
@@ -128,7 +133,8 @@ void StoreServer::Loop::Run(int listen_fd, int wake_fd) {
   for (;;) {
     fds.clear();
     ids.clear();
-    const bool accepting = connections_.size() < options_.max_connections;
+    const bool accepting = connections_.size() < options_.max_connections &&
+                           Clock::now() >= accept_after_;
     fds.push_back({wake_fd, POLLIN, 0});
     fds.push_back({accepting ? listen_fd : -1, POLLIN, 0});
     for (const auto& [id, c] : connections_) {
@@ -158,13 +164,21 @@ void StoreServer::Loop::Run(int listen_fd, int wake_fd) {
 void StoreServer::Loop::Accept(int listen_fd) {
   for (;;) {
     const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // EAGAIN: none left; anything else: the next poll tries again
-    MakeRoomForOneUnproven();
+    if (fd < 0) {
+      // EAGAIN: none left. Out of descriptors (EMFILE, ENFILE) or memory: the connection
+      // waits in the backlog, and accepting pauses rather than spinning on it.
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        accept_after_ = After(0.1);
+      }
+      return;
+    }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Connection c;
     c.fd = fd;
     c.peer = PeerOf(fd);
+    c.source = c.peer.substr(0, c.peer.rfind(':'));
+    MakeRoomForOneUnproven(c.source);
     c.server_nonce = RandomBytes32();
     c.out = Hello(c.server_nonce);
     c.deadline = After(options_.handshake_timeout_s);
@@ -174,12 +188,24 @@ void StoreServer::Loop::Accept(int listen_fd) {
   }
 }
 
-void StoreServer::Loop::MakeRoomForOneUnproven() {
-  if (unproven_.empty() || unproven_.size() < options_.max_unproven) return;
-  // Ids grow with acceptance: the first is the oldest.
-  Refuse(*unproven_.begin(), "had not proven the job token when " +
-                                 std::to_string(unproven_.size()) +
-                                 " connections were waiting to");
+void StoreServer::Loop::MakeRoomForOneUnproven(const std::string& source) {
+  if (unproven_.size() < options_.max_unproven) return;
+  // The oldest connection of the address that holds the most places (the newcomer's
+  // counted too): a flood from one address gives up its own places, not a rank's. Ids grow
+  // with acceptance, so each address's first is its oldest.
+  std::map<std::string, std::pair<size_t, uint64_t>> by_source;  // count, oldest id
+  by_source[source].first = 1;
+  for (uint64_t id : unproven_) {
+    auto& [count, oldest] = by_source[connections_.at(id).source];
+    if (count++ == 0 || oldest == 0) oldest = id;
+  }
+  const auto most = std::max_element(by_source.begin(), by_source.end(), [](const auto& a,
+                                                                           const auto& b) {
+    return a.second.first < b.second.first;
+  });
+  const uint64_t evicted = most->second.second != 0 ? most->second.second : *unproven_.begin();
+  Refuse(evicted, "had not proven the job token when " + std::to_string(unproven_.size()) +
+                      " connections were waiting to");
 }
 
 bool StoreServer::Loop::Read(uint64_t id, Connection& c) {
@@ -217,7 +243,7 @@ bool StoreServer::Loop::Read(uint64_t id, Connection& c) {
       continue;
     }
     c.channel->Feed(bytes);
-    if (!Serve(id, c) || c.dead) return false;
+    if (!Serve(id, c) || c.gone || c.unread) return false;
     if (c.waiting) return true;  // the rest is read once the wait is answered
   }
 }
@@ -233,6 +259,7 @@ bool StoreServer::Loop::Prove(Connection& c) {
 }
 
 bool StoreServer::Loop::Serve(uint64_t id, Connection& c) {
+  bool served = false;  // a whole frame was taken
   while (!c.waiting) {
     std::optional<Result<std::string>> body = c.channel->Next();
     if (!body) break;
@@ -240,22 +267,26 @@ bool StoreServer::Loop::Serve(uint64_t id, Connection& c) {
       Refuse(id, "sent " + body->status().message());
       return false;
     }
+    served = true;
     Result<Request> request = DecodeRequest(**body);
     if (!request.ok()) {
       Respond(id, {Reply::kError, 0, "a malformed request: " + request.status().message()});
       continue;
     }
+    // A wait's number is its time limit in ms (<= 0: none); a year stands for longer ones.
+    const bool timed = request->op == Op::kWait && request->number > 0;
     const Clock::time_point wait_deadline =
-        request->number > 0 ? After(static_cast<double>(request->number) / 1000.0)
-                            : Clock::time_point::max();
+        timed ? After(std::min<double>(static_cast<double>(request->number) / 1000.0, 3.2e7))
+              : Clock::time_point::max();
     const std::vector<StoreTable::Answer> answers = table_.Handle(id, *request, wait_deadline);
     c.waiting = table_.Waiting(id);
     Send(answers);
   }
-  // A frame begun must end in time; a whole one leaves nothing behind.
+  // A frame begun must end in time: the clock starts when a frame is begun after the last
+  // whole one, and stops when nothing is left over.
   if (c.channel->buffered() == 0) {
     c.deadline = Clock::time_point::max();
-  } else if (c.deadline == Clock::time_point::max()) {
+  } else if (c.deadline == Clock::time_point::max() || served) {
     c.deadline = After(options_.frame_timeout_s);
   }
   return true;
@@ -274,16 +305,23 @@ void StoreServer::Loop::Respond(uint64_t id, const Response& response) {
   Connection& c = connections_.at(id);
   c.out += c.channel->Seal(Encode(response));
   // Sent now when it fits the socket; the rest when poll says it may. A client that asks
-  // and does not read its answers is closed before they pile up.
-  if (!Write(c) || c.out.size() > kMaxUnread) c.dead = true;
+  // and does not read its answers is closed once they pile up.
+  if (!Write(c)) c.gone = true;
+  if (c.out.size() > kMaxUnread) c.unread = true;
 }
 
 void StoreServer::Loop::CloseDead() {
-  std::vector<uint64_t> dead;
+  std::vector<uint64_t> gone, unread;
   for (const auto& [id, c] : connections_) {
-    if (c.dead) dead.push_back(id);
+    if (c.unread) {
+      unread.push_back(id);
+    } else if (c.gone) {
+      gone.push_back(id);
+    }
   }
-  for (uint64_t id : dead) Refuse(id, "stopped reading its answers");
+  for (uint64_t id : gone) Close(id);  // a rank that died, say: no outsider
+  for (uint64_t id : unread) Refuse(id, "left more than " + std::to_string(kMaxUnread) +
+                                            " bytes of answers unread");
 }
 
 bool StoreServer::Loop::Write(Connection& c) {
@@ -344,6 +382,10 @@ Result<std::unique_ptr<StoreServer>> StoreServer::Start(const JobToken& token,
                                                         StoreServerOptions options) {
   Result<std::string> ip = ResolveIpv4(address);
   if (!ip.ok()) return ip.status();
+  if (*ip == "0.0.0.0") {
+    return Status::InvalidArgument("the rendezvous store listens on one address of this "
+                                   "machine, never on every interface ('" + address + "')");
+  }
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));

@@ -32,7 +32,8 @@ Response StoreTable::Apply(uint64_t client, const Request& r, TimePoint wait_dea
         try {
           sum += std::stoll(found->second);
         } catch (const std::exception&) {
-          return {Reply::kError, 0, "add to '" + key + "', which holds a value that is not a number"};
+          return {Reply::kError, 0,
+                  "add to '" + key.substr(0, 200) + "', which holds a value that is not a number"};
         }
       }
       return Put(key, std::to_string(sum), completed) ? Response{Reply::kNumber, sum, {}} : full;

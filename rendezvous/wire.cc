@@ -162,8 +162,10 @@ std::string Channel::Seal(std::string_view body) {
 }
 
 void Channel::Feed(std::string_view bytes) {
-  if (read_ > 0 && read_ == buffer_.size()) {
-    buffer_.clear();
+  // What was read goes once it is half the buffer: a stream that never ends on a frame's end
+  // keeps at most twice what it has not yet yielded.
+  if (read_ > 0 && read_ >= buffer_.size() / 2) {
+    buffer_.erase(0, read_);
     read_ = 0;
   }
   buffer_.append(bytes);

@@ -10,6 +10,7 @@
 #include "contract/variables.h"
 #include "records/records.h"
 #include "run/run_loop.h"
+#include "run/worker_env.h"
 
 namespace mitra::run {
 
@@ -118,6 +119,7 @@ void RunLoop::CheckPreemption() {
     spec.args = {"-c", options_.preemption_command};
     spec.environment = options_.worker.EnvironmentFor(local);
     spec.environment[contract::kMachine] = address;
+    spec.secrets = SecretVariables();  // a MITRA_JOB_TOKEN of the user's own, say
     spec.working_directory = options_.worker.DirectoryFor(local);
     EventQueue* queue = queue_;
     Result<launcher::StartedProcess> started =

@@ -1,7 +1,11 @@
 #include "worker/job_store.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -24,16 +28,38 @@ double Seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.cou
 
 // Tells the log and the manager (a `warning` record: its terminal and events.jsonl) of the
 // first connections refused and then of every hundredth, so that a flood of them cannot fill
-// either.
+// either. The store's thread only queues the message (and drops it when 16 wait): writing it
+// may block on the manager's pipe, and the store must not; a thread of its own writes.
 void LogRefused(const std::string& peer, const std::string& why) {
+  struct Queue {
+    std::mutex mu;
+    std::condition_variable ready;
+    std::deque<std::string> messages;
+  };
+  static Queue* const queue = [] {
+    auto* q = new Queue;  // never destroyed: its thread outlives static destruction
+    std::thread([q] {
+      for (;;) {
+        std::unique_lock<std::mutex> lock(q->mu);
+        q->ready.wait(lock, [q] { return !q->messages.empty(); });
+        const std::string message = std::move(q->messages.front());
+        q->messages.pop_front();
+        lock.unlock();
+        spdlog::warn("{}", message);
+        Record("warning").Add("message", message).Emit();
+      }
+    }).detach();
+    return q;
+  }();
   static std::atomic<int64_t> count{0};
   const int64_t n = ++count;
-  if (n <= 10 || n % 100 == 0) {
-    const std::string message = "the rendezvous store closed a connection from " + peer +
-                                ", which " + why + " (" + std::to_string(n) + " so far)";
-    spdlog::warn("{}", message);
-    Record("warning").Add("message", message).Emit();
-  }
+  if (n > 10 && n % 100 != 0) return;
+  const std::string message = "the rendezvous store closed a connection from " + peer +
+                              ", which " + why + " (" + std::to_string(n) + " so far)";
+  std::lock_guard<std::mutex> lock(queue->mu);
+  if (queue->messages.size() >= 16) return;
+  queue->messages.push_back(message);
+  queue->ready.notify_one();
 }
 
 }  // namespace

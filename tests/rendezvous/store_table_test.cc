@@ -56,6 +56,16 @@ TEST(StoreTable, AWaitPastItsDeadlineIsAnsweredTimedOutAndLeavesNoTraceForTheNex
   EXPECT_EQ(Clients(table.Handle(2, Set("k", "v"), kNever)), (std::vector<uint64_t>{2, 1}));
 }
 
+TEST(StoreTable, AWaitThatTimedOutOnOneKeyLeavesTheNextWaitOnAnotherToItsOwnKey) {
+  StoreTable table(1 << 20);
+  table.Handle(1, WaitFor({"a"}), At(5));
+  table.ExpireWaits(At(5));
+  EXPECT_TRUE(table.Handle(1, WaitFor({"b"}), kNever).empty());
+  EXPECT_EQ(Clients(table.Handle(2, Set("a", "v"), kNever)), (std::vector<uint64_t>{2}));
+  EXPECT_TRUE(table.Waiting(1));
+  EXPECT_EQ(Clients(table.Handle(2, Set("b", "v"), kNever)), (std::vector<uint64_t>{2, 1}));
+}
+
 TEST(StoreTable, AForgottenClientsWaitIsNeverAnswered) {
   StoreTable table(1 << 20);
   table.Handle(1, WaitFor({"k"}), At(5));

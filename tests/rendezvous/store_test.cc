@@ -2,7 +2,10 @@
 // only holders of the job token and that no one client can stall or exhaust it.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -129,12 +132,35 @@ TEST(RendezvousStore, AClientWithAnotherJobsTokenIsRefusedAndCountedAndTheJobsCl
   EXPECT_NE(refused[0].find("did not prove the job token"), std::string::npos) << refused[0];
 }
 
-TEST(RendezvousStore, AClientCannotTakeTheStoresPlaceWithoutTheToken) {
-  // Something else listens where the store should: it greets like a store but cannot answer.
-  Fixture impostor;  // another job's store, on another token
-  auto client = StoreClient::Connect(JobToken::Generate(), kLoopback, impostor.server->port(), 5);
+TEST(RendezvousStore, AProcessThatTookTheStoresPortIsNotBelievedWithoutTheToken) {
+  // It greets like a store, takes the client's proof and answers with bytes of its own.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ::inet_pton(AF_INET, kLoopback, &addr.sin_addr);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::thread impostor([listener] {
+    const int fd = ::accept(listener, nullptr, nullptr);
+    const std::string hello = Hello(RandomBytes32());
+    ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
+    std::string proof(kProofBytes, '\0');
+    ::recv(fd, proof.data(), proof.size(), MSG_WAITALL);
+    const std::string answer(AsText(RandomBytes32()));
+    ::send(fd, answer.data(), answer.size(), MSG_NOSIGNAL);
+    ::sleep(1);
+    ::close(fd);
+  });
+  auto client = StoreClient::Connect(JobToken::Generate(), kLoopback, ntohs(addr.sin_port), 5);
+  impostor.join();
+  ::close(listener);
   ASSERT_FALSE(client.ok());
   EXPECT_EQ(client.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(client.status().message().find("could not prove it holds this job's token"),
+            std::string::npos)
+      << client.status().message();
 }
 
 TEST(RendezvousStore, AStalledClientHoldsNoOneUpAndIsDroppedAtItsDeadline) {
@@ -161,7 +187,8 @@ TEST(RendezvousStore, AStalledClientHoldsNoOneUpAndIsDroppedAtItsDeadline) {
   EXPECT_EQ(f.server->counts().refused, 2);
 }
 
-TEST(RendezvousStore, AHeaderClaimingHugeLengthsIsRefusedAtOnceWithoutGrowingTheStore) {
+// Before the proof: nothing is read but a proof's bytes, and other bytes are refused at once.
+TEST(RendezvousStore, AHeaderClaimingHugeLengthsBeforeTheProofIsRefusedAtOnce) {
   Fixture f;
   auto client = f.Client();
   ASSERT_NE(client, nullptr);
@@ -173,8 +200,8 @@ TEST(RendezvousStore, AHeaderClaimingHugeLengthsIsRefusedAtOnceWithoutGrowingThe
   EXPECT_TRUE(ClosedWithin(raw, 0.5));
   ::close(raw);
   EXPECT_EQ(f.server->counts().refused, 1);
-  // Another protocol's request shorter than a proof (c10d TCPStore's ADD) is refused at once,
-  // not at the handshake's deadline.
+  // Another protocol's request shorter than a proof (c10d TCPStore's: a query type, a key) is
+  // refused at once, not at the handshake's deadline.
   const int other = RawConnect(f.server->port());
   const std::string add = std::string("\x02\x1a\0\0\0\0\0\0\0", 9) + "gen-1/checkpoint/50/failed";
   ASSERT_EQ(::send(other, add.data(), add.size(), MSG_NOSIGNAL), static_cast<ssize_t>(add.size()));
@@ -182,6 +209,48 @@ TEST(RendezvousStore, AHeaderClaimingHugeLengthsIsRefusedAtOnceWithoutGrowingThe
   ::close(other);
   EXPECT_EQ(f.server->counts().refused, 2);
   EXPECT_EQ(Call(*client, {Op::kNumKeys, 0, {}, {}, {}}).number, 0);
+}
+
+TEST(RendezvousStore, AProvenClientsFrameOverTheLimitIsRefusedAtItsHeader) {
+  Fixture f;
+  const int proven = ProvenRaw(f.token, f.server->port());
+  ASSERT_EQ(::send(proven, "\x7f\xff\xff\xff" "0123", 8, MSG_NOSIGNAL), 8);
+  EXPECT_TRUE(ClosedWithin(proven, 0.5));
+  ::close(proven);
+  EXPECT_EQ(f.server->counts().refused, 1);
+}
+
+// Outsiders from another address open connections as fast as they can while a rank connects:
+// each new connection past the cap takes the place of the oldest one of the address holding
+// the most, so the flood gives up its own places and the rank's handshake goes through.
+TEST(RendezvousStore, AFloodOfConnectionsFromAnotherAddressCannotKeepARankOut) {
+  StoreServerOptions options;
+  options.max_unproven = 16;
+  Fixture f(options);
+  std::atomic<bool> flooding{true};
+  std::atomic<int> opened{0};
+  std::thread flood([&] {
+    std::vector<int> fds;
+    while (flooding) {
+      const int fd = RawConnect(f.server->port(), "127.0.0.2");
+      if (fd >= 0) fds.push_back(fd);
+      ++opened;
+      if (fds.size() > 200) {
+        ::close(fds.front());
+        fds.erase(fds.begin());
+      }
+    }
+    for (int fd : fds) ::close(fd);
+  });
+  while (opened < 100) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  for (int i = 0; i < 5; ++i) {
+    auto client = f.Client(5);
+    ASSERT_NE(client, nullptr);
+    EXPECT_EQ(Call(*client, {Op::kSet, 0, {"k"}, "v", {}}).reply, Reply::kOk);
+  }
+  flooding = false;
+  flood.join();
+  EXPECT_GE(f.server->counts().refused, 50);
 }
 
 TEST(RendezvousStore, ManyIdleConnectionsCannotKeepTheJobsRanksOut) {
@@ -224,6 +293,9 @@ TEST(RendezvousStore, AnAddressThatIsNotThisMachinesIsAnErrorNamingIt) {
   auto started = StoreServer::Start(JobToken::Generate(), "192.0.2.1", 0);  // TEST-NET-1
   ASSERT_FALSE(started.ok());
   EXPECT_NE(started.status().message().find("192.0.2.1"), std::string::npos);
+  auto everywhere = StoreServer::Start(JobToken::Generate(), "0.0.0.0", 0);
+  ASSERT_FALSE(everywhere.ok());
+  EXPECT_NE(everywhere.status().message().find("never on every interface"), std::string::npos);
 }
 
 }  // namespace

@@ -177,8 +177,6 @@ TEST(Comm, EachStageHasADataParallelGroupOfItsReplicas) {
   });
 }
 
-// A peer that never sends: the receive gives up after the placement's timeout with a PeerError
-// that names what was awaited and from whom.
 // Every connection of a job's groups is proven with the job token before it carries anything
 // (Comm::ProvePairs). The guard: a rank that got into the store but holds another token (as a
 // process that took a pair's place would) fails the proof, and so does its peer.
@@ -221,6 +219,8 @@ TEST(Comm, AConnectionWhoseTagIsNotTheJobsEndsTheRendezvousNamingIt) {
   }
 }
 
+// A peer that never sends: the receive gives up after the placement's timeout with a PeerError
+// that names what was awaited and from whom.
 TEST(Comm, APeerThatNeverSendsIsAPeerErrorNamingIt) {
   std::promise<void> received;
   std::shared_future<void> done = received.get_future().share();

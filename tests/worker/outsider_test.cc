@@ -138,8 +138,8 @@ TEST_F(Outsiders, AreRefusedAndTheJobTrainsEveryStepAsTheUninterruptedOne) {
   ASSERT_FALSE(theirs.ok());
   EXPECT_NE(theirs.status().message().find("refused this process's job token"), std::string::npos)
       << theirs.status().message();
-  // c10d TCPStore's ADD of one to a checkpoint's `failed` key, which made rank 0 drop that
-  // step's checkpoint when the store was c10d's.
+  // A request in c10d TCPStore's form (a query type, a key, a number) naming a checkpoint's
+  // `failed` key: an ADD of it made rank 0 drop that step's checkpoint when the store was c10d's.
   const int add = ConnectFromOutside(port);
   ASSERT_GE(add, 0);
   SendAll(add, std::string("\x02\x25\0\0\0\0\0\0\0", 9) + "gen-0/checkpoint/checkpoint/10/failed" +
