@@ -2,6 +2,7 @@
 // Clock, so tests drive time by hand (ManualClock) and never sleep.
 #pragma once
 
+#include <chrono>
 #include <mutex>
 
 namespace mitra {
@@ -15,6 +16,14 @@ class Clock {
   // Seconds from an arbitrary origin that never goes back. For durations and deadlines.
   virtual double MonotonicSeconds() const = 0;
 };
+
+// The steady clock's instant `seconds` from now (now, for 0 or less): the deadline of code that
+// waits on sockets and file descriptors itself rather than on a Clock.
+inline std::chrono::steady_clock::time_point SteadyAfter(double seconds) {
+  return std::chrono::steady_clock::now() +
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+             std::chrono::duration<double>(seconds > 0 ? seconds : 0));
+}
 
 // The real clocks of the machine.
 class SystemClock : public Clock {

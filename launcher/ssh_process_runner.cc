@@ -3,6 +3,7 @@
 #include <future>
 #include <map>
 
+#include "common/clock.h"
 #include "common/strings.h"
 #include "launcher/output_lines.h"
 #include "launcher/shell_quote.h"
@@ -34,11 +35,6 @@ constexpr std::string_view kPidMarker = "mitra-remote-pid ";
 
 // Bytes of stderr kept to explain a start that failed before the program ran.
 constexpr size_t kEarlyStderrBytes = 4096;
-
-SteadyTime After(double seconds) {
-  return std::chrono::steady_clock::now() +
-         std::chrono::microseconds(static_cast<int64_t>(std::max(0.0, seconds) * 1e6));
-}
 
 // One remote process: pid handshake, log, lines, messages, and its exit event.
 class ProcessHandler : public detail::ExecHandler {
@@ -248,7 +244,7 @@ Result<CommandResult> SshProcessRunner::Run(const std::string& command, double t
     }
     // The deadline counts from now: connecting is not the command's time.
     Status status = loop.Exec(
-        command, std::make_unique<CommandHandler>(what, After(timeout_s), timeout_s, done));
+        command, std::make_unique<CommandHandler>(what, SteadyAfter(timeout_s), timeout_s, done));
     if (!status.ok()) done->set_value(status);
   });
   return result.get();
@@ -347,7 +343,7 @@ Result<StartedProcess> SshProcessRunner::Start(const ProcessSpec& spec, ProcessE
         const ProcessId id = state_->next_id++;
         auto handler = std::make_unique<ProcessHandler>(
             id, what, std::move(*shared_log), std::move(sink), options_.tail_lines,
-            After(options_.start_timeout_s), started, state_.get());
+            SteadyAfter(options_.start_timeout_s), started, state_.get());
         const ProcessHandler* channel = handler.get();
         Status status = loop.Exec(command, std::move(handler), detail::ExecInput::kOpen);
         if (!status.ok()) {
@@ -358,7 +354,7 @@ Result<StartedProcess> SshProcessRunner::Start(const ProcessSpec& spec, ProcessE
         // as any read of stdin would: the manager's start timeout (no `starting` record) then
         // fails the worker; a write cut short closes the input, and the shell exits saying so.
         if (!secrets.empty()) {
-          loop.Write(channel, std::move(secrets), After(options_.send_timeout_s), [](Status) {});
+          loop.Write(channel, std::move(secrets), SteadyAfter(options_.send_timeout_s), [](Status) {});
         }
       });
   return result.get();
@@ -388,7 +384,7 @@ Status SshProcessRunner::Signal(ProcessId id, int signal_number) {
         "kill -s " + std::string(name) + " " + std::to_string(it->second.pid);
     Status status =
         loop.Exec(command, std::make_unique<CommandHandler>("`" + command + "` on " + description_,
-                                                            After(options_.ssh.connect_timeout_s),
+                                                            SteadyAfter(options_.ssh.connect_timeout_s),
                                                             options_.ssh.connect_timeout_s, done));
     if (!status.ok()) done->set_value(status);
   });
@@ -406,7 +402,7 @@ Status SshProcessRunner::Signal(ProcessId id, int signal_number) {
 Status SshProcessRunner::SendLine(ProcessId id, const std::string& line) {
   if (Status status = CheckSentLine(line); !status.ok()) return status;
   // The deadline counts from the call: time spent queued behind other work is the caller's too.
-  const SteadyTime deadline = After(options_.send_timeout_s);
+  const SteadyTime deadline = SteadyAfter(options_.send_timeout_s);
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> result = done->get_future();
   loop_->Post([this, done, id, deadline, data = line + "\n"](detail::SshHostLoop& loop) mutable {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/duration_text.h"
 #include "common/free_port.h"
 
@@ -21,11 +22,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr char kClosedBeforeHello[] = "the store closed the connection before greeting it";
-
-Clock::time_point After(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(seconds));
-}
 
 // Waits until `fd` has `events` or `deadline` passes (true: it has them). Polls in pieces of
 // at most an hour, so that any deadline, however far, is kept.
@@ -81,7 +77,7 @@ StoreClient::~StoreClient() { ::close(fd_); }
 Result<std::unique_ptr<StoreClient>> StoreClient::Connect(const JobToken& token,
                                                           const std::string& host, int port,
                                                           double timeout_s) {
-  const Clock::time_point deadline = After(timeout_s);
+  const Clock::time_point deadline = SteadyAfter(timeout_s);
   for (;;) {
     Result<std::unique_ptr<StoreClient>> client = TryConnect(token, host, port, deadline);
     // Closed before its greeting: the store gave this connection's place to a newer one (many
@@ -159,7 +155,7 @@ Result<Response> StoreClient::Call(const Request& request, double timeout_s) {
                                    " bytes: the rendezvous store takes requests of at most " +
                                    std::to_string(kMaxBody));
   }
-  const Clock::time_point deadline = After(timeout_s);
+  const Clock::time_point deadline = SteadyAfter(timeout_s);
   auto broken = [&](Status status) {
     broken_ = status;
     ::shutdown(fd_, SHUT_RDWR);

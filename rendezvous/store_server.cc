@@ -18,6 +18,7 @@
 #include <set>
 #include <vector>
 
+#include "common/clock.h"
 #include "rendezvous/store_table.h"
 #include "rendezvous/wire.h"
 
@@ -28,11 +29,6 @@ using Clock = std::chrono::steady_clock;
 
 // Answers a connection may leave unread before it is closed.
 constexpr size_t kMaxUnread = 4 * kMaxBody;
-
-Clock::time_point After(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                            std::chrono::duration<double>(seconds));
-}
 
 std::string PeerOf(int fd) {
   sockaddr_in addr{};
@@ -168,7 +164,7 @@ void StoreServer::Loop::Accept(int listen_fd) {
       // EAGAIN: none left. Out of descriptors (EMFILE, ENFILE) or memory: the connection
       // waits in the backlog, and accepting pauses rather than spinning on it.
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        accept_after_ = After(0.1);
+        accept_after_ = SteadyAfter(0.1);
       }
       return;
     }
@@ -181,7 +177,7 @@ void StoreServer::Loop::Accept(int listen_fd) {
     MakeRoomForOneUnproven(c.source);
     c.server_nonce = RandomBytes32();
     c.out = Hello(c.server_nonce);
-    c.deadline = After(options_.handshake_timeout_s);
+    c.deadline = SteadyAfter(options_.handshake_timeout_s);
     unproven_.insert(next_id_);
     connections_.emplace(next_id_++, std::move(c));
     if (connections_.size() >= options_.max_connections) return;
@@ -276,7 +272,7 @@ bool StoreServer::Loop::Serve(uint64_t id, Connection& c) {
     // A wait's number is its time limit in ms (<= 0: none); a year stands for longer ones.
     const bool timed = request->op == Op::kWait && request->number > 0;
     const Clock::time_point wait_deadline =
-        timed ? After(std::min<double>(static_cast<double>(request->number) / 1000.0, 3.2e7))
+        timed ? SteadyAfter(std::min<double>(static_cast<double>(request->number) / 1000.0, 3.2e7))
               : Clock::time_point::max();
     const std::vector<StoreTable::Answer> answers = table_.Handle(id, *request, wait_deadline);
     c.waiting = table_.Waiting(id);
@@ -287,7 +283,7 @@ bool StoreServer::Loop::Serve(uint64_t id, Connection& c) {
   if (c.channel->buffered() == 0) {
     c.deadline = Clock::time_point::max();
   } else if (c.deadline == Clock::time_point::max() || served) {
-    c.deadline = After(options_.frame_timeout_s);
+    c.deadline = SteadyAfter(options_.frame_timeout_s);
   }
   return true;
 }

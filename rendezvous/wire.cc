@@ -1,17 +1,7 @@
 #include "rendezvous/wire.h"
 
-#include <cstring>
-
 namespace mitra::rendezvous {
 namespace {
-
-std::string_view Text(const Bytes32& bytes) { return AsText(bytes); }
-
-Bytes32 Take32(std::string_view bytes, size_t at) {
-  Bytes32 out;
-  std::memcpy(out.data(), bytes.data() + at, out.size());
-  return out;
-}
 
 std::string Header() {
   std::string h(kMagic);
@@ -100,18 +90,18 @@ bool KeysFit(Op op, size_t keys) {
 
 // ---- Handshake ---------------------------------------------------------------------------
 
-std::string Hello(const Bytes32& server_nonce) { return Header() + std::string(Text(server_nonce)); }
+std::string Hello(const Bytes32& server_nonce) { return Header() + std::string(AsText(server_nonce)); }
 
 Result<Bytes32> ReadHello(std::string_view hello) {
   if (hello.size() != kHelloBytes || !HasHeader(hello)) {
     return Status::InvalidArgument("the peer is not a mitra rendezvous store of this version");
   }
-  return Take32(hello, kMagic.size() + 1);
+  return Bytes32From(hello.substr(kMagic.size() + 1));
 }
 
 std::string Proof(const JobToken& token, const Bytes32& server_nonce, const Bytes32& client_nonce) {
-  return Header() + std::string(Text(client_nonce)) +
-         std::string(Text(Hmac(token.key(), {"client", Text(server_nonce), Text(client_nonce)})));
+  return Header() + std::string(AsText(client_nonce)) +
+         std::string(AsText(Hmac(token.key(), {"client", AsText(server_nonce), AsText(client_nonce)})));
 }
 
 Result<Bytes32> CheckProof(const JobToken& token, const Bytes32& server_nonce,
@@ -119,30 +109,30 @@ Result<Bytes32> CheckProof(const JobToken& token, const Bytes32& server_nonce,
   if (proof.size() != kProofBytes || !HasHeader(proof)) {
     return Status::InvalidArgument("not a mitra rendezvous client of this version");
   }
-  const Bytes32 client_nonce = Take32(proof, kMagic.size() + 1);
-  const Bytes32 expected = Hmac(token.key(), {"client", Text(server_nonce), Text(client_nonce)});
-  if (!SameTag(expected, Take32(proof, kMagic.size() + 1 + 32))) {
+  const Bytes32 client_nonce = Bytes32From(proof.substr(kMagic.size() + 1));
+  const Bytes32 expected = Hmac(token.key(), {"client", AsText(server_nonce), AsText(client_nonce)});
+  if (!SameTag(expected, Bytes32From(proof.substr(kMagic.size() + 1 + 32)))) {
     return Status::InvalidArgument("the proof of the job token is wrong");
   }
   return client_nonce;
 }
 
 std::string Answer(const JobToken& token, const Bytes32& server_nonce, const Bytes32& client_nonce) {
-  return std::string(Text(Hmac(token.key(), {"server", Text(server_nonce), Text(client_nonce)})));
+  return std::string(AsText(Hmac(token.key(), {"server", AsText(server_nonce), AsText(client_nonce)})));
 }
 
 bool CheckAnswer(const JobToken& token, const Bytes32& server_nonce, const Bytes32& client_nonce,
                  std::string_view answer) {
   return answer.size() == kAnswerBytes &&
-         SameTag(Hmac(token.key(), {"server", Text(server_nonce), Text(client_nonce)}),
-                 Take32(answer, 0));
+         SameTag(Hmac(token.key(), {"server", AsText(server_nonce), AsText(client_nonce)}),
+                 Bytes32From(answer.substr(0)));
 }
 
 // ---- Frames --------------------------------------------------------------------------------
 
 Channel::Channel(const JobToken& token, const Bytes32& server_nonce, const Bytes32& client_nonce,
                  Side side)
-    : session_key_(Hmac(token.key(), {"session", Text(server_nonce), Text(client_nonce)})),
+    : session_key_(Hmac(token.key(), {"session", AsText(server_nonce), AsText(client_nonce)})),
       send_direction_(side == Side::kServer ? 's' : 'c'),
       receive_direction_(side == Side::kServer ? 'c' : 's') {}
 
@@ -157,7 +147,7 @@ std::string Channel::Seal(std::string_view body) {
   frame.reserve(kFrameHeaderBytes + body.size() + kTagBytes);
   PutU32(frame, static_cast<uint32_t>(body.size()));
   frame.append(body);
-  frame.append(Text(Tag(send_direction_, sent_++, body)));
+  frame.append(AsText(Tag(send_direction_, sent_++, body)));
   return frame;
 }
 
@@ -184,7 +174,7 @@ std::optional<Result<std::string>> Channel::Next() {
   if (pending.size() < kFrameHeaderBytes + length + kTagBytes) return std::nullopt;
   const std::string_view body = pending.substr(kFrameHeaderBytes, length);
   if (!SameTag(Tag(receive_direction_, received_, body),
-               Take32(pending, kFrameHeaderBytes + length))) {
+               Bytes32From(pending.substr(kFrameHeaderBytes + length)))) {
     broken_ = Status::InvalidArgument("a frame whose tag is wrong (altered, replayed or forged)");
     return Result<std::string>(*broken_);
   }

@@ -1,5 +1,6 @@
 #include "worker/comm.h"
 
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -138,42 +139,35 @@ void Comm::ProvePairs(c10d::ProcessGroup& group, int rank, int size, c10d::Store
   constexpr int64_t kTagBytes = 32;
   if (size < 2) return;
   // The first rank to ask sets the group's nonce; every rank reads the same one.
-  const std::vector<uint8_t> fresh = [] {
-    const rendezvous::Bytes32 b = rendezvous::RandomBytes32();
-    return std::vector<uint8_t>(b.begin(), b.end());
-  }();
-  const std::vector<uint8_t> set = store.compareSet("pair-nonce", {}, fresh);
+  const rendezvous::Bytes32 fresh = rendezvous::RandomBytes32();
+  const std::vector<uint8_t> set =
+      store.compareSet("pair-nonce", {}, std::vector<uint8_t>(fresh.begin(), fresh.end()));
   const std::string nonce(set.begin(), set.end());
-  auto tensor_of = [](const std::string& bytes) {
-    return torch::from_blob(const_cast<char*>(bytes.data()), {kTagBytes}, torch::kUInt8).clone();
-  };
+  std::vector<int> peers;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer != rank) peers.push_back(peer);
+  }
   std::vector<std::vector<torch::Tensor>> sent, received;
+  sent.reserve(peers.size());  // the posted sends and receives hold on to their elements
+  received.reserve(peers.size());
   std::vector<c10::intrusive_ptr<c10d::Work>> sends, receives;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    sent.push_back({tensor_of(proof.PairTag(nonce, rank, peer))});
+  for (const int peer : peers) {
+    rendezvous::Bytes32 tag = proof.PairTag(nonce, rank, peer);
+    sent.push_back({torch::from_blob(tag.data(), {kTagBytes}, torch::kUInt8).clone()});
     received.push_back({torch::zeros({kTagBytes}, torch::kUInt8)});
-  }
-  size_t i = 0;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
     const std::string where = "proving " + what + "'s connection to its rank " + std::to_string(peer);
-    sends.push_back(Posted([&] { return group.send(sent[i], peer, kProofTag); }, where));
-    receives.push_back(Posted([&] { return group.recv(received[i], peer, kProofTag); }, where));
-    ++i;
+    sends.push_back(Posted([&] { return group.send(sent.back(), peer, kProofTag); }, where));
+    receives.push_back(Posted([&] { return group.recv(received.back(), peer, kProofTag); }, where));
   }
-  i = 0;
-  for (int peer = 0; peer < size; ++peer) {
-    if (peer == rank) continue;
-    const std::string where = what + "'s connection to its rank " + std::to_string(peer);
+  for (size_t i = 0; i < peers.size(); ++i) {
+    const std::string where = what + "'s connection to its rank " + std::to_string(peers[i]);
     Wait(receives[i], "receiving the job token's proof over " + where);
-    const std::string expected = proof.PairTag(nonce, peer, rank);
-    const std::string got(static_cast<const char*>(received[i][0].data_ptr()), kTagBytes);
-    if (!rendezvous::SameTag(rendezvous::Bytes32From(got), rendezvous::Bytes32From(expected))) {
+    rendezvous::Bytes32 got;
+    std::memcpy(got.data(), received[i][0].data_ptr(), got.size());
+    if (!rendezvous::SameTag(got, proof.PairTag(nonce, peers[i], rank))) {
       throw PeerError(where + " did not prove the job token: another process took its place");
     }
     Wait(sends[i], "sending the job token's proof over " + where);
-    ++i;
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/duration_text.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 #include "worker/report.h"
@@ -64,11 +65,11 @@ void LogRefused(const std::string& peer, const std::string& why) {
 
 }  // namespace
 
-JobStore::JobStore(std::string token, std::unique_ptr<rendezvous::StoreServer> server,
+JobStore::JobStore(const rendezvous::JobToken& token,
+                   std::unique_ptr<rendezvous::StoreServer> server,
                    std::unique_ptr<rendezvous::StoreClient> client,
                    std::chrono::milliseconds timeout)
-    : c10d::Store(timeout), token_(std::move(token)), server_(std::move(server)),
-      client_(std::move(client)) {}
+    : c10d::Store(timeout), token_(token), server_(std::move(server)), client_(std::move(client)) {}
 
 JobStore::~JobStore() = default;
 
@@ -94,7 +95,7 @@ c10::intrusive_ptr<JobStore> JobStore::Connect(const Placement& placement, bool 
                                                  placement.timeout_s);
   if (!client.ok()) throw std::runtime_error(client.status().message());
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(placement.timeout_s * 1000));
-  return c10::make_intrusive<JobStore>(token->Hex(), std::move(server),
+  return c10::make_intrusive<JobStore>(*token, std::move(server),
                                        std::move(client).value(), timeout);
 }
 
@@ -159,17 +160,16 @@ void JobStore::wait(const std::vector<std::string>& keys, const std::chrono::mil
   if (r.reply == Reply::kTimedOut) {
     std::string names;
     for (const std::string& k : keys) names += (names.empty() ? "'" : ", '") + k + "'";
-    throw std::runtime_error("waited " + std::to_string(Seconds(timeout)) +
+    throw std::runtime_error("waited " + SecondsText(Seconds(timeout)) +
                              " s on the rendezvous store for " + names);
   }
 }
 
 int64_t JobStore::refused() const { return server_ ? server_->counts().refused : 0; }
 
-std::string JobStore::PairTag(const std::string& nonce, int from, int to) const {
-  const rendezvous::JobToken token = *rendezvous::JobToken::Parse(token_);
+rendezvous::Bytes32 JobStore::PairTag(const std::string& nonce, int from, int to) const {
   const std::string ranks = std::to_string(from) + ">" + std::to_string(to);
-  return std::string(rendezvous::AsText(rendezvous::Hmac(token.key(), {"pair", nonce, ranks})));
+  return rendezvous::Hmac(token_.key(), {"pair", nonce, ranks});
 }
 
 }  // namespace mitra::worker

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "mitra/worker/placement.h"
+#include "rendezvous/job_token.h"
 
 namespace mitra::rendezvous {
 class StoreClient;
@@ -48,16 +49,16 @@ class JobStore : public c10d::Store {
   // The tag that rank `from` of a group sends rank `to` over their connection to prove it is
   // theirs: HMAC(job token, "pair" + nonce + from + to). `nonce` is the group's own
   // (Comm::ProvePairs), so a tag seen once proves nothing in another group or generation.
-  std::string PairTag(const std::string& nonce, int from, int to) const;
+  rendezvous::Bytes32 PairTag(const std::string& nonce, int from, int to) const;
 
-  // What Connect makes (public for c10::make_intrusive): the token in hex, the store this
+  // What Connect makes (public for c10::make_intrusive): the job's token, the store this
   // process hosts (or null) and its own connection.
-  JobStore(std::string token, std::unique_ptr<rendezvous::StoreServer> server,
+  JobStore(const rendezvous::JobToken& token, std::unique_ptr<rendezvous::StoreServer> server,
            std::unique_ptr<rendezvous::StoreClient> client, std::chrono::milliseconds timeout);
 
  private:
 
-  std::string token_;  // hex
+  rendezvous::JobToken token_;
   std::unique_ptr<rendezvous::StoreServer> server_;
   std::unique_ptr<rendezvous::StoreClient> client_;
 };

@@ -115,7 +115,7 @@ TEST(Channel, AnAlteredReplayedOrReflectedFrameBreaksTheConnection) {
   }
 }
 
-TEST(Channel, ALengthOverTheLimitIsRefusedBeforeItsBytesAreKept) {
+TEST(Channel, ALengthOverTheLimitIsRefusedAtItsHeader) {
   Pair p = Connected(JobToken::Generate());
   p.server.Feed(std::string("\x7f\xff\xff\xff", 4) + std::string(100, 'x'));
   auto body = p.server.Next();

@@ -191,8 +191,8 @@ TEST(Comm, AConnectionWhoseTagIsNotTheJobsEndsTheRendezvousNamingIt) {
     testing::RunRanks(2, [&](int rank) {
       auto client = rendezvous::StoreClient::Connect(token, "127.0.0.1", port, 10);
       ASSERT_TRUE(client.ok()) << client.status().message();
-      const std::string hex = rank == 1 && outsider ? other.Hex() : token.Hex();
-      auto store = c10::make_intrusive<JobStore>(hex, nullptr, std::move(client).value(),
+      const rendezvous::JobToken& held = rank == 1 && outsider ? other : token;
+      auto store = c10::make_intrusive<JobStore>(held, nullptr, std::move(client).value(),
                                                  std::chrono::seconds(10));
       const Placement p = testing::LoopbackPlacement(2, 1, rank, port, 10);
       try {
