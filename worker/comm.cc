@@ -162,12 +162,14 @@ void Comm::ProvePairs(c10d::ProcessGroup& group, int rank, int size, c10d::Store
   for (size_t i = 0; i < peers.size(); ++i) {
     const std::string where = what + "'s connection to its rank " + std::to_string(peers[i]);
     Wait(receives[i], "receiving the job token's proof over " + where);
+    // Its own proof out before judging the peer's: a rank that refused closes its connections,
+    // and the peer should learn why (its tag was refused) rather than that a connection closed.
+    Wait(sends[i], "sending the job token's proof over " + where);
     rendezvous::Bytes32 got;
     std::memcpy(got.data(), received[i][0].data_ptr(), got.size());
     if (!rendezvous::SameTag(got, proof.PairTag(nonce, peers[i], rank))) {
       throw PeerError(where + " did not prove the job token: another process took its place");
     }
-    Wait(sends[i], "sending the job token's proof over " + where);
   }
 }
 
