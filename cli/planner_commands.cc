@@ -6,11 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <cctype>
-#include <map>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "cli/flags.h"
 #include "cli/run_command.h"
@@ -18,7 +14,8 @@
 #include "common/strings.h"
 #include "manager/machine_list.h"
 #include "planner/planner.h"
-#include "records/reader.h"
+#include "report/plan_validation.h"
+#include "run/machine_list_file.h"
 #include "run/profile_job.h"
 
 namespace mitra::cli {
@@ -194,22 +191,10 @@ Result<PlanCommandOptions> ParsePlanCommand(const std::vector<std::string>& args
   return o;
 }
 
-Result<planner::Profile> LoadProfile(const std::string& path) {
-  std::error_code ec;
-  const std::string file = fs::is_directory(path, ec) ? (fs::path(path) / "profile.json").string() : path;
-  std::ifstream in(file);
-  if (!in) {
-    return Status::InvalidArgument("no profile at " + file +
-                                   ": write one with `mitra profile --out " + path + " ...`");
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return planner::Profile::FromJson(text.str(), file);
-}
-
 int ProfileCommand(const ProfileCommandOptions& o, CommandContext& c) {
-  Result<manager::MachineList> machines = manager::LoadMachineList(*c.fs, o.machines_path, o.gpus_per_node);
-  if (!machines.ok()) return BadInput(c, "profile", machines.status().message());
+  Result<run::MachineListFile> file = run::ReadMachineList(*c.fs, o.machines_path, o.gpus_per_node);
+  if (!file.ok()) return BadInput(c, "profile", file.status().message());
+  const manager::MachineList& machines = file->list;
   const std::string* path = nullptr;
   if (auto it = c.environment.find("PATH"); it != c.environment.end()) path = &it->second;
   Result<std::string> program = c.runner->ResolveProgram(o.program, path ? *path : "");
@@ -229,12 +214,12 @@ int ProfileCommand(const ProfileCommandOptions& o, CommandContext& c) {
   job.timeout_s = o.timeout_s;
   job.log_dir = out_dir + "/logs";
   std::vector<std::string> names;
-  for (const manager::Machine& m : machines->machines) {
+  for (const manager::Machine& m : machines.machines) {
     names.push_back(m.Address() + " (" + std::to_string(m.slots) + (m.slots == 1 ? " slot)" : " slots)"));
   }
   *c.out << "mitra: profiling '" << *program << "' on " << Join(names, ", ") << std::endl;
   const double start = c.clock->MonotonicSeconds();
-  Result<planner::Profile> profile = run::ProfileProgram(*c.transports, *machines, job, *c.clock);
+  Result<planner::Profile> profile = run::ProfileProgram(*c.transports, machines, job, *c.clock);
   if (!profile.ok()) {
     *c.err << "mitra profile: " << profile.status().message() << "\n";
     return profile.status().code() == Status::Code::kInvalidArgument ? kExitBadInput : kExitFailed;
@@ -284,7 +269,7 @@ int ProfileCommand(const ProfileCommandOptions& o, CommandContext& c) {
 
 int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
   if (!o.validate_dir.empty()) return ValidateCommand(o, c);
-  Result<planner::Profile> profile = LoadProfile(o.profile_dir);
+  Result<planner::Profile> profile = run::LoadProfile(*c.fs, o.profile_dir);
   if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
   planner::PlanRequest request;
   request.profile = &*profile;
@@ -293,9 +278,9 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
   request.chunk_size = o.chunk_size;
   request.keep = o.top;
   if (!o.machines_path.empty()) {
-    Result<manager::MachineList> machines = manager::LoadMachineList(*c.fs, o.machines_path, o.gpus_per_node);
-    if (!machines.ok()) return BadInput(c, "plan", machines.status().message());
-    for (const manager::Machine& m : machines->machines) request.machines.push_back({m.Address(), m.slots});
+    Result<run::MachineListFile> file = run::ReadMachineList(*c.fs, o.machines_path, o.gpus_per_node);
+    if (!file.ok()) return BadInput(c, "plan", file.status().message());
+    for (const manager::Machine& m : file->list.machines) request.machines.push_back({m.Address(), m.slots});
   } else {
     // Machines like the profiled one, with as many slots as it had.
     const planner::MachineProfile& typical = profile->machines.front();
@@ -379,192 +364,13 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
 }  // namespace mitra::cli
 
 namespace mitra::cli {
-namespace {
-
-// What a run directory recorded of the generation `plan --validate` checks.
-struct RecordedRun {
-  records::Launch launch;
-  records::Settings settings;      // its workers' settings: schedule, partition
-  std::vector<double> step_times;  // of its steps, in order
-};
-
-// The generation `generation` (-1: the newest) of the run in `run_dir`; InvalidArgument naming
-// what is missing.
-Result<RecordedRun> ReadRecordedRun(FileSystem& fs, const std::string& run_dir,
-                                    int64_t generation) {
-  const records::RunDirReader reader(&fs, run_dir);
-  std::optional<records::Launch> launch;
-  const std::vector<records::EventRecord> events = reader.Events();
-  for (const records::EventRecord& e : events) {
-    if (!e.Is<records::Launch>()) continue;
-    records::Launch l = e.As<records::Launch>();
-    if (generation >= 0 && l.shape.generation != generation) continue;
-    launch = std::move(l);
-  }
-  if (!launch) {
-    return Status::InvalidArgument(
-        JoinPath(run_dir, records::kEventsFile) + " records no launch" +
-        (generation >= 0 ? " of generation " + std::to_string(generation) : "") +
-        ": give the run directory of a job that ran");
-  }
-  std::optional<records::Settings> settings;
-  for (const records::EventRecord& e : events) {
-    if (!e.Is<records::Settings>()) continue;
-    records::Settings s = e.As<records::Settings>();
-    if (s.generation <= launch->shape.generation) settings = std::move(s);
-  }
-  if (!settings || !settings->partition) {
-    return Status::InvalidArgument(run_dir + " records no settings of its workers (schedule, "
-                                             "partition): run it with this mitra");
-  }
-  RecordedRun run{std::move(*launch), std::move(*settings), {}};
-  for (const JsonObject& m : reader.Metrics().records) {
-    if (!records::StepMetrics::IsStep(m)) continue;
-    const auto step = records::FromJson<records::StepMetrics>(m);
-    if (step.generation == run.launch.shape.generation) run.step_times.push_back(step.step_time_s);
-  }
-  return run;
-}
-
-// "F12" -> "F", "Bi3.1" (a second chunk's) -> "Bi", "reduce" -> "reduce".
-std::string Kind(const std::string& name) {
-  size_t end = name.size();
-  while (end > 0 && (std::isdigit(static_cast<unsigned char>(name[end - 1])) || name[end - 1] == '.')) {
-    --end;
-  }
-  return name.substr(0, end);
-}
-
-struct Spent {
-  double total = 0;
-  int count = 0;
-};
-
-// The shape a recorded run trained in, as the simulator's input.
-Result<planner::SimulationInput> SimulationOf(const RecordedRun& run,
-                                              const planner::Profile& profile) {
-  const records::Launch& launch = run.launch;
-  planner::SimulationInput in;
-  in.profile = &profile;
-  in.trace = true;
-  in.global_batch = launch.shape.global_batch;
-  in.candidate.stages = static_cast<int>(std::max<int64_t>(1, launch.shape.stages));
-  in.candidate.replicas = static_cast<int>(std::max<int64_t>(1, launch.shape.replicas));
-  in.candidate.chunk_size = std::max<int64_t>(1, launch.shape.chunk_size);
-  Result<planner::ScheduleKind> schedule =
-      planner::ParseScheduleKind(run.settings.schedule.value_or("1f1b"));
-  if (!schedule.ok()) return schedule.status();
-  in.candidate.schedule = *schedule;
-  in.candidate.recompute = run.settings.recompute.value_or(false);
-  in.candidate.zero = run.settings.zero.value_or(false);
-  std::string partition = *run.settings.partition;
-  std::replace(partition.begin(), partition.end(), ',', ' ');
-  std::istringstream counts(partition);
-  for (int n; counts >> n;) in.candidate.partition.push_back(n);
-  in.candidate.shares = launch.shares.value_or(planner::Shares{});
-  in.rank_machines = launch.machines;
-  return in;
-}
-
-// Where one step's time went: by instruction kind, and the compute of each stage.
-struct StepSplit {
-  std::map<std::string, Spent> by_kind;
-  std::vector<Spent> compute_by_stage;
-  int traced_ranks = 0;  // measured: the ranks whose trace was there
-
-  explicit StepSplit(int stages) : compute_by_stage(stages) {}
-  void Add(const std::string& name, int rank, double seconds) {
-    const std::string kind = Kind(name);
-    Spent& k = by_kind[kind];
-    k.total += seconds;
-    ++k.count;
-    if (records::IsComputeSpan(name)) {
-      compute_by_stage[rank % compute_by_stage.size()].total += seconds;
-    }
-  }
-};
-
-// The traced step of every rank of the generation (logs/gen-G/rank-R.trace.json).
-StepSplit MeasuredSplit(FileSystem& fs, const std::string& run_dir, int64_t generation,
-                        const planner::Candidate& shape) {
-  StepSplit split(shape.stages);
-  for (int r = 0; r < shape.stages * shape.replicas; ++r) {
-    Result<std::string> text = fs.ReadFile(JoinPath(run_dir, records::StepTraceFile(generation, r)));
-    if (!text.ok()) continue;
-    ++split.traced_ranks;
-    const nlohmann::json trace = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!trace.is_object()) continue;
-    for (const auto& e : trace.value("traceEvents", nlohmann::json::array())) {
-      if (e.value("ph", "") != "X") continue;
-      split.Add(e.value("name", ""), r, e.value("dur", 0.0) / 1e6);
-    }
-  }
-  return split;
-}
-
-StepSplit PredictedSplit(const planner::Prediction& predicted, int stages) {
-  StepSplit split(stages);
-  for (const planner::PredictedOp& op : predicted.ops) split.Add(op.name, op.rank, op.end - op.start);
-  return split;
-}
-
-void PrintValidation(std::ostream& out, const std::string& run_dir, int64_t generation,
-                     const planner::Candidate& shape, const planner::Prediction& predicted,
-                     std::vector<double> step_times, const StepSplit& measured) {
-  auto error = [](double predicted, double measured) {
-    return measured > 0 ? Fixed(100 * (predicted - measured) / measured, 1) + "%" : std::string("-");
-  };
-  // The median step, warm-up (the first two steps) left out.
-  if (step_times.size() > 2) step_times.erase(step_times.begin(), step_times.begin() + 2);
-  std::sort(step_times.begin(), step_times.end());
-  const double measured_step = step_times.empty() ? 0 : step_times[step_times.size() / 2];
-  out << "mitra plan: generation " << generation << " of " << run_dir << ": " << shape.ToString()
-      << "\n";
-  out << "  step         predicted " << Fixed(predicted.step_s * 1e3, 1) << " ms  measured "
-      << Fixed(measured_step * 1e3, 1) << " ms (median of " << step_times.size() << " steps)  "
-      << error(predicted.step_s, measured_step) << "\n";
-  if (measured.traced_ranks == 0) {
-    out << "  (no step traces in logs/gen-" << generation << ": only local workers write them)\n";
-    return;
-  }
-  const StepSplit predicted_split = PredictedSplit(predicted, shape.stages);
-  out << "  compute per stage (one step, all replicas):\n";
-  for (int s = 0; s < shape.stages; ++s) {
-    const double p = predicted_split.compute_by_stage[s].total;
-    const double m = measured.compute_by_stage[s].total;
-    out << "    stage " << s << "  predicted " << Fixed(p * 1e3, 1) << " ms  measured "
-        << Fixed(m * 1e3, 1) << " ms  " << error(p, m) << "\n";
-  }
-  out << "  per instruction (mean ms; R/Ra/Rg are waits):\n";
-  for (const auto& [kind, m] : measured.by_kind) {
-    auto p = predicted_split.by_kind.find(kind);
-    const double pm = p == predicted_split.by_kind.end() || p->second.count == 0
-                          ? 0
-                          : p->second.total / p->second.count;
-    const double mm = m.count ? m.total / m.count : 0;
-    out << "    " << kind << std::string(8 - std::min<size_t>(7, kind.size()), ' ') << "predicted "
-        << Fixed(pm * 1e3, 2) << "  measured " << Fixed(mm * 1e3, 2) << "  (" << m.count
-        << " measured)\n";
-  }
-}
-
-}  // namespace
 
 int ValidateCommand(const PlanCommandOptions& o, CommandContext& c) {
-  const std::string run_dir = o.validate_dir;
-  Result<RecordedRun> run = ReadRecordedRun(*c.fs, run_dir, o.generation);
-  if (!run.ok()) return BadInput(c, "plan", run.status().message());
-  Result<planner::Profile> profile =
-      LoadProfile(o.profile_dir.empty() ? JoinPath(run_dir, "profile") : o.profile_dir);
-  if (!profile.ok()) return BadInput(c, "plan", profile.status().message());
-  Result<planner::SimulationInput> in = SimulationOf(*run, *profile);
-  if (!in.ok()) return BadInput(c, "plan", in.status().message());
-  Result<planner::Prediction> predicted = planner::Simulate(*in);
-  if (!predicted.ok()) return BadInput(c, "plan", predicted.status().message());
-  const int64_t generation = run->launch.shape.generation;
-  const StepSplit measured = MeasuredSplit(*c.fs, run_dir, generation, in->candidate);
-  PrintValidation(*c.out, run_dir, generation, in->candidate, *predicted, run->step_times,
-                  measured);
+  Result<report::PlanValidation> validation = report::ValidatePlan(
+      *c.fs, o.validate_dir, o.generation,
+      o.profile_dir.empty() ? JoinPath(o.validate_dir, "profile") : o.profile_dir);
+  if (!validation.ok()) return BadInput(c, "plan", validation.status().message());
+  *c.out << report::FormatPlanValidation(*validation);
   c.out->flush();
   return kExitOk;
 }

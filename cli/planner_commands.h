@@ -81,7 +81,4 @@ int PlanCommand(const PlanCommandOptions& options, CommandContext& c);
 // --validate: the run's shape simulated with the profile, against its metrics and step traces.
 int ValidateCommand(const PlanCommandOptions& options, CommandContext& c);
 
-// Reads DIR/profile.json (or the file itself when a file is given).
-Result<planner::Profile> LoadProfile(const std::string& path);
-
 }  // namespace mitra::cli

@@ -143,7 +143,7 @@ Result<std::shared_ptr<const planner::Profile>> ProfileForRun(
     double timeout_s) {
   const std::string dir = JoinPath(run_dir.path(), "profile");
   const std::string file = JoinPath(dir, "profile.json");
-  if (Result<planner::Profile> kept = LoadProfile(file);
+  if (Result<planner::Profile> kept = run::LoadProfile(*c.fs, file);
       kept.ok() && kept->program == program && kept->program_args == options.program_args &&
       kept->num_segments() == description.segments) {
     *c.out << "mitra: planning from " << file << std::endl;

@@ -10,6 +10,8 @@
 #include "common/strings.h"
 #include "contract/variables.h"
 #include "run/control_socket.h"
+#include "run/machine_list_file.h"
+#include "run/profile_job.h"
 #include "run/slurm_allocation.h"
 
 namespace mitra::cli {
@@ -81,13 +83,11 @@ Result<manager::MachineList> ReadMachines(RunContext& c, const RunOptions& optio
       return run::ExpandWithScontrol(list, environment);
     });
   }
-  Result<std::string> read = c.fs->ReadFile(options.machines_path);
-  if (!read.ok()) {
-    // LoadMachineList words a missing or unreadable list best.
-    return manager::LoadMachineList(*c.fs, options.machines_path, options.gpus_per_node).status();
-  }
-  *text = std::move(read).value();
-  return manager::ParseMachineList(*text, options.machines_path, options.gpus_per_node);
+  Result<run::MachineListFile> file =
+      run::ReadMachineList(*c.fs, options.machines_path, options.gpus_per_node);
+  if (!file.ok()) return file.status();
+  *text = std::move(file->text);
+  return std::move(file->list);
 }
 
 // What the launcher needs: SSH's key files, or for srun an allocation to start steps in and
@@ -123,7 +123,8 @@ Status CheckRunDirSocket(const run::RunDir& run_dir) {
 Result<std::shared_ptr<const planner::Profile>> GivenProfile(const RunOptions& options,
                                                             const RunContext& c) {
   if (options.profile_dir.empty()) return std::shared_ptr<const planner::Profile>();
-  Result<planner::Profile> loaded = LoadProfile(JoinPath(c.working_directory, options.profile_dir));
+  Result<planner::Profile> loaded =
+      run::LoadProfile(*c.fs, JoinPath(c.working_directory, options.profile_dir));
   if (!loaded.ok()) return loaded.status();
   return std::shared_ptr<const planner::Profile>(
       std::make_shared<planner::Profile>(std::move(loaded).value()));

@@ -19,6 +19,7 @@
 
 #include "common/duration_text.h"
 #include "common/strings.h"
+#include "contract/worker_messages.h"
 #include "launcher/output_lines.h"
 
 namespace mitra::launcher {
@@ -172,10 +173,10 @@ class Watcher {
 
   void OnLine(std::string_view line) {
     tail_.Add(line);
-    if (StartsWith(line, kMessagePrefix)) {
+    if (StartsWith(line, contract::kMessagePrefix)) {
       ProcessEvent event;
       event.id = id_;
-      event.message = std::string(line.substr(kMessagePrefix.size()));
+      event.message = std::string(line.substr(contract::kMessagePrefix.size()));
       sink_(std::move(event));
     }
   }

@@ -17,8 +17,6 @@
 
 namespace mitra::launcher {
 
-// Output lines that start with this are messages for the manager (docs/worker-contract.md).
-inline constexpr std::string_view kMessagePrefix = "@mitra ";
 // The longest line SendLine takes (a placement of the largest job is well within it).
 inline constexpr size_t kMaxSentLine = 1 << 20;
 // How long SendLine waits, by default, for a process to read what does not fit its input.
@@ -70,7 +68,7 @@ struct ProcessEvent {
 
   Kind kind = Kind::kMessage;
   ProcessId id = 0;
-  std::string message;                  // kMessage: the line after kMessagePrefix
+  std::string message;                  // kMessage: the line after contract::kMessagePrefix
   ExitStatus exit;                      // kExited
   std::vector<std::string> last_lines;  // kExited: the last lines of output (both streams)
   // kExited: error lines from before `last_lines` (output_lines.h's LineTail), oldest first.

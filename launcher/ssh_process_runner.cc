@@ -5,6 +5,7 @@
 
 #include "common/clock.h"
 #include "common/strings.h"
+#include "contract/worker_messages.h"
 #include "launcher/output_lines.h"
 #include "launcher/shell_quote.h"
 #include "launcher/ssh_host_loop.h"
@@ -144,10 +145,10 @@ class ProcessHandler : public detail::ExecHandler {
 
   void OnLine(std::string_view line) {
     tail_.Add(line);
-    if (!starting_ && StartsWith(line, kMessagePrefix)) {
+    if (!starting_ && StartsWith(line, contract::kMessagePrefix)) {
       ProcessEvent event;
       event.id = id_;
-      event.message = std::string(line.substr(kMessagePrefix.size()));
+      event.message = std::string(line.substr(contract::kMessagePrefix.size()));
       sink_(std::move(event));
     }
   }

@@ -2,8 +2,9 @@
 
 #include <cctype>
 #include <string_view>
+#include <variant>
 
-#include "common/json.h"
+#include "contract/worker_messages.h"
 #include "common/strings.h"
 #include "launcher/output_lines.h"
 #include "launcher/process_runner.h"
@@ -13,12 +14,11 @@ namespace {
 
 // A heartbeat or `starting` record: a sign of life, nothing a failure report quotes.
 bool IsLifeSign(std::string_view line) {
-  if (!StartsWith(line, launcher::kMessagePrefix)) return false;
-  line.remove_prefix(launcher::kMessagePrefix.size());
-  const Result<JsonObject> record = JsonObject::Parse(line);
-  if (!record.ok()) return false;
-  const std::optional<std::string> event = record->GetString("event");
-  return event == "heartbeat" || event == "starting";
+  if (!StartsWith(line, contract::kMessagePrefix)) return false;
+  line.remove_prefix(contract::kMessagePrefix.size());
+  const Result<contract::ReadMessage> read = contract::ParseWorkerMessage(line);
+  return read.ok() && (std::holds_alternative<contract::message::Heartbeat>(read->message) ||
+                       std::holds_alternative<contract::message::Starting>(read->message));
 }
 
 // "[2025-01-01 12:00:00.123] [error] rank 0: bad" -> "rank 0: bad": a logger's brackets say

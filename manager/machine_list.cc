@@ -224,17 +224,4 @@ Result<MachineList> ParseMachineList(std::string_view text, std::string_view fil
   return list;
 }
 
-Result<MachineList> LoadMachineList(FileSystem& fs, const std::string& path, int default_slots) {
-  Result<std::string> text = fs.ReadFile(path);
-  if (!text.ok()) {
-    if (text.status().code() == Status::Code::kNotFound) {
-      return Status::InvalidArgument("machine list " + path +
-                                     " does not exist; create it (e.g. one line: localhost "
-                                     "slots=2) or fix --machines");
-    }
-    return Status::InvalidArgument("cannot read machine list: " + text.status().message());
-  }
-  return ParseMachineList(*text, path, default_slots);
-}
-
 }  // namespace mitra::manager

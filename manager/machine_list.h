@@ -16,7 +16,6 @@
 #include <string_view>
 #include <vector>
 
-#include "common/file_system.h"
 #include "mitra/common/status.h"
 
 namespace mitra::manager {
@@ -47,9 +46,6 @@ struct MachineList {
 // 127.0.0.1 are one host); so is a list without machines.
 Result<MachineList> ParseMachineList(std::string_view text, std::string_view file_name,
                                      int default_slots);
-
-// Reads and parses the file at `path` (messages name it as given).
-Result<MachineList> LoadMachineList(FileSystem& fs, const std::string& path, int default_slots);
 
 // The checks behind the parser, exposed for tests and for other inputs that name hosts.
 bool IsValidHostName(std::string_view host);  // DNS name or IPv4 address

@@ -11,25 +11,16 @@ namespace {
 
 constexpr size_t kEtaWindow = 20;  // arrival intervals the ETA averages
 
-// A record's step as a whole number; 0 when missing or beyond what a double holds exactly
-// (converting a larger double to an integer is undefined).
-int64_t StepOf(const JsonObject& record) {
-  const double step = record.GetNumber("step").value_or(0);
-  return std::fabs(step) <= 9.0e15 ? static_cast<int64_t>(step) : 0;
-}
-
 }  // namespace
 
-std::optional<StepRecord> StepRecord::FromJson(const JsonObject& record) {
-  const std::optional<double> step = record.GetNumber("step");
-  if (!step || *step < 1 || *step != std::floor(*step) || *step > 9.0e15) return std::nullopt;
+StepRecord StepRecord::Of(const contract::message::Step& step) {
   StepRecord out;
-  out.step = static_cast<int64_t>(*step);
-  out.loss = record.GetNumber("loss").value_or(0);
-  out.tokens_per_s = record.GetNumber("tokens_per_s").value_or(0);
-  out.step_time_s = record.GetNumber("step_time_s").value_or(0);
-  out.samples_per_s = record.GetNumber("samples_per_s").value_or(
-      out.step_time_s > 0 ? record.GetNumber("samples").value_or(0) / out.step_time_s : 0);
+  out.step = step.step;
+  out.loss = step.loss.value_or(0);
+  out.tokens_per_s = step.tokens_per_s.value_or(0);
+  out.step_time_s = step.step_time_s;
+  out.samples_per_s = step.samples_per_s.value_or(
+      step.step_time_s > 0 ? static_cast<double>(step.samples) / step.step_time_s : 0);
   return out;
 }
 
@@ -101,23 +92,18 @@ std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats) 
   return summary;
 }
 
-std::string FormatEvalLine(const JsonObject& eval) {
+std::string FormatEvalLine(const contract::message::Eval& eval, const JsonObject& metrics) {
   char buffer[96];
   std::snprintf(buffer, sizeof(buffer), "eval after step %lld: loss %.4f",
-                static_cast<long long>(StepOf(eval)),
-                eval.GetNumber("loss").value_or(0));
+                static_cast<long long>(eval.step), eval.loss);
   std::string line = buffer;
-  for (const auto& [key, value] : eval.fields()) {
-    if (!value.is_number() || key == "step" || key == "samples" || key == "loss" ||
-        key == "seconds" || key == "generation" || key == "time") {
-      continue;
-    }
+  for (const auto& [key, value] : metrics.fields()) {
+    if (!value.is_number()) continue;
     std::snprintf(buffer, sizeof(buffer), "  %s %.4f", key.c_str(), value.number_value());
     line += buffer;
   }
   std::snprintf(buffer, sizeof(buffer), "  (%s samples, %.1f s)",
-                FormatCount(eval.GetNumber("samples").value_or(0)).c_str(),
-                eval.GetNumber("seconds").value_or(0));
+                FormatCount(static_cast<double>(eval.samples)).c_str(), eval.seconds);
   return line + buffer;
 }
 

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "common/json.h"
+#include "contract/worker_messages.h"
 
 namespace mitra::manager {
 
-// The fields of a worker's `step` record that the manager uses.
+// What the terminal shows of a worker's `step` record.
 struct StepRecord {
   int64_t step = 0;  // completed steps, 1-based
   double loss = 0;
@@ -25,8 +26,9 @@ struct StepRecord {
   double Throughput() const { return tokens_per_s > 0 ? tokens_per_s : samples_per_s; }
   const char* ThroughputUnit() const { return tokens_per_s > 0 ? "tokens/s" : "samples/s"; }
 
-  // nullopt when `step` is missing or not a positive whole number; other fields default to 0.
-  static std::optional<StepRecord> FromJson(const JsonObject& record);
+  // Fields the worker left out are 0 (a NaN loss too); samples/s, when left out, is the
+  // samples over the step's time.
+  static StepRecord Of(const contract::message::Step& step);
 };
 
 // Not thread-safe.
@@ -63,8 +65,8 @@ std::string FormatProgressLine(const StepRecord& record, int64_t max_steps,
 // "5 steps in 0:12, final loss 2.0000, mean 8,960 tokens/s" (no loss part before any step).
 std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats);
 // "eval after step 100: loss 0.4123  accuracy 0.8512  (10,000 samples, 2.1 s)" from an `eval`
-// record (its numeric fields other than step, samples, loss and seconds are metrics).
-std::string FormatEvalLine(const JsonObject& eval_record);
+// record and its metrics (the numeric ones of `metrics`).
+std::string FormatEvalLine(const contract::message::Eval& eval, const JsonObject& metrics);
 // Seconds rounded to milliseconds, for records ("launch_s": 0.021).
 double RoundedSeconds(double seconds);
 

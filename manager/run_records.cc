@@ -51,13 +51,13 @@ JsonObject WorkerExitRecord(int rank, int pid, const launcher::ExitStatus& exit,
   return o;
 }
 
-JsonObject MetricsRecord(const JsonObject& step_record, const GridPlan& plan, int64_t generation) {
-  JsonObject o = step_record;
-  o.Erase("event");
-  if (!o.Has("stages")) o.SetInt("stages", plan.stages);
-  if (!o.Has("replicas")) o.SetInt("replicas", plan.replicas);
-  if (!o.Has("generation")) o.SetInt("generation", generation);
-  return o;
+JsonObject MetricsRecord(const contract::message::Step& step, const JsonObject& more,
+                         const GridPlan& plan, int64_t generation) {
+  contract::message::Step filled = step;
+  if (!filled.stages) filled.stages = plan.stages;
+  if (!filled.replicas) filled.replicas = plan.replicas;
+  if (!filled.generation) filled.generation = generation;
+  return contract::MessageFields(filled, more);
 }
 
 JsonObject StateRecord(const records::Job& job, const GridPlan& plan, int64_t generation,

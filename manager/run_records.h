@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "contract/worker_messages.h"
 #include "launcher/process_runner.h"
 #include "manager/progress.h"
 #include "planner/grid.h"
@@ -27,9 +28,11 @@ records::Launch LaunchRecord(const GridPlan& plan, int64_t generation, const std
 JsonObject WorkerExitRecord(int rank, int pid, const launcher::ExitStatus& exit,
                             bool stopped_record, double after_s);
 
-// metrics.jsonl: the worker's step record without "event", with the shape filled in where the
-// worker left it out (RunJournal adds "time").
-JsonObject MetricsRecord(const JsonObject& step_record, const GridPlan& plan, int64_t generation);
+// metrics.jsonl: the worker's step record (`more`: the fields its kind does not name, which
+// pass through) without "event", with the shape filled in where the worker left it out
+// (RunJournal adds "time").
+JsonObject MetricsRecord(const contract::message::Step& step, const JsonObject& more,
+                         const GridPlan& plan, int64_t generation);
 
 // What state.json says besides the fixed fields of the run.
 struct StateSnapshot {

@@ -73,6 +73,12 @@ std::optional<State> RunDirReader::ReadState() const {
   return FromJson<State>(*json);
 }
 
+std::optional<contract::TracedStep> RunDirReader::StepTrace(int64_t generation, int rank) const {
+  Result<std::string> text = fs_->ReadFile(JoinPath(run_dir_, StepTraceFile(generation, rank)));
+  if (!text.ok()) return std::nullopt;
+  return contract::ParseStepTrace(*text);
+}
+
 bool RunDirReader::HasRecords() const {
   return fs_->Exists(JoinPath(run_dir_, kEventsFile)) ||
          fs_->Exists(JoinPath(run_dir_, kMetricsFile));

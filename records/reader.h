@@ -1,6 +1,6 @@
 // Reading a run directory's records (records.h) through the FileSystem seam: the reader of
 // `mitra status` (state.json when no manager answers), `mitra report` and `mitra plan
-// --validate`.
+// --validate`, step traces included.
 //
 // A run directory may be read while its manager writes it, or after a crash cut a record: the
 // last line without its newline is being written and is left out, and a line that is not one
@@ -14,6 +14,7 @@
 #include "common/file_system.h"
 #include "common/json.h"
 #include "records/records.h"
+#include "contract/step_trace.h"
 
 namespace mitra::records {
 
@@ -51,6 +52,9 @@ class RunDirReader {
   // state.json; nullopt when it is missing or not one JSON object (being replaced, damaged).
   std::optional<JsonObject> StateJson() const;
   std::optional<State> ReadState() const;
+  // logs/gen-G/rank-R.trace.json; nullopt when the rank wrote none (only local workers do) or
+  // it is not a trace.
+  std::optional<contract::TracedStep> StepTrace(int64_t generation, int rank) const;
 
   // Whether the directory holds events.jsonl or metrics.jsonl: a run directory at all.
   bool HasRecords() const;

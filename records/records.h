@@ -1,5 +1,5 @@
 // The run directory's records (docs/mitra-run.md): one struct per kind that programs read back,
-// with its JSON fields named once.
+// with its JSON fields named once (common/json_fields.h).
 //
 // `mitra status`, the Prometheus metrics, `mitra report` and `mitra plan --validate` read what
 // the manager wrote. Each kind they rely on is a struct here whose static Fields() names every
@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/json.h"
+#include "common/json_fields.h"
 
 namespace mitra::records {
 
@@ -38,11 +39,7 @@ std::string GenerationLogDir(int64_t generation);           // "logs/gen-3"
 std::string StepTraceName(int rank);                        // "rank-1.trace.json"
 std::string StepTraceFile(int64_t generation, int rank);    // "logs/gen-3/rank-1.trace.json"
 
-// Whether a span of a step trace (named as planner::OpName writes instructions: F3, f3, R3, B3,
-// Bi3, W3, Ra3, Rg3, Sa3, Sg3; and the phases "reduce", "update") is the rank's own compute:
-// forwards, recomputations, backwards (whole, B or W) and the update. The rest of the step is
-// waiting for peers.
-bool IsComputeSpan(std::string_view name);
+// A step trace's format, and which of its spans are compute: contract/step_trace.h.
 
 // ---- events.jsonl: {"time":T,"event":NAME, ...the kind's fields} ----------------------------
 
@@ -373,63 +370,11 @@ struct State {
   }
 };
 
-// ---- Writing and reading -----------------------------------------------------------------------
+// ---- Writing and reading: common/json_fields.h ------------------------------------------------
 
-namespace detail {
-void Put(JsonObject& o, const char* key, const std::string& v);
-void Put(JsonObject& o, const char* key, int64_t v);
-void Put(JsonObject& o, const char* key, double v);
-void Put(JsonObject& o, const char* key, bool v);
-void Put(JsonObject& o, const char* key, const std::vector<std::string>& v);
-void Put(JsonObject& o, const char* key, const std::vector<int64_t>& v);
-template <class T>
-void Put(JsonObject& o, const char* key, const std::optional<T>& v) {
-  if (v) Put(o, key, *v);
-}
-void Get(const JsonObject& o, const char* key, std::string* v);
-void Get(const JsonObject& o, const char* key, int64_t* v);
-void Get(const JsonObject& o, const char* key, double* v);
-void Get(const JsonObject& o, const char* key, bool* v);
-void Get(const JsonObject& o, const char* key, std::vector<std::string>* v);
-void Get(const JsonObject& o, const char* key, std::vector<int64_t>* v);
-template <class T>
-void Get(const JsonObject& o, const char* key, std::optional<T>* v) {
-  if (!o.Has(key) || o.Find(key)->is_null()) return;
-  T value{};
-  Get(o, key, &value);
-  *v = std::move(value);
-}
-}  // namespace detail
-
-// The record's fields, in Fields() order (optionals only when set).
-template <class Record>
-JsonObject ToJson(const Record& r) {
-  JsonObject o;
-  Record::Fields(r, [&o](const char* key, const auto& value) { detail::Put(o, key, value); });
-  return o;
-}
-
-// Writes the record's fields over `o`: a worker's record keeps its own extra fields.
-template <class Record>
-JsonObject& SetFields(JsonObject& o, const Record& r) {
-  Record::Fields(r, [&o](const char* key, const auto& value) { detail::Put(o, key, value); });
-  return o;
-}
-
-template <class Record>
-Record FromJson(const JsonObject& o) {
-  Record r;
-  Record::Fields(r, [&o](const char* key, auto& value) { detail::Get(o, key, &value); });
-  return r;
-}
-
-// Every JSON field name of a kind, in Fields() order (the schema's test and docs use them).
-template <class Record>
-std::vector<std::string> FieldNames() {
-  std::vector<std::string> names;
-  Record r;
-  Record::Fields(r, [&names](const char* key, auto&) { names.emplace_back(key); });
-  return names;
-}
+using fields::FieldNames;
+using fields::FromJson;
+using fields::SetFields;
+using fields::ToJson;
 
 }  // namespace mitra::records

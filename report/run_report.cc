@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "common/strings.h"
@@ -12,18 +11,6 @@
 
 namespace mitra::report {
 namespace {
-
-using nlohmann::json;
-
-double Num(const json& record, const char* key, double fallback = 0) {
-  const auto it = record.find(key);
-  return it != record.end() && it->is_number() ? it->get<double>() : fallback;
-}
-
-std::string Text(const json& record, const char* key) {
-  const auto it = record.find(key);
-  return it != record.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 GenerationSpan* FindGeneration(RunReport& report, int64_t generation) {
   for (auto it = report.generations.rbegin(); it != report.generations.rend(); ++it) {
@@ -200,32 +187,13 @@ void ReadRankSteps(const records::RunDirReader& reader, RunReport& report) {
   if (!report.rank_steps.empty()) report.rank_source = RankSource::kRankSteps;
 }
 
-void ReadTraces(FileSystem& fs, RunReport& report) {
+void ReadTraces(const records::RunDirReader& reader, RunReport& report) {
   for (const GenerationSpan& g : report.generations) {
     for (int rank = 0; rank < g.world_size; ++rank) {
-      Result<std::string> text =
-          fs.ReadFile(JoinPath(report.run_dir, records::StepTraceFile(g.generation, rank)));
-      if (!text.ok()) continue;
-      const json trace = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-      if (!trace.is_object() || !trace.contains("traceEvents")) continue;
-      RankSteps s{g.launched, g.generation, rank, 0, 0, 1, 0, 0};
-      double start_us = 0, end_us = 0;
-      for (const json& e : trace["traceEvents"]) {
-        const std::string name = Text(e, "name");
-        if (name == "thread_name") {
-          std::sscanf(Text(e.value("args", json::object()), "name").c_str(),
-                      "rank %*d (stage %d", &s.stage);
-          continue;
-        }
-        if (Text(e, "ph") != "X") continue;
-        const double ts = Num(e, "ts"), dur = Num(e, "dur");
-        start_us = Num(e.value("args", json::object()), "step_start_us", ts);
-        end_us = std::max(end_us, ts + dur);
-        if (records::IsComputeSpan(name)) s.compute_s += dur / 1e6;
-      }
-      if (end_us <= start_us) continue;
-      s.wait_s = std::max(0.0, (end_us - start_us) / 1e6 - s.compute_s);
-      report.rank_steps.push_back(s);
+      const std::optional<contract::TracedStep> traced = reader.StepTrace(g.generation, rank);
+      if (!traced || traced->spans.empty()) continue;
+      report.rank_steps.push_back(RankSteps{g.launched, g.generation, rank, traced->stage, 0, 1,
+                                            traced->ComputeSeconds(), traced->WaitSeconds()});
     }
   }
   if (!report.rank_steps.empty()) report.rank_source = RankSource::kTraces;
@@ -290,7 +258,7 @@ Result<RunReport> ReadRunReport(FileSystem& fs, const std::string& run_dir) {
   ReadMetrics(reader, report);
   ReadState(reader, report);
   ReadRankSteps(reader, report);
-  if (report.rank_source == RankSource::kNone) ReadTraces(fs, report);
+  if (report.rank_source == RankSource::kNone) ReadTraces(reader, report);
   if (report.end.state.empty()) report.end.state = "running";
   return report;
 }

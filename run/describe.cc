@@ -9,9 +9,12 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <string_view>
+#include <utility>
+#include <variant>
 
 #include "common/blocking_queue.h"
-#include "common/json.h"
+#include "contract/worker_messages.h"
 
 namespace mitra::run {
 namespace {
@@ -48,7 +51,7 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
                                    "' to ask for its shape: " + started.status().message());
   }
   const std::string asked = "'" + spec.program + "' with MITRA_DESCRIBE=1";
-  std::optional<JsonObject> record;
+  std::optional<contract::message::Describe> record;
   std::string record_error;
   const double deadline_s = clock.MonotonicSeconds() + timeout_s;
   std::optional<ProcessEvent> exit;
@@ -70,11 +73,11 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
       exit = std::move(event);
       continue;
     }
-    Result<JsonObject> parsed = JsonObject::Parse(event->message);
-    if (!parsed.ok()) {
-      record_error = "a malformed @mitra line (" + parsed.status().message() + ")";
-    } else if (parsed->GetString("event") == "describe") {
-      record = std::move(parsed).value();
+    Result<contract::ReadMessage> read = contract::ParseWorkerMessage(event->message);
+    if (!read.ok()) {
+      record_error = "a malformed @mitra line (" + read.status().message() + ")";
+    } else if (const auto* described = std::get_if<contract::message::Describe>(&read->message)) {
+      record = *described;
     }
   }
   if (!exit->exit.ok()) {
@@ -89,27 +92,19 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
         (record_error.empty() ? "no `@mitra {\"event\":\"describe\",...}` line" : record_error) +
         "; is it a program built on mitra::worker?" + Quote(exit->last_lines));
   }
-  const std::optional<double> segments = record->GetNumber("segments");
-  if (!segments || *segments < 1 || *segments != std::floor(*segments) || *segments > 1e6) {
-    return Status::InvalidArgument(asked +
-                                   " printed a describe record without a valid "
-                                   "\"segments\" count (a whole number >= 1): " +
-                                   record->ToJson());
-  }
   ProgramDescription description;
-  description.segments = static_cast<int>(*segments);
-  description.tokens_per_sample = record->GetNumber("tokens_per_sample").value_or(0);
-  const JsonValue* independent = record->Find("micro_batch_independent");
-  description.micro_batch_independent = independent != nullptr && independent->bool_value();
-  for (const char* key : {"parameters", "buffers"}) {
-    std::optional<std::string> text = record->GetString(key);
+  description.segments = static_cast<int>(record->segments);  // 1 to 1e6: read it so
+  description.tokens_per_sample = record->tokens_per_sample;
+  description.micro_batch_independent = record->micro_batch_independent;
+  for (const auto& [key, text] : {std::pair{"parameters", record->parameters},
+                                  std::pair{"buffers", record->buffers}}) {
     if (!text) continue;
     auto parsed = ParseParameters(*text);
     if (!parsed.ok()) {
       return Status::InvalidArgument(asked + " printed a describe record with bad \"" + key +
                                      "\": " + parsed.status().message());
     }
-    if (std::string(key) == "parameters") {
+    if (std::string_view(key) == "parameters") {
       description.parameters = std::move(parsed).value();
     } else {
       description.buffers = std::move(parsed).value();

@@ -6,12 +6,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <variant>
 
 #include "common/blocking_queue.h"
 #include "common/duration_text.h"
 #include "common/free_port.h"
 #include "common/json.h"
 #include "common/strings.h"
+#include "contract/worker_messages.h"
 #include "planner/grid.h"
 
 namespace mitra::run {
@@ -127,24 +129,21 @@ struct Reports {
 
 // Reads one rank's `profile_machine` or `profile_comm` record into `reports`.
 void ReadProfileRecord(const RankEvent& got, size_t machine_count, Reports& reports) {
-  Result<JsonObject> record = JsonObject::Parse(got.event.message);
-  if (!record.ok()) return;
-  const std::string kind = record->GetString("event").value_or("");
-  const JsonValue* profile = record->Find("profile");
-  if (profile == nullptr) return;
-  if (kind == "profile_machine") {
-    auto parsed = planner::ParseMachineProfile(profile->string_value());
-    const int index = static_cast<int>(record->GetNumber("machine").value_or(-1));
-    if (!parsed.ok() || index < 0 || index >= static_cast<int>(machine_count)) {
+  Result<contract::ReadMessage> read = contract::ParseWorkerMessage(got.event.message);
+  if (!read.ok()) return;
+  if (const auto* machine = std::get_if<contract::message::ProfileMachine>(&read->message)) {
+    auto parsed = planner::ParseMachineProfile(machine->profile.text);
+    const int64_t index = machine->machine;
+    if (!parsed.ok() || index < 0 || index >= static_cast<int64_t>(machine_count)) {
       if (!reports.failure) {
         reports.failure = Status::Internal("rank " + std::to_string(got.rank) +
                                            " reported a malformed machine profile");
       }
       return;
     }
-    reports.machines[index] = std::move(parsed).value();
-  } else if (kind == "profile_comm") {
-    auto parsed = planner::ParseCommProfile(profile->string_value());
+    reports.machines[static_cast<int>(index)] = std::move(parsed).value();
+  } else if (const auto* comm = std::get_if<contract::message::ProfileComm>(&read->message)) {
+    auto parsed = planner::ParseCommProfile(comm->profile.text);
     if (parsed.ok()) reports.comm = std::move(parsed).value();
   }
 }
@@ -238,6 +237,16 @@ Result<planner::Profile> ProfileProgram(Transports& transports, const manager::M
   profile.allreduce = std::move(reports.comm->allreduce);
   profile.step_sync_s = reports.comm->step_sync_s;
   return profile;
+}
+
+Result<planner::Profile> LoadProfile(FileSystem& fs, const std::string& path) {
+  const std::string file = fs.IsDirectory(path) ? JoinPath(path, "profile.json") : path;
+  Result<std::string> text = fs.ReadFile(file);
+  if (!text.ok()) {
+    return Status::InvalidArgument("no profile at " + file +
+                                   ": write one with `mitra profile --out " + path + " ...`");
+  }
+  return planner::Profile::FromJson(*text, file);
 }
 
 }  // namespace mitra::run

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/file_system.h"
 #include "manager/machine_list.h"
 #include "mitra/common/status.h"
 #include "planner/profile.h"
@@ -33,5 +34,9 @@ struct ProfileJobOptions {
 // The profile, or an error naming the rank that failed and quoting its last output.
 Result<planner::Profile> ProfileProgram(Transports& transports, const manager::MachineList& machines,
                                         const ProfileJobOptions& options, Clock& clock);
+
+// A profile written by `mitra profile`: DIR/profile.json, or the file itself when a file is
+// given. InvalidArgument naming the fix when there is none, or what is wrong in it.
+Result<planner::Profile> LoadProfile(FileSystem& fs, const std::string& path);
 
 }  // namespace mitra::run

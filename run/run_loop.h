@@ -28,6 +28,7 @@
 #include "checkpoint/store.h"
 #include "common/clock.h"
 #include "common/file_system.h"
+#include "contract/worker_messages.h"
 #include "common/free_port.h"
 #include "common/json.h"
 #include "manager/controller.h"
@@ -153,16 +154,47 @@ class RunLoop {
   // After the job's end: waits a little for released workers to exit (they are told to).
   void AwaitReleased();
   void OnWorkerEvent(WorkerEvent& event);
-  // A `@mitra` record of a rank: a report for the controller, or a note the loop records and
-  // shows (eval, settings, warning, checkpoint_failed).
+  // A `@mitra` message of a rank (contract/worker_messages.h), read once and received by kind;
+  // a line that is no message is recorded as `bad_message`.
   void OnMessage(int64_t generation, int rank, const std::string& text);
-  // The controller's RankReport of a record (ready, parked, heartbeat, step, stopped,
-  // checkpoint, restored), after what the loop does with it (metrics, progress line, records);
-  // nullopt for any other record.
-  std::optional<manager::RankReport> ReadReport(int64_t generation, int rank,
-                                                const std::string& kind, const JsonObject& record);
-  void OnWorkerNote(int64_t generation, int rank, const std::string& kind,
-                    const JsonObject& record);
+  // Where a message came from: a rank of a generation, and whether that generation runs now.
+  struct From {
+    int64_t generation = 0;
+    int rank = 0;
+    bool current = false;
+  };
+  // What the loop does with each kind (docs/worker-contract.md): reports for the controller
+  // (starting, ready, parked, heartbeat, step, stopped, checkpoint, restored), after what the
+  // loop records and shows of them (metrics, the progress line, events), and notes it only
+  // records and shows (eval, settings, warning, settings_replaced, checkpoint_failed). `more`:
+  // the fields the kind does not name, which pass through to the records.
+  void Receive(const From& from, const contract::message::Starting& starting, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Ready& ready, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Parked& parked, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Heartbeat& beat, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Step& step, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Stopped& stopped, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Checkpoint& done, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Restored& restored, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Eval& eval, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Settings& settings, const JsonObject& more);
+  void Receive(const From& from, const contract::message::Warning& warning, const JsonObject& more);
+  void Receive(const From& from, const contract::message::SettingsReplaced& replaced,
+               const JsonObject& more);
+  void Receive(const From& from, const contract::message::CheckpointFailed& failed,
+               const JsonObject& more);
+  // Read by `mitra run`'s start (describe: run/describe.h) and `mitra profile` (the profiles:
+  // run/profile_job.h), or by people in the rank's log (memory, optimizer state); a kind of a
+  // newer worker's is let be.
+  void Receive(const From&, const contract::message::Describe&, const JsonObject&) {}
+  void Receive(const From&, const contract::message::ProfileMachine&, const JsonObject&) {}
+  void Receive(const From&, const contract::message::ProfileComm&, const JsonObject&) {}
+  void Receive(const From&, const contract::message::Memory&, const JsonObject&) {}
+  void Receive(const From&, const contract::message::OptimizerState&, const JsonObject&) {}
+  void Receive(const From&, const contract::message::Unknown&, const JsonObject&) {}
+  // The controller's report of a rank's message, of `kind` at `step`.
+  static manager::RankReport ReportOf(const From& from, manager::RankReport::Kind kind,
+                                      int64_t step);
   void OnMachineListEdited(const std::string& contents);
   void OnRecord(const manager::RecordAction& record);
   // A failure record's report on the terminal, with what the failed rank printed; false when
@@ -174,7 +206,7 @@ class RunLoop {
   void CheckPreemption();
   void OnPreemptionChecked(const PreemptionChecked& checked);
   // A heartbeat with step times: recorded, and judged for stragglers.
-  void OnStepTimes(int64_t generation, int rank, const JsonObject& heartbeat);
+  void OnStepTimes(const From& from, const contract::message::Heartbeat& beat);
   Result<int> RendezvousPort(const manager::Machine& machine, int64_t generation);
   void WriteState(bool force);
   // Brings the status up to date after an event; `changed`: more than its times changed. The

@@ -3,9 +3,11 @@
 // own last words. One class with run_loop.cc.
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 #include "common/strings.h"
+#include "contract/worker_messages.h"
 #include "manager/failure_excerpt.h"
 #include "manager/progress.h"
 #include "manager/run_records.h"
@@ -53,142 +55,167 @@ void RunLoop::OnWorkerEvent(WorkerEvent& event) {
 }
 
 void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
-  Result<JsonObject> parsed = JsonObject::Parse(text);
-  if (!parsed.ok()) {
+  Result<contract::ReadMessage> read = contract::ParseWorkerMessage(text);
+  if (!read.ok()) {
     Warn(journal_->RecordEvent("bad_message", JsonObject()
                                                   .SetInt("rank", rank)
-                                                  .SetString("error", parsed.status().message())
+                                                  .SetString("error", read.status().message())
                                                   .SetString("text", text.substr(0, 200))));
     return;
   }
-  const std::string kind = parsed->GetString("event").value_or("");
-  if (std::optional<manager::RankReport> report = ReadReport(generation, rank, kind, *parsed)) {
-    Handle(*report);
-  } else {
-    OnWorkerNote(generation, rank, kind, *parsed);
-  }
+  const From from{generation, rank, generation == ranks_generation_};
+  std::visit([&](const auto& message) { Receive(from, message, read->more); }, read->message);
 }
 
-std::optional<manager::RankReport> RunLoop::ReadReport(int64_t generation, int rank,
-                                                       const std::string& kind,
-                                                       const JsonObject& record) {
-  using Kind = manager::RankReport::Kind;
-  const bool current = generation == ranks_generation_;
-  manager::RankReport report{generation, rank, Kind::kHeartbeat, 0};
-  const int64_t step = static_cast<int64_t>(record.GetNumber("step").value_or(0));
-  if (kind == "starting") {
-    report.kind = Kind::kStarting;
-  } else if (kind == "ready") {
-    report.kind = Kind::kReady;
-    report.can_park = record.Find("park") != nullptr && record.Find("park")->bool_value();
-    report.can_hold = record.Find("hold") == nullptr || record.Find("hold")->bool_value();
-  } else if (kind == "parked") {
-    report.kind = Kind::kParked;
-    report.step = step;
-    if (const std::optional<double> held = record.GetNumber("held_step")) {
-      report.held.step = static_cast<int64_t>(*held);
-      report.held.first = static_cast<int>(record.GetNumber("held_first_segment").value_or(0));
-      report.held.end = static_cast<int>(record.GetNumber("held_end_segment").value_or(0));
-    }
-    if (const auto it = ranks_.find(rank); current && it != ranks_.end() && it->second.runner) {
-      parked_[{generation, rank}] = it->second;
-    }
-  } else if (kind == "heartbeat") {
-    report.kind = Kind::kHeartbeat;
-    if (record.Find("steps") != nullptr) OnStepTimes(generation, rank, record);
-  } else if (kind == "step" && rank == 0) {
-    const std::optional<manager::StepRecord> trained = manager::StepRecord::FromJson(record);
-    if (!trained) return std::nullopt;
-    if (current) {
-      Warn(journal_->RecordStep(manager::MetricsRecord(record, controller_.plan(), generation)));
-      stats_.Add(*trained, clock_->MonotonicSeconds());
-      *out_ << manager::FormatProgressLine(*trained, max_steps_, stats_.EtaSeconds(max_steps_))
-            << std::endl;
-    }
-    report.kind = Kind::kStep;
-    report.step = trained->step;
-    report.seconds = trained->step_time_s;
-  } else if (kind == "stopped") {
-    report.kind = Kind::kStopped;
-    report.step = step;
-    report.finished = record.GetString("reason") == "max_steps";
-    if (current && ranks_.count(rank)) ranks_[rank].stopped_record = true;
-  } else if (kind == records::Checkpoint::kEvent || kind == records::Checkpoint::kRestoredEvent) {
-    JsonObject fields = record;  // the worker's own fields pass through
-    fields.Erase("event");
-    records::Checkpoint known = records::FromJson<records::Checkpoint>(fields);
-    known.generation = generation;
-    known.rank = rank;
-    Warn(journal_->RecordEvent(kind, records::SetFields(fields, known)));
-    report.kind = kind == "restored" ? Kind::kRestored : Kind::kCheckpoint;
-    report.step = step;
-    report.seconds = record.GetNumber("seconds").value_or(0);
-    if (record.Find("kept") != nullptr) {
-      manager::StateSources sources;
-      sources.kept = static_cast<int>(record.GetNumber("kept").value_or(0));
-      sources.peer = static_cast<int>(record.GetNumber("peer").value_or(0));
-      sources.checkpoint = static_cast<int>(record.GetNumber("from_checkpoint").value_or(0));
-      sources.peer_bytes = static_cast<int64_t>(record.GetNumber("peer_bytes").value_or(0));
-      sources.peer_bytes_per_s = record.GetNumber("peer_bytes_per_s").value_or(0);
-      report.sources = sources;
-    }
-  } else {
-    return std::nullopt;
-  }
-  return report;
+manager::RankReport RunLoop::ReportOf(const From& from, manager::RankReport::Kind kind,
+                                      int64_t step) {
+  return manager::RankReport{from.generation, from.rank, kind, step};
 }
 
-void RunLoop::OnWorkerNote(int64_t generation, int rank, const std::string& kind,
-                           const JsonObject& record) {
-  if (kind == "eval" && rank == 0) {
-    if (generation != ranks_generation_) return;
-    JsonObject fields = record;
-    fields.Erase("event");
-    fields.SetInt("generation", generation);
-    // metrics.jsonl: evaluation records carry eval_loss and eval_<metric>, never "loss".
-    JsonObject metrics;
-    for (const auto& [key, value] : fields.fields()) {
-      const bool plain = key == "step" || key == "generation";
-      metrics.Set(plain ? key : "eval_" + key, value);
-    }
-    Warn(journal_->RecordStep(metrics));
-    Warn(journal_->RecordEvent("eval", fields));
-    *out_ << manager::FormatEvalLine(fields) << std::endl;
-  } else if (kind == "settings" && rank == 0) {
-    const std::string text = record.GetString("text").value_or("");
-    if (text == settings_) return;  // once, and again only when a launch brings other settings
-    settings_ = text;
-    JsonObject fields = record;  // the worker's own fields pass through
-    fields.Erase("event");
-    records::Settings known = records::FromJson<records::Settings>(fields);
-    known.generation = generation;
-    Warn(journal_->RecordEvent(records::Settings::kEvent, records::SetFields(fields, known)));
-    *out_ << "mitra: training with " << text << std::endl;
-  } else if (kind == "warning") {
-    const std::string message = record.GetString("message").value_or("");
-    Warn(journal_->RecordEvent("worker_warning", JsonObject()
-                                                     .SetInt("generation", generation)
-                                                     .SetInt("rank", rank)
-                                                     .SetString("message", message)));
-    *err_ << "mitra: warning: rank " << rank << ": " << message << std::endl;
-  } else if (kind == "settings_replaced" && rank == 0) {
-    // Once per job: every new process of rank 0 says it again.
-    const std::string message = record.GetString("message").value_or("");
-    if (settings_replaced_.insert(message).second) {
-      Warn(journal_->RecordEvent(kind, JsonObject()
-                                           .SetInt("generation", generation)
-                                           .SetString("message", message)));
-      *out_ << "mitra: " << message << std::endl;
-    }
-  } else if (kind == "checkpoint_failed") {
-    JsonObject fields = record;
-    fields.Erase("event");
-    fields.SetInt("generation", generation).SetInt("rank", rank);
-    Warn(journal_->RecordEvent(kind, fields));
-    *err_ << "mitra: warning: rank " << rank << " could not write its part of the checkpoint of "
-          << "step " << static_cast<int64_t>(record.GetNumber("step").value_or(0)) << ": "
-          << record.GetString("error").value_or("") << std::endl;
+void RunLoop::Receive(const From& from, const contract::message::Starting&, const JsonObject&) {
+  Handle(ReportOf(from, manager::RankReport::Kind::kStarting, 0));
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Ready& ready, const JsonObject&) {
+  manager::RankReport report = ReportOf(from, manager::RankReport::Kind::kReady, 0);
+  report.can_park = ready.park;
+  report.can_hold = ready.Holds();
+  Handle(report);
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Parked& parked,
+                      const JsonObject&) {
+  manager::RankReport report = ReportOf(from, manager::RankReport::Kind::kParked, parked.step);
+  if (parked.held_step) {
+    report.held.step = *parked.held_step;
+    report.held.first = static_cast<int>(parked.held_first_segment.value_or(0));
+    report.held.end = static_cast<int>(parked.held_end_segment.value_or(0));
   }
+  if (const auto it = ranks_.find(from.rank); from.current && it != ranks_.end() &&
+                                              it->second.runner) {
+    parked_[{from.generation, from.rank}] = it->second;
+  }
+  Handle(report);
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Heartbeat& beat,
+                      const JsonObject&) {
+  if (beat.steps) OnStepTimes(from, beat);
+  Handle(ReportOf(from, manager::RankReport::Kind::kHeartbeat, 0));
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Step& step,
+                      const JsonObject& more) {
+  if (from.rank != 0) return;  // only rank 0 reports steps
+  const manager::StepRecord trained = manager::StepRecord::Of(step);
+  if (from.current) {
+    Warn(journal_->RecordStep(
+        manager::MetricsRecord(step, more, controller_.plan(), from.generation)));
+    stats_.Add(trained, clock_->MonotonicSeconds());
+    *out_ << manager::FormatProgressLine(trained, max_steps_, stats_.EtaSeconds(max_steps_))
+          << std::endl;
+  }
+  manager::RankReport report = ReportOf(from, manager::RankReport::Kind::kStep, step.step);
+  report.seconds = step.step_time_s;
+  Handle(report);
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Stopped& stopped,
+                      const JsonObject&) {
+  manager::RankReport report = ReportOf(from, manager::RankReport::Kind::kStopped, stopped.step);
+  report.finished = stopped.reason == contract::message::Stopped::kMaxSteps;
+  if (from.current && ranks_.count(from.rank)) ranks_[from.rank].stopped_record = true;
+  Handle(report);
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Checkpoint& done,
+                      const JsonObject& more) {
+  JsonObject fields = contract::MessageFields(done, more);  // the worker's own fields pass through
+  records::Checkpoint known = records::FromJson<records::Checkpoint>(fields);
+  known.generation = from.generation;
+  known.rank = from.rank;
+  Warn(journal_->RecordEvent(records::Checkpoint::kEvent, records::SetFields(fields, known)));
+  Handle(ReportOf(from, manager::RankReport::Kind::kCheckpoint, done.step));
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Restored& restored,
+                      const JsonObject& more) {
+  JsonObject fields = contract::MessageFields(restored, more);
+  records::Checkpoint known = records::FromJson<records::Checkpoint>(fields);
+  known.generation = from.generation;
+  known.rank = from.rank;
+  Warn(journal_->RecordEvent(records::Checkpoint::kRestoredEvent,
+                             records::SetFields(fields, known)));
+  manager::RankReport report =
+      ReportOf(from, manager::RankReport::Kind::kRestored, restored.step);
+  report.seconds = restored.seconds;
+  if (restored.kept) {
+    manager::StateSources sources;
+    sources.kept = static_cast<int>(*restored.kept);
+    sources.peer = static_cast<int>(restored.peer.value_or(0));
+    sources.checkpoint = static_cast<int>(restored.from_checkpoint.value_or(0));
+    sources.peer_bytes = restored.peer_bytes.value_or(0);
+    sources.peer_bytes_per_s = restored.peer_bytes_per_s.value_or(0);
+    report.sources = sources;
+  }
+  Handle(report);
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Eval& eval,
+                      const JsonObject& more) {
+  if (from.rank != 0 || !from.current) return;
+  JsonObject fields = contract::MessageFields(eval, more);
+  fields.SetInt("generation", from.generation);
+  // metrics.jsonl: evaluation records carry eval_loss and eval_<metric>, never "loss".
+  JsonObject metrics;
+  for (const auto& [key, value] : fields.fields()) {
+    const bool plain = key == "step" || key == "generation";
+    metrics.Set(plain ? key : records::EvalMetrics::kPrefix + key, value);
+  }
+  Warn(journal_->RecordStep(metrics));
+  Warn(journal_->RecordEvent(contract::message::Eval::kEvent, fields));
+  *out_ << manager::FormatEvalLine(eval, more) << std::endl;
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Settings& settings,
+                      const JsonObject& more) {
+  if (from.rank != 0) return;
+  if (settings.text == settings_) return;  // once, and again only when a launch brings others
+  settings_ = settings.text;
+  JsonObject fields = contract::MessageFields(settings, more);  // the worker's own pass through
+  records::Settings known = records::FromJson<records::Settings>(fields);
+  known.generation = from.generation;
+  Warn(journal_->RecordEvent(records::Settings::kEvent, records::SetFields(fields, known)));
+  *out_ << "mitra: training with " << settings.text << std::endl;
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Warning& warning,
+                      const JsonObject&) {
+  Warn(journal_->RecordEvent("worker_warning", JsonObject()
+                                                   .SetInt("generation", from.generation)
+                                                   .SetInt("rank", from.rank)
+                                                   .SetString("message", warning.message)));
+  *err_ << "mitra: warning: rank " << from.rank << ": " << warning.message << std::endl;
+}
+
+void RunLoop::Receive(const From& from, const contract::message::SettingsReplaced& replaced,
+                      const JsonObject&) {
+  // Once per job: every new process of rank 0 says it again.
+  if (from.rank != 0 || !settings_replaced_.insert(replaced.message).second) return;
+  Warn(journal_->RecordEvent(contract::message::SettingsReplaced::kEvent,
+                             JsonObject()
+                                 .SetInt("generation", from.generation)
+                                 .SetString("message", replaced.message)));
+  *out_ << "mitra: " << replaced.message << std::endl;
+}
+
+void RunLoop::Receive(const From& from, const contract::message::CheckpointFailed& failed,
+                      const JsonObject& more) {
+  JsonObject fields = contract::MessageFields(failed, more);
+  fields.SetInt("generation", from.generation).SetInt("rank", from.rank);
+  Warn(journal_->RecordEvent(contract::message::CheckpointFailed::kEvent, fields));
+  *err_ << "mitra: warning: rank " << from.rank << " could not write its part of the checkpoint "
+        << "of step " << failed.step << ": " << failed.error << std::endl;
 }
 
 bool RunLoop::ReportFailure(const JsonObject& failure) {

@@ -49,28 +49,28 @@ void RunLoop::StartHealthCheck(const manager::Machine& machine) {
 
 // ---- Stragglers ----------------------------------------------------------------------------
 
-void RunLoop::OnStepTimes(int64_t generation, int rank, const JsonObject& heartbeat) {
+void RunLoop::OnStepTimes(const From& from, const contract::message::Heartbeat& beat) {
+  const int rank = from.rank;
   const auto it = ranks_.find(rank);
-  if (generation != ranks_generation_ || it == ranks_.end() || !stragglers_) return;
-  const int steps = static_cast<int>(heartbeat.GetNumber("steps").value_or(0));
-  const double compute_s = heartbeat.GetNumber("compute_s").value_or(-1);
-  const double wait_s = heartbeat.GetNumber("wait_s").value_or(-1);
-  if (steps <= 0 || compute_s < 0 || wait_s < 0) return;
-  const int stage = stragglers_->StageOf(rank);
+  if (!from.current || it == ranks_.end() || !stragglers_) return;
+  const int64_t steps = beat.steps.value_or(0);
+  const double compute_s = beat.compute_s.value_or(-1);
+  const double wait_s = beat.wait_s.value_or(-1);
+  if (steps <= 0 || steps > 1'000'000'000 || compute_s < 0 || wait_s < 0) return;
   records::RankSteps times;
-  times.generation = generation;
+  times.generation = from.generation;
   times.rank = rank;
-  times.stage = stage;
-  times.step = static_cast<int64_t>(heartbeat.GetNumber("step").value_or(0));
+  times.stage = stragglers_->StageOf(rank);
+  times.step = beat.step.value_or(0);
   times.steps = steps;
   times.compute_s = compute_s;
   times.wait_s = wait_s;
   Warn(journal_->RecordRankSteps(times));
-  const std::optional<manager::Straggler> found = stragglers_->Observe(rank, steps, compute_s);
+  const std::optional<manager::Straggler> found = stragglers_->Observe(rank, static_cast<int>(steps), compute_s);
   if (!found) return;
   const std::string& machine = it->second.machine;
   records::Straggler straggler;
-  straggler.generation = generation;
+  straggler.generation = from.generation;
   straggler.rank = rank;
   straggler.machine = machine;
   straggler.stage = found->stage;

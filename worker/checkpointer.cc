@@ -302,12 +302,12 @@ Status Checkpointer::Write(const Snapshot& snap) {
       const double blocked_s = snap.save_s + AwaitRelease();
       if (status.ok()) status = committed;
       if (status.ok()) {
-        Record("checkpoint")
-            .Add("step", snap.step)
-            .Add("path", checkpoint::StepDirectory(options_.dir, snap.step))
-            .Add("blocked_s", blocked_s)
-            .Add("total_s", total_s)
-            .Emit();
+        contract::message::Checkpoint done;
+        done.step = snap.step;
+        done.path = checkpoint::StepDirectory(options_.dir, snap.step);
+        done.blocked_s = blocked_s;
+        done.total_s = total_s;
+        Emit(done);
       }
     }
   } catch (const std::exception& e) {
@@ -318,7 +318,7 @@ Status Checkpointer::Write(const Snapshot& snap) {
                              " was not written: " + status.message() +
                              "; earlier checkpoints are intact");
     // Tell the manager now: training goes on, unprotected since the last checkpoint.
-    Record("checkpoint_failed").Add("step", snap.step).Add("error", status.message()).Emit();
+    Emit(contract::message::CheckpointFailed{snap.step, status.message()});
   }
   return status;
 }
@@ -569,7 +569,7 @@ void Checkpointer::WarnAboutChangedSettings(
 
 void Checkpointer::Warn(const std::string& message) const {
   spdlog::warn("{}", message);
-  Record("warning").Add("message", message).Emit();
+  Emit(contract::message::Warning{message});
 }
 
 }  // namespace mitra::worker

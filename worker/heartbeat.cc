@@ -28,15 +28,15 @@ Heartbeat::Heartbeat(int rank, double interval_s, StepTimes* times) : rank_(rank
     std::unique_lock<std::mutex> lock(mu_);
     while (!done_) {
       lock.unlock();
-      Record beat("heartbeat");
-      beat.Add("rank", rank_.load());
+      contract::message::Heartbeat beat;
+      beat.rank = rank_.load();
       if (const StepTimes::Window w = times ? times->Take() : StepTimes::Window{}; w.steps > 0) {
-        beat.Add("steps", w.steps)
-            .Add("step", w.last_step)
-            .Add("compute_s", w.compute_s / w.steps)
-            .Add("wait_s", w.wait_s / w.steps);
+        beat.steps = w.steps;
+        beat.step = w.last_step;
+        beat.compute_s = w.compute_s / w.steps;
+        beat.wait_s = w.wait_s / w.steps;
       }
-      beat.Emit();
+      Emit(beat);
       lock.lock();
       wake_.wait_for(lock, std::chrono::duration<double>(interval_s), [this] { return done_; });
     }

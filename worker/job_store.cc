@@ -47,7 +47,7 @@ void LogRefused(const std::string& peer, const std::string& why) {
         q->messages.pop_front();
         lock.unlock();
         spdlog::warn("{}", message);
-        Record("warning").Add("message", message).Emit();
+        Emit(contract::message::Warning{message});
       }
     }).detach();
     return q;

@@ -44,15 +44,16 @@ LineResult ReadLine(int fd, std::chrono::steady_clock::time_point deadline, std:
 
 Result<std::optional<Placement>> AwaitPlacement(int fd, int rank, int64_t step, double timeout_s,
                                                 const ParkedHolding& holding) {
-  Record parked("parked");
-  parked.Add("rank", rank).Add("step", step);
+  contract::message::Parked parked;
+  parked.rank = rank;
+  parked.step = step;
   if (holding.step >= 0) {
-    parked.Add("held_step", holding.step)
-        .Add("held_first_segment", holding.first)
-        .Add("held_end_segment", holding.end)
-        .Add("held_bytes", holding.bytes);
+    parked.held_step = holding.step;
+    parked.held_first_segment = holding.first;
+    parked.held_end_segment = holding.end;
+    parked.held_bytes = holding.bytes;
   }
-  parked.Emit();
+  Emit(parked);
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                             std::chrono::duration<double>(timeout_s));

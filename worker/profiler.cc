@@ -789,10 +789,10 @@ int RunProfile(const cutpoint::ModelSpec& spec, const std::shared_ptr<const Data
   }
 
   if (leader) {
-    Record("profile_machine").Add("machine", s.machine).AddJson("profile", planner::MachineProfileJson(machine)).Emit();
+    Emit(contract::message::ProfileMachine{s.machine, {planner::MachineProfileJson(machine)}});
   }
   if (placement.rank == 0) {
-    Record("profile_comm").AddJson("profile", planner::CommProfileJson(comm_profile)).Emit();
+    Emit(contract::message::ProfileComm{{planner::CommProfileJson(comm_profile)}});
   }
   comm->WaitSends();
   return 0;

@@ -1,33 +1,28 @@
-// Record: one `@mitra {...}` line on stdout, the worker's side of docs/worker-contract.md.
+// The worker's side of docs/worker-contract.md's messages: Emit prints one (a struct of
+// contract/worker_messages.h) as a `@mitra {...}` line on stdout.
 //
-//   Record("step").Add("step", 7).Add("loss", 2.31).Emit();
+//   contract::message::Warning warning;
+//   warning.message = "resuming with another seed";
+//   Emit(warning);
 //
-// Emit() writes the whole line with one write and flushes, so records never interleave with
-// log text mid-line. Thread-compatible.
+// The whole line goes out with one write and a flush, so messages never interleave with log
+// text mid-line, also from the heartbeat's thread. Thread-safe.
 #pragma once
 
-#include <cstdint>
 #include <string>
 
 #include "common/json.h"
+#include "contract/worker_messages.h"
 
 namespace mitra::worker {
 
-class Record {
- public:
-  explicit Record(const std::string& event);
-  Record& Add(const std::string& key, int64_t value);
-  Record& Add(const std::string& key, int value) { return Add(key, static_cast<int64_t>(value)); }
-  Record& Add(const std::string& key, double value);
-  Record& Add(const std::string& key, bool value);
-  Record& Add(const std::string& key, const std::string& value);
-  Record& Add(const std::string& key, const char* value) { return Add(key, std::string(value)); }
-  // `json`: one valid JSON value, written as it is (a nested object, say).
-  Record& AddJson(const std::string& key, std::string json);
-  void Emit();
+// Writes `line` (a whole line, "\n" included) to stdout with one write and flushes.
+void EmitLine(const std::string& line);
 
- private:
-  JsonObject object_;
-};
+// `more`: fields beside the kind's own (an evaluation's metrics).
+template <class Message>
+void Emit(const Message& message, const JsonObject& more = {}) {
+  EmitLine(contract::MessageLine(message, more));
+}
 
 }  // namespace mitra::worker

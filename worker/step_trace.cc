@@ -1,10 +1,9 @@
 #include "worker/step_trace.h"
 
-#include <cstdio>
 #include <fstream>
 #include <utility>
 
-#include "common/json.h"
+#include "contract/step_trace.h"
 
 namespace mitra::worker {
 
@@ -27,24 +26,16 @@ void StepTrace::Add(const std::string& name, Clock::time_point start, Clock::tim
 }
 
 Status StepTrace::Write(const std::string& path) const {
-  std::string out = "{\"traceEvents\":[";
-  char buffer[160];
-  std::snprintf(buffer, sizeof(buffer),
-                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":"
-                "\"rank %d (stage %d, replica %d)\"}}",
-                rank_, rank_, stage_, replica_);
-  out += buffer;
+  contract::TracedStep step;
+  step.rank = rank_;
+  step.stage = stage_;
+  step.replica = replica_;
+  step.step_start_us = origin_wall_us_;
   for (const Event& e : events_) {
-    std::snprintf(buffer, sizeof(buffer),
-                  ",{\"name\":%s,\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.1f,\"dur\":%.1f,"
-                  "\"args\":{\"step_start_us\":%.1f}}",
-                  JsonQuote(e.name).c_str(), rank_, origin_wall_us_ + e.start_us, e.duration_us,
-                  origin_wall_us_);
-    out += buffer;
+    step.spans.push_back({e.name, origin_wall_us_ + e.start_us, e.duration_us});
   }
-  out += "],\"displayTimeUnit\":\"ms\"}\n";
   std::ofstream file(path, std::ios::trunc);
-  file << out;
+  file << contract::StepTraceJson(step);
   file.close();
   if (!file) return Status::IoError("cannot write the step trace " + path);
   return Status::Ok();

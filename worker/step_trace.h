@@ -31,7 +31,7 @@ class StepTrace {
   Clock::time_point Now() const;
 
   void Add(const std::string& name, Clock::time_point start, Clock::time_point end);
-  // Writes {"traceEvents": [...]}; the events carry "step_start_us" in their args.
+  // Writes the trace (contract/step_trace.h has its format).
   Status Write(const std::string& path) const;
 
  private:

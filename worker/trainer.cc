@@ -98,11 +98,7 @@ void ReportMemory(int rank) {
   if (!memory) return;
   spdlog::info("rank {}: {:.1f} MB resident after the first step, {:.1f} MB of it on huge pages",
                rank, memory->resident_bytes / 1e6, memory->huge_page_bytes / 1e6);
-  Record("memory")
-      .Add("rank", rank)
-      .Add("resident_bytes", memory->resident_bytes)
-      .Add("huge_page_bytes", memory->huge_page_bytes)
-      .Emit();
+  Emit(contract::message::Memory{rank, memory->resident_bytes, memory->huge_page_bytes});
 }
 
 // What `mitra run` set in the placement instead of what the program set: each setting the
@@ -171,13 +167,13 @@ int Trainer::Run() {
       spdlog::error("{}", model.independence.message());
       return 2;
     }
-    Record("describe")
-        .Add("segments", spec_.num_segments())
-        .Add("tokens_per_sample", spec_.tokens_per_sample)
-        .Add("micro_batch_independent", spec_.micro_batch_independent)
-        .Add("parameters", model.parameters)
-        .Add("buffers", model.buffers)
-        .Emit();
+    contract::message::Describe described;
+    described.segments = spec_.num_segments();
+    described.tokens_per_sample = static_cast<double>(spec_.tokens_per_sample);
+    described.micro_batch_independent = spec_.micro_batch_independent;
+    described.parameters = model.parameters;
+    described.buffers = model.buffers;
+    Emit(described);
     return 0;
   }
   if (StandbyRequested()) return RunStandby();
@@ -216,7 +212,7 @@ int Trainer::Run(Result<Placement> placement) {
     if (const std::vector<std::string> over = ManagerOverrides(options_, current); !over.empty()) {
       const std::string message = "mitra run's settings replace the program's: " + Join(over, "; ");
       spdlog::info("{}", message);
-      Record("settings_replaced").Add("message", message).Emit();
+      Emit(contract::message::SettingsReplaced{message});
     }
   }
   for (;;) {
@@ -340,25 +336,25 @@ void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
                rt.stage().ParameterCount(), rt.partition().ToString(),
                planner::ScheduleName(opts.schedule), opts.recompute ? "+recompute" : "",
                rt.num_micro_batches(), opts.chunk_size);
-  Record("ready")
-      .Add("rank", placement.rank)
-      .Add("stages", placement.num_stages())
-      .Add("replicas", placement.num_replicas())
-      .Add("generation", placement.generation)
-      .Add("park", placement.park)
-      .Add("hold", rt.HoldsWholeState())
-      .Emit();
+  contract::message::Ready ready;
+  ready.rank = placement.rank;
+  ready.stages = placement.num_stages();
+  ready.replicas = placement.num_replicas();
+  ready.generation = placement.generation;
+  ready.park = placement.park;
+  ready.hold = rt.HoldsWholeState();
+  Emit(ready);
   if (placement.rank != 0) return;
   const std::string settings = rt.DescribeSettings();
   spdlog::info("settings: {}", settings);
-  Record("settings")
-      .Add("text", settings)
-      .Add("schedule", planner::ScheduleName(opts.schedule))
-      .Add("recompute", opts.recompute)
-      .Add("zero", rt.ShardsOptimizerState())
-      .Add("partition", rt.partition().ToString())
-      .Add("chunk_size", opts.chunk_size)
-      .Emit();
+  contract::message::Settings told;
+  told.text = settings;
+  told.schedule = planner::ScheduleName(opts.schedule);
+  told.recompute = opts.recompute;
+  told.zero = rt.ShardsOptimizerState();
+  told.partition = rt.partition().ToString();
+  told.chunk_size = opts.chunk_size;
+  Emit(told);
 }
 
 CheckpointOptions Trainer::CheckpointOptionsFor(const Placement& placement) const {
@@ -374,23 +370,26 @@ void Trainer::ReportStep(const Placement& placement, const Runtime& rt, int64_t 
   const int64_t batch = rt.options().global_batch;
   const int64_t tokens_per_step = batch * spec_.tokens_per_sample;
   if (placement.rank == 0) {
-    Record record("step");
-    record.Add("step", step)
-        .Add("loss", r.loss)
-        .Add("samples", batch)
-        .Add("samples_per_s", static_cast<double>(batch) / seconds);
+    contract::message::Step trained;
+    trained.step = step;
+    trained.loss = r.loss;  // NaN: null
+    trained.samples = batch;
+    trained.samples_per_s = static_cast<double>(batch) / seconds;
     if (tokens_per_step > 0) {
-      record.Add("tokens", tokens_per_step)
-          .Add("tokens_per_s", static_cast<double>(tokens_per_step) / seconds);
+      trained.tokens = tokens_per_step;
+      trained.tokens_per_s = static_cast<double>(tokens_per_step) / seconds;
     }
-    record.Add("step_time_s", seconds)
-        .Add("stages", placement.num_stages())
-        .Add("replicas", placement.num_replicas())
-        .Add("generation", placement.generation)
-        .Add("lr", r.lr)
-        .Add("grad_norm", r.grad_norm);
-    if (r.loss_scale > 0) record.Add("loss_scale", r.loss_scale).Add("skipped", r.skipped);
-    record.Emit();
+    trained.step_time_s = seconds;
+    trained.stages = placement.num_stages();
+    trained.replicas = placement.num_replicas();
+    trained.generation = placement.generation;
+    trained.lr = r.lr;
+    trained.grad_norm = r.grad_norm;
+    if (r.loss_scale > 0) {
+      trained.loss_scale = r.loss_scale;
+      trained.skipped = r.skipped;
+    }
+    Emit(trained);
   }
   if (options_.log_every > 0 && step % options_.log_every == 0) {
     spdlog::info("step {} loss {:.4f} grad_norm {:.3f} lr {:.2e} {:.3f} s{}", step, r.loss,
@@ -480,11 +479,8 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
     if (step == resumed.step + 1) {
       // Its optimizer state exists from the first update on: what this process holds (ZeRO-1
       // shards it over the stage's replicas).
-      Record("optimizer_state")
-          .Add("rank", placement.rank)
-          .Add("bytes", rt.OptimizerStateBytes())
-          .Add("sharded", rt.ShardsOptimizerState())
-          .Emit();
+      Emit(contract::message::OptimizerState{placement.rank, rt.OptimizerStateBytes(),
+                                              rt.ShardsOptimizerState()});
       ReportMemory(placement.rank);
     }
     if (eval.dataset && ((eval.every > 0 && step % eval.every == 0) ||
@@ -522,7 +518,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes
     }
   }
   DumpParameters(placement, rt);
-  Record("stopped").Add("rank", placement.rank).Add("step", step).Add("reason", reason).Emit();
+  Emit(contract::message::Stopped{placement.rank, step, reason});
   if (reason == "signal" && placement.park) AwaitOwnStopSignal();
   // Parks when its stop signals asked it to park (SIGUSR2, SIGURG) and none to exit: with its
   // part of the checkpoint on disk, or, when the stop held the state, with the state in memory
@@ -569,7 +565,12 @@ Trainer::Resumed Trainer::RestoreFromCheckpoint(const Placement& placement, Runt
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("rank {}: resumed from {} in {:.3f} s", placement.rank,
                checkpoint::StepDirectory(checkpointer->options().dir, step), seconds);
-  if (placement.rank == 0) Record("restored").Add("step", step).Add("seconds", seconds).Emit();
+  if (placement.rank == 0) {
+    contract::message::Restored restored;
+    restored.step = step;
+    restored.seconds = seconds;
+    Emit(restored);
+  }
   return {step};
 }
 
@@ -608,22 +609,21 @@ void Trainer::ReportResume(const Placement& placement, Runtime& rt, ResumeSummar
                summary.peer_bytes / 1e6, rate / 1e6, summary.copied_bytes / 1e6,
                summary.first_step_wait_s, summary.checkpoint, summary.seconds);
   if (placement.rank != 0) return;
-  std::string sources = "[";
-  for (size_t r = 0; r < summary.rank_sources.size(); ++r) {
-    sources += std::string(r ? "," : "") + "\"" + StateSourceName(summary.rank_sources[r]) + "\"";
+  contract::message::Restored restored;
+  restored.step = placement.resume_step;
+  restored.seconds = summary.seconds;
+  restored.kept = summary.kept;
+  restored.peer = summary.peer;
+  restored.from_checkpoint = summary.checkpoint;
+  restored.sources.emplace();
+  for (const StateSource source : summary.rank_sources) {
+    restored.sources->push_back(StateSourceName(source));
   }
-  Record("restored")
-      .Add("step", placement.resume_step)
-      .Add("seconds", summary.seconds)
-      .Add("kept", summary.kept)
-      .Add("peer", summary.peer)
-      .Add("from_checkpoint", summary.checkpoint)
-      .Add("peer_bytes", summary.peer_bytes)
-      .Add("peer_bytes_per_s", rate)
-      .Add("transfer_s", summary.transfer_seconds)
-      .Add("first_step_wait_s", summary.first_step_wait_s)
-      .AddJson("sources", sources + "]")
-      .Emit();
+  restored.peer_bytes = summary.peer_bytes;
+  restored.transfer_s = summary.transfer_seconds;
+  restored.peer_bytes_per_s = rate;
+  restored.first_step_wait_s = summary.first_step_wait_s;
+  Emit(restored);
 }
 
 void Trainer::Evaluate(Runtime& rt, int64_t step) {
@@ -634,14 +634,13 @@ void Trainer::Evaluate(Runtime& rt, int64_t step) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (rt.placement().rank != 0) return;
-  Record record("eval");
-  record.Add("step", step).Add("samples", result.samples).Add("loss", result.loss);
+  JsonObject metrics;
   std::string text;
   for (const auto& [name, value] : result.metrics) {
-    record.Add(name, value);
+    metrics.SetNumber(name, value);
     text += fmt::format("  {} {:.4f}", name, value);
   }
-  record.Add("seconds", seconds).Emit();
+  Emit(contract::message::Eval{step, result.samples, result.loss, seconds}, metrics);
   spdlog::info("eval after step {}: loss {:.4f}{} ({} samples, {:.2f} s)", step, result.loss, text,
                result.samples, seconds);
 }

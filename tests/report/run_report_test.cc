@@ -203,7 +203,8 @@ TEST_F(RunReportTest, WithoutRankStepsTheStepTracesStandIn) {
   fs_.AddFile("run/metrics.jsonl", RecordedMetrics());
   // One traced step of rank 0 of generation 0: 30 ms of compute in a 50 ms step.
   fs_.AddFile("run/logs/gen-0/rank-0.trace.json",
-              R"x({"traceEvents":[{"name":"thread_name","ph":"M","args":{"name":"rank 0 (stage 0, replica 0)"}},)x"
+              R"x({"traceEvents":[{"name":"thread_name","ph":"M","args":{"name":"rank 0 (stage 0, replica 0)",)x"
+              R"("rank":0,"stage":0,"replica":0}},)"
               R"({"name":"Ra0","ph":"X","ts":1000,"dur":5000,"args":{"step_start_us":1000}},)"
               R"({"name":"F0","ph":"X","ts":6000,"dur":10000,"args":{"step_start_us":1000}},)"
               R"({"name":"B0","ph":"X","ts":16000,"dur":15000,"args":{"step_start_us":1000}},)"

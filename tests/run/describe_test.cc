@@ -80,7 +80,8 @@ TEST_F(DescribeTest, NoRecordOrABadOneIsAnError) {
     r.Message(index, R"({"event":"describe","segments":0})");
     r.Exit(index, 0);
   };
-  EXPECT_NE(Error().find("without a valid \"segments\" count"), std::string::npos);
+  EXPECT_NE(Error().find("record's \"segments\" must be a whole number from 1"), std::string::npos)
+      << Error();
 
   runner_.on_start = [](ScriptedProcessRunner& r, int index) {
     r.Message(index, R"({"event":"describe",)");
