@@ -111,8 +111,8 @@ def optimizer_bytes(run_dir):
 # By schedule: each run's traced step, {rank: [(instruction name, seconds), ...]} in order.
 TRACED = {}
 
-# Where each chunk of a position runs in the model, for P = 2 (planner/schedule.h): the virtual
-# stage of (position, chunk).
+# Where each chunk of a position runs in the model, for P = 2 (mitra/planner/schedule.h): the
+# virtual stage of (position, chunk).
 LAYOUTS = {
     "1f1b": lambda s, c: s,
     "zb-h1": lambda s, c: s,

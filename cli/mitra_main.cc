@@ -20,7 +20,7 @@
 #include "common/clock.h"
 #include "common/file_system.h"
 #include "common/signal_watcher.h"
-#include "contract/placement.h"
+#include "mitra/contract/placement.h"
 #include "launcher/local_process_runner.h"
 #include "manager/control_requests.h"
 #include "manager/status_report.h"

@@ -1,7 +1,7 @@
 #include "cli/run_options.h"
 
 #include "cli/flags.h"
-#include "contract/precision.h"
+#include "mitra/contract/precision.h"
 
 namespace mitra::cli {
 namespace {

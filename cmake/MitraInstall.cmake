@@ -11,21 +11,11 @@ install(TARGETS ${MITRA_INSTALL_TARGETS} EXPORT mitraTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# The public API, as <mitra/<folder>/<name>.h>: what a training program includes, and what those
-# headers include (they include each other only). Everything else stays inside the libraries.
-set(MITRA_PUBLIC_HEADERS
-  common/status.h
-  contract/placement.h contract/precision.h contract/stage_map.h
-  cutpoint/activations.h cutpoint/linear.h cutpoint/model.h cutpoint/partition.h
-  planner/batch_split.h planner/schedule.h
-  worker/backend.h worker/checkpoint_options.h worker/data.h worker/inference.h worker/lr_schedule.h
-  worker/loss_scaler.h worker/optimizer.h worker/placement.h worker/runtime.h worker/stage.h worker/trainer.h)
+# The public API is include/mitra/: what a training program includes, as <mitra/<folder>/<name>.h>,
+# and what those headers include (they include each other only). Everything else stays inside
+# the libraries.
 if(MITRA_WITH_TORCH)
-  foreach(header ${MITRA_PUBLIC_HEADERS})
-    get_filename_component(folder ${header} DIRECTORY)
-    install(FILES ${PROJECT_SOURCE_DIR}/${header}
-            DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/mitra/${folder})
-  endforeach()
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/mitra DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endif()
 if(TARGET mitra)
   install(TARGETS mitra RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

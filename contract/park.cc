@@ -1,4 +1,4 @@
-#include "mitra/contract/park.h"
+#include "contract/park.h"
 
 #include <algorithm>
 #include <iterator>

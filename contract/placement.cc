@@ -8,7 +8,7 @@
 #include "common/duration_text.h"
 #include "common/free_port.h"
 #include "common/strings.h"
-#include "contract/precision.h"
+#include "mitra/contract/precision.h"
 #include "contract/variables.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-#include "contract/precision.h"
+#include "mitra/contract/precision.h"
 
 namespace mitra::contract {
 

@@ -1,11 +1,11 @@
 // The names of the worker contract's environment variables (docs/worker-contract.md), spelled
 // once: the manager writes them (run/worker_env.h, run/profile_job.h) and the worker
-// reads them (contract/placement.h, worker/profiler.cc, worker/heartbeat.cc).
+// reads them (mitra/contract/placement.h, worker/profiler.cc, worker/heartbeat.cc).
 #pragma once
 
 namespace mitra::contract {
 
-// A worker's place in the job (contract/placement.h).
+// A worker's place in the job (mitra/contract/placement.h).
 inline constexpr char kRank[] = "MITRA_RANK";
 inline constexpr char kLocalRank[] = "MITRA_LOCAL_RANK";
 inline constexpr char kWorldSize[] = "MITRA_WORLD_SIZE";
@@ -32,7 +32,7 @@ inline constexpr char kHeartbeatS[] = "MITRA_HEARTBEAT_S";
 inline constexpr char kSchedule[] = "MITRA_SCHEDULE";
 inline constexpr char kRecompute[] = "MITRA_RECOMPUTE";
 inline constexpr char kPartition[] = "MITRA_PARTITION";
-// Each data-parallel replica's micro-batches, "5,3" (planner/batch_split.h); unset: even.
+// Each data-parallel replica's micro-batches, "5,3" (mitra/planner/batch_split.h); unset: even.
 inline constexpr char kShares[] = "MITRA_SHARES";
 inline constexpr char kStepTrace[] = "MITRA_STEP_TRACE";
 // "1": the manager can send this worker its next placement on standard input, so after a stop
@@ -43,7 +43,7 @@ inline constexpr char kPark[] = "MITRA_PARK";
 inline constexpr char kStandby[] = "MITRA_STANDBY";
 // "S/P", or "S/P/<partition>" when the planner chose one: the stage of a P-stage grid a standby
 // worker started for a grow is meant for. It builds that stage's segments while it waits; its
-// placement, when it comes, decides (contract/placement.h: StandbyStage).
+// placement, when it comes, decides (mitra/contract/placement.h: StandbyStage).
 inline constexpr char kStandbyStage[] = "MITRA_STANDBY_STAGE";
 inline constexpr char kPrecision[] = "MITRA_PRECISION";
 inline constexpr char kDevice[] = "MITRA_DEVICE";

@@ -1,4 +1,4 @@
-#include "cutpoint/linear.h"
+#include "mitra/cutpoint/linear.h"
 
 #include <unordered_map>
 #include <unordered_set>

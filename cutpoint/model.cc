@@ -5,7 +5,7 @@
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/utils.h>
 
-#include "mitra/common/strings.h"
+#include "common/strings.h"
 
 namespace mitra::cutpoint {
 

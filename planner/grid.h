@@ -6,8 +6,8 @@
 // ranks its slots in another order: manager/state_placement.h.)
 //
 // The global batch is cut into micro-batches of the chunk size in the same way in every shape
-// (planner/batch_split.h), and each replica takes whole micro-batches: D is at most the number
-// of micro-batches. Everything here is a pure function.
+// (mitra/planner/batch_split.h), and each replica takes whole micro-batches: D is at most the
+// number of micro-batches. Everything here is a pure function.
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,8 @@
 
 #include "mitra/common/status.h"
 #include "mitra/contract/stage_map.h"
-#include "planner/batch_split.h"
-#include "planner/schedule.h"
+#include "mitra/planner/batch_split.h"
+#include "mitra/planner/schedule.h"
 
 namespace mitra::planner {
 

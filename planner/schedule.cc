@@ -1,4 +1,4 @@
-#include "planner/schedule.h"
+#include "mitra/planner/schedule.h"
 
 #include <algorithm>
 #include <deque>

@@ -4,7 +4,7 @@
 #include <limits>
 #include <map>
 
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 
 namespace mitra::planner::detail {
 namespace {

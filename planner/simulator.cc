@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 #include "planner/pipeline_run.h"
 #include "planner/replica_groups.h"
-#include "planner/schedule.h"
+#include "mitra/planner/schedule.h"
 #include "planner/step_ranks.h"
 
 namespace mitra::planner {

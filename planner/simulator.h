@@ -1,5 +1,5 @@
 // Simulator: predicts one training step of a shape from a profile, by replaying the very
-// instruction lists the workers execute (planner/schedule.h) with the profiled costs.
+// instruction lists the workers execute (mitra/planner/schedule.h) with the profiled costs.
 //
 // What it models, as the runtime does it (docs/planner.md):
 //  - every rank runs its stage's list in order: forwards (with or without the autograd graph),
@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "mitra/common/status.h"
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 #include "planner/profile.h"
-#include "planner/schedule.h"
+#include "mitra/planner/schedule.h"
 
 namespace mitra::planner {
 
@@ -48,7 +48,7 @@ struct Candidate {
   // stage's segments (i mod D), then broadcasts its share's parameters (docs/runtime.md).
   bool zero = false;
   std::vector<int> partition;     // segments per stage, as --partition takes them
-  // Each replica's micro-batches (planner/batch_split.h); empty: even. Uneven shares give the
+  // Each replica's micro-batches (mitra/planner/batch_split.h); empty: even. Uneven shares give the
   // replicas on faster machines more of the batch, with the same update.
   Shares shares;
 

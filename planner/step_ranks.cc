@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 
 namespace mitra::planner::detail {
 namespace {

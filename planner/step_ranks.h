@@ -9,9 +9,9 @@
 #include <tuple>
 #include <vector>
 
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 #include "planner/profile.h"
-#include "planner/schedule.h"
+#include "mitra/planner/schedule.h"
 #include "planner/simulator.h"
 
 namespace mitra::planner::detail {

@@ -7,7 +7,7 @@
 
 #include "common/file_system.h"
 #include "common/strings.h"
-#include "mitra/contract/park.h"
+#include "contract/park.h"
 #include "records/records.h"
 #include "run/run_loop.h"
 

@@ -51,7 +51,7 @@ namespace mitra::worker {
 // The model's parameters and buffers, as the describe record reports them so that `mitra run`
 // can refuse another model's checkpoint before it starts anything (docs/worker-contract.md):
 // each "<segment>.<name>[d0,d1,...]", space-separated, in segment order. `independence` says
-// whether a declared micro_batch_independent holds (cutpoint/model.h). Builds each segment
+// whether a declared micro_batch_independent holds (mitra/cutpoint/model.h). Builds each segment
 // once, one at a time, and frees it.
 struct ModelDescription {
   std::string parameters;

@@ -11,7 +11,7 @@
 // With several chunks per rank (interleaved, zb-v) each chunk's parameters have their own final
 // backward: the runtime arms a chunk's parameters only (Arm(params)).
 //
-// Under a zero-bubble schedule a backward is a B and a W (cutpoint/linear.h), and a parameter's
+// Under a zero-bubble schedule a backward is a B and a W (mitra/cutpoint/linear.h), and a parameter's
 // gradient may come in two parts, one computed in B and one left for W: no hook can tell when it
 // is whole. There the runtime says instead: after a chunk's final B, each of its parameters that
 // no W still to run adds to is whole; during its last W, each parameter once no later work of

@@ -10,7 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "mitra/contract/park.h"
+#include "contract/park.h"
 #include "worker/report.h"
 
 namespace mitra::worker {

@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "cutpoint/linear.h"
+#include "mitra/cutpoint/linear.h"
 
 namespace mitra::worker {
 namespace {
@@ -34,7 +34,7 @@ struct MicroBatchState {
 class Executor {
  public:
   // `metrics` non-null: an evaluation pass (forward only, sums of loss and metrics).
-  // `split`: the schedule runs each backward as a B and a W (cutpoint/linear.h).
+  // `split`: the schedule runs each backward as a B and a W (mitra/cutpoint/linear.h).
   Executor(const PipelineContext& ctx, int num_micro_batches, const MicroBatchFn& micro_batch,
            const std::vector<MetricFn>* metrics = nullptr, bool split = false)
       : ctx_(ctx), split_(split), edges_(std::max(1, ctx.num_virtual_stages - 1)),

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "mitra/cutpoint/model.h"
-#include "planner/schedule.h"
+#include "mitra/planner/schedule.h"
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"
 #include "mitra/worker/stage.h"

@@ -4,7 +4,7 @@
 // Mixed precision keeps fp32 master weights and optimizer state: parameters stay fp32 and
 // autocast casts per operation inside the forward (matrix products to the low dtype, reductions
 // and losses in fp32). The backward runs outside autocast, as PyTorch recommends; its operations
-// take the dtypes the forward chose. fp16 also needs a loss scale (worker/loss_scaler.h).
+// take the dtypes the forward chose. fp16 also needs a loss scale (mitra/worker/loss_scaler.h).
 //
 // On this LibTorch 1.13 CPU build, CPU autocast supports bf16 only ("AutocastCPU only support
 // Bfloat16"), and CUDA is absent: fp16 and `cuda` are refused with what to do instead.
@@ -20,7 +20,7 @@
 
 namespace mitra::worker {
 
-// The names, parsed and spelled once for the manager and the worker (contract/precision.h).
+// The names, parsed and spelled once for the manager and the worker (mitra/contract/precision.h).
 using contract::DeviceKind;
 using contract::DeviceKindName;
 using contract::ParseDeviceKind;

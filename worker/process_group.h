@@ -3,7 +3,7 @@
 //
 // Gloo is the backend of the CPU build. NCCL (CUDA tensors between GPUs) is compiled only with
 // -DMITRA_WITH_NCCL=ON against a CUDA LibTorch 2.x (scripts/gpu-build); elsewhere ParseBackend
-// (worker/backend.h) refuses "nccl" saying so. The rest of the runtime only sees
+// (mitra/worker/backend.h) refuses "nccl" saying so. The rest of the runtime only sees
 // c10d::ProcessGroup.
 //
 // LibTorch 1.13: ProcessGroupGloo is itself a ProcessGroup. LibTorch 2.x: Gloo and NCCL are

@@ -17,10 +17,10 @@
 
 #include "common/free_port.h"
 #include "common/median.h"
-#include "cutpoint/linear.h"
+#include "mitra/cutpoint/linear.h"
 #include "planner/profile.h"
 #include "planner/sharing.h"
-#include "worker/backend.h"
+#include "mitra/worker/backend.h"
 #include "worker/comm.h"
 #include "worker/report.h"
 

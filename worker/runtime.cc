@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include "common/strings.h"
-#include "planner/schedule.h"
+#include "mitra/planner/schedule.h"
 #include "worker/buffer_sync.h"
 #include "worker/comm.h"
 #include "worker/grad_reducer.h"

@@ -153,7 +153,7 @@ void AddTrainerFlags(CLI::App& app, worker::TrainerOptions* options,
            "1: each replica keeps the optimizer state of its share of the stage only (ZeRO-1)");
 
   // The update.
-  std::vector<std::string> known = {"sgd", "adam", "adamw"};  // worker/optimizer.h's own
+  std::vector<std::string> known = {"sgd", "adam", "adamw"};  // mitra/worker/optimizer.h's own
   known.insert(known.end(), optimizers.begin(), optimizers.end());
   Add(app, "--optimizer", "NAME", rt.optimizer.name, Join(known, ", "),
       [name = &rt.optimizer.name, known](const std::string& value) {

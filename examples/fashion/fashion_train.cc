@@ -3,7 +3,7 @@
 //
 // Started by `mitra run` it takes its place in the job from the environment; started by hand
 // it trains alone. With --test-after, rank 0 goes on after training: it loads the newest
-// checkpoint into the whole model in one process (worker/inference.h) and reports the test
+// checkpoint into the whole model in one process (mitra/worker/inference.h) and reports the test
 // accuracy, the way a program uses a trained model. Run with --help for the options and their
 // defaults.
 #include <chrono>

@@ -3,7 +3,7 @@ steps that come next on this rank.
 
 mitra knows which samples every step consumes (a pure function of seed and step), so the
 runtime tells the loader the indices of the next `prefetch_steps` steps (Dataset::Prefetch in
-worker/data.h) and takes each sample by index as before: a sample is always dataset[index],
+mitra/worker/data.h) and takes each sample by index as before: a sample is always dataset[index],
 from a worker or, when it was not asked for ahead, from the training thread. The samples and
 their order are therefore those of the synchronous path in every shape and across morphs.
 """

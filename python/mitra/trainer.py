@@ -52,8 +52,8 @@ def _check_optimizer_settings(options):
                         f"it: {where}")
 
 # Keyword -> what it is, as docs/python.md lists them. Values left at None take the runtime's
-# defaults (worker/runtime.h, worker/trainer.h), or what `mitra run` sets for the job; the
-# "(default ...)" of each comes from there too, through _mitra.trainer_defaults().
+# defaults (mitra/worker/runtime.h, mitra/worker/trainer.h), or what `mitra run` sets for the job;
+# the "(default ...)" of each comes from there too, through _mitra.trainer_defaults().
 _DESCRIPTIONS = {
     # the batch (the manager's --batch-size and --chunk-size win over these)
     "batch_size": "global batch in samples (default {})",

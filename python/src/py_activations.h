@@ -1,5 +1,5 @@
-// Activations (cutpoint/activations.h) to and from Python dicts of tensors. The tensors are the
-// same objects on both sides: nothing is copied. Both need the GIL.
+// Activations (mitra/cutpoint/activations.h) to and from Python dicts of tensors. The tensors are
+// the same objects on both sides: nothing is copied. Both need the GIL.
 #pragma once
 
 #include <string>

@@ -17,8 +17,8 @@ namespace py = pybind11;
 worker::TrainerOptions TrainerOptionsFromPython(const py::dict& options);
 
 // {keyword: default} for the keywords that have one, from a default TrainerOptions (the
-// worker's own defaults, worker/runtime.h and worker/trainer.h), in the keywords' types and
-// the named settings' names: what mitra.trainer.OPTIONS shows.
+// worker's own defaults, mitra/worker/runtime.h and mitra/worker/trainer.h), in the keywords' types
+// and the named settings' names: what mitra.trainer.OPTIONS shows.
 py::dict TrainerDefaults();
 
 }  // namespace mitra::python

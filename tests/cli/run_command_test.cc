@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/strings.h"
-#include "mitra/contract/variables.h"
+#include "contract/variables.h"
 #include "report/metrics.h"
 #include "run/run_loop.h"
 #include "tests/common/memory_file_system.h"

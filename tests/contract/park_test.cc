@@ -1,6 +1,6 @@
 // The lines a parked worker is sent: a placement round-trips through one, the exit order is
 // understood, and anything else is refused with what was wrong.
-#include "mitra/contract/park.h"
+#include "contract/park.h"
 
 #include <gtest/gtest.h>
 

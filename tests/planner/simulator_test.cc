@@ -103,7 +103,7 @@ TEST(Simulator, InterleavedAndZbVBubblesMatchTheClosedForms) {
     const double stage_fb = 3 * 3 * u;
     EXPECT_NEAR(got->step_s, 4 * stage_fb + stage_fb / 3, 1e-9);
   }
-  // At P = 2, M = 4: 25 units of 24 of work (planner/schedule.h).
+  // At P = 2, M = 4: 25 units of 24 of work (mitra/planner/schedule.h).
   Profile p = Uniform(4, u, 2 * u);
   for (auto& seg : p.machines[0].segments) {
     for (SegmentCost& c : seg.costs) c.weight_s = u;

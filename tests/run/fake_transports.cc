@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "mitra/contract/stage_map.h"
-#include "mitra/contract/variables.h"
+#include "contract/variables.h"
 
 namespace mitra::testing {
 namespace {
@@ -223,7 +223,7 @@ void FakeTransports::OnStart(Host& host, int index) {
   p.index = index;
   p.rank = static_cast<int>(EnvInt(env, contract::kRank));
   p.generation = EnvInt(env, contract::kGeneration);
-  // "0,2;1,3;" or "2x2" (contract/stage_map.h); counted, not parsed: at 10,000 ranks every
+  // "0,2;1,3;" or "2x2" (mitra/contract/stage_map.h); counted, not parsed: at 10,000 ranks every
   // process would parse a 49 KB map.
   const std::string map = EnvText(env, contract::kStageToRankMap);
   if (map.find('x') != std::string::npos) {

@@ -14,7 +14,7 @@
 #include "common/strings.h"
 #include "contract/exit_codes.h"
 #include "manager/status_report.h"
-#include "mitra/contract/variables.h"
+#include "contract/variables.h"
 #include "tests/common/memory_file_system.h"
 #include "tests/manager/machine_lists.h"
 #include "tests/run/fake_transports.h"

@@ -22,7 +22,7 @@
 
 #include <torch/torch.h>
 
-#include "planner/schedule.h"
+#include "mitra/planner/schedule.h"
 #include "tests/worker/thread_ranks.h"
 #include "tests/worker/tiny_model.h"
 

@@ -66,7 +66,7 @@ TEST(Precision, Bf16GivesTheSameLossesAtTwoStagesAndTwoReplicas) {
   auto one = testing::RunJob(MITRA_GPT_TRAIN, 1, 1, Gpt("bf16", kSteps));
   ASSERT_TRUE(one.ok()) << one.rank_output[0];
   ASSERT_EQ(one.losses.size(), static_cast<size_t>(kSteps));
-  // zb-h1's W multiplies in bf16 as autocast's own backward does (cutpoint/linear.h).
+  // zb-h1's W multiplies in bf16 as autocast's own backward does (mitra/cutpoint/linear.h).
   for (auto [stages, replicas, schedule] :
        {std::tuple{2, 1, "1f1b"}, std::tuple{1, 2, "1f1b"}, std::tuple{2, 1, "zb-h1"}}) {
     auto args = Gpt("bf16", kSteps);

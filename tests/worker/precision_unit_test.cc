@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "mitra/worker/loss_scaler.h"
-#include "worker/backend.h"
+#include "mitra/worker/backend.h"
 #include "worker/precision.h"
 
 namespace mitra::worker {

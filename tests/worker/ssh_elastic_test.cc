@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/strings.h"
-#include "planner/batch_split.h"
+#include "mitra/planner/batch_split.h"
 #include "planner/profile.h"
 #include "records/records.h"
 #include "tests/common/cpu_quota.h"

@@ -4,8 +4,8 @@
 // Step k consumes positions [k B, (k + 1) B) of an endless stream of samples; a Sampler says
 // which dataset index sits at each position, as a pure function of the position (given the
 // dataset's size and the job's seed), whatever the shape of the job. The step's batch is cut
-// into micro-batches and shared among the replicas as planner/batch_split.h says. A resumed or
-// reshaped job therefore sees exactly the samples the uninterrupted job would have seen.
+// into micro-batches and shared among the replicas as mitra/planner/batch_split.h says. A resumed
+// or reshaped job therefore sees exactly the samples the uninterrupted job would have seen.
 #pragma once
 
 #include <cstdint>

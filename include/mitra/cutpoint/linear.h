@@ -1,8 +1,8 @@
 // Linear: torch::nn::Linear, whose weight gradient a zero-bubble schedule can run later.
 //
-// A zero-bubble schedule (planner/schedule.h, zb-h1) splits each micro-batch's backward in two:
-// B computes the gradients of the stage's inputs, which the previous stage waits for, and W the
-// weight gradients, which nothing waits for until the step's end. LibTorch's autograd computes
+// A zero-bubble schedule (mitra/planner/schedule.h, zb-h1) splits each micro-batch's backward in
+// two: B computes the gradients of the stage's inputs, which the previous stage waits for, and W
+// the weight gradients, which nothing waits for until the step's end. LibTorch's autograd computes
 // both in one pass, so the split is made per layer: inside a training forward of such a
 // schedule (a SplitBackward scope on the thread), this layer's backward returns its input's
 // gradient and leaves its weight and bias gradients, as work on the saved input and output

@@ -49,7 +49,7 @@ struct Placement {
   int recompute = -1;  // -1 unset, else 0 or 1
   std::string partition;
   // MITRA_SHARES ("5,3"): each data-parallel replica's micro-batches of a step; empty: even
-  // (planner/batch_split.h).
+  // (mitra/planner/batch_split.h).
   std::vector<int64_t> shares;
   std::string step_trace;  // where to write one step's chrome trace; "": the program's own
   // The manager can send the next placement on standard input (MITRA_PARK=1): after a stop it

@@ -9,9 +9,9 @@
 //
 // Every shape P x D computes the same update: the loss is normalised by the global batch, the
 // sample order depends only on (seed, step), micro-batches are cut from the global batch the
-// same way in every shape (planner/batch_split.h) and random numbers are drawn per micro-batch
-// and segment. For users who own their loop, Step() and Evaluate() are the whole API; the
-// Trainer (trainer.h) wraps them in a loop with logging, checkpoints and stop handling.
+// same way in every shape (mitra/planner/batch_split.h) and random numbers are drawn per
+// micro-batch and segment. For users who own their loop, Step() and Evaluate() are the whole API;
+// the Trainer (trainer.h) wraps them in a loop with logging, checkpoints and stop handling.
 // Not thread-safe. Communication failures throw PeerError (worker/comm.h, a std::runtime_error).
 #pragma once
 
@@ -187,11 +187,11 @@ class Runtime {
 
   const Placement& placement() const { return placement_; }
   const cutpoint::ModelSpec& spec() const { return spec_; }
-  const Stage& stage() const { return *stage_; }  // worker/stage.h
+  const Stage& stage() const { return *stage_; }  // mitra/worker/stage.h
   const cutpoint::Partition& partition() const { return partition_; }
   const RuntimeOptions& options() const { return options_; }
   int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
-  // The instructions this rank runs in every step (planner/schedule.h).
+  // The instructions this rank runs in every step (mitra/planner/schedule.h).
   const std::vector<planner::Instruction>& schedule() const { return schedule_; }
   // Where the job's virtual stages live: one chunk per rank, or several (interleaved, zb-v),
   // each one of the partition's ranges.
