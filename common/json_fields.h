@@ -50,19 +50,20 @@ template <class T>
 void Put(JsonObject& o, const char* key, const std::optional<T>& v) {
   if (v) Put(o, key, *v);
 }
-void Get(const JsonObject& o, const char* key, std::string* v);
-void Get(const JsonObject& o, const char* key, int64_t* v);
-void Get(const JsonObject& o, const char* key, double* v);
-void Get(const JsonObject& o, const char* key, bool* v);
-void Get(const JsonObject& o, const char* key, std::vector<std::string>* v);
-void Get(const JsonObject& o, const char* key, std::vector<int64_t>* v);
-void Get(const JsonObject& o, const char* key, RawJson* v);
+// Each Get sets `*v` and returns true when `key` holds a value of its type; else leaves it.
+bool Get(const JsonObject& o, const char* key, std::string* v);
+bool Get(const JsonObject& o, const char* key, int64_t* v);
+bool Get(const JsonObject& o, const char* key, double* v);
+bool Get(const JsonObject& o, const char* key, bool* v);
+bool Get(const JsonObject& o, const char* key, std::vector<std::string>* v);
+bool Get(const JsonObject& o, const char* key, std::vector<int64_t>* v);
+bool Get(const JsonObject& o, const char* key, RawJson* v);
 template <class T>
-void Get(const JsonObject& o, const char* key, std::optional<T>* v) {
-  if (!o.Has(key) || o.Find(key)->is_null()) return;
+bool Get(const JsonObject& o, const char* key, std::optional<T>* v) {
   T value{};
-  Get(o, key, &value);
+  if (!Get(o, key, &value)) return false;  // absent, null or another type: stays empty
   *v = std::move(value);
+  return true;
 }
 }  // namespace detail
 

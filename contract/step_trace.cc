@@ -47,10 +47,14 @@ double TracedStep::ComputeSeconds() const {
   return us / 1e6;
 }
 
-double TracedStep::WaitSeconds() const {
+double TracedStep::WallSeconds() const {
   double end_us = step_start_us;
   for (const Span& s : spans) end_us = std::max(end_us, s.start_us + s.duration_us);
-  return std::max(0.0, (end_us - step_start_us) / 1e6 - ComputeSeconds());
+  return (end_us - step_start_us) / 1e6;
+}
+
+double TracedStep::WaitSeconds() const {
+  return std::max(0.0, WallSeconds() - ComputeSeconds());
 }
 
 std::string StepTraceJson(const TracedStep& step) {
@@ -80,18 +84,33 @@ std::optional<TracedStep> ParseStepTrace(std::string_view text) {
   const auto events = trace.find("traceEvents");
   if (events == trace.end() || !events->is_array()) return std::nullopt;
   TracedStep step;
+  bool placed = false;  // stage and replica read from the args (an older mitra wrote none)
+  std::string thread_name;
   for (const json& e : *events) {
     if (!e.is_object()) continue;
     const std::string name = Text(e, "name"), phase = Text(e, "ph");
     const auto found = e.find("args");
     const json args = found != e.end() && found->is_object() ? *found : json::object();
     if (phase == "M" && name == kThreadName) {
+      thread_name = Text(args, "name");
+      placed = args.contains("stage");
       step.rank = Whole(args, "rank");
       step.stage = Whole(args, "stage");
       step.replica = Whole(args, "replica");
     } else if (phase == "X") {
-      step.step_start_us = Number(args, "step_start_us");
-      step.spans.push_back({name, Number(e, "ts"), Number(e, "dur")});
+      const double ts = Number(e, "ts");
+      step.step_start_us = args.contains("step_start_us") ? Number(args, "step_start_us") : ts;
+      step.spans.push_back({name, ts, Number(e, "dur")});
+    }
+  }
+  if (!placed) {  // "rank R (stage S, replica D)"
+    int rank = 0, stage = 0, replica = 0;
+    if (std::sscanf(thread_name.c_str(), "rank %d (stage %d, replica %d", &rank, &stage,
+                    &replica) == 3 &&
+        rank >= 0 && stage >= 0 && replica >= 0) {
+      step.rank = rank;
+      step.stage = stage;
+      step.replica = replica;
     }
   }
   return step;

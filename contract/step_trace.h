@@ -3,9 +3,10 @@
 // records/reader.h), in one format, spelled here once.
 //
 // The file is a chrome trace (chrome://tracing, Perfetto): a metadata event naming the thread
-// "rank R (stage S, replica D)", with R, S and D also as numbers in its args, then one complete
-// ("X") event per span, times in wall-clock microseconds, each with the step's start in its args
-// (`step_start_us`).
+// "rank R (stage S, replica D)", with R, S and D also as numbers in its args (a trace of an
+// older mitra has the name alone, which is read then), then one complete ("X") event per span,
+// times in wall-clock microseconds, each with the step's start in its args (`step_start_us`;
+// without it, the span's own).
 //
 // Plain values: copyable, no synchronization.
 #pragma once
@@ -36,6 +37,8 @@ struct TracedStep {
   // span ended: waiting for peers.
   double ComputeSeconds() const;
   double WaitSeconds() const;
+  // From the step's start to the end of its last span; 0 for a trace without spans.
+  double WallSeconds() const;
 };
 
 // The trace's JSON, a line.

@@ -1,6 +1,7 @@
 #include "contract/worker_messages.h"
 
 #include <cmath>
+#include <set>
 #include <utility>
 
 namespace mitra::contract {
@@ -26,19 +27,22 @@ Status CheckCounts(std::string_view event, const JsonObject& record) {
   return Status::Ok();
 }
 
-// The fields of `record` that `Message` does not name, "event" aside, and those it names that
-// are null (a NaN the worker could not write otherwise), so that they pass through as they came.
+// `record` read as a `Message`, and as its `more`: the fields the kind does not name, "event"
+// aside, and those it names but could not read (null, a NaN the worker could write no other
+// way; another type), so that they pass through as they came.
 template <class Message>
-JsonObject Rest(const JsonObject& record) {
-  const std::vector<std::string> named = fields::FieldNames<Message>();
-  JsonObject rest;
+ReadMessage Read(const JsonObject& record) {
+  Message message;
+  std::set<std::string_view> named, unread;
+  Message::Fields(message, [&](const char* key, auto& value) {
+    named.insert(key);
+    if (record.Has(key) && !fields::detail::Get(record, key, &value)) unread.insert(key);
+  });
+  JsonObject more;
   for (const auto& [key, value] : record.fields()) {
-    if (key == "event") continue;
-    bool known = false;
-    for (const std::string& name : named) known = known || name == key;
-    if (!known || value.is_null()) rest.Set(key, value);
+    if (key != "event" && (!named.count(key) || unread.count(key))) more.Set(key, value);
   }
-  return rest;
+  return {std::move(message), std::move(more)};
 }
 
 // The alternative of WorkerMessage named `event`, from index I on (Unknown, the last, names
@@ -47,9 +51,7 @@ template <size_t I = 0>
 ReadMessage Decode(std::string_view event, const JsonObject& record) {
   if constexpr (I + 1 < std::variant_size_v<WorkerMessage>) {
     using Message = std::variant_alternative_t<I, WorkerMessage>;
-    if (event == Message::kEvent) {
-      return {fields::FromJson<Message>(record), Rest<Message>(record)};
-    }
+    if (event == Message::kEvent) return Read<Message>(record);
     return Decode<I + 1>(event, record);
   } else {
     JsonObject rest = record;

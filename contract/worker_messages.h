@@ -5,14 +5,15 @@
 // The worker writes a message with MessageLine (worker/report.h prints it); the manager reads a
 // line with ParseWorkerMessage, once, and dispatches on the variant (run/run_loop_output.cc), so
 // a field or a kind renamed here is renamed for both, and a kind added here fails to compile in
-// every std::visit that does not say what it does with it. contract_test holds each kind's
-// fields against the docs' table, both ways.
+// every std::visit that does not say what it does with it. contract_test holds each kind and
+// its fields against the docs' table, both ways.
 //
 // Reading is lenient, as for the run directory's records: a worker may be a program of the
 // user's that follows the docs (tests/common/fake_worker.cc is one), so a missing field keeps
 // its member's default, an optional stays empty, fields a kind does not name are kept beside it
 // (an evaluation's metrics; a program's own fields, which pass through to events.jsonl) as are
-// those that are null (JSON's stand-in for a NaN), and a
+// those it names but cannot read (null, JSON's stand-in for a NaN; another type), which pass
+// through as they came, and a
 // kind this mitra does not know parses as Unknown. Only the counts a record means nothing
 // without are checked: a step's number and a program's segments.
 //
@@ -172,7 +173,7 @@ struct Step {
 struct Eval {
   static constexpr const char* kEvent = "eval";
   int64_t step = 0, samples = 0;
-  double loss = 0;  // the mean over the samples
+  std::optional<double> loss;  // the mean over the samples; absent or null: not a number
   double seconds = 0;
 
   template <class Self, class F>
@@ -185,9 +186,9 @@ struct Eval {
 struct Checkpoint {
   static constexpr const char* kEvent = "checkpoint";
   int64_t step = 0;
-  std::string path;
-  double blocked_s = 0;  // the training loop blocked while tensors were copied
-  double total_s = 0;
+  std::optional<std::string> path;
+  std::optional<double> blocked_s;  // the training loop blocked while tensors were copied
+  std::optional<double> total_s;
 
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
@@ -257,9 +258,9 @@ struct Restored {
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
     f("step", r.step), f("seconds", r.seconds), f("kept", r.kept), f("peer", r.peer);
-    f("from_checkpoint", r.from_checkpoint), f("sources", r.sources);
-    f("peer_bytes", r.peer_bytes), f("transfer_s", r.transfer_s);
-    f("peer_bytes_per_s", r.peer_bytes_per_s), f("first_step_wait_s", r.first_step_wait_s);
+    f("from_checkpoint", r.from_checkpoint), f("peer_bytes", r.peer_bytes);
+    f("peer_bytes_per_s", r.peer_bytes_per_s), f("transfer_s", r.transfer_s);
+    f("first_step_wait_s", r.first_step_wait_s), f("sources", r.sources);
   }
 };
 
@@ -308,7 +309,7 @@ using WorkerMessage =
                  message::Unknown>;
 
 // A message as read: the kind, and the fields the kind does not name (an evaluation's metrics,
-// a program's own fields) or that are null, in the order they came.
+// a program's own fields) or could not read (null, another type), in the order they came.
 struct ReadMessage {
   WorkerMessage message;
   JsonObject more;
@@ -322,13 +323,20 @@ Result<ReadMessage> ParseWorkerMessage(std::string_view json);
 // The kind's name ("step"); Unknown's own.
 std::string_view EventOf(const WorkerMessage& message);
 
-// The message as its JSON object: "event" first, the kind's fields, then `more`'s (a field of
-// `more` that the kind names is left out: the kind's value is the message's).
+// The message as its JSON object: "event" first, the kind's fields in their order, then the rest
+// of `more`'s. A field of `more` that the kind names takes that field's place with its value (as
+// read: one the kind could not read, a null loss say).
 template <class Message>
 JsonObject MessageJson(const Message& message, const JsonObject& more = {}) {
   JsonObject o;
   o.SetString("event", Message::kEvent);
-  fields::SetFields(o, message);
+  Message::Fields(message, [&](const char* key, const auto& value) {
+    if (const JsonValue* as_read = more.Find(key)) {
+      o.Set(key, *as_read);
+    } else {
+      fields::detail::Put(o, key, value);
+    }
+  });
   for (const auto& [key, value] : more.fields()) {
     if (!o.Has(key)) o.Set(key, value);
   }

@@ -1,5 +1,6 @@
 #include "manager/progress.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -95,10 +96,11 @@ std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats) 
 std::string FormatEvalLine(const contract::message::Eval& eval, const JsonObject& metrics) {
   char buffer[96];
   std::snprintf(buffer, sizeof(buffer), "eval after step %lld: loss %.4f",
-                static_cast<long long>(eval.step), eval.loss);
+                static_cast<long long>(eval.step), eval.loss.value_or(std::nan("")));
   std::string line = buffer;
+  const std::vector<std::string> named = fields::FieldNames<contract::message::Eval>();
   for (const auto& [key, value] : metrics.fields()) {
-    if (!value.is_number()) continue;
+    if (!value.is_number() || std::count(named.begin(), named.end(), key)) continue;
     std::snprintf(buffer, sizeof(buffer), "  %s %.4f", key.c_str(), value.number_value());
     line += buffer;
   }

@@ -65,7 +65,8 @@ std::string FormatProgressLine(const StepRecord& record, int64_t max_steps,
 // "5 steps in 0:12, final loss 2.0000, mean 8,960 tokens/s" (no loss part before any step).
 std::string FormatSummary(int64_t steps, double wall_s, const StepStats& stats);
 // "eval after step 100: loss 0.4123  accuracy 0.8512  (10,000 samples, 2.1 s)" from an `eval`
-// record and its metrics (the numeric ones of `metrics`).
+// record and its metrics (the numeric fields of `metrics` that the kind does not name); "loss
+// nan" when the worker's was not a number.
 std::string FormatEvalLine(const contract::message::Eval& eval, const JsonObject& metrics);
 // Seconds rounded to milliseconds, for records ("launch_s": 0.021).
 double RoundedSeconds(double seconds);

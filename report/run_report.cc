@@ -191,7 +191,7 @@ void ReadTraces(const records::RunDirReader& reader, RunReport& report) {
   for (const GenerationSpan& g : report.generations) {
     for (int rank = 0; rank < g.world_size; ++rank) {
       const std::optional<contract::TracedStep> traced = reader.StepTrace(g.generation, rank);
-      if (!traced || traced->spans.empty()) continue;
+      if (!traced || traced->WallSeconds() <= 0) continue;
       report.rank_steps.push_back(RankSteps{g.launched, g.generation, rank, traced->stage, 0, 1,
                                             traced->ComputeSeconds(), traced->WaitSeconds()});
     }

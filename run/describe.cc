@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "common/blocking_queue.h"
+#include "common/json.h"
 #include "contract/worker_messages.h"
 
 namespace mitra::run {
@@ -52,7 +53,8 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
   }
   const std::string asked = "'" + spec.program + "' with MITRA_DESCRIBE=1";
   std::optional<contract::message::Describe> record;
-  std::string record_error;
+  std::string record_error;    // the last line that was no message
+  std::string invalid_record;  // a describe record refused for its segments count
   const double deadline_s = clock.MonotonicSeconds() + timeout_s;
   std::optional<ProcessEvent> exit;
   while (!exit) {
@@ -75,7 +77,12 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
     }
     Result<contract::ReadMessage> read = contract::ParseWorkerMessage(event->message);
     if (!read.ok()) {
-      record_error = "a malformed @mitra line (" + read.status().message() + ")";
+      const Result<JsonObject> json = JsonObject::Parse(event->message);
+      if (json.ok() && json->GetString("event") == contract::message::Describe::kEvent) {
+        invalid_record = event->message;
+      } else {
+        record_error = "a malformed @mitra line (" + read.status().message() + ")";
+      }
     } else if (const auto* described = std::get_if<contract::message::Describe>(&read->message)) {
       record = *described;
     }
@@ -85,6 +92,12 @@ Result<ProgramDescription> DescribeProgram(launcher::ProcessRunner& runner,
                                    "; check the program and its arguments (run it by hand "
                                    "with MITRA_DESCRIBE=1 to see the problem)." +
                                    Quote(exit->last_lines));
+  }
+  if (!record && !invalid_record.empty()) {
+    return Status::InvalidArgument(asked +
+                                   " printed a describe record without a valid \"segments\" "
+                                   "count (a whole number from 1 to 1000000): " +
+                                   invalid_record);
   }
   if (!record) {
     return Status::InvalidArgument(

@@ -192,6 +192,9 @@ class RunLoop {
   void Receive(const From&, const contract::message::Memory&, const JsonObject&) {}
   void Receive(const From&, const contract::message::OptimizerState&, const JsonObject&) {}
   void Receive(const From&, const contract::message::Unknown&, const JsonObject&) {}
+  // events.jsonl's `checkpoint` or `restored` record: the worker's fields (its own pass
+  // through), its generation and rank.
+  void RecordCheckpointEvent(const From& from, const char* event, JsonObject fields);
   // The controller's report of a rank's message, of `kind` at `step`.
   static manager::RankReport ReportOf(const From& from, manager::RankReport::Kind kind,
                                       int64_t step);

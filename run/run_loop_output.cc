@@ -128,24 +128,23 @@ void RunLoop::Receive(const From& from, const contract::message::Stopped& stoppe
   Handle(report);
 }
 
-void RunLoop::Receive(const From& from, const contract::message::Checkpoint& done,
-                      const JsonObject& more) {
-  JsonObject fields = contract::MessageFields(done, more);  // the worker's own fields pass through
+void RunLoop::RecordCheckpointEvent(const From& from, const char* event, JsonObject fields) {
   records::Checkpoint known = records::FromJson<records::Checkpoint>(fields);
   known.generation = from.generation;
   known.rank = from.rank;
-  Warn(journal_->RecordEvent(records::Checkpoint::kEvent, records::SetFields(fields, known)));
+  Warn(journal_->RecordEvent(event, records::SetFields(fields, known)));
+}
+
+void RunLoop::Receive(const From& from, const contract::message::Checkpoint& done,
+                      const JsonObject& more) {
+  RecordCheckpointEvent(from, records::Checkpoint::kEvent, contract::MessageFields(done, more));
   Handle(ReportOf(from, manager::RankReport::Kind::kCheckpoint, done.step));
 }
 
 void RunLoop::Receive(const From& from, const contract::message::Restored& restored,
                       const JsonObject& more) {
-  JsonObject fields = contract::MessageFields(restored, more);
-  records::Checkpoint known = records::FromJson<records::Checkpoint>(fields);
-  known.generation = from.generation;
-  known.rank = from.rank;
-  Warn(journal_->RecordEvent(records::Checkpoint::kRestoredEvent,
-                             records::SetFields(fields, known)));
+  RecordCheckpointEvent(from, records::Checkpoint::kRestoredEvent,
+                        contract::MessageFields(restored, more));
   manager::RankReport report =
       ReportOf(from, manager::RankReport::Kind::kRestored, restored.step);
   report.seconds = restored.seconds;

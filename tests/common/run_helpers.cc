@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/strings.h"
+#include "contract/worker_messages.h"
 
 extern char** environ;
 
@@ -193,7 +194,7 @@ std::vector<JsonObject> ReadJsonLines(const std::string& path) {
 }
 
 std::vector<JsonObject> WorkerRecords(std::string_view log_text) {
-  constexpr std::string_view kPrefix = "@mitra ";
+  constexpr std::string_view kPrefix = contract::kMessagePrefix;
   std::vector<JsonObject> records;
   for (const std::string_view line : SplitLines(log_text)) {
     if (line.substr(0, kPrefix.size()) != kPrefix) continue;

@@ -52,5 +52,20 @@ TEST(StepTrace, TextThatIsNoTraceIsNone) {
   EXPECT_EQ(odd->spans[0].duration_us, 0);
 }
 
+// A trace an older mitra wrote: its place in the thread's name only, and (another program's)
+// spans without the step's start, which then starts at the span.
+TEST(StepTrace, AnOlderTraceIsReadToo) {
+  const std::optional<TracedStep> read = ParseStepTrace(
+      R"x({"traceEvents":[{"name":"thread_name","ph":"M","args":{"name":"rank 3 (stage 1, replica 1)"}},)x"
+      R"({"name":"F0","ph":"X","ts":2000,"dur":1000}]})");
+  ASSERT_TRUE(read.has_value());
+  EXPECT_EQ(read->rank, 3);
+  EXPECT_EQ(read->stage, 1);
+  EXPECT_EQ(read->replica, 1);
+  EXPECT_EQ(read->step_start_us, 2000);
+  EXPECT_NEAR(read->WallSeconds(), 0.001, 1e-12);
+  EXPECT_EQ(read->WaitSeconds(), 0);
+}
+
 }  // namespace
 }  // namespace mitra::contract

@@ -119,10 +119,24 @@ TEST(WorkerMessages, FieldsTheKindDoesNotNameAndNullsAreKeptInOrder) {
   EXPECT_EQ(eval.step, 10);
   EXPECT_EQ(eval.loss, 0.5);
   EXPECT_EQ(read->more.ToJson(), R"({"accuracy":0.75,"perplexity":1.6,"seconds":null})");
-  // Written back: the kind's fields, then the rest; the kind's value wins over a null of more.
+  // Written back: the kind's fields in their order, the null in its place, then the rest.
   EXPECT_EQ(MessageJson(eval, read->more).ToJson(),
-            R"({"event":"eval","step":10,"samples":0,"loss":0.5,"seconds":0,)"
+            R"({"event":"eval","step":10,"samples":0,"loss":0.5,"seconds":null,)"
             R"("accuracy":0.75,"perplexity":1.6})");
+}
+
+// An optional of another type is not read (not made 0): a heartbeat's times that are no
+// numbers are no times; the value passes through as it came.
+TEST(WorkerMessages, AnOptionalOfAnotherTypeStaysEmptyAndPassesThrough) {
+  Result<ReadMessage> read =
+      ParseWorkerMessage(R"({"event":"heartbeat","rank":1,"steps":3,"compute_s":"x"})");
+  ASSERT_TRUE(read.ok());
+  const auto& beat = std::get<message::Heartbeat>(read->message);
+  EXPECT_EQ(beat.steps, 3);
+  EXPECT_FALSE(beat.compute_s.has_value());
+  EXPECT_EQ(read->more.ToJson(), R"({"compute_s":"x"})");
+  EXPECT_EQ(MessageJson(beat, read->more).ToJson(),
+            R"({"event":"heartbeat","rank":1,"steps":3,"compute_s":"x"})");
 }
 
 TEST(WorkerMessages, ANullLossIsNoLoss) {
@@ -130,7 +144,7 @@ TEST(WorkerMessages, ANullLossIsNoLoss) {
   ASSERT_TRUE(read.ok());
   EXPECT_FALSE(std::get<message::Step>(read->message).loss.has_value());
   EXPECT_EQ(MessageFields(std::get<message::Step>(read->message), read->more).ToJson(),
-            R"({"step":2,"samples":0,"step_time_s":0,"loss":null})");
+            R"({"step":2,"loss":null,"samples":0,"step_time_s":0})");
 }
 
 TEST(WorkerMessages, AWorkerWritesANaNLossAsNull) {
@@ -150,36 +164,52 @@ std::string ReadDoc(const std::string& name) {
   return text.str();
 }
 
-// The table of docs/worker-contract.md's "What a worker tells the manager": event -> its
-// fields' cell.
-std::map<std::string, std::string> DocumentedKinds() {
+// The table of docs/worker-contract.md's "What a worker tells the manager": event -> the fields
+// its fields' cell names, the backticked names outside parentheses (inside them are values and
+// remarks: `reason` (`max_steps` or `signal`)).
+std::map<std::string, std::set<std::string>> DocumentedKinds() {
   const std::string doc = ReadDoc("worker-contract.md");
   const size_t section = doc.find("\n## What a worker tells the manager\n");
   const size_t end = doc.find("\n## ", section + 1);
   std::istringstream in(doc.substr(section, end - section));
-  std::map<std::string, std::string> kinds;
+  std::map<std::string, std::set<std::string>> kinds;
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("| `", 0) != 0 || line.rfind("| `event` |", 0) == 0) continue;
     const size_t tick = line.find('`', 3);
     const size_t cell = line.find(" | ", tick);
-    const size_t cell_end = line.find(" | ", cell + 3);
-    kinds[line.substr(3, tick - 3)] = line.substr(cell + 3, cell_end - cell - 3);
+    const std::string fields = line.substr(cell + 3, line.find(" | ", cell + 3) - cell - 3);
+    std::set<std::string>& names = kinds[line.substr(3, tick - 3)];
+    int depth = 0;
+    for (size_t i = 0; i < fields.size(); ++i) {
+      if (fields[i] == '(') ++depth;
+      if (fields[i] == ')') --depth;
+      if (fields[i] != '`') continue;
+      const size_t close = fields.find('`', i + 1);
+      if (depth == 0) names.insert(fields.substr(i + 1, close - i - 1));
+      i = close;
+    }
   }
   return kinds;
 }
 
 template <class Message>
-void ExpectDocumented(const std::map<std::string, std::string>& kinds) {
+void ExpectDocumented(const std::map<std::string, std::set<std::string>>& kinds) {
   const auto row = kinds.find(Message::kEvent);
   ASSERT_NE(row, kinds.end()) << "the kind `" << Message::kEvent << "` is not in the docs";
+  std::set<std::string> fields;
   for (const std::string& name : fields::FieldNames<Message>()) {
-    EXPECT_NE(row->second.find("`" + name + "`"), std::string::npos)
+    fields.insert(name);
+    EXPECT_TRUE(row->second.count(name))
         << Message::kEvent << ": the field `" << name << "` is not in the docs";
+  }
+  for (const std::string& name : row->second) {
+    EXPECT_TRUE(fields.count(name))
+        << Message::kEvent << ": the docs list `" << name << "`, which is no field of the kind";
   }
 }
 
-TEST(WorkerMessages, TheDocsListEveryKindAndEveryFieldOfIt) {
-  const std::map<std::string, std::string> kinds = DocumentedKinds();
+TEST(WorkerMessages, TheDocsListEveryKindAndEveryFieldOfItAndNoOther) {
+  const std::map<std::string, std::set<std::string>> kinds = DocumentedKinds();
   std::set<std::string> known;
   ForEachKind([&](auto kind) {
     ExpectDocumented<decltype(kind)>(kinds);
@@ -190,20 +220,34 @@ TEST(WorkerMessages, TheDocsListEveryKindAndEveryFieldOfIt) {
   }
 }
 
-// The guard: a kind with a field the docs do not list fails the check.
-struct ReadyRenamed {
-  static constexpr const char* kEvent = "ready";
+// The guards: a kind with a field the docs do not list, or without one they list, fails the
+// check.
+struct ReadyAndMore : message::Ready {
   bool parks = false;
   template <class Self, class F>
   static void Fields(Self& r, F&& f) {
+    message::Ready::Fields(r, f);
     f("parks", r.parks);
   }
 };
 
-TEST(WorkerMessages, AnUndocumentedFieldFailsTheDocsCheck) {
-  const std::map<std::string, std::string> kinds = DocumentedKinds();
-  EXPECT_NONFATAL_FAILURE(ExpectDocumented<ReadyRenamed>(kinds),
+struct ReadyWithoutStages {
+  static constexpr const char* kEvent = "ready";
+  int64_t rank = 0, replicas = 0, generation = 0;
+  bool park = false, hold = false;
+  template <class Self, class F>
+  static void Fields(Self& r, F&& f) {
+    f("rank", r.rank), f("replicas", r.replicas), f("generation", r.generation);
+    f("park", r.park), f("hold", r.hold);
+  }
+};
+
+TEST(WorkerMessages, AFieldTheDocsDoNotListOrOneTheyListInVainFailsTheDocsCheck) {
+  const std::map<std::string, std::set<std::string>> kinds = DocumentedKinds();
+  EXPECT_NONFATAL_FAILURE(ExpectDocumented<ReadyAndMore>(kinds),
                           "ready: the field `parks` is not in the docs");
+  EXPECT_NONFATAL_FAILURE(ExpectDocumented<ReadyWithoutStages>(kinds),
+                          "ready: the docs list `stages`, which is no field of the kind");
   ExpectDocumented<message::Ready>(kinds);  // and the real one passes
 }
 

@@ -67,8 +67,9 @@ class PlanValidationTest : public ::testing::Test {
 };
 
 TEST_F(PlanValidationTest, ComparesTheStepAndEachStagesComputeWithThePrediction) {
-  Trace(0, 0, 0.040);
-  Trace(1, 1, 0.060);
+  // Each rank's stage is its trace's (here not rank % stages).
+  Trace(0, 1, 0.060);
+  Trace(1, 0, 0.040);
   Result<PlanValidation> v = ValidatePlan(fs_, "run", -1, "run/profile");
   ASSERT_TRUE(v.ok()) << v.status().message();
   EXPECT_EQ(v->generation, 0);

@@ -80,7 +80,9 @@ TEST_F(DescribeTest, NoRecordOrABadOneIsAnError) {
     r.Message(index, R"({"event":"describe","segments":0})");
     r.Exit(index, 0);
   };
-  EXPECT_NE(Error().find("record's \"segments\" must be a whole number from 1"), std::string::npos)
+  EXPECT_NE(Error().find("printed a describe record without a valid \"segments\" count (a whole "
+                        "number from 1 to 1000000): {\"event\":\"describe\",\"segments\":0}"),
+            std::string::npos)
       << Error();
 
   runner_.on_start = [](ScriptedProcessRunner& r, int index) {

@@ -370,5 +370,33 @@ TEST_F(RunLoopTest, ServesTheStatusOfTheLastEventHandled) {
   EXPECT_GT(*seen->elapsed_s, 4.0);
 }
 
+// What is no message is recorded as bad_message and changes nothing; a kind of a newer worker
+// is let be; a null loss reaches metrics.jsonl as null, in its place.
+TEST_F(RunLoopTest, LinesThatAreNoMessagesAreRecordedAndTheJobGoesOn) {
+  fake_.At(start_ + 2.2, [this] {
+    fake_.Say(0, R"({"event":"step","step":0,"loss":1})");
+    fake_.Say(1, R"({"event":"step",)");
+    fake_.Say(1, R"({"event":"gpu_clock","mhz":1980})");
+  });
+  fake_.At(start_ + 2.3, [this] { fake_.Say(0, R"({"event":"step","step":2,"loss":null})"); });
+  std::unique_ptr<RunLoop> loop = MakeLoop(Controller(4));
+  EXPECT_EQ(Run(*loop, "node1 slots=2\n"), 0);
+  EXPECT_NE(out_.str().find("mitra: done: 4 steps"), std::string::npos) << out_.str();
+  const std::vector<JsonObject> bad = Events("bad_message");
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_EQ(bad[0].GetNumber("rank"), 0);
+  EXPECT_EQ(bad[0].GetString("error"),
+            "a `step` record's \"step\" must be a whole number from 1 to 9000000000000000");
+  EXPECT_EQ(bad[1].GetNumber("rank"), 1);
+  bool null_loss = false;
+  for (const JsonObject& m : Records(run_dir_.MetricsPath())) {
+    if (m.Find("loss") != nullptr && m.Find("loss")->is_null()) {
+      null_loss = true;
+      EXPECT_EQ(m.fields()[1].first, "loss") << m.ToJson();
+    }
+  }
+  EXPECT_TRUE(null_loss);
+}
+
 }  // namespace
 }  // namespace mitra::run
