@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "common/strings.h"
-#include "mitra/contract/precision.h"
+#include "worker/option_table.h"
 
 namespace mitra::examples {
 namespace {
@@ -62,6 +62,41 @@ void AddNamed(CLI::App& app, const std::string& flag, T* out,
     *out = *parsed;
     return Status::Ok();
   });
+}
+
+// What --help shows a flag's value as.
+std::string TypeName(worker::OptionType type) {
+  switch (type) {
+    case worker::OptionType::kWhole: return "N";
+    case worker::OptionType::kNumber: return "X";
+    case worker::OptionType::kText: return "PATH";
+    case worker::OptionType::kName: return "NAME";
+    case worker::OptionType::kPair: return "X,Y";
+    default: return "";
+  }
+}
+
+// A flag's text as a value of `type` (SetTrainerOption checks the range).
+Result<worker::OptionValue> FlagValue(worker::OptionType type, const std::string& text) {
+  const std::string quoted = "'" + text + "'";
+  switch (type) {
+    case worker::OptionType::kWhole:
+      if (const std::optional<int64_t> n = ParseInt64(text)) return worker::OptionValue(*n);
+      return Status::InvalidArgument(quoted + " is not a whole number");
+    case worker::OptionType::kNumber:
+      if (const std::optional<double> x = ParseDouble(text)) return worker::OptionValue(*x);
+      return Status::InvalidArgument(quoted + " is not a number");
+    case worker::OptionType::kPair: {
+      const size_t comma = text.find(',');
+      const std::optional<double> a = ParseDouble(text.substr(0, comma));
+      const std::optional<double> b =
+          comma == std::string::npos ? std::nullopt : ParseDouble(text.substr(comma + 1));
+      if (a && b) return worker::OptionValue(std::make_pair(*a, *b));
+      return Status::InvalidArgument(quoted + " is not two numbers X,Y");
+    }
+    default:
+      return worker::OptionValue(text);
+  }
 }
 
 [[noreturn]] void Refuse(const CLI::App& app, const std::string& problem) {
@@ -128,86 +163,39 @@ void AddSwitch(CLI::App& app, const std::string& flag, bool* out, const std::str
 
 void AddTrainerFlags(CLI::App& app, worker::TrainerOptions* options,
                      const std::vector<std::string>& optimizers) {
-  worker::RuntimeOptions& rt = options->runtime;
-  Add(app, "--seed", "N", std::to_string(rt.seed),
-      "initial weights, sample order and random numbers",
-      WholeReader(0, std::numeric_limits<int64_t>::max(),
-                  [seed = &rt.seed](int64_t n) { *seed = static_cast<uint64_t>(n); }));
-  AddWhole(app, "--steps", &options->max_steps, 0,
-           "steps to train when mitra run gives no --max-steps");
-  AddWhole(app, "--batch-size", &rt.global_batch, 1,
-           "global batch in samples when run alone (mitra run sets its own)");
-  AddWhole(app, "--chunk-size", &rt.chunk_size, 1,
-           "micro-batch size when run alone (mitra run sets its own)");
-
-  // The pipeline: a shape the planner chose brings its own (MITRA_SCHEDULE, ...).
-  AddNamed(app, "--schedule", &rt.schedule, &planner::ParseScheduleKind,
-           planner::ScheduleName(rt.schedule),
-           "gpipe, 1f1b, varuna, zb-h1, interleaved or zb-v");
-  AddSwitch(app, "--recompute", &rt.recompute,
-            "recompute activations in the backward (varuna always does)");
-  AddNamed(app, "--partition", &rt.partition, &cutpoint::ParsePartitionMethod,
-           cutpoint::PartitionMethodName(rt.partition),
-           "segments per stage: uniform, params (balances the parameters) or counts like 1,4,4,3");
-  AddWhole(app, "--zero", &rt.zero, 0,
-           "1: each replica keeps the optimizer state of its share of the stage only (ZeRO-1)");
-
-  // The update.
   std::vector<std::string> known = {"sgd", "adam", "adamw"};  // mitra/worker/optimizer.h's own
   known.insert(known.end(), optimizers.begin(), optimizers.end());
-  Add(app, "--optimizer", "NAME", rt.optimizer.name, Join(known, ", "),
-      [name = &rt.optimizer.name, known](const std::string& value) {
-        if (std::find(known.begin(), known.end(), value) == known.end()) {
-          return Status::InvalidArgument("unknown optimizer '" + value + "' (expected " +
-                                         Join(known, ", ") + ")");
-        }
-        *name = value;
-        return Status::Ok();
-      });
-  AddNumber(app, "--lr", &rt.lr.base, 0, "peak learning rate");
-  AddWhole(app, "--warmup", &rt.lr.warmup_steps, 0, "linear warm-up steps");
-  AddWhole(app, "--cosine-steps", &rt.lr.total_steps, 0,
-           "end of the cosine decay (0: constant after the warm-up)");
-  AddNumber(app, "--weight-decay", &rt.optimizer.weight_decay, 0,
-            "decoupled for adamw, L2 for sgd and adam");
-  AddNumber(app, "--momentum", &rt.optimizer.momentum, 0, "SGD momentum");
-  AddSwitch(app, "--nesterov", &rt.optimizer.nesterov, "SGD with Nesterov momentum");
-  AddNumber(app, "--clip", &rt.clip_norm, -std::numeric_limits<double>::infinity(),
-            "global gradient-norm clip (<= 0 disables)");
-  AddNamed(app, "--sampler", &rt.sampler, &worker::ParseSamplerKind,
-           worker::SamplerKindName(rt.sampler), "shuffled or sequential");
-
-  // Where and how the stages compute; mitra run --precision wins (MITRA_PRECISION).
-  AddNamed(app, "--backend", &rt.backend, &worker::ParseBackend, worker::BackendName(rt.backend),
-           "gloo or nccl (nccl: a CUDA build, scripts/gpu-build)");
-  AddNamed(app, "--precision", &rt.precision, &contract::ParsePrecision,
-           contract::PrecisionName(rt.precision), "fp32, bf16 or fp16 (fp16: a GPU only)");
-  AddNamed(app, "--device", &rt.device, &contract::ParseDeviceKind,
-           contract::DeviceKindName(rt.device),
-           "cpu or cuda (the local rank's GPU; a CUDA build, scripts/gpu-build)");
-  AddSwitch(app, "--share-gpus", &rt.share_gpus,
-            "cuda: local rank r computes on GPU r mod GPUs (more ranks than GPUs)");
-  Add(app, "--loss-scale", "X",
-      rt.loss_scaler.enabled ? NumberText(rt.loss_scaler.initial_scale) : "off",
-      "dynamic loss scaling from X (fp16 does it from " + NumberText(rt.loss_scaler.initial_scale) +
-          " anyway)",
-      [scaler = &rt.loss_scaler](const std::string& value) {
-        const std::optional<double> x = ParseDouble(value);
-        if (!x || *x < 1) return Status::InvalidArgument("'" + value + "' is not a number >= 1");
-        scaler->enabled = true;
-        scaler->initial_scale = *x;
-        return Status::Ok();
-      });
-
-  // Output.
-  AddText(app, "--checkpoint-dir", &options->checkpoint.dir, "DIR",
-          "checkpoints when run alone (mitra run sets its own)");
-  AddText(app, "--dump-params", &options->dump_params, "DIR",
-          "after training, write each stage's parameters and buffers to this folder");
-  AddWhole(app, "--dump-replica", &options->dump_replica, -1,
-           "the replica that writes them (-1: every one)");
-  AddText(app, "--trace", &rt.trace_path, "FILE",
-          "a chrome trace of one step (the third), per rank (FILE.rank-R.json)");
+  for (const worker::TrainerOption& option : worker::TrainerOptionTable()) {
+    if (option.flag.empty()) continue;
+    const std::optional<worker::OptionValue> value = option.get(*options);
+    // "(0: only at the end and on stop)": what the note says of the value it follows.
+    std::string help = option.name == "optimizer" ? Join(known, " | ") : option.help;
+    if (!option.note.empty()) {
+      help += " (" + (value ? worker::OptionValueText(*value) + ": " : "") + option.note + ")";
+    }
+    if (option.type == worker::OptionType::kSwitch) {  // --x or --x=true, --x=false
+      app.add_flag_function(
+             option.flag,
+             [&option, options](int64_t count) {
+               (void)worker::SetTrainerOption(option, count > 0, *options);
+             },
+             help)
+          ->default_str(worker::OptionValueText(*value))
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+      continue;
+    }
+    Add(app, option.flag, TypeName(option.type), value ? worker::OptionValueText(*value) : "", help,
+        [&option, options, known](const std::string& text) {
+          Result<worker::OptionValue> value = FlagValue(option.type, text);
+          if (!value.ok()) return value.status();
+          if (option.name == "optimizer" &&
+              std::find(known.begin(), known.end(), text) == known.end()) {
+            return Status::InvalidArgument("unknown optimizer '" + text + "' (expected " +
+                                           Join(known, ", ") + ")");
+          }
+          return worker::SetTrainerOption(option, *value, *options);
+        });
+  }
 }
 
 void ParseFlagsOrExit(CLI::App& app, int argc, const char* const* argv) {

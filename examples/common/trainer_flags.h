@@ -28,11 +28,10 @@
 
 namespace mitra::examples {
 
-// The shared flags, writing into `options`: --seed, --steps, --batch-size, --chunk-size,
-// --schedule, --recompute, --partition, --optimizer, --lr, --warmup, --cosine-steps,
-// --weight-decay, --momentum, --nesterov, --clip, --sampler, --backend, --precision, --device,
-// --loss-scale, --checkpoint-dir, --dump-params, --dump-replica, --trace. `optimizers` names
-// the program's own optimizers beyond sgd, adam and adamw (the program builds them).
+// The shared flags, writing into `options`: one per option of worker/option_table.h that has
+// a flag (--seed, --steps, --batch-size, ..., --trace; a switch as --x and --no-x).
+// `optimizers` names the program's own optimizers beyond sgd, adam and adamw (the program
+// builds them); --optimizer refuses any other name.
 void AddTrainerFlags(CLI::App& app, worker::TrainerOptions* options,
                      const std::vector<std::string>& optimizers = {});
 

@@ -6,8 +6,17 @@ import sys
 from mitra import _mitra
 from mitra.loader import Loader
 
-# Options the Python layer handles itself (the rest go to the C++ Trainer).
-_PYTHON_OPTIONS = {"loader_workers": 0, "prefetch_steps": 2, "loader": "processes"}
+# The options the Python layer handles itself, listed after the C++ table's "sampler": name,
+# default, help, note (said after the default). The rest are the C++ Trainer's, one table
+# (worker/option_table.cc) that _mitra.trainer_options() returns.
+_PYTHON_OPTIONS = [
+    ("loader_workers", 0, "processes (or threads) that run __getitem__ ahead of the step",
+     "on the training thread"),
+    ("prefetch_steps", 2, "how many steps ahead they load", ""),
+    ("loader", "processes", "processes | threads (threads: for a __getitem__ that releases the "
+     "GIL)", ""),
+]
+_PYTHON_OPTIONS_FOLLOW = "sampler"
 
 # The settings of mitra's built-in optimizers, by the optimizer that takes each: any other
 # optimizer would ignore them.
@@ -31,7 +40,8 @@ def _check_optimizer_settings(options):
     where it belongs (one that turns something off is let through)."""
     optimizer = options.get("optimizer", DEFAULTS["optimizer"])
     given = {k: options[k] for k in _OPTIMIZER_SETTINGS
-             if k in options and not (k in _OFF and options[k] == _OFF[k])}
+             if options.get(k, DEFAULTS[k]) != DEFAULTS[k] and
+             not (k in _OFF and options[k] == _OFF[k])}
     if isinstance(optimizer, str):
         ignored = {k: v for k, v in given.items() if optimizer not in _OPTIMIZER_SETTINGS[k]}
         if ignored:
@@ -51,66 +61,6 @@ def _check_optimizer_settings(options):
                         f"{getattr(optimizer, '__name__', type(optimizer).__name__)}; give them to "
                         f"it: {where}")
 
-# Keyword -> what it is, as docs/python.md lists them. Values left at None take the runtime's
-# defaults (mitra/worker/runtime.h, mitra/worker/trainer.h), or what `mitra run` sets for the job;
-# the "(default ...)" of each comes from there too, through _mitra.trainer_defaults().
-_DESCRIPTIONS = {
-    # the batch (the manager's --batch-size and --chunk-size win over these)
-    "batch_size": "global batch in samples (default {})",
-    "chunk_size": "micro-batch size (default {})",
-    "max_steps": "steps to train when mitra run gives no --max-steps (default {})",
-    "seed": "initial weights, sample order and random numbers (default {})",
-    # the pipeline (the manager's plan wins over these)
-    "schedule": "gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v (default {})",
-    "recompute": "recompute activations in the backward (varuna always does)",
-    "partition": "uniform | params | explicit counts such as '1,4,4,3' (default {})",
-    "backend": "gloo | nccl (default {})",
-    "precision": "fp32 | bf16 | fp16 (default {})",
-    "device": "cpu | cuda (default {})",
-    "share_gpus": "cuda: local rank r computes on GPU r mod GPUs, so that ranks may share a GPU (tests, small models)",
-    "loss_scale": "dynamic loss scaling from this scale (fp16 does it from {} anyway)",
-    "bucket_elements": "data-parallel gradient bucket size in elements (default {})",
-    "zero": "1: each replica keeps the optimizer state of its share of the stage only (ZeRO-1; default {})",
-    # the update
-    "optimizer": "sgd | adam | adamw (default {}), or a factory params -> mitra.Optimizer",
-    "lr": "peak learning rate (default {})",
-    "warmup": "linear warm-up steps (default {})",
-    "cosine_steps": "end of the cosine decay (default {}: constant after the warm-up)",
-    "min_lr_ratio": "where the cosine ends, as a fraction of lr (default {})",
-    "clip": "global gradient-norm clip, 0 disables (default {})",
-    "weight_decay": "decoupled for adamw, L2 for sgd and adam (default {})",
-    "betas": "adam and adamw (default {})",
-    "eps": "adam and adamw (default {})",
-    "momentum": "sgd (default {})",
-    "dampening": "sgd (default {})",
-    "nesterov": "sgd with Nesterov momentum",
-    # the data
-    "sampler": "shuffled | sequential (default {}), or a factory (size, seed) -> object "
-               "with index_at(position)",
-    "loader_workers": "processes (or threads) that run __getitem__ ahead of the step (default "
-                      "0: on the training thread)",
-    "prefetch_steps": "how many steps ahead they load (default 2)",
-    "loader": "processes (default) | threads (for a __getitem__ that releases the GIL)",
-    # user code
-    "on_step": "fn(mitra.StepInfo) after every step the job trains, on the training thread",
-    # evaluation
-    "eval_dataset": "evaluated every eval_every steps and after the last",
-    "eval_every": "{}: only after the last step",
-    "eval_max_samples": "evaluate the first N samples only ({}: all)",
-    "eval_chunk_size": "micro-batch of the evaluation ({}: the training one)",
-    "metrics": "{{name: (outputs, batch) -> sum over the micro-batch}}",
-    # checkpoints and output (the manager's settings win over these)
-    "checkpoint_dir": "where checkpoints go when run alone (mitra run sets its own)",
-    "checkpoint_every": "save every N steps ({}: only at the end and on stop)",
-    "keep_checkpoints": "complete checkpoints kept (default {})",
-    "async_checkpoints": "write checkpoints in the background (default {})",
-    "log_every": "a log line every N steps (default {})",
-    "dump_params": "after training, write each stage's parameters to this folder",
-    "dump_replica": "which replica dumps them (default {}; -1: every one)",
-    "trace": "a chrome trace of one step (the third) to this file",
-}
-
-
 def _number(value):
     """3e-4 as 3e-4, 0.01 as 0.01, 1234 as 1234: the shortest text that reads back."""
     if isinstance(value, bool) or not isinstance(value, float):
@@ -124,9 +74,37 @@ def _default_text(value):
     return _number(value)
 
 
-DEFAULTS = dict(_mitra.trainer_defaults(), **_PYTHON_OPTIONS)
-OPTIONS = {key: text.format(*([_default_text(DEFAULTS[key])] if "{}" in text else []))
-           for key, text in _DESCRIPTIONS.items()}
+def _description(row):
+    """What docs/python.md and OPTIONS say of an option: its help, then its default and what
+    the note says of it (inside the help's closing parentheses, if it has them), then what may
+    be given instead of a name."""
+    text, said = row["help"], ""
+    if row["default"] is not None:
+        said = f"default {_default_text(row['default'])}"
+        said += f": {row['note']}" if row["note"] else ""
+    elif row["note"]:
+        said = row["note"]
+    if said and text.endswith(")"):
+        text = f"{text[:-1]}; {said})"
+    elif said:
+        text += f" ({said})"
+    return text + (f", {row['instead']}" if row["instead"] else "")
+
+
+def _option_rows():
+    """Every keyword of mitra.Trainer, in the order help() and the docs list them: the C++
+    table's rows, with the Python layer's own after "sampler"."""
+    rows = []
+    for row in _mitra.trainer_options():
+        rows.append(row)
+        if row["name"] == _PYTHON_OPTIONS_FOLLOW:
+            rows += [dict(name=name, type="python", help=help, note=note, instead="",
+                          default=default) for name, default, help, note in _PYTHON_OPTIONS]
+    return rows
+
+
+DEFAULTS = {row["name"]: row["default"] for row in _option_rows()}
+OPTIONS = {row["name"]: _description(row) for row in _option_rows()}
 
 
 class Trainer:
@@ -139,14 +117,85 @@ class Trainer:
 
     `dataset`: any object with __len__ and __getitem__(index) returning a dict of tensors for
     one sample (a torch.utils.data.Dataset written that way works as it is); None is allowed
-    when describe_requested(). The keywords are listed in mitra.trainer.OPTIONS.
+    when describe_requested(). The keywords are those of __init__, each described in
+    mitra.trainer.OPTIONS and docs/python.md.
     """
 
-    def __init__(self, spec, dataset, **options):
-        unknown = sorted(set(options) - set(OPTIONS))
+    # BEGIN made by scripts/trainer-options from the option table; a test finds it stale.
+    def __init__(self, spec, dataset, *, batch_size=32, chunk_size=8, max_steps=100, seed=1234,
+                 schedule='1f1b', recompute=False, partition='uniform', backend='gloo',
+                 precision='fp32', device='cpu', share_gpus=False, loss_scale=None,
+                 bucket_elements=262144, zero=0, optimizer='adamw', lr=0.0003, warmup=0,
+                 cosine_steps=0, min_lr_ratio=0.1, clip=1.0, weight_decay=0.01, betas=(0.9, 0.999),
+                 eps=1e-08, momentum=0.0, dampening=0.0, nesterov=False, sampler='shuffled',
+                 loader_workers=0, prefetch_steps=2, loader='processes', on_step=None,
+                 eval_dataset=None, eval_every=0, eval_max_samples=0, eval_chunk_size=0,
+                 metrics=None, checkpoint_dir=None, checkpoint_every=0, keep_checkpoints=3,
+                 async_checkpoints=True, log_every=1, dump_params=None, dump_replica=0, trace=None,
+                 **unknown):
+        """Makes the trainer; run() trains. The keywords (docs/python.md lists them
+        too; None leaves the runtime's default):
+
+        batch_size: global batch in samples (default 32)
+        chunk_size: micro-batch size (default 8)
+        max_steps: steps to train when mitra run gives no --max-steps (default 100)
+        seed: initial weights, sample order and random numbers (default 1234)
+        schedule: gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v (default 1f1b)
+        recompute: recompute activations in the backward; varuna always does (default False)
+        partition: uniform | params (balances the parameters) | counts such as 1,4,4,3 (default
+            uniform)
+        backend: gloo | nccl (nccl: a CUDA build, scripts/gpu-build; default gloo)
+        precision: fp32 | bf16 | fp16 (fp16: a GPU only; default fp32)
+        device: cpu | cuda (the local rank's GPU; a CUDA build; default cpu)
+        share_gpus: cuda: local rank r computes on GPU r mod GPUs, so that ranks may share a GPU
+            (tests, small models; default False)
+        loss_scale: dynamic loss scaling from this scale (fp16 scales from 65536 anyway)
+        bucket_elements: data-parallel gradient bucket size in elements (default 262144)
+        zero: 1: each replica keeps the optimizer state of its share of the stage only (ZeRO-1;
+            default 0)
+        optimizer: sgd | adam | adamw (default adamw), or a factory params -> mitra.Optimizer
+        lr: peak learning rate (default 0.0003)
+        warmup: linear warm-up steps (default 0)
+        cosine_steps: end of the cosine decay (default 0: constant after the warm-up)
+        min_lr_ratio: where the cosine ends, as a fraction of lr (default 0.1)
+        clip: global gradient-norm clip, 0 or less disables (default 1)
+        weight_decay: decoupled for adamw, L2 for sgd and adam (default 0.01)
+        betas: adam and adamw (default (0.9, 0.999))
+        eps: adam and adamw (default 1e-08)
+        momentum: sgd (default 0)
+        dampening: sgd (default 0)
+        nesterov: sgd with Nesterov momentum (default False)
+        sampler: shuffled | sequential (default shuffled), or a factory (size, seed) -> object with
+            index_at(position)
+        loader_workers: processes (or threads) that run __getitem__ ahead of the step (default 0: on
+            the training thread)
+        prefetch_steps: how many steps ahead they load (default 2)
+        loader: processes | threads (threads: for a __getitem__ that releases the GIL; default
+            processes)
+        on_step: fn(mitra.StepInfo) after every step the job trains, on the training thread
+        eval_dataset: evaluated every eval_every steps and after the last
+        eval_every: evaluate every N steps (default 0: only after the last step)
+        eval_max_samples: evaluate the first N samples only (default 0: all)
+        eval_chunk_size: micro-batch of the evaluation (default 0: the training one)
+        metrics: {name: (outputs, batch) -> sum over the micro-batch}
+        checkpoint_dir: where checkpoints go when run alone (mitra run sets its own)
+        checkpoint_every: save every N steps (default 0: only at the end and on stop)
+        keep_checkpoints: complete checkpoints kept, 0: all (default 3)
+        async_checkpoints: write checkpoints in the background (default True)
+        log_every: a log line every N steps, 0: none (default 1)
+        dump_params: after training, write each stage's parameters and buffers to this folder
+        dump_replica: which replica dumps them, -1: every one (default 0)
+        trace: a chrome trace of one step (the third), per rank (FILE.rank-R.json)
+        """
+        options = {k: v for k, v in locals().items()
+                   if k not in ("self", "spec", "dataset", "unknown")}
+        self._start(spec, dataset, options, unknown)
+    # END made by scripts/trainer-options
+
+    def _start(self, spec, dataset, options, unknown):
         if unknown:
-            raise TypeError(f"mitra.Trainer: unknown option(s) {', '.join(unknown)}; the options "
-                            f"are {', '.join(OPTIONS)}")
+            raise TypeError(f"mitra.Trainer: unknown option(s) {', '.join(sorted(unknown))}; "
+                            f"the options are {', '.join(OPTIONS)}")
         if spec.loss is None:
             raise ValueError("the model has no loss: set spec.loss = fn(outputs, batch) -> the "
                              "sum over the micro-batch's samples")
@@ -155,7 +204,8 @@ class Trainer:
         metrics = self._options.get("metrics")
         if isinstance(metrics, dict):
             self._options["metrics"] = {name: spec.metric(fn) for name, fn in metrics.items()}
-        loading = {k: self._options.pop(k, default) for k, default in _PYTHON_OPTIONS.items()}
+        loading = {name: self._options.pop(name, default)
+                   for name, default, _, _ in _PYTHON_OPTIONS}
         self._loader = None
         if loading["loader_workers"] and dataset is not None and not _mitra.describe_requested():
             self._loader = Loader(dataset, loading["loader_workers"], loading["prefetch_steps"],

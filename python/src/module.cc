@@ -147,8 +147,8 @@ PYBIND11_MODULE(_mitra, m) {
         },
         py::arg("input"), py::arg("weight"), py::arg("bias") = py::none(),
         "input @ weight.T + bias, whose weight gradients a zero-bubble schedule's B leaves to W");
-  m.def("trainer_defaults", &TrainerDefaults,
-        "{keyword: default} of mitra.Trainer's options, from the C++ runtime's own");
+  m.def("trainer_options", &TrainerOptionRows,
+        "mitra.Trainer's options, one dict per row of the C++ table (worker/option_table.h)");
   py::class_<worker::StepInfo>(m, "StepInfo",
                                "What Trainer(on_step=fn) tells fn after each step the job trains")
       .def_readonly("step", &worker::StepInfo::step, "the step just trained, 1-based")

@@ -1,6 +1,6 @@
 // mitra.Trainer's keyword arguments (python/mitra/trainer.py gathers them in a dict) as the
-// worker's TrainerOptions, and the defaults of those it leaves out. The names are the Python
-// API's, documented in docs/python.md; the package checks their types before they come here.
+// worker's TrainerOptions, read through the one table of options (worker/option_table.h), and
+// that table as Python sees it.
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -11,14 +11,16 @@ namespace mitra::python {
 
 namespace py = pybind11;
 
-// Needs the GIL. An unknown key is a bug of the package: it raises KeyError. A named setting
-// (schedule, partition, backend, precision, device, sampler) that is none of the names raises
-// ValueError listing them.
+// Needs the GIL. Each key is a row of worker/option_table.h: an unknown one is a bug of the
+// package and raises KeyError; None leaves the default. A value of the wrong type raises
+// TypeError, one out of range or a name that is none of the setting's names ValueError, saying
+// what it should be.
 worker::TrainerOptions TrainerOptionsFromPython(const py::dict& options);
 
-// {keyword: default} for the keywords that have one, from a default TrainerOptions (the
-// worker's own defaults, mitra/worker/runtime.h and mitra/worker/trainer.h), in the keywords' types
-// and the named settings' names: what mitra.trainer.OPTIONS shows.
-py::dict TrainerDefaults();
+// The option table, one dict per row in its order: name, type ("whole", "number", "switch",
+// "text", "name", "pair" or "object"), help, note, instead, and default (the value a default
+// TrainerOptions holds, in the keyword's Python type; None when it has none). What
+// mitra.trainer.DEFAULTS, OPTIONS and the generated signature are made from.
+py::list TrainerOptionRows();
 
 }  // namespace mitra::python

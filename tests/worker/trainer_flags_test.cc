@@ -101,15 +101,18 @@ TEST(TrainerFlags, ChunksWithoutARangeEachAreRefusedNamingTheFix) {
   }
 }
 
+// A switch takes a value too: --async-checkpoints=false turns off what is on by default.
 TEST(TrainerFlags, ParsedSettingsReachTheRuntime) {
   const auto r =
       RunFlags(MITRA_GPT_TRAIN, {"--model", "tiny", "--steps", "1", "--batch-size", "4",
                                  "--chunk-size", "2", "--schedule=gpipe", "--sampler", "sequential",
-                                 "--partition", "uniform", "--schedule", "varuna"});
+                                 "--partition", "uniform", "--schedule", "varuna",
+                                 "--async-checkpoints=false", "--betas", "0.8,0.9"});
   ASSERT_EQ(r.exit_code, 0) << r.output();
   // The last of a flag given twice wins; the settings record spells the names back.
   EXPECT_NE(r.out.find("\"schedule\":\"varuna\""), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("sampler sequential"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("betas 0.8, 0.9"), std::string::npos) << r.out;
 }
 
 TEST(TrainerFlags, HelpListsEveryFlagWithTheProgramsOwnDefaults) {
@@ -136,16 +139,19 @@ TEST(TrainerFlags, HelpListsEveryFlagWithTheProgramsOwnDefaults) {
                                  "--backend NAME=gloo",
                                  "--precision NAME=fp32",
                                  "--device NAME=cpu",
-                                 "--loss-scale X=off",
-                                 "--dump-params DIR",
-                                 "--trace FILE"}) {
+                                 "--loss-scale X ",
+                                 "--betas X,Y=0.9,0.999",
+                                 "--async-checkpoints=true",
+                                 "--checkpoint-every N=0",
+                                 "--dump-params PATH",
+                                 "--trace PATH"}) {
     EXPECT_NE(gpt.out.find(flag), std::string::npos) << flag << "\n" << gpt.out;
   }
   const auto fashion = RunFlags(MITRA_FASHION_TRAIN, {"-h"});
   ASSERT_EQ(fashion.exit_code, 0) << fashion.output();
   for (const std::string flag : {"--batch-size N=64", "--chunk-size N=16", "--optimizer NAME=sgd",
                                  "--lr X=0.05", "--momentum X=0.9", "--steps N=1000",
-                                 "--eval-every N=250", "--test-after", "sgd, adam, adamw, lion"}) {
+                                 "--eval-every N=250", "--test-after", "sgd | adam | adamw | lion"}) {
     EXPECT_NE(fashion.out.find(flag), std::string::npos) << flag << "\n" << fashion.out;
   }
 }
