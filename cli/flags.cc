@@ -164,6 +164,11 @@ void Flags::Whole(const std::string& name, int64_t min, int64_t* out, const std:
   impl_->Add(name, example, WholeReader(min, max, [out](int64_t n) { *out = n; }));
 }
 
+void Flags::Whole(const std::string& name, int64_t min, std::optional<int64_t>* out,
+                  const std::string& example, int64_t max) {
+  impl_->Add(name, example, WholeReader(min, max, [out](int64_t n) { *out = n; }));
+}
+
 void Flags::Whole(const std::string& name, int64_t min, int* out, const std::string& example) {
   constexpr int64_t kIntMax = int64_t{1} << 30;  // room to multiply two without overflow
   impl_->Add(name, example,

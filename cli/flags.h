@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,9 @@ class Flags {
   void Whole(const std::string& name, int64_t min, int64_t* out, const std::string& example,
              int64_t max = int64_t{1} << 50);
   void Whole(const std::string& name, int64_t min, int* out, const std::string& example);
+  // The same, left unset when not given.
+  void Whole(const std::string& name, int64_t min, std::optional<int64_t>* out,
+             const std::string& example, int64_t max = int64_t{1} << 50);
   // A positive number of seconds.
   void Seconds(const std::string& name, double* out, const std::string& example);
   // A list of whole numbers >= 1 such as 1,2,4 (commas or spaces); sorted, without repeats.

@@ -184,7 +184,7 @@ run::LaunchSettings SettingsFor(const RunOptions& options, const CheckedInputs& 
   settings.placement.keep_checkpoints = options.keep_checkpoints;
   settings.placement.threads = inputs.threads;
   settings.placement.precision = options.precision;
-  settings.placement.zero = static_cast<int>(options.zero);
+  settings.placement.zero = options.zero;
   settings.placement.timeout_s = inputs.timeout_s;
   settings.placement.run_dir = inputs.run_dir;
   return settings;
@@ -349,7 +349,7 @@ Result<std::shared_ptr<const planner::ShapePolicy>> PlanFirstShape(
   first.segments = plan->description.segments;
   first.global_batch = options.batch_size;
   first.chunk_size = plan->chunk_size;
-  first.zero = static_cast<int>(options.zero);
+  first.zero = options.zero;
   first.chunk_kept = !plan->description.micro_batch_independent;
   Result<planner::GridPlan> chosen = policy->Plan(first);
   if (!chosen.ok()) {
@@ -374,8 +374,8 @@ manager::ControllerOptions ControllerOptionsFor(
   o.segment_weights = run::SegmentStateElements(plan.description);
   o.global_batch = options.batch_size;
   o.chunk_size = plan.chunk_size;
-  o.zero = static_cast<int>(options.zero);
-  o.max_steps = options.max_steps;
+  o.zero = options.zero;
+  o.max_steps = options.max_steps.value_or(0);
   o.stop_timeout_s = options.stop_timeout_s;
   o.finish_timeout_s = std::max(60.0, 2 * inputs.timeout_s);
   o.startup_timeout_s = options.start_timeout_s;
@@ -415,9 +415,9 @@ int RunCommand(const RunOptions& options, RunContext& c) {
   if (!inputs.ok()) return BadInput(c, inputs.status().message());
   Result<ProgramPlan> plan = DescribeAndPlan(options, *inputs, c);
   if (!plan.ok()) return BadInput(c, plan.status().message());
-  if (options.max_steps > 0 && plan->resume_step >= options.max_steps) {
+  if (options.max_steps && plan->resume_step >= *options.max_steps) {
     *c.out << "mitra: the job is already at step " << plan->resume_step << " of --max-steps "
-           << options.max_steps << ": nothing to train (raise --max-steps to go on)" << std::endl;
+           << *options.max_steps << ": nothing to train (raise --max-steps to go on)" << std::endl;
     return kExitOk;
   }
   Result<std::vector<std::string>> unreachable = CheckMachines(*inputs, c);

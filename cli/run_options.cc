@@ -25,12 +25,13 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
   flags.Text("--run-dir", &o.run_dir, "a directory name", "mitra-run");
   flags.Whole("--threads", 1, &o.threads, "4");
   flags.Text("--precision", &o.precision, "fp32, bf16 or fp16", "bf16");
-  flags.Whole("--zero", 0, &o.zero, "1", 1);
+  std::optional<int64_t> zero;
+  flags.Whole("--zero", 0, &zero, "1", 1);
   flags.Seconds("--timeout", &o.timeout_s, "30");
   flags.Seconds("--stop-timeout", &o.stop_timeout_s, "120");
   flags.Text("--checkpoint-dir", &o.checkpoint_dir, "a directory name", "checkpoints");
   flags.Whole("--checkpoint-every", 1, &o.checkpoint_every, "100", kMaxBatch);
-  flags.Whole("--keep-checkpoints", 1, &o.keep_checkpoints, "3");
+  flags.Whole("--keep-checkpoints", 1, &o.keep_checkpoints, "3", kMaxBatch);
   flags.Whole("--max-restarts", 0, &o.max_restarts, "5");
   flags.Seconds("--heartbeat-timeout", &o.heartbeat_timeout_s, "10");
   flags.Seconds("--start-timeout", &o.start_timeout_s, "600");
@@ -56,6 +57,7 @@ Result<Command> ParseRun(const std::vector<std::string>& args) {
     command.help_text = RunUsage();
     return command;
   }
+  if (zero) o.zero = *zero == 1;
   o.gpus_per_node_given = o.gpus_per_node > 0;
   if (!o.gpus_per_node_given) o.gpus_per_node = 1;
   if (launcher == "srun") {
@@ -218,20 +220,22 @@ std::string RunUsage() {
          "  --chunk-size M        micro-batch size (default: planned, or about 4 P\n"
          "                        micro-batches per replica with --nstages)\n"
          "  --gpus-per-node N     slots of a machine line without slots= (default 1)\n"
-         "  --max-steps N         train N steps (default 0: the program's own default)\n"
+         "  --max-steps N         train N steps (default: the program's own)\n"
          "  --run-dir DIR         run directory (default mitra-run); an existing run\n"
          "                        directory is continued from its newest checkpoint\n"
          "  --checkpoint-dir DIR  checkpoints (default RUN_DIR/checkpoints)\n"
-         "  --checkpoint-every N  checkpoint every N steps (default: only at the end and\n"
-         "                        on stop)\n"
-         "  --keep-checkpoints K  complete checkpoints kept (default 3)\n"
+         "  --checkpoint-every N  checkpoint every N steps (default: the program's own,\n"
+         "                        which is only at the end and on stop unless it says)\n"
+         "  --keep-checkpoints K  complete checkpoints kept (default: the program's own, 3\n"
+         "                        unless it says)\n"
          "  --threads N           MITRA_THREADS for the workers (default: inherited, else 1)\n"
          "  --timeout S           MITRA_TIMEOUT_S for the workers (default: inherited, else 30)\n"
          "  --precision P         MITRA_PRECISION for the workers: fp32, bf16 (autocast, fp32\n"
          "                        master weights) or fp16 (a GPU only; dynamic loss scaling)\n"
          "                        (default: the program's own)\n"
          "  --zero 0|1            MITRA_ZERO for the workers: 1 shards the optimizer state\n"
-         "                        over each stage's replicas (ZeRO-1) (default: the program's)\n"
+         "                        over each stage's replicas (ZeRO-1) (default: the planner's\n"
+         "                        choice, else the program's)\n"
          "  --stop-timeout S      seconds a stop may take before the workers are killed "
          "(default 60)\n"
          "  --max-restarts N      unplanned restarts (failures) allowed within 10 minutes\n"

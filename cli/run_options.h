@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,14 +28,14 @@ struct RunOptions {
   int gpus_per_node = 1;              // --gpus-per-node: slots of a machine line without slots=
   bool gpus_per_node_given = false;   // --machines slurm: it overrides the allocation's tasks
   Launcher launcher = Launcher::kSsh;  // --launcher ssh|srun
-  int64_t max_steps = 0;              // --max-steps: 0 = the program's own default
+  std::optional<int64_t> max_steps;   // --max-steps; unset: the program's own
   std::string run_dir = "mitra-run";  // --run-dir
   std::string checkpoint_dir;         // --checkpoint-dir: "" = RUN_DIR/checkpoints
-  int64_t checkpoint_every = 0;       // --checkpoint-every: 0 = at the end and on stop only
-  int keep_checkpoints = 3;           // --keep-checkpoints
+  std::optional<int64_t> checkpoint_every;  // --checkpoint-every; unset: the program's own
+  std::optional<int64_t> keep_checkpoints;  // --keep-checkpoints; unset: the program's own
   int threads = 0;                    // --threads: 0 = MITRA_THREADS from the environment, else 1
   std::string precision;              // --precision fp32|bf16|fp16: MITRA_PRECISION; "" = the program's
-  int64_t zero = -1;                  // --zero 0|1: MITRA_ZERO (ZeRO-1); -1 = the program's own
+  std::optional<bool> zero;           // --zero 0|1: ZeRO-1; unset: the planner's, or the program's
   double timeout_s = 0;        // --timeout: 0 = MITRA_TIMEOUT_S from the environment, else 30
   double stop_timeout_s = 60;  // --stop-timeout: how long a stop may take before kill
   int max_restarts = 5;        // --max-restarts: unplanned restarts allowed within 10 minutes

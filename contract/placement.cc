@@ -38,6 +38,27 @@ Status ReadInt(const Environment& env, const char* name, int64_t min, Int* out) 
   return Status::Ok();
 }
 
+// An optional setting: set when `name` is.
+template <typename Int>
+Status ReadInt(const Environment& env, const char* name, int64_t min, std::optional<Int>* out) {
+  if (!Find(env, name)) return Status::Ok();
+  Int value{};
+  Status s = ReadInt(env, name, min, &value);
+  if (s.ok()) *out = value;
+  return s;
+}
+
+// 0 or 1, when `name` is set.
+Status ReadBit(const Environment& env, const char* name, std::optional<bool>* out) {
+  const std::string* v = Find(env, name);
+  if (!v) return Status::Ok();
+  if (*v != "0" && *v != "1") {
+    return Status::InvalidArgument(std::string(name) + "='" + *v + "' is not 0 or 1");
+  }
+  *out = *v == "1";
+  return Status::Ok();
+}
+
 Status ReadSeconds(const Environment& env, const char* name, bool zero_allowed, double* out) {
   const std::string* v = Find(env, name);
   if (!v) return Status::Ok();
@@ -150,8 +171,8 @@ Result<Placement> Placement::FromEnvironment() { return FromEnvironment(ProcessE
 Result<Placement> Placement::FromEnvironment(const Environment& env) {
   Placement p;
   for (Status s : {ReadInt(env, kRank, 0, &p.rank), ReadInt(env, kLocalRank, 0, &p.local_rank),
-                   ReadInt(env, kChunkSize, 0, &p.chunk_size),
-                   ReadInt(env, kGlobalBatch, 0, &p.global_batch),
+                   ReadInt(env, kChunkSize, 1, &p.chunk_size),
+                   ReadInt(env, kGlobalBatch, 1, &p.global_batch),
                    ReadInt(env, kMaxSteps, 0, &p.max_steps),
                    ReadInt(env, kResumeStep, 0, &p.resume_step),
                    ReadInt(env, kRdzvPort, 0, &p.rdzv_port),
@@ -160,7 +181,8 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
                    ReadInt(env, kCheckpointEvery, 0, &p.checkpoint_every),
                    ReadInt(env, kKeepCheckpoints, 0, &p.keep_checkpoints),
                    ReadSeconds(env, kTimeoutS, /*zero_allowed=*/false, &p.timeout_s),
-                   ReadSeconds(env, kHeartbeatS, /*zero_allowed=*/true, &p.heartbeat_s)}) {
+                   ReadSeconds(env, kHeartbeatS, /*zero_allowed=*/true, &p.heartbeat_s),
+                   ReadBit(env, kZero, &p.zero), ReadBit(env, kRecompute, &p.recompute)}) {
     if (!s.ok()) return s;
   }
   p.standalone = Find(env, kRank) == nullptr;
@@ -198,24 +220,9 @@ Result<Placement> Placement::FromEnvironment(const Environment& env) {
     if (Status s = CheckDevice(p.device, kDevice); !s.ok()) return s;
   }
   if (Status s = ReadInts(env, kShares, ',', &p.shares); !s.ok()) return s;
-  if (const std::string* v = Find(env, kZero)) {
-    if (*v != "0" && *v != "1") {
-      return Status::InvalidArgument("MITRA_ZERO='" + *v + "' is not 0 or 1");
-    }
-    p.zero = *v == "1";
-  }
-  if (const std::string* v = Find(env, kRecompute)) {
-    if (*v != "0" && *v != "1") {
-      return Status::InvalidArgument("MITRA_RECOMPUTE='" + *v + "' is not 0 or 1");
-    }
-    p.recompute = *v == "1";
-  }
-  if (const std::string* v = Find(env, kPark)) {
-    if (*v != "0" && *v != "1") {
-      return Status::InvalidArgument("MITRA_PARK='" + *v + "' is not 0 or 1");
-    }
-    p.park = *v == "1";
-  }
+  std::optional<bool> park;
+  if (Status s = ReadBit(env, kPark, &park); !s.ok()) return s;
+  p.park = park.value_or(false);
   if (p.rdzv_port == 0) {
     if (!p.standalone) {
       return Status::InvalidArgument("MITRA_RDZV_PORT is not set: the manager passes it");
@@ -233,9 +240,12 @@ Environment Placement::ToEnvironment() const {
   env[kLocalRank] = std::to_string(local_rank);
   env[kWorldSize] = std::to_string(world_size());
   env[kStageToRankMap] = stage_map.ToString();
-  env[kChunkSize] = std::to_string(chunk_size);
-  env[kGlobalBatch] = std::to_string(global_batch);
-  env[kMaxSteps] = std::to_string(max_steps);
+  const auto set = [&env](const char* name, const auto& value) {
+    if (value) env[name] = std::to_string(*value);
+  };
+  set(kChunkSize, chunk_size);
+  set(kGlobalBatch, global_batch);
+  set(kMaxSteps, max_steps);
   env[kResumeStep] = std::to_string(resume_step);
   env[kRdzvHost] = rdzv_host;
   env[kRdzvPort] = std::to_string(rdzv_port);
@@ -247,11 +257,11 @@ Environment Placement::ToEnvironment() const {
   env[kHeartbeatS] = SecondsText(heartbeat_s);
   env[kRunDir] = run_dir;
   if (!checkpoint_dir.empty()) env[kCheckpointDir] = checkpoint_dir;
-  if (checkpoint_every >= 0) env[kCheckpointEvery] = std::to_string(checkpoint_every);
-  if (keep_checkpoints >= 0) env[kKeepCheckpoints] = std::to_string(keep_checkpoints);
+  set(kCheckpointEvery, checkpoint_every);
+  set(kKeepCheckpoints, keep_checkpoints);
   if (!schedule.empty()) env[kSchedule] = schedule;
-  if (recompute >= 0) env[kRecompute] = recompute ? "1" : "0";
-  if (zero >= 0) env[kZero] = zero ? "1" : "0";
+  set(kRecompute, recompute);
+  set(kZero, zero);
   if (!partition.empty()) env[kPartition] = partition;
   if (!shares.empty()) env[kShares] = Joined(shares, ',');
   if (!step_trace.empty()) env[kStepTrace] = step_trace;

@@ -79,7 +79,7 @@ struct ControllerOptions {
   std::vector<int64_t> segment_weights;
   int64_t global_batch = 0;  // B: the same in every shape
   int chunk_size = 0;        // 0: DefaultChunkSize for each shape
-  int zero = -1;             // ZeRO-1 as `mitra run --zero` fixed it; -1: the planner's choice
+  std::optional<bool> zero;  // ZeRO-1 as `mitra run --zero` fixed it; unset: the planner's
   int64_t max_steps = 0;     // for records only
   std::string program;       // the workers' program, for records only (RunLoop sets it)
   int64_t start_step = 0;    // the step the job continues from (its newest checkpoint)

@@ -30,7 +30,7 @@ struct PlanRequest {
   int64_t chunk_size = 0;  // > 0: the job's micro-batch is fixed; only it is tried
   bool chunk_kept = false;  // the chosen micro-batch stays for the job (GridRequest::chunk_kept)
   int stages = 0;          // > 0: only this P
-  int zero = -1;           // ZeRO-1: 0 never, 1 always (D > 1), -1 where a shape needs it to fit
+  std::optional<bool> zero;  // ZeRO-1: never, always (D > 1); unset: where a shape needs it
   std::vector<ScheduleKind> schedules = {ScheduleKind::k1F1B,  ScheduleKind::kGPipe,
                                          ScheduleKind::kVaruna, ScheduleKind::kZbH1,
                                          ScheduleKind::kInterleaved, ScheduleKind::kZbV};

@@ -161,8 +161,8 @@ std::vector<int> StagePartition(const Profile& profile,
 // ZeRO-1 with `d` replicas: as the request fixes it, else without and then with (an option with
 // it is simulated only when the shape does not fit without: SearchShapes).
 std::vector<bool> ZeroChoices(const PlanRequest& request, int d) {
-  if (d == 1 || request.zero == 0) return {false};
-  if (request.zero == 1) return {true};
+  if (d == 1 || request.zero == false) return {false};
+  if (request.zero == true) return {true};
   return {false, true};
 }
 

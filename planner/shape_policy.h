@@ -36,7 +36,7 @@ struct ShapeRequest {
   int chunk_size = 0;                  // > 0: fixed for the job; 0: chosen for each shape
   bool chunk_kept = false;             // the chunk chosen now stays (GridRequest::chunk_kept)
   std::vector<SpeedCorrection> corrections;  // PlannedShapePolicy only
-  int zero = -1;  // PlannedShapePolicy only: PlanRequest::zero
+  std::optional<bool> zero;  // PlannedShapePolicy only: PlanRequest::zero
 };
 
 // `profile` with `corrections` applied, each to the machine of its address; a machine that was

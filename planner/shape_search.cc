@@ -95,7 +95,7 @@ Result<PlanResult> SearchShapes(const PlanRequest& request, const std::vector<Sh
         std::make_tuple(c.stages, c.replicas, c.chunk_size, c.schedule, c.partition.size());
     // Recomputation and ZeRO-1 only for a shape that fits no cheaper way (the options of one
     // shape come in that order: ZeRO-1 before recomputation, which bounds above).
-    if ((c.recompute || (c.zero && request.zero != 1)) && fitted.count(shape)) continue;
+    if ((c.recompute || (c.zero && request.zero != true)) && fitted.count(shape)) continue;
     const int world = c.stages * c.replicas;
     auto machines = placed.find(world);
     if (machines == placed.end()) {

@@ -32,8 +32,6 @@ void AskForHugePages(Environment& env) {
 
 contract::Placement JobPlacement() {
   contract::Placement p;
-  p.checkpoint_every = 0;
-  p.keep_checkpoints = 3;
   p.job_token = rendezvous::JobToken::Generate().Hex();
   return p;
 }
@@ -48,12 +46,12 @@ Environment WorkerEnvironment(const Environment& base, const GridPlan& plan,
   p.local_rank = placement.local_rank;
   p.host = host;
   p.stage_map = plan.stage_map;
-  p.chunk_size = plan.chunk_size;
-  p.global_batch = plan.global_batch;
+  if (plan.chunk_size > 0) p.chunk_size = plan.chunk_size;
+  if (plan.global_batch > 0) p.global_batch = plan.global_batch;
   if (plan.schedule) {
     p.schedule = planner::ScheduleName(*plan.schedule);
-    p.recompute = plan.recompute ? 1 : 0;
-    p.zero = plan.zero ? 1 : 0;
+    p.recompute = plan.recompute;
+    p.zero = plan.zero;
   }
   p.partition = plan.partition;
   p.shares = plan.shares;

@@ -46,8 +46,8 @@ Result<Settings> ReadSettings(const Placement& placement, const RuntimeOptions& 
         "mitra profile measures segments on the CPU only, and this program computes on a GPU "
         "(--device cuda): give mitra run --nstages P (and --chunk-size) for a job on GPUs");
   }
-  const int64_t batch = std::max<int64_t>(
-      1, placement.global_batch > 0 ? placement.global_batch : options.global_batch);
+  const int64_t batch =
+      std::max<int64_t>(1, placement.global_batch.value_or(options.global_batch));
   Result<contract::ProfileRequest> request =
       contract::ProfileRequest::FromEnvironment(contract::ProcessEnvironment());
   if (!request.ok()) return request.status();

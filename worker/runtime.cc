@@ -73,8 +73,8 @@ Result<RuntimeOptions> WithPlacement(RuntimeOptions options, const Placement& pl
     if (!kind.ok()) return bad("MITRA_SCHEDULE", kind.status());
     options.schedule = *kind;
   }
-  if (placement.recompute >= 0) options.recompute = placement.recompute == 1;
-  if (placement.zero >= 0) options.zero = placement.zero;
+  options.recompute = placement.recompute.value_or(options.recompute);
+  if (placement.zero) options.zero = *placement.zero ? 1 : 0;
   if (!placement.partition.empty()) {
     auto method = cutpoint::ParsePartitionMethod(placement.partition);
     if (!method.ok()) return bad("MITRA_PARTITION", method.status());
@@ -90,8 +90,8 @@ Result<RuntimeOptions> WithPlacement(RuntimeOptions options, const Placement& pl
     if (!device.ok()) return bad("MITRA_DEVICE", device.status());
     options.device = *device;
   }
-  if (placement.global_batch > 0) options.global_batch = placement.global_batch;
-  if (placement.chunk_size > 0) options.chunk_size = placement.chunk_size;
+  options.global_batch = placement.global_batch.value_or(options.global_batch);
+  options.chunk_size = placement.chunk_size.value_or(options.chunk_size);
   return options;
 }
 

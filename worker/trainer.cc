@@ -101,6 +101,12 @@ void ReportMemory(int rank) {
   Emit(contract::message::Memory{rank, memory->resident_bytes, memory->huge_page_bytes});
 }
 
+// A setting's value as ManagerOverrides says it ("zero 1").
+std::string Text(const std::string& value) { return value; }
+std::string Text(int64_t value) { return std::to_string(value); }
+std::string Text(int value) { return std::to_string(value); }
+std::string Text(bool value) { return value ? "1" : "0"; }
+
 // What `mitra run` set in the placement instead of what the program set: each setting the
 // program changed from its default that the manager set to another value, as "checkpoint_every
 // 100 (--checkpoint-every) instead of the program's 50". Said once, so that no setting is
@@ -108,42 +114,35 @@ void ReportMemory(int rank) {
 std::vector<std::string> ManagerOverrides(const TrainerOptions& program, const Placement& p) {
   const TrainerOptions defaults;
   std::vector<std::string> out;
-  auto note = [&out](bool replaced, const char* name, const std::string& theirs, const char* flag,
-                     const std::string& mine) {
-    if (replaced) {
-      out.push_back(std::string(name) + " " + theirs + " (" + flag + ") instead of the program's " +
-                    mine);
+  // The placement's `theirs`, when set, replaces the program's `mine`: said when the program
+  // changed it from the default and the two differ.
+  auto note = [&out](const auto& theirs, const auto& mine, const auto& by_default,
+                     const char* name, const char* flag) {
+    if (theirs && mine != by_default && mine != *theirs) {
+      out.push_back(std::string(name) + " " + Text(*theirs) + " (" + flag +
+                    ") instead of the program's " + Text(mine));
     }
   };
   const CheckpointOptions& ck = program.checkpoint;
   const RuntimeOptions& rt = program.runtime;
-  note(p.checkpoint_every >= 0 && ck.every != defaults.checkpoint.every &&
-           ck.every != p.checkpoint_every,
-       "checkpoint_every", std::to_string(p.checkpoint_every), "--checkpoint-every",
-       std::to_string(ck.every));
-  note(p.keep_checkpoints >= 0 && ck.keep != defaults.checkpoint.keep &&
-           ck.keep != p.keep_checkpoints,
-       "keep_checkpoints", std::to_string(p.keep_checkpoints), "--keep-checkpoints",
-       std::to_string(ck.keep));
-  note(!p.checkpoint_dir.empty() && !ck.dir.empty() && ck.dir != p.checkpoint_dir,
-       "checkpoint_dir", p.checkpoint_dir, "--checkpoint-dir, or the run directory's", ck.dir);
-  note(p.max_steps > 0 && program.max_steps != defaults.max_steps &&
-           program.max_steps != p.max_steps,
-       "max_steps", std::to_string(p.max_steps), "--max-steps", std::to_string(program.max_steps));
-  note(p.global_batch > 0 && rt.global_batch != defaults.runtime.global_batch &&
-           rt.global_batch != p.global_batch,
-       "batch_size", std::to_string(p.global_batch), "--batch-size",
-       std::to_string(rt.global_batch));
-  note(p.chunk_size > 0 && rt.chunk_size != defaults.runtime.chunk_size &&
-           rt.chunk_size != p.chunk_size,
-       "chunk_size", std::to_string(p.chunk_size), "--chunk-size, or the plan's",
-       std::to_string(rt.chunk_size));
-  if (!p.precision.empty() && rt.precision != defaults.runtime.precision) {
-    const std::string mine = contract::PrecisionName(rt.precision);
-    note(p.precision != mine, "precision", p.precision, "--precision", mine);
-  }
-  note(p.zero >= 0 && rt.zero != defaults.runtime.zero && rt.zero != p.zero, "zero",
-       std::to_string(p.zero), "--zero, or the plan's", std::to_string(rt.zero));
+  const auto named = [](const std::string& name) {
+    return name.empty() ? std::nullopt : std::optional<std::string>(name);
+  };
+  note(p.checkpoint_every, ck.every, defaults.checkpoint.every, "checkpoint_every",
+       "--checkpoint-every");
+  note(p.keep_checkpoints, int64_t{ck.keep}, int64_t{defaults.checkpoint.keep}, "keep_checkpoints",
+       "--keep-checkpoints");
+  note(named(p.checkpoint_dir), ck.dir, std::string(), "checkpoint_dir",
+       "--checkpoint-dir, or the run directory's");
+  note(p.max_steps, program.max_steps, defaults.max_steps, "max_steps", "--max-steps");
+  note(p.global_batch, rt.global_batch, defaults.runtime.global_batch, "batch_size",
+       "--batch-size");
+  note(p.chunk_size, rt.chunk_size, defaults.runtime.chunk_size, "chunk_size",
+       "--chunk-size, or the plan's");
+  note(named(p.precision), std::string(contract::PrecisionName(rt.precision)),
+       std::string(contract::PrecisionName(defaults.runtime.precision)), "precision",
+       "--precision");
+  note(p.zero, rt.zero != 0, defaults.runtime.zero != 0, "zero", "--zero, or the plan's");
   return out;
 }
 
@@ -360,8 +359,8 @@ void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
 CheckpointOptions Trainer::CheckpointOptionsFor(const Placement& placement) const {
   CheckpointOptions ck = options_.checkpoint;
   if (!placement.checkpoint_dir.empty()) ck.dir = placement.checkpoint_dir;
-  if (placement.checkpoint_every >= 0) ck.every = placement.checkpoint_every;
-  if (placement.keep_checkpoints >= 0) ck.keep = static_cast<int>(placement.keep_checkpoints);
+  if (placement.checkpoint_every) ck.every = *placement.checkpoint_every;
+  if (placement.keep_checkpoints) ck.keep = static_cast<int>(*placement.keep_checkpoints);
   return ck;
 }
 
@@ -436,7 +435,7 @@ Trainer::Ended Trainer::Train(const Placement& placement, StepTimes* times) {
 }
 
 Trainer::Ended Trainer::Train(const Placement& placement, Runtime& rt, StepTimes* times) {
-  const int64_t max_steps = placement.max_steps > 0 ? placement.max_steps : options_.max_steps;
+  const int64_t max_steps = placement.max_steps.value_or(options_.max_steps);
   Announce(placement, rt);
 
   const CheckpointOptions ck = CheckpointOptionsFor(placement);

@@ -104,7 +104,11 @@ TEST(RunOptions, HasDefaults) {
   EXPECT_TRUE(o.profile_dir.empty());
   EXPECT_EQ(o.chunk_size, 0);
   EXPECT_EQ(o.gpus_per_node, 1);
-  EXPECT_EQ(o.max_steps, 0);
+  // Not given: the program's own (one spelling, std::nullopt, down to the worker).
+  EXPECT_EQ(o.max_steps, std::nullopt);
+  EXPECT_EQ(o.checkpoint_every, std::nullopt);
+  EXPECT_EQ(o.keep_checkpoints, std::nullopt);
+  EXPECT_EQ(o.zero, std::nullopt);
   EXPECT_EQ(o.run_dir, "mitra-run");
   EXPECT_EQ(o.threads, 0);
   EXPECT_EQ(o.timeout_s, 0);

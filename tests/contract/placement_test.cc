@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "contract/variables.h"
+
 namespace mitra::contract {
 namespace {
 
@@ -81,9 +83,17 @@ TEST(Placement, AProgramStartedByHandRunsAloneWithAFreePort) {
   EXPECT_EQ(p->world_size(), 1);
   EXPECT_GT(p->rdzv_port, 0);
   EXPECT_EQ(p->heartbeat_s, 1);
-  EXPECT_EQ(p->checkpoint_every, -1);  // the program's own setting
-  EXPECT_EQ(p->recompute, -1);
-  EXPECT_EQ(p->zero, -1);
+  // The program's own settings, which a manager that leaves them unset does not write.
+  EXPECT_EQ(p->checkpoint_every, std::nullopt);
+  EXPECT_EQ(p->keep_checkpoints, std::nullopt);
+  EXPECT_EQ(p->max_steps, std::nullopt);
+  EXPECT_EQ(p->recompute, std::nullopt);
+  EXPECT_EQ(p->zero, std::nullopt);
+  const Environment written = Placement{}.ToEnvironment();
+  for (const char* unset : {kCheckpointEvery, kKeepCheckpoints, kMaxSteps, kChunkSize,
+                            kGlobalBatch, kRecompute, kZero}) {
+    EXPECT_EQ(written.count(unset), 0u) << unset;
+  }
 }
 
 TEST(Placement, MalformedVariablesAreNamed) {

@@ -392,7 +392,7 @@ TEST(Planner, ZeroOneIsChosenWhereAShapeFitsOnlyWithIt) {
     }
   }
 
-  request.zero = 0;
+  request.zero = false;
   Result<PlanResult> refused = PlanShapes(request);
   ASSERT_TRUE(refused.ok()) << refused.status().message();
   for (const PlannedShape& s : refused->candidates) EXPECT_EQ(s.candidate.replicas, 1);

@@ -1,5 +1,6 @@
 """Trainer.run() alone (1 x 1, in this process): one storage with the Python modules,
 BatchNorm buffers and Python optimizers in checkpoints, export and InferenceModel."""
+import inspect
 import json
 import os
 import re
@@ -225,6 +226,23 @@ def test_the_step_hook_sees_every_step_once_across_a_morph(tmp_path):
     assert all(len(v) == 1 for v in losses.values()), losses
 
 
+def test_a_setting_mitra_run_is_not_given_stays_the_programs(tmp_path):
+    """Without --checkpoint-every, mitra run leaves the interval to the program: its
+    checkpoint_every=3 checkpoints steps 3 and 6 (and 7, the end), and nothing is said replaced."""
+    machines = tmp_path / "machines.txt"
+    machines.write_text("localhost slots=1\n")
+    run_dir = tmp_path / "run"
+    from conftest import PYTHON, run_mitra
+    r = run_mitra(["run", "--machines", str(machines), "--batch-size", "16", "--nstages", "1",
+                   "--run-dir", str(run_dir), "--", PYTHON, os.path.join(HERE, "mlp_worker.py"),
+                   "--steps", "7", "--checkpoint-every", "3"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    steps = sorted(int(d.name.split("-")[1]) for d in (run_dir / "checkpoints").iterdir()
+                   if d.name.startswith("step-"))
+    assert steps == [3, 6, 7], steps
+    assert "settings_replaced" not in (run_dir / "events.jsonl").read_text()
+
+
 def test_a_bad_name_is_refused_when_the_trainer_is_made_naming_the_choices():
     with pytest.raises(ValueError, match=r"schedule: unknown schedule 'zb-x' \(expected gpipe, "
                                          r"1f1b, varuna, zb-h1, interleaved or zb-v\)"):
@@ -238,18 +256,59 @@ def test_a_bad_name_is_refused_when_the_trainer_is_made_naming_the_choices():
             mitra.Trainer(mlp_spec(), Blobs(), **{key: value})
 
 
-def test_the_options_defaults_are_the_runtimes_and_the_docs_list_them():
+def test_the_options_defaults_are_the_runtimes_and_the_signature_shows_them():
     defaults = mitra.trainer.DEFAULTS
     assert (defaults["schedule"], defaults["partition"], defaults["precision"],
-            defaults["sampler"], defaults["batch_size"]) == ("1f1b", "uniform", "fp32",
-                                                              "shuffled", 32)
+            defaults["sampler"], defaults["batch_size"], defaults["loss_scale"]) == (
+                "1f1b", "uniform", "fp32", "shuffled", 32, None)
     assert (mitra.trainer.OPTIONS["schedule"] ==
             "gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v (default 1f1b)")
-    # docs/python.md's table of keywords is OPTIONS, word for word ('|' escaped in the table).
-    with open(os.path.join(SOURCE_DIR, "docs", "python.md")) as f:
-        section = f.read().split("### Trainer options")[1].split("\n#")[0]
-    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", section, re.M)
-    assert {key: text.replace("\\|", "|") for key, text in rows} == mitra.trainer.OPTIONS
+    # help(mitra.Trainer) and an IDE see every keyword with its default, keyword-only.
+    parameters = inspect.signature(mitra.Trainer.__init__).parameters
+    keywords = {name: p.default for name, p in parameters.items()
+                if p.kind == inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == defaults
+    assert list(keywords) == list(mitra.trainer.OPTIONS)
+    assert "batch_size: global batch in samples (default 32)" in mitra.Trainer.__init__.__doc__
+
+
+def trainer_options(*args, env=None):
+    return subprocess.run(["/usr/bin/python3", os.path.join(SOURCE_DIR, "scripts",
+                                                            "trainer-options"), *args],
+                          capture_output=True, text=True, env=env)
+
+
+def test_the_signature_and_the_docs_table_are_made_from_the_option_table(tmp_path):
+    """scripts/trainer-options --check finds python/mitra/trainer.py's signature and
+    docs/python.md's table as the table makes them; the guard: a copy with one default changed
+    and one row of the docs gone is found stale, both files named."""
+    checked = trainer_options("--check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for part, old, new in [("python/mitra/trainer.py", "batch_size=32,", "batch_size=33,"),
+                           ("docs/python.md", "| `seed` |", "| `sed` |")]:
+        with open(os.path.join(SOURCE_DIR, part)) as f:
+            text = f.read()
+        assert old in text
+        (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / part).write_text(text.replace(old, new))
+    stale = trainer_options("--check", "--source", str(tmp_path))
+    assert stale.returncode == 1, stale.stdout + stale.stderr
+    assert "trainer.py" in stale.stdout and "python.md" in stale.stdout
+    # Without --check it writes them as they should be.
+    assert trainer_options("--source", str(tmp_path)).returncode == 0
+    assert trainer_options("--check", "--source", str(tmp_path)).returncode == 0
+
+
+def test_a_value_of_another_type_or_out_of_range_is_refused_saying_what_to_give():
+    for options, error, says in [
+            (dict(batch_size="32"), TypeError, "batch_size takes a whole number, not '32'"),
+            (dict(batch_size=0), ValueError, "batch_size: '0' is not a whole number >= 1"),
+            (dict(zero=2), ValueError, "zero: '2' is not a whole number from 0 to 1"),
+            (dict(recompute=1), TypeError, "recompute takes True or False, not 1"),
+            (dict(lr=-0.1), ValueError, "lr: '-0.1' is not a number >= 0"),
+            (dict(betas=0.9), TypeError, "betas takes two numbers, not 0.9")]:
+        with pytest.raises(error, match=re.escape("mitra.Trainer: " + says)):
+            mitra.Trainer(mlp_spec(), Blobs(), **options)
 
 
 class Sequential:

@@ -20,13 +20,15 @@ namespace mitra::contract {
 
 using Environment = std::map<std::string, std::string>;
 
+// A setting the manager may leave to the program is a std::optional (or, for a name or a
+// path, empty): unset, its variable is absent and the program's own setting holds.
 struct Placement {
   int rank = 0;
   int local_rank = 0;
   StageMap stage_map = StageMap::Default(1, 1);
-  int chunk_size = 0;          // micro-batch size; 0: the program's default
-  int64_t global_batch = 0;    // 0: the program's default
-  int64_t max_steps = 0;       // 0: the program's default
+  std::optional<int> chunk_size;        // micro-batch size
+  std::optional<int64_t> global_batch;  // in samples
+  std::optional<int64_t> max_steps;
   int64_t resume_step = 0;
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 0;
@@ -39,14 +41,13 @@ struct Placement {
   double timeout_s = 30;           // every blocking wait
   double heartbeat_s = 1;          // between heartbeat records; 0: none
   std::string run_dir;
-  std::string checkpoint_dir;      // empty: the program's own setting
-  int64_t checkpoint_every = -1;   // -1: the program's own setting
-  int64_t keep_checkpoints = -1;   // -1: the program's own setting
+  std::string checkpoint_dir;
+  std::optional<int64_t> checkpoint_every;  // 0: only at the end and on stop
+  std::optional<int64_t> keep_checkpoints;  // 0: every one
   bool standalone = true;          // not started by the manager
-  // The planner's choices (MITRA_SCHEDULE, MITRA_RECOMPUTE, MITRA_PARTITION); empty or unset:
-  // the program's own settings.
+  // The planner's choices (MITRA_SCHEDULE, MITRA_RECOMPUTE, MITRA_PARTITION).
   std::string schedule;
-  int recompute = -1;  // -1 unset, else 0 or 1
+  std::optional<bool> recompute;
   std::string partition;
   // MITRA_SHARES ("5,3"): each data-parallel replica's micro-batches of a step; empty: even
   // (mitra/planner/batch_split.h).
@@ -57,10 +58,10 @@ struct Placement {
   // exiting (worker/parking.h).
   bool park = false;
   // MITRA_PRECISION (fp32 | bf16 | fp16) and MITRA_DEVICE (cpu | cuda): what `mitra run
-  // --precision` asked for; empty: the program's own settings.
+  // --precision` asked for.
   std::string precision;
   std::string device;
-  int zero = -1;  // MITRA_ZERO: -1 unset (the program's own), else 0 or 1 (ZeRO-1)
+  std::optional<bool> zero;  // MITRA_ZERO: ZeRO-1
 
   int stage() const { return stage_map.PositionOf(rank).stage; }
   int replica() const { return stage_map.PositionOf(rank).replica; }
@@ -74,8 +75,8 @@ struct Placement {
   // The same, from `env`.
   static Result<Placement> FromEnvironment(const Environment& env);
 
-  // The variables a manager sets for this placement (every field; unset optional ones, such
-  // as an empty schedule, are left out).
+  // The variables a manager sets for this placement (every field; the unset ones and the
+  // empty names are left out).
   Environment ToEnvironment() const;
 };
 
