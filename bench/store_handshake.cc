@@ -18,7 +18,7 @@
 #include "mitra/worker/placement.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/store_server.h"
-#include "worker/job_store.h"
+#include "worker/comm/job_store.h"
 
 namespace {
 

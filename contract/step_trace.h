@@ -1,5 +1,5 @@
 // A rank's traced step (logs/gen-G/rank-R.trace.json, docs/mitra-run.md): written by the worker
-// (worker/step_trace.h), read by `mitra report` and `mitra plan --validate` (through
+// (worker/step/step_trace.h), read by `mitra report` and `mitra plan --validate` (through
 // records/reader.h), in one format, spelled here once.
 //
 // The file is a chrome trace (chrome://tracing, Perfetto): a metadata event naming the thread

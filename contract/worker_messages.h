@@ -2,10 +2,10 @@
 // one struct per kind of `@mitra` record, each JSON field named once in its Fields()
 // (common/json_fields.h), and WorkerMessage, the variant of them all.
 //
-// The worker writes a message with MessageLine (worker/report.h prints it); the manager reads a
-// line with ParseWorkerMessage, once, and dispatches on the variant (run/run_loop_output.cc), so
-// a field or a kind renamed here is renamed for both, and a kind added here fails to compile in
-// every std::visit that does not say what it does with it. contract_test holds each kind and
+// The worker writes a message with MessageLine (worker/comm/report.h prints it); the manager
+// reads a line with ParseWorkerMessage, once, and dispatches on the variant
+// (run/run_loop_output.cc), so a field or a kind renamed here is renamed for both, and a kind
+// added here fails to compile in every std::visit that does not say what it does with it. contract_test holds each kind and
 // its fields against the docs' table, both ways.
 //
 // Reading is lenient, as for the run directory's records: a worker may be a program of the

@@ -1,5 +1,5 @@
 // StoreClient: one connection to the job's rendezvous store (store_server.h), proven with the
-// job token. worker/job_store.h puts c10d's Store interface on it.
+// job token. worker/comm/job_store.h puts c10d's Store interface on it.
 #pragma once
 
 #include <chrono>

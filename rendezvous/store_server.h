@@ -1,6 +1,6 @@
 // StoreServer: the job's rendezvous store, hosted by rank 0 (docs/security.md). The ranks'
 // process groups meet through it (Gloo's addresses) and the checkpointer counts its votes in
-// it; worker/job_store.h puts c10d's Store interface on a client of it.
+// it; worker/comm/job_store.h puts c10d's Store interface on a client of it.
 //
 // It admits only the job's own: every connection must prove the job token (wire.h) within
 // handshake_timeout_s or is closed, and each frame is checked against the session's key. It

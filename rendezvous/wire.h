@@ -92,7 +92,7 @@ class Channel {
 
 // ---- Requests and responses ------------------------------------------------------------
 
-// What c10d::Store asks (worker/job_store.h maps each call to one of these).
+// What c10d::Store asks (worker/comm/job_store.h maps each call to one of these).
 enum class Op : uint8_t {
   kSet = 1,         // keys[0] = value
   kGet = 2,         // keys[0]'s value, or kNotFound

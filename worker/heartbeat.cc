@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "worker/report.h"
+#include "worker/comm/report.h"
 
 namespace mitra::worker {
 

@@ -7,7 +7,7 @@
 
 #include "checkpoint/store.h"
 #include "common/file_system.h"
-#include "worker/checkpointer.h"
+#include "worker/state/checkpointer.h"
 
 namespace mitra::worker {
 namespace fs = std::filesystem;

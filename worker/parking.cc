@@ -11,7 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "contract/park.h"
-#include "worker/report.h"
+#include "worker/comm/report.h"
 
 namespace mitra::worker {
 namespace {

@@ -12,7 +12,7 @@
 
 namespace mitra::worker {
 
-// What a parked worker holds in memory (worker/held_state.h): the state of segments
+// What a parked worker holds in memory (worker/step/held_state.h): the state of segments
 // [first, end) after `step` steps, `bytes` in all; step -1 when nothing.
 struct ParkedHolding {
   int64_t step = -1;

@@ -18,11 +18,11 @@
 #include "common/free_port.h"
 #include "common/median.h"
 #include "mitra/cutpoint/linear.h"
+#include "mitra/worker/backend.h"
 #include "planner/profile.h"
 #include "planner/sharing.h"
-#include "mitra/worker/backend.h"
-#include "worker/comm.h"
-#include "worker/report.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/report.h"
 
 namespace mitra::worker {
 namespace {

@@ -18,17 +18,17 @@
 #include "checkpoint/torch_zip.h"
 #include "common/strings.h"
 #include "mitra/contract/placement.h"
-#include "worker/checkpointer.h"
-#include "worker/comm.h"
 #include "mitra/worker/stage.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/report.h"
 #include "worker/heap.h"
 #include "worker/heartbeat.h"
-#include "worker/held_state.h"
 #include "worker/parking.h"
 #include "worker/profiler.h"
-#include "worker/report.h"
-#include "worker/staging_pool.h"
-#include "worker/state_exchange.h"
+#include "worker/state/checkpointer.h"
+#include "worker/state/staging_pool.h"
+#include "worker/state/state_exchange.h"
+#include "worker/step/held_state.h"
 
 namespace mitra::worker {
 namespace {

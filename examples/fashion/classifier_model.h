@@ -7,13 +7,13 @@
 //
 // BatchNorm makes every sample's result depend on the others in its micro-batch, so the model
 // is not micro-batch independent: the micro-batch size is fixed for the job, and mitra keeps
-// the replicas' running statistics equal (worker/buffer_sync.h).
+// the replicas' running statistics equal (worker/step/buffer_sync.h).
 #pragma once
 
 #include <cstdint>
 
 #include "mitra/cutpoint/model.h"
-#include "worker/pipeline.h"
+#include "worker/step/pipeline.h"
 
 namespace mitra::examples {
 

@@ -1,6 +1,6 @@
 // BufferSync: after each step the replicas of a stage hold the BatchNorm running statistics that
 // one replica running all of the step's micro-batches in their global order would hold, and
-// replica 0's value of every other buffer (worker/buffer_sync.h); ranks as threads
+// replica 0's value of every other buffer (worker/step/buffer_sync.h); ranks as threads
 // (tests/worker/thread_ranks.h).
 //
 // Tolerance. float64 throughout. BufferSync composes each replica's affine update of the
@@ -8,7 +8,7 @@
 // applies the updates one by one: the same values combined by a handful of other operations,
 // each rounding by 2^-53 of its result. We allow 1e-12 of the statistic's size; a replica's
 // micro-batches left out move the statistics by a sizeable fraction (the guard test).
-#include "worker/buffer_sync.h"
+#include "worker/step/buffer_sync.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 // and loads bit for bit as it was saved: the previous one until the rename, the new one from
 // then on; and the next save succeeds. A 1 x 1 runtime of the tiny model (AdamW, so optimizer
 // state is saved too), in this process (tests/worker/thread_ranks.h).
-#include "worker/checkpointer.h"
+#include "worker/state/checkpointer.h"
 
 #include <gtest/gtest.h>
 
@@ -23,7 +23,7 @@
 #include "tests/common/run_helpers.h"
 #include "tests/worker/thread_ranks.h"
 #include "tests/worker/tiny_model.h"
-#include "worker/staging_pool.h"
+#include "worker/state/staging_pool.h"
 
 namespace mitra::worker {
 namespace {

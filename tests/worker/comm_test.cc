@@ -1,6 +1,6 @@
 // Comm: activations and gradients between pipeline stages, matched by tag, with ranks as
 // threads (tests/worker/thread_ranks.h).
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
 #include "tests/worker/thread_ranks.h"
-#include "worker/job_store.h"
+#include "worker/comm/job_store.h"
 
 namespace mitra::worker {
 namespace {

@@ -114,7 +114,7 @@ class ElasticRun : public ::testing::Test {
     for (const std::string id : {"0", "1"}) {
       const std::string log = ReadFileOrEmpty(run_dir_ + "/logs/standby-" + id + ".log");
       EXPECT_NE(log.find("standby: built segments"), std::string::npos) << log;
-      // and filled the checkpoint staging pool for its stage (worker/staging_pool.h)
+      // and filled the checkpoint staging pool for its stage (worker/state/staging_pool.h)
       EXPECT_NE(log.find("MB of checkpoint staging while waiting"), std::string::npos) << log;
       EXPECT_EQ(log.find(" and 0.0 MB of checkpoint staging"), std::string::npos) << log;
     }

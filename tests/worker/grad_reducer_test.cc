@@ -7,7 +7,7 @@
 // under 1e-14 of the largest gradient even if the terms cancel a hundredfold. We allow 1e-12.
 // A real mistake (a replica or a micro-batch missing or counted twice) moves gradients by a
 // sizeable fraction of themselves (the guard test shows how far).
-#include "worker/grad_reducer.h"
+#include "worker/step/grad_reducer.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 //
 // Tolerances. Shapes reorder fp32 sums (see fidelity_test.cc): losses agree to ~1e-6 relative,
 // we allow 2e-5 on losses ~2.3. The replicas' running statistics are merged in float64 from
-// each replica's float32 values (worker/buffer_sync.h), and parameters move by lr * O(1) per
+// each replica's float32 values (worker/step/buffer_sync.h), and parameters move by lr * O(1) per
 // step (SGD with momentum, lr 0.01, or Adam's normalised steps) from gradients that agree to
 // ~1e-6 relative: we allow 2e-5 absolute for parameters and buffers (values of O(1)), far below
 // what a lost micro-batch, a skipped merge or a doubled buffer update moves them (>= 1e-3).
@@ -26,10 +26,10 @@
 
 #include "examples/fashion/classifier_model.h"
 #include "examples/fashion/fashion_data.h"
+#include "mitra/worker/inference.h"
 #include "tests/common/run_helpers.h"
 #include "tests/worker/gpt_helpers.h"
 #include "tests/worker/job_runner.h"
-#include "mitra/worker/inference.h"
 
 namespace mitra {
 namespace {

@@ -1,6 +1,6 @@
 // Copying from a peer process's memory (peer_memory.h): who may, and what a failed copy says.
 // Between real processes the exchange's end-to-end tests use it (elastic_run_test.cc).
-#include "worker/peer_memory.h"
+#include "worker/state/peer_memory.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 namespace mitra::worker {
 namespace {

@@ -10,7 +10,7 @@
 // 1e-12. A real mistake (a micro-batch fed twice, a gradient sent to the wrong micro-batch) moves
 // the results by a sizeable fraction of themselves: the guard test runs one through the same
 // comparison.
-#include "worker/pipeline.h"
+#include "worker/step/pipeline.h"
 
 #include <gtest/gtest.h>
 

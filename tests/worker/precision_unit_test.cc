@@ -8,9 +8,9 @@
 #include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 
-#include "mitra/worker/loss_scaler.h"
 #include "mitra/worker/backend.h"
-#include "worker/precision.h"
+#include "mitra/worker/loss_scaler.h"
+#include "worker/step/precision.h"
 
 namespace mitra::worker {
 namespace {

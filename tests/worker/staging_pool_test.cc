@@ -1,6 +1,6 @@
 // StagingPool: a buffer given back is the one the next Take of its shape gets (its pages already
 // in memory), Reserve adds only what is missing, Clear frees everything kept.
-#include "worker/staging_pool.h"
+#include "worker/state/staging_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // deadlocks and the ranks in agreement. Then the exchange itself, ranks as threads over real
 // Gloo: a job stopped, its ranks' state handed over in memory (one lost), and resumed must end
 // as the uninterrupted job does. Real processes under `mitra run`: elastic_run_test.cc.
-#include "worker/state_exchange.h"
+#include "worker/state/state_exchange.h"
 
 #include <gtest/gtest.h>
 
@@ -27,7 +27,7 @@
 #include "mitra/worker/stage.h"
 #include "tests/worker/thread_ranks.h"
 #include "tests/worker/tiny_model.h"
-#include "worker/held_state.h"
+#include "worker/step/held_state.h"
 namespace mitra::worker {
 namespace {
 

@@ -1,5 +1,5 @@
 // Ranks as threads: the worker's runtime pieces run by several ranks inside the test's process,
-// as Gloo's own tests run them. Each rank's Comm (worker/comm.h) joins its groups over one
+// as Gloo's own tests run them. Each rank's Comm (worker/comm/comm.h) joins its groups over one
 // in-memory c10d::HashStore (Comm::Join) and Gloo connects the ranks over 127.0.0.1, so a test
 // of a collective takes milliseconds and can look at every rank's tensors.
 //
@@ -11,7 +11,7 @@
 #include <functional>
 
 #include "mitra/worker/placement.h"
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 namespace mitra::testing {
 

@@ -1,7 +1,7 @@
 // TiedWeights: the copies of a tied weight on different stages start equal and receive the same
 // gradient, the sum of every copy's, in every replica's pipeline on its own; ranks as threads
 // (tests/worker/thread_ranks.h).
-#include "worker/tied_weights.h"
+#include "worker/step/tied_weights.h"
 
 #include <gtest/gtest.h>
 

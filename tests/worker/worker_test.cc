@@ -13,14 +13,14 @@
 
 #include "examples/fashion/classifier_model.h"
 #include "examples/gpt/gpt_model.h"
-#include "worker/checkpointer.h"
-#include "worker/heartbeat.h"
-#include "worker/kernel_trace.h"
-#include "mitra/worker/optimizer.h"
+#include "mitra/planner/batch_split.h"
 #include "mitra/worker/data.h"
 #include "mitra/worker/lr_schedule.h"
-#include "mitra/planner/batch_split.h"
+#include "mitra/worker/optimizer.h"
 #include "mitra/worker/stage.h"
+#include "worker/heartbeat.h"
+#include "worker/state/checkpointer.h"
+#include "worker/step/kernel_trace.h"
 
 namespace mitra::worker {
 namespace {

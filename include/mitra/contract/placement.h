@@ -33,7 +33,7 @@ struct Placement {
   std::string rdzv_host = "127.0.0.1";
   int rdzv_port = 0;
   // MITRA_JOB_TOKEN: the job's secret, which every rank must hold alike (64 hex digits); empty
-  // in a program run alone, whose store then makes one of its own (worker/job_store.h).
+  // in a program run alone, whose store then makes one of its own (worker/comm/job_store.h).
   std::string job_token;
   int64_t generation = 0;
   std::string host = "127.0.0.1";  // address Gloo binds to

@@ -2,7 +2,7 @@
 // (MITRA_PRECISION, MITRA_DEVICE; `mitra run --precision`, a program's --precision and
 // --device). Spelled once here, without LibTorch, so the manager refuses a bad value before
 // any worker starts and the worker refuses exactly the same values. What a build
-// can do with them (fp16 and cuda need a GPU) is the worker's question (worker/precision.h).
+// can do with them (fp16 and cuda need a GPU) is the worker's question (worker/step/precision.h).
 #pragma once
 
 #include <string>

@@ -46,7 +46,7 @@ class Segment : public torch::nn::Module {
 // num_batches_tracked, updated r <- (1 - momentum) r + momentum x by each training forward)
 // without being one of LibTorch's BatchNorm modules: a Python BatchNorm mirrored into LibTorch's
 // module tree (python/src/py_segment.h). The runtime combines such statistics across replicas
-// as it does LibTorch's BatchNorm's (worker/buffer_sync.h).
+// as it does LibTorch's BatchNorm's (worker/step/buffer_sync.h).
 class RunningStatistics {
  public:
   virtual ~RunningStatistics() = default;

@@ -1,5 +1,5 @@
-// Backend: which collective library carries a job's messages (worker/process_group.h builds the
-// process groups). Gloo is the CPU build's; NCCL moves CUDA tensors between GPUs and is compiled
+// Backend: which collective library carries a job's messages (worker/comm/process_group.h builds
+// the process groups). Gloo is the CPU build's; NCCL moves CUDA tensors between GPUs and is compiled
 // only with -DMITRA_WITH_NCCL=ON against a CUDA LibTorch 2.x (scripts/gpu-build).
 #pragma once
 

@@ -12,7 +12,8 @@
 // same way in every shape (mitra/planner/batch_split.h) and random numbers are drawn per
 // micro-batch and segment. For users who own their loop, Step() and Evaluate() are the whole API;
 // the Trainer (trainer.h) wraps them in a loop with logging, checkpoints and stop handling.
-// Not thread-safe. Communication failures throw PeerError (worker/comm.h, a std::runtime_error).
+// Not thread-safe. Communication failures throw PeerError (worker/comm/comm.h, a
+// std::runtime_error).
 #pragma once
 
 #include <functional>
@@ -42,7 +43,7 @@ struct HeldState;
 class LossScaler;
 class GradReducer;
 class Stage;
-class StateInFlight;
+class ArrivingState;
 class TiedWeights;
 struct PipelineContext;
 using cutpoint::MetricFn;
@@ -59,7 +60,7 @@ struct RuntimeOptions {
   bool recompute = false;               // activation recomputation for gpipe and 1f1b
   cutpoint::PartitionMethod partition;  // uniform
   Backend backend = Backend::kGloo;     // nccl: a CUDA build (scripts/gpu-build)
-  // How and where the stage computes (worker/precision.h). fp32 on the CPU is the default and
+  // How and where the stage computes (worker/step/precision.h). fp32 on the CPU is the default and
   // costs nothing extra; fp16 needs cuda, which is the GPU of the local rank.
   contract::Precision precision = contract::Precision::kFp32;
   contract::DeviceKind device = contract::DeviceKind::kCpu;
@@ -80,7 +81,7 @@ struct RuntimeOptions {
   // (docs/runtime.md#zero-1). 0: every replica keeps all of it.
   int zero = 0;
   // When set, the runtime writes a chrome trace of one step (the third this process trains,
-  // after warm-up) to this file (worker/step_trace.h).
+  // after warm-up) to this file (worker/step/step_trace.h).
   std::string trace_path;
   // Debugging aid: when set, the first stage of every replica appends a line
   // "<step> <replica> <dataset index>..." per step to <sample_trace>.rank-<R>.
@@ -88,7 +89,7 @@ struct RuntimeOptions {
 };
 
 // What a rank wishes at the end of a step: to go on, to stop, or to stop and hold its state in
-// memory for the next generation (a morph that needs no checkpoint: worker/held_state.h). Or,
+// memory for the next generation (a morph that needs no checkpoint: worker/step/held_state.h). Or,
 // at any time, to give up the step in flight because a peer failed (kAbandon, the manager's
 // word): the step throws PeerError before its next instruction, as it would at its next message
 // to the failed peer, and the rank keeps the state of the steps it completed.
@@ -211,12 +212,12 @@ class Runtime {
   // copying them waits there, so the copy overlaps the next step's forward and backward.
   void BeforeNextUpdate(std::function<void()> hook) { before_update_ = std::move(hook); }
 
-  // State from peers still on its way after a resume (worker/state_exchange.h): the next step
+  // State from peers still on its way after a resume (worker/state/state_exchange.h): the next step
   // waits for it before its all-reduce. Until then the state this runtime would hold is not
   // whole (Release()).
   // `exchange_s`: how long this rank's exchange took until it could train. A collective's
   // part: every rank of the generation calls it, or none.
-  void ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight, double exchange_s);
+  void ExpectStateFromPeers(std::unique_ptr<ArrivingState> in_flight, double exchange_s);
   // Waits for all of it, gives the optimizer its state and waits for this rank's sends (at once
   // when nothing is on its way). Throws PeerError when a peer failed.
   void AwaitStateFromPeers();
@@ -288,7 +289,7 @@ class Runtime {
   int64_t prefetched_through_ = -1;  // the last step PrefetchFrom told the dataset of
   std::unique_ptr<Sampler> sampler_;
   // Destroyed after comm_: its messages' tensors outlive the process groups that send them.
-  std::unique_ptr<StateInFlight> in_flight_;
+  std::unique_ptr<ArrivingState> in_flight_;
   ResumeTimes resume_times_;  // this rank's until the first step's all-reduce, then the slowest
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<Stage> stage_;

@@ -55,7 +55,7 @@ struct ForwardKey {
 class Stage {
  public:
   // Builds the stage's segments, except those `held` (may be null) holds as they were after
-  // `held_step` steps: those it takes from there, as they are (worker/held_state.h), and those
+  // `held_step` steps: those it takes from there, as they are (worker/step/held_state.h), and those
   // it holds built with `seed` ahead of time: those it takes instead of building them again.
   Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partition, int stage,
         uint64_t seed, HeldState* held = nullptr, int64_t held_step = -1);

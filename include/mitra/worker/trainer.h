@@ -99,7 +99,7 @@ class Trainer {
   // A standby worker's segments of the stage it is meant for (MITRA_STANDBY_STAGE), built
   // while it waits for its placement, into held_: off the path of the morph that keeps it.
   void BuildAhead();
-  // Fills the process's checkpoint staging pool (worker/staging_pool.h) for `parameters` and
+  // Fills the process's checkpoint staging pool (worker/state/staging_pool.h) for `parameters` and
   // their optimizer state: the save right after the grow then copies into memory already paged
   // in. Blocks while it writes every page.
   void ReserveStaging(const std::vector<torch::Tensor>& parameters) const;
@@ -129,7 +129,7 @@ class Trainer {
   // Which step to start from: the placement's resume step, or for a program run alone, the
   // newest valid checkpoint in its checkpoint directory; and its state: a program run alone
   // restores the checkpoint, a worker of a managed job takes what it can from memory, its own
-  // or its peers' (worker/state_exchange.h), the rest from the checkpoint.
+  // or its peers' (worker/state/state_exchange.h), the rest from the checkpoint.
   Resumed Resume(const Placement& placement, Runtime& rt, Checkpointer* checkpointer);
   Resumed RestoreFromCheckpoint(const Placement& placement, Runtime& rt,
                                 Checkpointer* checkpointer, int64_t step);

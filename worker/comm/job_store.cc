@@ -1,4 +1,4 @@
-#include "worker/job_store.h"
+#include "worker/comm/job_store.h"
 
 #include <atomic>
 #include <condition_variable>
@@ -12,7 +12,7 @@
 #include "common/duration_text.h"
 #include "rendezvous/store_client.h"
 #include "rendezvous/store_server.h"
-#include "worker/report.h"
+#include "worker/comm/report.h"
 
 namespace mitra::worker {
 namespace {

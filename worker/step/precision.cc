@@ -1,4 +1,4 @@
-#include "worker/precision.h"
+#include "worker/step/precision.h"
 
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>

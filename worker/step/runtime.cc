@@ -13,16 +13,16 @@
 
 #include "common/strings.h"
 #include "mitra/planner/schedule.h"
-#include "worker/buffer_sync.h"
-#include "worker/comm.h"
-#include "worker/grad_reducer.h"
-#include "worker/held_state.h"
-#include "worker/kernel_trace.h"
-#include "worker/pipeline.h"
-#include "worker/precision.h"
 #include "mitra/worker/stage.h"
-#include "worker/state_exchange.h"
-#include "worker/tied_weights.h"
+#include "worker/comm/comm.h"
+#include "worker/step/arriving_state.h"
+#include "worker/step/buffer_sync.h"
+#include "worker/step/grad_reducer.h"
+#include "worker/step/held_state.h"
+#include "worker/step/kernel_trace.h"
+#include "worker/step/pipeline.h"
+#include "worker/step/precision.h"
+#include "worker/step/tied_weights.h"
 
 namespace mitra::worker {
 
@@ -405,7 +405,7 @@ void Runtime::ShareUpdatedParameters() {
   }
 }
 
-void Runtime::ExpectStateFromPeers(std::unique_ptr<StateInFlight> in_flight, double exchange_s) {
+void Runtime::ExpectStateFromPeers(std::unique_ptr<ArrivingState> in_flight, double exchange_s) {
   in_flight_ = std::move(in_flight);
   resume_times_ = {exchange_s, 0, 0};
 }

@@ -7,7 +7,7 @@
 #include <ATen/Context.h>
 #include <torch/torch.h>
 
-#include "worker/held_state.h"
+#include "worker/step/held_state.h"
 
 namespace mitra::worker {
 namespace {

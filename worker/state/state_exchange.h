@@ -2,14 +2,14 @@
 // (docs/manager.md, "State from peers").
 //
 // Each rank may hold, in memory, the state of the segments it trained in the previous
-// generation (worker/held_state.h): its own, kept when it parked, or nothing (a new process).
+// generation (worker/step/held_state.h): its own, kept when it parked, or nothing (a new process).
 // Right after the groups are formed, every rank says what it holds; each then works out the
 // same plan (PlanResume, a pure function): a segment of its new stage that it holds is *kept*
 // (nothing moves), one that a peer holds is sent by that peer, point to point, directly into
 // the receiver's tensors, and one that nobody holds is read from the checkpoint of the step.
 // A transfer's sender is chosen among the holders to spread the sending; all transfers run at
 // once; between two processes of one machine the receiver copies straight from the sender's
-// memory (worker/peer_memory.h) when every rank can, and tells the sender when it is done.
+// memory (worker/state/peer_memory.h) when every rank can, and tells the sender when it is done.
 // The exchange waits for the parameters and buffers; the optimizer state, two thirds of
 // AdamW's bytes, goes on arriving while the first step computes, and its update waits for it
 // (StateInFlight). The trainer state (loss scale, generator) comes from the lowest rank that
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "mitra/common/status.h"
+#include "worker/step/arriving_state.h"
 
 namespace mitra::worker {
 
@@ -72,7 +73,7 @@ struct ResumeSummary {
   std::vector<StateSource> rank_sources;  // by rank
   int64_t peer_bytes = 0;                 // sent point to point, all ranks together
   // Of those, the bytes a rank copied straight from a peer process of its machine
-  // (worker/peer_memory.h) rather than through the job's backend.
+  // (worker/state/peer_memory.h) rather than through the job's backend.
   int64_t copied_bytes = 0;
   // The slowest rank's exchange until it could train, checkpoint reads included; its transfers
   // from their start to the last byte received (the optimizer state arrives while the first
@@ -116,7 +117,7 @@ void SetInlineCopyBytesForTesting(int64_t bytes);
 // 16 MiB at most, copies it before training instead: a thread would wait longer for a core.
 // The first update waits for both (Finish): the optimizer needs its state, and until a message
 // is sent the tensor it is sent from must not change.
-class StateInFlight {
+class StateInFlight : public ArrivingState {
  public:
   struct Transfers;  // the messages, posted (state_exchange.cc)
   // Starts waiting for `transfers`' incoming messages (or copies them, when few, before it
@@ -125,7 +126,7 @@ class StateInFlight {
                 std::chrono::steady_clock::time_point start);
   // Aborts the receives still pending and waits for the thread. The tensors of the messages are
   // freed with it: destroy it after the process groups (a send may still be reading them).
-  ~StateInFlight();
+  ~StateInFlight() override;
   StateInFlight(const StateInFlight&) = delete;
   StateInFlight& operator=(const StateInFlight&) = delete;
 
@@ -136,13 +137,13 @@ class StateInFlight {
   // Blocks until everything this rank receives is in place, gives the optimizer its state
   // (unless it has it already) and waits for what this rank sends. Throws PeerError; a Status
   // for state the optimizer refuses. Once, on the training thread.
-  Status Finish(Runtime& runtime);
+  Status Finish(Runtime& runtime) override;
   // After Finish: from the transfers' start until the last byte this rank received (0: none),
   // and how long Finish waited for that and for this rank's sends.
-  double arrival_s() const { return arrival_s_; }
-  double wait_s() const { return wait_s_; }
+  double arrival_s() const override { return arrival_s_; }
+  double wait_s() const override { return wait_s_; }
   // Aborts the receives still pending and waits for the thread (no-op once it has ended).
-  void Abort();
+  void Abort() override;
 
  private:
   void Receive();  // the thread's, or the constructor's for a small copy

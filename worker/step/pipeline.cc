@@ -1,4 +1,4 @@
-#include "worker/pipeline.h"
+#include "worker/step/pipeline.h"
 
 #include <algorithm>
 #include <chrono>

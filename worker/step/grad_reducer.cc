@@ -1,4 +1,4 @@
-#include "worker/grad_reducer.h"
+#include "worker/step/grad_reducer.h"
 
 #include <torch/torch.h>
 

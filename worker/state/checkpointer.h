@@ -14,7 +14,7 @@
 // (Runtime::BeforeNextUpdate); the checkpoint record's blocked_s counts that wait and the time
 // in Save(). A new Save() first waits for the previous one, so the copies go into the same
 // staging buffers every time. The buffers come from the process's StagingPool
-// (worker/staging_pool.h) and go back to it when the checkpointer ends, so that the next
+// (worker/state/staging_pool.h) and go back to it when the checkpointer ends, so that the next
 // generation's first save (the one right after a morph) copies into memory already paged in.
 // With periodic saves PrepareStaging() fills the pool in the background before the first save
 // (for each parameter this rank writes, 1 + Optimizer::StateTensorsPerParameter() buffers of
@@ -104,7 +104,7 @@ class Checkpointer {
   Status Restore(int64_t step);
   // The same for some segments of this rank's stage only, and the trainer state (the loss
   // scale, the generator) when `trainer_state`: a resume that takes the rest from memory
-  // (worker/state_exchange.h).
+  // (worker/state/state_exchange.h).
   Status RestoreSegments(int64_t step, const std::vector<int>& segments, bool trainer_state);
   // Whether the checkpoint of step `step` is complete (its manifest is there and whole).
   bool Complete(int64_t step);

@@ -1,4 +1,4 @@
-#include "worker/staging_pool.h"
+#include "worker/state/staging_pool.h"
 
 #include "checkpoint/tensor_file.h"
 

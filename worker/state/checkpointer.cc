@@ -1,4 +1,4 @@
-#include "worker/checkpointer.h"
+#include "worker/state/checkpointer.h"
 
 #include <chrono>
 #include <cstdio>
@@ -15,9 +15,9 @@
 
 #include "checkpoint/store.h"
 #include "checkpoint/tensor_file.h"
-#include "worker/job_store.h"
-#include "worker/report.h"
-#include "worker/staging_pool.h"
+#include "worker/comm/job_store.h"
+#include "worker/comm/report.h"
+#include "worker/state/staging_pool.h"
 
 namespace mitra::worker {
 // A file's tensors in the order they are written.

@@ -1,4 +1,4 @@
-#include "worker/state_exchange.h"
+#include "worker/state/state_exchange.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -15,10 +15,10 @@
 #include "checkpoint/tensor_file.h"
 #include "mitra/worker/runtime.h"
 #include "mitra/worker/stage.h"
-#include "worker/checkpointer.h"
-#include "worker/comm.h"
-#include "worker/held_state.h"
-#include "worker/peer_memory.h"
+#include "worker/comm/comm.h"
+#include "worker/state/checkpointer.h"
+#include "worker/state/peer_memory.h"
+#include "worker/step/held_state.h"
 
 namespace mitra::worker {
 namespace {

@@ -1,4 +1,4 @@
-#include "worker/buffer_sync.h"
+#include "worker/step/buffer_sync.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 #include <cstring>
 #include <functional>
@@ -7,7 +7,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include "common/duration_text.h"
 #include "rendezvous/job_token.h"
-#include "worker/job_store.h"
+#include "worker/comm/job_store.h"
 
 namespace mitra::worker {
 namespace {

@@ -21,8 +21,8 @@
 #include <memory>
 #include <vector>
 
-#include "worker/comm.h"
 #include "mitra/worker/stage.h"
+#include "worker/comm/comm.h"
 
 namespace mitra::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/tied_weights.h"
+#include "worker/step/tied_weights.h"
 
 #include <algorithm>
 

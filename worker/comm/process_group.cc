@@ -1,4 +1,4 @@
-#include "worker/process_group.h"
+#include "worker/comm/process_group.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>

@@ -11,9 +11,9 @@
 
 #include "mitra/cutpoint/model.h"
 #include "mitra/cutpoint/partition.h"
-#include "worker/comm.h"
 #include "mitra/worker/placement.h"
 #include "mitra/worker/stage.h"
+#include "worker/comm/comm.h"
 
 namespace mitra::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/kernel_trace.h"
+#include "worker/step/kernel_trace.h"
 
 #include <set>
 

@@ -1,4 +1,4 @@
-#include "worker/step_trace.h"
+#include "worker/step/step_trace.h"
 
 #include <fstream>
 #include <utility>

@@ -22,11 +22,11 @@
 
 #include "mitra/cutpoint/model.h"
 #include "mitra/planner/schedule.h"
-#include "worker/comm.h"
-#include "worker/grad_reducer.h"
 #include "mitra/worker/stage.h"
-#include "worker/precision.h"
-#include "worker/step_trace.h"
+#include "worker/comm/comm.h"
+#include "worker/step/grad_reducer.h"
+#include "worker/step/precision.h"
+#include "worker/step/step_trace.h"
 
 namespace mitra::worker {
 

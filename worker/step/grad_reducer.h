@@ -30,8 +30,8 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
-#include "worker/comm.h"
 #include "mitra/worker/stage.h"
+#include "worker/comm/comm.h"
 
 namespace mitra::worker {
 

@@ -1,6 +1,6 @@
 // Comm: the process groups of one worker and the messages between pipeline stages.
 //
-// Connect() rendezvouses through the job's store (worker/job_store.h; rank 0 hosts it, every
+// Connect() rendezvouses through the job's store (worker/comm/job_store.h; rank 0 hosts it, every
 // connection proves the job token) under a prefix of the
 // generation, so a relaunched job never meets the keys of an earlier one, and then Join()s:
 // creates the global group (all ranks) and the data-parallel group of this rank's stage (its
@@ -20,8 +20,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "mitra/cutpoint/activations.h"
-#include "worker/process_group.h"
 #include "mitra/worker/placement.h"
+#include "worker/comm/process_group.h"
 
 namespace mitra::worker {
 

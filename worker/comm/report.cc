@@ -1,4 +1,4 @@
-#include "worker/report.h"
+#include "worker/comm/report.h"
 
 #include <cstdio>
 

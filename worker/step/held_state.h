@@ -5,7 +5,7 @@
 // the optimizer's state of each of their parameters, and the job-wide trainer state (the loss
 // scale, the default generator), all as they were after `step` completed steps. The next
 // Runtime adopts the segments it owns again (Runtime::Create), and serves the others to the
-// ranks that need them (worker/state_exchange.h). Moving it is cheap; copying is not allowed.
+// ranks that need them (worker/state/state_exchange.h). Moving it is cheap; copying is not allowed.
 #pragma once
 
 #include <map>

@@ -1,8 +1,8 @@
 // StagingPool: the checkpoint staging memory a worker process keeps between its checkpointers.
 //
 // An asynchronous save copies the parameters and optimizer state into page-aligned staging
-// buffers (worker/checkpointer.h). Copying into new memory faults every page in first, which on
-// a small virtual machine costs a good part of a second per 300 MB, taken from the training
+// buffers (worker/state/checkpointer.h). Copying into new memory faults every page in first,
+// which on a small virtual machine costs a good part of a second per 300 MB, taken from the training
 // steps that run beside the copy. A checkpointer lives for one generation of the job, and the
 // save right after a morph is its first: without the pool, every morph paid that again. So
 // a checkpointer takes its buffers from the process's pool and gives them back when it ends;

@@ -1,4 +1,4 @@
-#include "worker/held_state.h"
+#include "worker/step/held_state.h"
 
 #include <torch/torch.h>
 

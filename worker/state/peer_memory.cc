@@ -1,4 +1,4 @@
-#include "worker/peer_memory.h"
+#include "worker/state/peer_memory.h"
 
 #include <sys/uio.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include <functional>
 #include <random>
 
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 namespace mitra::worker {
 namespace {
