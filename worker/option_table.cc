@@ -168,9 +168,8 @@ TrainerOption OptimizerName() {
   return o;
 }
 
-std::vector<TrainerOption> MakeTable() {
-  std::vector<TrainerOption> t;
-  // The batch (mitra run's --batch-size, --chunk-size and --max-steps win over these).
+// The batch (mitra run's --batch-size, --chunk-size and --max-steps win over these).
+void AddBatch(std::vector<TrainerOption>& t) {
   t.push_back(Whole("batch_size", "--batch-size", "global batch in samples", "", 1,
                     MITRA_FIELD(runtime.global_batch)));
   t.push_back(Whole("chunk_size", "--chunk-size", "micro-batch size", "", 1,
@@ -179,7 +178,10 @@ std::vector<TrainerOption> MakeTable() {
                     "", 0, MITRA_FIELD(max_steps)));
   t.push_back(Whole("seed", "--seed", "initial weights, sample order and random numbers", "", 0,
                     MITRA_FIELD(runtime.seed)));
-  // The pipeline (the manager's plan wins over these).
+}
+
+// The pipeline (the manager's plan wins over these).
+void AddPipeline(std::vector<TrainerOption>& t) {
   t.push_back(Named("schedule", "--schedule", "gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v",
                     MITRA_FIELD(runtime.schedule), &planner::ParseScheduleKind,
                     &planner::ScheduleName));
@@ -210,7 +212,10 @@ std::vector<TrainerOption> MakeTable() {
                     "1: each replica keeps the optimizer state of its share of the stage only "
                     "(ZeRO-1)",
                     "", 0, MITRA_FIELD(runtime.zero), 1));
-  // The update.
+}
+
+// The update.
+void AddUpdate(std::vector<TrainerOption>& t) {
   t.push_back(OptimizerName());
   t.push_back(Number("lr", "--lr", "peak learning rate", "", 0, MITRA_FIELD(runtime.lr.base)));
   t.push_back(Whole("warmup", "--warmup", "linear warm-up steps", "", 0,
@@ -231,14 +236,23 @@ std::vector<TrainerOption> MakeTable() {
                      MITRA_FIELD(runtime.optimizer.dampening)));
   t.push_back(Switch("nesterov", "--nesterov", "sgd with Nesterov momentum", "",
                      MITRA_FIELD(runtime.optimizer.nesterov)));
-  // The data.
+}
+
+// The data.
+void AddData(std::vector<TrainerOption>& t) {
   t.push_back(Named("sampler", "--sampler", "shuffled | sequential", MITRA_FIELD(runtime.sampler),
                     &ParseSamplerKind, &SamplerKindName));
   t.back().instead = "or a factory (size, seed) -> object with index_at(position)";
-  // The program's own code.
+}
+
+// The program's own code.
+void AddProgramCode(std::vector<TrainerOption>& t) {
   t.push_back(Object("on_step", "fn(mitra.StepInfo) after every step the job trains, on the "
                                 "training thread"));
-  // Evaluation (a program that has an evaluation set gives its own flags for these).
+}
+
+// Evaluation (a program that has an evaluation set gives its own flags for these).
+void AddEvaluation(std::vector<TrainerOption>& t) {
   t.push_back(Object("eval_dataset", "evaluated every eval_every steps and after the last"));
   t.push_back(Whole("eval_every", "", "evaluate every N steps", "only after the last step", 0,
                     MITRA_FIELD(eval.every)));
@@ -247,7 +261,10 @@ std::vector<TrainerOption> MakeTable() {
   t.push_back(Whole("eval_chunk_size", "", "micro-batch of the evaluation", "the training one", 0,
                     MITRA_FIELD(eval.chunk_size)));
   t.push_back(Object("metrics", "{name: (outputs, batch) -> sum over the micro-batch}"));
-  // Checkpoints and output (mitra run's checkpoint settings win over these).
+}
+
+// Checkpoints and output (mitra run's checkpoint settings win over these).
+void AddOutput(std::vector<TrainerOption>& t) {
   t.push_back(Text("checkpoint_dir", "--checkpoint-dir",
                    "where checkpoints go when run alone (mitra run sets its own)",
                    MITRA_FIELD(checkpoint.dir)));
@@ -267,6 +284,17 @@ std::vector<TrainerOption> MakeTable() {
   t.push_back(Text("trace", "--trace",
                    "a chrome trace of one step (the third), per rank (FILE.rank-R.json)",
                    MITRA_FIELD(runtime.trace_path)));
+}
+
+std::vector<TrainerOption> MakeTable() {
+  std::vector<TrainerOption> t;
+  AddBatch(t);
+  AddPipeline(t);
+  AddUpdate(t);
+  AddData(t);
+  AddProgramCode(t);
+  AddEvaluation(t);
+  AddOutput(t);
   return t;
 }
 
