@@ -1,8 +1,9 @@
 #include "contract/worker_messages.h"
 
+#include <algorithm>
 #include <cmath>
-#include <set>
 #include <utility>
+#include <vector>
 
 namespace mitra::contract {
 namespace {
@@ -27,20 +28,37 @@ Status CheckCounts(std::string_view event, const JsonObject& record) {
   return Status::Ok();
 }
 
+// The fields `Message` names, listed once per kind.
+template <class Message>
+const std::vector<std::string_view>& NamesOf() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    Message message;
+    Message::Fields(message, [&out](const char* key, auto&) { out.push_back(key); });
+    return out;
+  }();
+  return names;
+}
+
+bool Holds(const std::vector<std::string_view>& names, std::string_view key) {
+  return std::find(names.begin(), names.end(), key) != names.end();
+}
+
 // `record` read as a `Message`, and as its `more`: the fields the kind does not name, "event"
 // aside, and those it names but could not read (null, a NaN the worker could write no other
-// way; another type), so that they pass through as they came.
+// way; another type), so that they pass through as they came. Allocates for `more` only (a
+// heartbeat's every record comes through here).
 template <class Message>
 ReadMessage Read(const JsonObject& record) {
   Message message;
-  std::set<std::string_view> named, unread;
+  std::vector<std::string_view> unread;  // rare: empty, it holds no memory
   Message::Fields(message, [&](const char* key, auto& value) {
-    named.insert(key);
-    if (record.Has(key) && !fields::detail::Get(record, key, &value)) unread.insert(key);
+    if (record.Has(key) && !fields::detail::Get(record, key, &value)) unread.push_back(key);
   });
   JsonObject more;
+  const std::vector<std::string_view>& named = NamesOf<Message>();
   for (const auto& [key, value] : record.fields()) {
-    if (key != "event" && (!named.count(key) || unread.count(key))) more.Set(key, value);
+    if (key != "event" && (!Holds(named, key) || Holds(unread, key))) more.Set(key, value);
   }
   return {std::move(message), std::move(more)};
 }
