@@ -83,7 +83,7 @@ double Controller::NextDeadline() const {
   if (phase_ == Phase::kFinished) return kInfinity;
   double next = gen_.deadlines.Earliest();
   if (gen_.live) {
-    if (!gen_.AllReady() && ending_ == Ending::kNone) next = std::min(next, StartDeadline());
+    if (!gen_.AllReady() && ending_.Is(Ending::kNone)) next = std::min(next, StartDeadline());
   }
   if (SilenceWatched()) next = std::min(next, gen_.silence_due);
   next = std::min(next, pool_.NextCheckDue());
@@ -175,7 +175,7 @@ void Controller::OnReport(const RankReport& in) {
         slowest_start_s_ = std::max(slowest_start_s_, now_ - gen_.launched_at);
         if (phase_ == Phase::kRunning && gen_.starting_said) reason_.clear();
         Tell(AllReadyFact{static_cast<int>(gen_.ranks.size()), now_ - gen_.launched_at});
-        if (morph_when_ready_ && phase_ == Phase::kRunning && ending_ == Ending::kNone) {
+        if (morph_when_ready_ && phase_ == Phase::kRunning && ending_.Is(Ending::kNone)) {
           FollowMachineList(*std::exchange(morph_when_ready_, std::nullopt), nullptr);
         }
       }
@@ -206,7 +206,7 @@ void Controller::OnReport(const RankReport& in) {
         const bool first_training = !trained_;
         trained_ = true;
         budget_.OnStepTrained();
-        if (!change_.kind.empty()) TellTrainingAgain(in.step, first_training);
+        if (ending_.ChangePending()) TellTrainingAgain(in.step, first_training);
         KeepSpares();
       }
       return;
@@ -240,7 +240,7 @@ void Controller::OnExited(const RankExited& in) {
   RankState& r = *rank;
   r.running = false;
   if (in.exit.ok()) {
-    if (ending_ == Ending::kNone && gen_.Running() > 0 && !gen_.deadlines.finish) {
+    if (ending_.Is(Ending::kNone) && gen_.Running() > 0 && !gen_.deadlines.finish) {
       gen_.deadlines.finish = now_ + options_.finish_timeout_s;
     }
     MaybeEndGeneration();
@@ -255,7 +255,7 @@ void Controller::OnExited(const RankExited& in) {
       what += " (it had no SIGUSR1 handler: a worker must install one before it reports ready)";
     }
     Fail(in.rank, what, /*blame_machine=*/true, /*machine_lost=*/in.exit.lost, &in);
-  } else if (ending_ == Ending::kRecover && !trained_ && in.exit.signal == 0 &&
+  } else if (ending_.Is(Ending::kRecovery) && !trained_ && in.exit.signal == 0 &&
              in.exit.exit_code == kExitBadInput) {
     // Before the job's first step, a rank that refuses its input while the failure of a peer
     // is being recovered from is that failure's cause (the peer only lost it): a relaunch
@@ -350,7 +350,7 @@ void Controller::TryLaunch() {
   std::map<int, ParkedWorker> kept = TakeParkedFor(desired->first, desired->second);
   const std::optional<int64_t> held_step = WholeHeldStep(kept, options_.segments);
   std::optional<int64_t> expected;
-  if (ending_ == Ending::kMorph && gen_.stopped_step >= 0 && gen_.stopped_steps_agree) {
+  if (ending_.Is(Ending::kMorph) && gen_.stopped_step >= 0 && gen_.stopped_steps_agree) {
     expected = gen_.stopped_step;
   }
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
@@ -368,7 +368,7 @@ void Controller::TryLaunch() {
   for (const auto& [rank, worker] : kept) gen_.ranks[rank].heartbeats = true;
   phase_ = Phase::kRunning;
   reason_.clear();
-  ending_ = Ending::kNone;
+  ending_.Launched();
   actions_.push_back(
       LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept), held_step});
 }
@@ -377,7 +377,7 @@ void Controller::TryLaunch() {
 
 void Controller::MaybeEndGeneration() {
   if (!gen_.live || gen_.Running() > 0) return;
-  if (ending_ == Ending::kRecover) {
+  if (ending_.Is(Ending::kRecovery)) {
     // Wait for the failed machines' health checks, up to gen_.deadlines.health.
     if (pool_.CheckInFlight() && gen_.deadlines.health) {
       NoteRanksExited();
@@ -387,51 +387,37 @@ void Controller::MaybeEndGeneration() {
   gen_.live = false;
   NoteRanksExited();
   gen_.deadlines = Deadlines{};
-  if (final_failure_) {
-    Finish(final_failure_->outcome, final_failure_->reason);
-    return;
-  }
-  switch (ending_) {
-    case Ending::kNone:
-      Finish(FinishAction::Outcome::kDone, "");
-      return;
-    case Ending::kStop:
-      Finish(FinishAction::Outcome::kStopped, "");
-      return;
-    case Ending::kFinish:
-      Finish(FinishAction::Outcome::kFailed, reason_);
-      return;
-    case Ending::kMorph:
-    case Ending::kRecover:
-      TryLaunch();
-      return;
+  if (const std::optional<FinishAction> end = ending_.Outcome()) {
+    Finish(end->outcome, end->reason);
+  } else {
+    TryLaunch();  // a morph or a recovery
   }
 }
 
 void Controller::NoteRanksExited() {
   if (gen_.exit_noted) return;
   gen_.exit_noted = true;
-  change_.ranks_exited = now_;
+  ending_.RanksExited(now_);
 }
 
 void Controller::TellTrainingAgain(int64_t step, bool first_training) {
+  const GenerationEnding::Change change = ending_.TakeChange().value();
   TrainingAgainFact fact;
-  fact.kind = change_.kind;
+  fact.kind = change.kind;
   fact.first_training = first_training;
   fact.step = step;
   fact.shape = gen_.ShapeText();
   fact.kept = gen_.kept;
   fact.started = static_cast<int>(gen_.ranks.size()) - gen_.kept;
-  fact.downtime_s = now_ - change_.detected;
-  fact.stop_s = change_.ranks_exited - change_.detected;
-  fact.relaunch_s = gen_.launched_at - change_.ranks_exited;
+  fact.downtime_s = now_ - change.detected;
+  fact.stop_s = change.ranks_exited - change.detected;
+  fact.relaunch_s = gen_.launched_at - change.ranks_exited;
   const double ready_at = gen_.all_ready_at >= 0 ? gen_.all_ready_at : now_;
   fact.ready_s = ready_at - gen_.launched_at;
   fact.load_s = std::min(gen_.restore_s, now_ - ready_at);
   fact.first_step_s = now_ - ready_at - fact.load_s;
   fact.sources = gen_.sources;
   Tell(fact);
-  change_.kind.clear();
 }
 
 void Controller::Finish(FinishAction::Outcome outcome, const std::string& reason) {
@@ -466,7 +452,7 @@ void Controller::Signal(int rank, int signal_number) {
 }
 
 bool Controller::TearingDown() const {
-  return ending_ == Ending::kRecover || ending_ == Ending::kFinish || gen_.deadlines.kill.has_value() ||
+  return ending_.Is(Ending::kRecovery) || ending_.Is(Ending::kJobEnd) || gen_.deadlines.kill.has_value() ||
          gen_.deadlines.abandon.has_value();
 }
 

@@ -51,7 +51,9 @@
 #include "common/json.h"
 #include "launcher/process_runner.h"
 #include "manager/failure_excerpt.h"
+#include "manager/finish_action.h"
 #include "manager/generation.h"
+#include "manager/generation_ending.h"
 #include "manager/machine_list.h"
 #include "manager/machine_pool.h"
 #include "manager/narration.h"
@@ -285,13 +287,7 @@ struct RecordAction {
   bool error = false;
 };
 
-struct FinishAction {
-  // kBadConfiguration: a worker said its configuration is wrong (exit code 2) before the job's
-  // first step (restart_budget.h); `mitra run` exits 2.
-  enum class Outcome { kDone, kStopped, kFailed, kBadConfiguration };
-  Outcome outcome = Outcome::kFailed;
-  std::string reason;  // kFailed: why, for the last line
-};
+// FinishAction: manager/finish_action.h.
 
 using ControllerAction = std::variant<LaunchAction, ReleaseAction, StartStandbyAction, SignalAction,
                                       CheckHostAction, RecordAction, FinishAction>;
@@ -327,7 +323,7 @@ class Controller {
 
  private:
   // Why the current generation is ending, and what comes after.
-  enum class Ending { kNone, kMorph, kRecover, kStop, kFinish };
+  using Ending = GenerationEnding::Kind;
 
   // How long `r` may stay silent before it is hung; none while it is not expected to speak.
   std::optional<double> SilenceBound(const RankState& r) const;
@@ -461,9 +457,8 @@ class Controller {
   // A change that came while the running generation's workers were still starting (why it
   // morphs): its morph waits until they are all ready, to keep their state.
   std::optional<std::string> morph_when_ready_;
-  Ending ending_ = Ending::kNone;
+  GenerationEnding ending_;  // how the running generation ends, and the change that ends it
   bool stop_requested_ = false;
-  std::optional<FinishAction> final_failure_;
 
   std::shared_ptr<const ShapePolicy> policy_;
   MachinePool pool_;
@@ -475,13 +470,6 @@ class Controller {
   std::vector<planner::SpeedCorrection> corrections_;
   bool trained_ = false;        // some generation of this manager trained a step
   bool training_done_ = false;  // every rank reported `stopped` at the last step
-  // The change that ended the previous generation, kept for the next one's first-step record.
-  struct Change {
-    std::string kind;        // "morph", "recovery" or "" (the first launch, or told already)
-    double detected = 0;     // the edit, failure or request that began it
-    double ranks_exited = 0;  // the last rank of the ending generation exited
-  };
-  Change change_;
   RestartBudget budget_;
   StandbyWorkers standby_;  // standby workers starting, parked workers, the warm-up of a grow
 };

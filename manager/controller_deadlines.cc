@@ -18,7 +18,7 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 }  // namespace
 
 bool Controller::SilenceWatched() const {
-  return gen_.live && ending_ != Ending::kRecover && ending_ != Ending::kFinish;
+  return gen_.live && !ending_.Is(Ending::kRecovery) && !ending_.Is(Ending::kJobEnd);
 }
 
 void Controller::WatchSilence(const RankState& r) {
@@ -81,7 +81,7 @@ void Controller::NoteStarting() {
 }
 
 void Controller::OnTimers() {
-  if (gen_.live && ending_ == Ending::kNone && !gen_.AllReady()) {
+  if (gen_.live && ending_.Is(Ending::kNone) && !gen_.AllReady()) {
     if (now_ >= StartDeadline()) {
       FailSlowStart();
     } else if (gen_.deadlines.starting_note && now_ >= *gen_.deadlines.starting_note) {
@@ -112,9 +112,9 @@ void Controller::OnTimers() {
     gen_.deadlines.stop.reset();
     const std::string why = "the workers did not stop within " +
                             DurationText(options_.stop_timeout_s) + " of SIGUSR1 (--stop-timeout)";
-    if (ending_ == Ending::kStop) {
+    if (ending_.Is(Ending::kStop)) {
       Tell(TimeoutFact{TimeoutFact::Kind::kStop, why});
-      if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+      ending_.FailJob(why);
       Terminate(why);
     } else {
       Fail(std::nullopt, why, /*blame_machine=*/false);
@@ -132,8 +132,7 @@ void Controller::OnTimers() {
                               DurationText(options_.finish_timeout_s) +
                               " after other ranks exited normally";
       Tell(TimeoutFact{TimeoutFact::Kind::kFinish, why});
-      final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
-      ending_ = Ending::kFinish;
+      ending_.EndJob(FinishAction{FinishAction::Outcome::kFailed, why});
       Terminate(why);
     }
   }

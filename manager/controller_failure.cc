@@ -54,13 +54,13 @@ void Controller::Fail(std::optional<int> rank, const std::string& what, bool bla
   const FailureFact fact = TellFailure(rank, what);
   std::optional<MachinePool::Blame> blame;
   if (blame_machine && fact.where) blame = pool_.BlameFailure(fact.where->machine, what, now_);
-  if (ending_ == Ending::kStop) {
-    if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, what};
+  if (ending_.Is(Ending::kStop)) {
+    ending_.FailJob(what);
   } else {
     JudgeFailure(what, machine_lost, exited, blame && blame->kept_out);
   }
   // A job that ends needs its machines no more.
-  if (blame && ending_ != Ending::kFinish) CheckBlamed(fact.where->machine, what, *blame);
+  if (blame && !ending_.Is(Ending::kJobEnd)) CheckBlamed(fact.where->machine, what, *blame);
   TearDownAfterFailure(rank, what, machine_lost, fact.during_regroup);
 }
 
@@ -105,17 +105,14 @@ void Controller::JudgeFailure(const std::string& what, bool machine_lost,
     const auto outcome = verdict == RestartBudget::Verdict::kBadConfiguration
                              ? FinishAction::Outcome::kBadConfiguration
                              : FinishAction::Outcome::kFailed;
-    final_failure_ = FinishAction{
+    ending_.EndJob(FinishAction{
         outcome, EndingReason(verdict, what, seen.output, budget_, options_.restart_window_s,
-                              seen.generation_trained)};
-    ending_ = Ending::kFinish;
+                              seen.generation_trained)});
     return;
   }
-  ending_ = Ending::kRecover;
+  ending_.BeginRecovery(now_);
   phase_ = Phase::kRecovering;
   reason_ = what;
-  change_.kind = "recovery";
-  change_.detected = now_;
   // A machine whose connection was lost is most likely gone (a frozen or dead host): its
   // check would only time out. Otherwise the relaunch waits a little for the failed
   // machine's check, so that a crashed worker's healthy machine stays in the shape.
@@ -130,7 +127,7 @@ void Controller::TearDownAfterFailure(std::optional<int> rank, const std::string
   gen_.deadlines.stop.reset();
   gen_.deadlines.kill.reset();
   const bool survivors_park =
-      ending_ == Ending::kRecover && !machine_lost && !during_regroup && gen_.AllReady() &&
+      ending_.Is(Ending::kRecovery) && !machine_lost && !during_regroup && gen_.AllReady() &&
       std::all_of(gen_.ranks.begin(), gen_.ranks.end(),
                   [](const RankState& r) { return !r.running || r.can_park; });
   if (!survivors_park) {
@@ -157,7 +154,7 @@ void Controller::FailAfterTraining(std::optional<int> rank, const std::string& w
   if (rank) fact.where = FailureFact::Where{*rank, gen_.ranks[*rank].pid, ""};
   fact.after_training = true;
   Tell(fact);
-  if (!final_failure_) final_failure_ = FinishAction{FinishAction::Outcome::kFailed, why};
+  ending_.FailJob(why);
 }
 
 }  // namespace mitra::manager

@@ -220,11 +220,9 @@ void Controller::BeginMorph(const std::string& why) {
   // still kept.
   standby_.DropWarmUp();
   gen_.deadlines.warm_up.reset();
-  ending_ = Ending::kMorph;
+  ending_.BeginMorph(now_);
   phase_ = Phase::kMorphing;
   reason_ = why;
-  change_.kind = "morph";
-  change_.detected = now_;
   const StopKind kind = gen_.AllReady() && EveryRankCanPark() && KeptWorkersWouldHoldEveryStage()
                             ? StopKind::kHold
                             : StopKind::kPark;
@@ -286,7 +284,7 @@ void Controller::OnParked(int rank, const HeldSegments& held) {
   if (!r.running || r.parked || r.killed) return;  // a killed rank's exit is near
   // Nobody asked: a peer failed and this rank saw it first (its rendezvous or a message failed).
   // That is a failure to recover from, not the end of the job.
-  const bool unasked = ending_ == Ending::kNone && !TearingDown();
+  const bool unasked = ending_.Is(Ending::kNone) && !TearingDown();
   r.running = false;
   r.parked = true;
   standby_.Park(ParkedWorker{gen_.number, rank, gen_.MachineOf(rank).Address(),

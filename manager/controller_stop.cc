@@ -28,7 +28,7 @@ void Controller::OnStop(const StopInput& in) {
     case Phase::kMorphing:
     case Phase::kRecovering:
       if (first) {
-        ending_ = Ending::kStop;
+        ending_.BeginStop();
         phase_ = Phase::kStopping;
         Tell(StoppingFact{StoppingFact::How::kAfterTheChange, in.source, KillHint(in), last_step_});
         return;
@@ -40,11 +40,8 @@ void Controller::OnStop(const StopInput& in) {
         fact.how = StoppingFact::How::kSecondRequest;
         fact.source = in.source;
         Tell(fact);
-        if (!final_failure_) {
-          final_failure_ = FinishAction{FinishAction::Outcome::kFailed,
-                                        "the workers were killed on a second " + in.source +
-                                            " before they stopped"};
-        }
+        ending_.FailJob("the workers were killed on a second " + in.source +
+                        " before they stopped");
         Terminate("second " + in.source);
       } else if (gen_.deadlines.kill) {
         gen_.deadlines.kill = now_;  // impatient: SIGKILL now
@@ -61,7 +58,7 @@ std::string Controller::KillHint(const StopInput& in) {
 
 void Controller::BeginStop(const StopInput& in) {
   const std::string& why = in.source;
-  ending_ = Ending::kStop;
+  ending_.BeginStop();
   phase_ = Phase::kStopping;
   reason_ = why;
   Tell(StoppingFact{gen_.AllReady() ? StoppingFact::How::kAskRanks : StoppingFact::How::kBeforeReady,
