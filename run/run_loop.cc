@@ -114,10 +114,9 @@ void RunLoop::Execute(const manager::ControllerAction& action) {
                  [this](const manager::ReleaseAction& a) { Release(a); },
                  [this](const manager::StartStandbyAction& a) { StartStandby(a); },
                  [this](const manager::SignalAction& a) {
-                   if (a.generation != ranks_generation_) return;
-                   const auto it = ranks_.find(a.rank);
-                   if (it == ranks_.end() || it->second.runner == nullptr) return;
-                   const mitra::Status s = it->second.runner->Signal(it->second.id, a.signal_number);
+                   const LiveRank* live = processes_.Find(a.generation, a.rank);
+                   if (live == nullptr || live->runner == nullptr) return;
+                   const mitra::Status s = live->runner->Signal(live->id, a.signal_number);
                    if (!s.ok()) *err_ << "mitra: warning: rank " << a.rank << ": " << s.message() << "\n";
                  },
                  [this](const manager::CheckHostAction& a) { StartHealthCheck(a.machine); },
@@ -208,7 +207,7 @@ void RunLoop::WriteState(bool force) {
   snapshot.last_step = stats_.last();
   JsonObject workers;  // rank -> "address pid": what a restarted manager must clean up
   const std::vector<bool> running = controller_.RunningRanksMask();
-  for (const auto& [rank, live] : ranks_) {
+  for (const auto& [rank, live] : processes_.ranks()) {
     if (live.pid == 0 || rank >= static_cast<int>(running.size()) || !running[rank]) continue;
     snapshot.pids.push_back(live.pid);
     workers.SetString(std::to_string(rank), live.machine + " " + std::to_string(live.pid));

@@ -42,6 +42,7 @@
 #include "run/run_observer.h"
 #include "run/transports.h"
 #include "run/worker_env.h"
+#include "run/worker_processes.h"
 
 namespace mitra::run {
 
@@ -108,17 +109,6 @@ class RunLoop {
   JsonObject Status() const;
 
  private:
-  struct LiveRank {
-    launcher::ProcessRunner* runner = nullptr;
-    launcher::ProcessId id = 0;
-    int64_t pid = 0;
-    std::string machine;  // address
-    manager::Machine where;
-    bool stopped_record = false;
-    double launched_s = 0;  // monotonic: its process started, or the parked worker was kept
-    manager::FailureExcerpt output;  // what it printed, once it exited
-  };
-
   void Handle(const manager::ControllerInput& input);
   void Execute(const manager::ControllerAction& action);
   // Carries out a launch: the generation's ranks started as processes or handed to parked
@@ -149,7 +139,7 @@ class RunLoop {
   mitra::Status Keep(const manager::ParkedWorker& worker, int64_t generation, int rank,
                      const Environment& environment, LiveRank* live);
   void Release(const manager::ReleaseAction& release);
-  // Starts a standby worker; kept in parked_ from its start, so it can be kept or let go.
+  // Starts a standby worker; parked from its start (processes_), so it can be kept or let go.
   void StartStandby(const manager::StartStandbyAction& standby);
   // After the job's end: waits a little for released workers to exit (they are told to).
   void AwaitReleased();
@@ -230,14 +220,7 @@ class RunLoop {
   std::ostream* err_;
 
   std::deque<manager::ControllerInput> inputs_;  // produced while carrying out actions
-  std::map<int, LiveRank> ranks_;       // of the current generation
-  using ProcessKey = std::pair<const launcher::ProcessRunner*, launcher::ProcessId>;
-  // Parked workers, by the generation and rank they parked as.
-  std::map<std::pair<int64_t, int>, LiveRank> parked_;
-  // Where the events of a kept worker go now: its current generation and rank.
-  std::map<ProcessKey, std::pair<int64_t, int>> routes_;
-  std::set<ProcessKey> released_;  // told to exit, not exited yet
-  int64_t ranks_generation_ = -1;
+  WorkerProcesses processes_;  // which process is which rank, parked, kept or released
   int64_t first_generation_ = 0;  // the controller's first; the state shows it before a launch
   manager::StepStats stats_;
   std::string settings_;  // the last `settings` text shown

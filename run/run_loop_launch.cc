@@ -49,8 +49,7 @@ void RunLoop::Launch(const manager::LaunchAction& launch) {
 }
 
 void RunLoop::BeginGeneration(const manager::LaunchAction& launch) {
-  ranks_.clear();
-  ranks_generation_ = launch.generation;
+  processes_.BeginGeneration(launch.generation);
   std::vector<int> stage_of_rank(launch.plan.world_size(), -1);
   const GridPlan& plan = launch.plan;
   // What the plan expects of each rank: the profile's prediction, else its replica's share.
@@ -99,7 +98,7 @@ manager::ControllerInput RunLoop::StartRank(const manager::LaunchAction& launch,
                                             manager::GenerationLaunched* launched) {
   const manager::Machine& machine = launch.machines[placement.machine];
   const int rank = placement.rank;
-  LiveRank& live = ranks_[rank];
+  LiveRank& live = processes_.Add(rank);
   live.machine = machine.Address();
   live.where = machine;
   auto failed = [&](const mitra::Status& why) {
@@ -166,14 +165,13 @@ Result<int> RunLoop::RendezvousPort(const manager::Machine& machine, int64_t gen
 
 mitra::Status RunLoop::Keep(const manager::ParkedWorker& worker, int64_t generation, int rank,
                            const Environment& environment, LiveRank* live) {
-  const auto it = parked_.find({worker.generation, worker.rank});
-  if (it == parked_.end()) {
+  std::optional<LiveRank> taken = processes_.TakeParked({worker.generation, worker.rank});
+  if (!taken) {
     return mitra::Status::Unavailable("the parked worker of generation " +
                                       std::to_string(worker.generation) + " rank " +
                                       std::to_string(worker.rank) + " is gone");
   }
-  LiveRank parked = std::move(it->second);
-  parked_.erase(it);
+  const LiveRank& parked = *taken;
   const mitra::Status sent = parked.runner->SendLine(parked.id, contract::PlacementLine(environment));
   if (!sent.ok()) {
     // It is of no use now; it exits when its input closes or its wait ends, or is killed here.
@@ -181,7 +179,7 @@ mitra::Status RunLoop::Keep(const manager::ParkedWorker& worker, int64_t generat
     return mitra::Status::Unavailable("the parked worker (pid " + std::to_string(parked.pid) +
                                       ") could not be told its placement: " + sent.message());
   }
-  routes_[{parked.runner, parked.id}] = {generation, rank};
+  processes_.Kept(parked, {generation, rank});
   live->runner = parked.runner;
   live->id = parked.id;
   live->pid = parked.pid;
@@ -191,14 +189,13 @@ mitra::Status RunLoop::Keep(const manager::ParkedWorker& worker, int64_t generat
 
 void RunLoop::Release(const manager::ReleaseAction& release) {
   for (const manager::ParkedWorker& worker : release.workers) {
-    const auto it = parked_.find({worker.generation, worker.rank});
-    if (it == parked_.end()) continue;
-    const LiveRank& parked = it->second;
-    if (!parked.runner->SendLine(parked.id, contract::ExitLine()).ok()) {
-      (void)parked.runner->Signal(parked.id, SIGKILL);
+    const std::optional<LiveRank> parked =
+        processes_.TakeParked({worker.generation, worker.rank});
+    if (!parked) continue;
+    if (!parked->runner->SendLine(parked->id, contract::ExitLine()).ok()) {
+      (void)parked->runner->Signal(parked->id, SIGKILL);
     }
-    released_.insert({parked.runner, parked.id});
-    parked_.erase(it);
+    processes_.Released(*parked);
   }
 }
 
@@ -230,7 +227,7 @@ void RunLoop::StartStandby(const manager::StartStandbyAction& standby) {
   live.pid = started->pid;
   live.machine = machine.Address();
   live.where = machine;
-  parked_[{manager::kStandbyGeneration, standby.id}] = live;
+  processes_.AddStandby(standby.id, live);
   Warn(journal_->RecordEvent("standby", JsonObject()
                                             .SetInt("id", standby.id)
                                             .SetString("machine", machine.Address())
@@ -242,7 +239,7 @@ void RunLoop::AwaitReleased() {
   // manager (its input closes) or by the run's clean-up of leftover workers.
   constexpr double kReleaseWaitS = 5;
   const double until = clock_->MonotonicSeconds() + kReleaseWaitS;
-  while (!released_.empty()) {
+  while (processes_.AnyReleased()) {
     const double wait_s = until - clock_->MonotonicSeconds();
     if (wait_s <= 0) break;
     std::optional<Event> event = options_.next_event
@@ -252,7 +249,7 @@ void RunLoop::AwaitReleased() {
     if (!event) continue;
     if (WorkerEvent* e = std::get_if<WorkerEvent>(&*event);
         e != nullptr && e->event.kind == launcher::ProcessEvent::Kind::kExited) {
-      released_.erase({e->runner, e->event.id});
+      processes_.Exited({e->runner, e->event.id});
     }
   }
 }

@@ -16,20 +16,10 @@
 
 namespace mitra::run {
 void RunLoop::OnWorkerEvent(WorkerEvent& event) {
-  const ProcessKey key{event.runner, event.event.id};
-  if (const auto route = routes_.find(key); route != routes_.end()) {
-    std::tie(event.generation, event.rank) = route->second;  // a kept worker's new place
-  }
-  if (event.event.kind == launcher::ProcessEvent::Kind::kExited) {
-    routes_.erase(key);
-    released_.erase(key);
-    for (auto it = parked_.begin(); it != parked_.end(); ++it) {
-      if (it->second.runner == event.runner && it->second.id == event.event.id) {
-        parked_.erase(it);  // gone while parked: nothing will keep it
-        break;
-      }
-    }
-  }
+  const WorkerProcesses::Key key{event.runner, event.event.id};
+  std::tie(event.generation, event.rank) =
+      processes_.Route(key, {event.generation, event.rank});  // a kept worker's new place
+  if (event.event.kind == launcher::ProcessEvent::Kind::kExited) processes_.Exited(key);
   if (event.event.kind == launcher::ProcessEvent::Kind::kMessage) {
     OnMessage(event.generation, event.rank, event.event.message);
     return;
@@ -37,19 +27,16 @@ void RunLoop::OnWorkerEvent(WorkerEvent& event) {
   manager::RankExited exited{
       event.generation, event.rank, event.event.exit,
       manager::ExcerptOf(std::move(event.event.earlier_errors), event.event.last_lines)};
-  if (event.generation == ranks_generation_) {
-    const auto it = ranks_.find(event.rank);
-    if (it != ranks_.end()) {
-      it->second.output = exited.output;
-      Warn(journal_->RecordEvent(
-          "worker_exit",
-          manager::WorkerExitRecord(event.rank, static_cast<int>(it->second.pid), event.event.exit,
-                           it->second.stopped_record,
-                           clock_->MonotonicSeconds() - it->second.launched_s)
-              .SetInt("generation", event.generation)
-              .SetString("machine", it->second.machine)
-              .SetBool("lost", event.event.exit.lost)));
-    }
+  if (LiveRank* live = processes_.Find(event.generation, event.rank)) {
+    live->output = exited.output;
+    Warn(journal_->RecordEvent(
+        "worker_exit",
+        manager::WorkerExitRecord(event.rank, static_cast<int>(live->pid), event.event.exit,
+                                  live->stopped_record,
+                                  clock_->MonotonicSeconds() - live->launched_s)
+            .SetInt("generation", event.generation)
+            .SetString("machine", live->machine)
+            .SetBool("lost", event.event.exit.lost)));
   }
   Handle(exited);
 }
@@ -63,7 +50,7 @@ void RunLoop::OnMessage(int64_t generation, int rank, const std::string& text) {
                                                   .SetString("text", text.substr(0, 200))));
     return;
   }
-  const From from{generation, rank, generation == ranks_generation_};
+  const From from{generation, rank, generation == processes_.generation()};
   std::visit([&](const auto& message) { Receive(from, message, read->more); }, read->message);
 }
 
@@ -91,10 +78,7 @@ void RunLoop::Receive(const From& from, const contract::message::Parked& parked,
     report.held.first = static_cast<int>(parked.held_first_segment.value_or(0));
     report.held.end = static_cast<int>(parked.held_end_segment.value_or(0));
   }
-  if (const auto it = ranks_.find(from.rank); from.current && it != ranks_.end() &&
-                                              it->second.runner) {
-    parked_[{from.generation, from.rank}] = it->second;
-  }
+  if (from.current) processes_.Parked(from.rank);
   Handle(report);
 }
 
@@ -124,7 +108,7 @@ void RunLoop::Receive(const From& from, const contract::message::Stopped& stoppe
                       const JsonObject&) {
   manager::RankReport report = ReportOf(from, manager::RankReport::Kind::kStopped, stopped.step);
   report.finished = stopped.reason == contract::message::Stopped::kMaxSteps;
-  if (from.current && ranks_.count(from.rank)) ranks_[from.rank].stopped_record = true;
+  if (LiveRank* live = processes_.Find(from.generation, from.rank)) live->stopped_record = true;
   Handle(report);
 }
 
@@ -219,12 +203,13 @@ void RunLoop::Receive(const From& from, const contract::message::CheckpointFaile
 
 bool RunLoop::ReportFailure(const JsonObject& failure) {
   const std::optional<double> rank = failure.GetNumber("rank");
-  const auto it = rank ? ranks_.find(static_cast<int>(*rank)) : ranks_.end();
-  if (it == ranks_.end()) return false;
-  const manager::FailureExcerpt& output = it->second.output;
+  const int64_t generation = processes_.generation();
+  const LiveRank* live = rank ? processes_.Find(generation, static_cast<int>(*rank)) : nullptr;
+  if (live == nullptr) return false;
+  const manager::FailureExcerpt& output = live->output;
   const std::string key = output.ErrorLines().empty() ? "" : output.Key();
   *err_ << manager::FormatFailureReport(failure.GetString("reason").value_or(""),
-                                        RunDir::LogName(ranks_generation_, it->first), output,
+                                        RunDir::LogName(generation, static_cast<int>(*rank)), output,
                                         !key.empty() && key == last_failure_key_)
         << std::flush;
   last_failure_key_ = key;

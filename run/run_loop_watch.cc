@@ -51,8 +51,8 @@ void RunLoop::StartHealthCheck(const manager::Machine& machine) {
 
 void RunLoop::OnStepTimes(const From& from, const contract::message::Heartbeat& beat) {
   const int rank = from.rank;
-  const auto it = ranks_.find(rank);
-  if (!from.current || it == ranks_.end() || !stragglers_) return;
+  const LiveRank* live = processes_.Find(from.generation, rank);
+  if (live == nullptr || !stragglers_) return;
   const int64_t steps = beat.steps.value_or(0);
   const double compute_s = beat.compute_s.value_or(-1);
   const double wait_s = beat.wait_s.value_or(-1);
@@ -68,7 +68,7 @@ void RunLoop::OnStepTimes(const From& from, const contract::message::Heartbeat& 
   Warn(journal_->RecordRankSteps(times));
   const std::optional<manager::Straggler> found = stragglers_->Observe(rank, static_cast<int>(steps), compute_s);
   if (!found) return;
-  const std::string& machine = it->second.machine;
+  const std::string& machine = live->machine;
   records::Straggler straggler;
   straggler.generation = from.generation;
   straggler.rank = rank;
