@@ -5,7 +5,6 @@
 #include <functional>
 #include <iostream>
 #include <limits>
-#include <sstream>
 
 #include "common/strings.h"
 #include "worker/option_table.h"
@@ -15,12 +14,6 @@ namespace {
 
 // Reads one value into its destination: Ok, or what is wrong with it.
 using Reader = std::function<Status(const std::string& value)>;
-
-std::string NumberText(double value) {
-  std::ostringstream out;
-  out << value;
-  return out.str();
-}
 
 void Add(CLI::App& app, const std::string& flag, const std::string& type,
          const std::string& default_text, const std::string& help, Reader read) {
@@ -49,19 +42,6 @@ Reader WholeReader(int64_t min, int64_t max, std::function<void(int64_t)> store)
     store(*n);
     return Status::Ok();
   };
-}
-
-// A named setting: `parse` says what the names are when the value is none of them.
-template <typename T>
-void AddNamed(CLI::App& app, const std::string& flag, T* out,
-              Result<T> (*parse)(const std::string&), const std::string& default_name,
-              const std::string& help) {
-  Add(app, flag, "NAME", default_name, help, [out, parse](const std::string& value) {
-    Result<T> parsed = parse(value);
-    if (!parsed.ok()) return parsed.status();
-    *out = *parsed;
-    return Status::Ok();
-  });
 }
 
 // What --help shows a flag's value as.
@@ -137,11 +117,12 @@ void AddWhole(CLI::App& app, const std::string& flag, int* out, int min, const s
 
 void AddNumber(CLI::App& app, const std::string& flag, double* out, double min,
                const std::string& help) {
-  Add(app, flag, "X", NumberText(*out), help, [out, min](const std::string& value) {
+  Add(app, flag, "X", worker::OptionValueText(*out), help, [out, min](const std::string& value) {
     const std::optional<double> x = ParseDouble(value);
     if (!x) return Status::InvalidArgument("'" + value + "' is not a number");
     if (*x < min) {
-      return Status::InvalidArgument("'" + value + "' is not a number >= " + NumberText(min));
+      return Status::InvalidArgument("'" + value +
+                                     "' is not a number >= " + worker::OptionValueText(min));
     }
     *out = *x;
     return Status::Ok();
