@@ -48,7 +48,18 @@ Status WriteFile(const std::string& path, const std::string& text) {
 
 std::string Quote(const std::string& s) { return JsonQuote(s); }
 
-std::string CandidateJson(const planner::PlannedShape& s) {
+// The machines in the order `s`'s ranks fill them.
+std::vector<std::string> MachineOrder(const planner::PlannedShape& s,
+                                      const std::vector<planner::MachineSlots>& machines) {
+  std::vector<std::string> out;
+  for (const planner::MachineSlots& m : planner::InOrder(machines, s.machine_order)) {
+    out.push_back(m.address);
+  }
+  return out;
+}
+
+std::string CandidateJson(const planner::PlannedShape& s,
+                          const std::vector<planner::MachineSlots>& machines) {
   const planner::Candidate& c = s.candidate;
   std::ostringstream out;
   out << "{\"stages\":" << c.stages << ",\"replicas\":" << c.replicas
@@ -58,31 +69,15 @@ std::string CandidateJson(const planner::PlannedShape& s) {
       << ",\"zero\":" << (c.zero && c.replicas > 1 ? 1 : 0)
       << ",\"partition\":" << Quote(c.PartitionText())
       << ",\"shares\":" << Quote(planner::Uneven(c.shares) ? planner::SharesText(c.shares) : "")
+      << ",\"machine_order\":[";
+  const std::vector<std::string> order = MachineOrder(s, machines);
+  for (size_t i = 0; i < order.size(); ++i) out << (i ? "," : "") << Quote(order[i]);
+  out << "]"
       << ",\"idle_slots\":" << s.idle_slots
       << ",\"predicted_step_s\":" << s.prediction.step_s
       << ",\"predicted_memory_bytes\":" << s.prediction.max_memory_bytes
       << ",\"bubble_fraction\":" << s.prediction.bubble_fraction << "}";
   return out.str();
-}
-
-// Each listed machine's speed as the profile has it: the fastest one's forward and backward of
-// every segment at the largest profiled micro-batch over its own, in list order.
-std::vector<std::pair<std::string, double>> MachineSpeeds(
-    const planner::Profile& profile, const std::vector<planner::MachineSlots>& machines) {
-  const int64_t size = profile.micro_batches.back();
-  std::vector<std::pair<std::string, double>> out;
-  double fastest = 0;
-  for (const planner::MachineSlots& m : machines) {
-    double seconds = 0;
-    for (int s = 0; s < profile.num_segments(); ++s) {
-      const planner::SegmentCost cost = profile.CostAt(profile.Machine(m.address), s, size);
-      seconds += cost.forward_s + cost.backward_s;
-    }
-    out.emplace_back(m.address, seconds);
-    if (seconds > 0 && (fastest == 0 || seconds < fastest)) fastest = seconds;
-  }
-  for (auto& [address, speed] : out) speed = speed > 0 ? fastest / speed : 0;
-  return out;
 }
 
 }  // namespace
@@ -303,7 +298,9 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
     in.profile = &*profile;
     in.candidate = plan->candidates.front().candidate;
     in.global_batch = o.batch_size;
-    in.rank_machines = planner::PlaceRanks(request.machines, in.candidate.stages * in.candidate.replicas);
+    in.rank_machines =
+        planner::PlaceRanks(planner::InOrder(request.machines, plan->candidates.front().machine_order),
+                            in.candidate.stages * in.candidate.replicas);
     in.trace = true;
     Result<planner::Prediction> traced = planner::Simulate(in);
     if (traced.ok()) {
@@ -313,8 +310,7 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
     }
   }
   const size_t shown = std::min<size_t>(plan->candidates.size(), static_cast<size_t>(o.top));
-  const std::vector<std::pair<std::string, double>> speeds =
-      MachineSpeeds(*profile, request.machines);
+  const std::vector<double> speeds = planner::RelativeSpeeds(*profile, request.machines);
   if (o.json) {
     std::ostringstream out;
     out << "{\"planning_s\":" << planning_s << ",\"slots\":" << slots
@@ -322,10 +318,13 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
         << ",\"simulated\":" << plan->simulated
         << ",\"too_big\":" << plan->too_big << ",\"machine_speeds\":{";
     for (size_t i = 0; i < speeds.size(); ++i) {
-      out << (i ? "," : "") << Quote(speeds[i].first) << ":" << Fixed(speeds[i].second, 3);
+      out << (i ? "," : "") << Quote(request.machines[i].address) << ":" << Fixed(speeds[i], 3);
     }
-    out << "},\"best\":" << CandidateJson(plan->candidates[0]) << ",\"candidates\":[";
-    for (size_t i = 0; i < shown; ++i) out << (i ? "," : "") << CandidateJson(plan->candidates[i]);
+    out << "},\"best\":" << CandidateJson(plan->candidates[0], request.machines)
+        << ",\"candidates\":[";
+    for (size_t i = 0; i < shown; ++i) {
+      out << (i ? "," : "") << CandidateJson(plan->candidates[i], request.machines);
+    }
     out << "]}";
     *c.out << out.str() << std::endl;
     return kExitOk;
@@ -335,9 +334,11 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
          << plan->simulated << " simulated in " << Fixed(planning_s, 3) << " s ("
          << plan->too_big << " too big for memory)\n";
   // Machines that differ: their speeds, which uneven shares follow.
-  if (std::any_of(speeds.begin(), speeds.end(), [](const auto& s) { return s.second < 0.95; })) {
+  if (std::any_of(speeds.begin(), speeds.end(), [](double s) { return s < 0.95; })) {
     *c.out << "  machine speeds (the fastest's forward and backward over each one's):";
-    for (const auto& [address, speed] : speeds) *c.out << " " << address << " " << Fixed(speed, 2);
+    for (size_t i = 0; i < speeds.size(); ++i) {
+      *c.out << " " << request.machines[i].address << " " << Fixed(speeds[i], 2);
+    }
     *c.out << "\n";
   }
   *c.out << "  #  shape      micro-batch  schedule          partition             idle  step s    "
@@ -356,6 +357,10 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
                   Fixed(static_cast<double>(s.prediction.max_memory_bytes) / 1e6, 1).c_str(),
                   s.prediction.bubble_fraction);
     *c.out << line << (planner::Uneven(k.shares) ? planner::SharesText(k.shares) : "even") << "\n";
+    if (!s.machine_order.empty()) {
+      *c.out << "     its ranks fill the machines in the order " << Join(MachineOrder(s, request.machines), ", ")
+             << "\n";
+    }
   }
   c.out->flush();
   return kExitOk;

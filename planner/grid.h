@@ -2,7 +2,8 @@
 //
 // Ranks follow Varuna's layout: rank r is stage r mod P of replica r div P, so one pipeline's
 // ranks are consecutive and land on the same machine when it has room. Ranks fill the machines
-// in list order, slot by slot; slots beyond P x D stay idle. (A morph may give a machine's
+// in list order, slot by slot; slots beyond P x D stay idle. (The planner may fill the machines
+// in another order, fastest first say: PlannedShape::machine_order; a morph may give a machine's
 // ranks its slots in another order: manager/state_placement.h.)
 //
 // The global batch is cut into micro-batches of the chunk size in the same way in every shape

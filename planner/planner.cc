@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <numeric>
 
 #include "planner/grid.h"
 #include "planner/shape_options.h"
@@ -73,6 +74,54 @@ std::vector<std::string> PlaceRanks(const std::vector<MachineSlots>& machines, i
   return out;
 }
 
+std::vector<double> RelativeSpeeds(const Profile& profile,
+                                   const std::vector<MachineSlots>& machines) {
+  const int64_t size = profile.micro_batches.empty() ? 1 : profile.micro_batches.back();
+  std::vector<double> seconds;
+  double fastest = 0;
+  for (const MachineSlots& m : machines) {
+    double s = 0;
+    for (int segment = 0; segment < profile.num_segments(); ++segment) {
+      const SegmentCost cost = profile.CostAt(profile.Machine(m.address), segment, size);
+      s += cost.forward_s + cost.backward_s;
+    }
+    seconds.push_back(s);
+    if (s > 0 && (fastest == 0 || s < fastest)) fastest = s;
+  }
+  std::vector<double> speeds;
+  for (const double s : seconds) speeds.push_back(s > 0 ? fastest / s : 0);
+  return speeds;
+}
+
+std::vector<std::vector<int>> MachineOrders(const Profile& profile,
+                                            const std::vector<MachineSlots>& machines) {
+  std::vector<int> list(machines.size());
+  std::iota(list.begin(), list.end(), 0);
+  std::vector<std::vector<int>> orders = {list};
+  const std::vector<double> speed = RelativeSpeeds(profile, machines);
+  if (std::all_of(speed.begin(), speed.end(), [](double s) { return s >= 0.95; })) return orders;
+  std::vector<int> fastest_first = list;
+  std::stable_sort(fastest_first.begin(), fastest_first.end(),
+                   [&](int a, int b) { return speed[a] > speed[b]; });
+  std::vector<int> alternating;
+  for (size_t front = 0, back = list.size(); front < back;) {
+    alternating.push_back(fastest_first[front++]);
+    if (front < back) alternating.push_back(fastest_first[--back]);
+  }
+  for (const std::vector<int>& order : {fastest_first, alternating}) {
+    if (std::find(orders.begin(), orders.end(), order) == orders.end()) orders.push_back(order);
+  }
+  return orders;
+}
+
+std::vector<MachineSlots> InOrder(const std::vector<MachineSlots>& machines,
+                                  const std::vector<int>& order) {
+  if (order.empty()) return machines;
+  std::vector<MachineSlots> out;
+  for (const int m : order) out.push_back(machines[m]);
+  return out;
+}
+
 std::vector<int> BalancedPartition(const std::vector<double>& cost,
                                    const std::vector<double>& speed) {
   const int n = static_cast<int>(cost.size()), p = static_cast<int>(speed.size());
@@ -107,13 +156,25 @@ std::vector<int> BalancedPartition(const std::vector<double>& cost,
 Result<PlanResult> PlanShapes(const PlanRequest& request) {
   const int slots = TotalSlots(request.machines);
   if (Status checked = CheckRequest(request, slots); !checked.ok()) return checked;
-  const std::vector<detail::ShapeOption> options = detail::EnumerateShapeOptions(request, slots);
-  Result<PlanResult> result = detail::SearchShapes(request, options, slots);
-  if (!result.ok()) return result.status();
-  result->considered = static_cast<int>(options.size());
-  if (result->candidates.empty()) return NoShapeFits(request, *result, slots);
-  RankByStepTime(&result->candidates);
-  return result;
+  PlanResult all;
+  for (const std::vector<int>& order : MachineOrders(*request.profile, request.machines)) {
+    PlanRequest ordered = request;
+    ordered.machines = InOrder(request.machines, order);
+    const std::vector<detail::ShapeOption> options = detail::EnumerateShapeOptions(ordered, slots);
+    Result<PlanResult> result = detail::SearchShapes(ordered, options, slots);
+    if (!result.ok()) return result.status();
+    const bool list_order = std::is_sorted(order.begin(), order.end());
+    all.considered += static_cast<int>(options.size());
+    all.simulated += result->simulated;
+    all.too_big += result->too_big;
+    for (PlannedShape& shape : result->candidates) {
+      if (!list_order) shape.machine_order = order;
+      all.candidates.push_back(std::move(shape));
+    }
+  }
+  if (all.candidates.empty()) return NoShapeFits(request, all, slots);
+  RankByStepTime(&all.candidates);  // stable: list order first among equals
+  return all;
 }
 
 }  // namespace mitra::planner

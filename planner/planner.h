@@ -9,7 +9,9 @@
 // the chunks') measured time on the machines they run on. Candidates are simulated (planner/simulator.h) in the order of a lower
 // bound of their step time, until no candidate left can enter the best `keep`; those that do
 // not fit a machine's memory are dropped, and the rest are ranked by predicted step time, fewer
-// busy slots first among equals. Pure and thread-compatible.
+// busy slots first among equals. On machines that differ, all of this is done for each order in
+// which the ranks may fill the machines (MachineOrders): which machines the shape uses, which
+// form a pipeline and which runs which stage. Pure and thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,9 @@ struct PlannedShape {
   Candidate candidate;
   int idle_slots = 0;
   Prediction prediction;  // without its trace
+  // The order in which its ranks fill the machines, as indices into PlanRequest::machines
+  // (MachineOrders); empty: list order.
+  std::vector<int> machine_order;
 };
 
 struct PlanResult {
@@ -63,5 +68,24 @@ std::vector<int> BalancedPartition(const std::vector<double>& segment_cost,
 
 // The machine of each of `world` ranks: machines filled slot by slot in list order.
 std::vector<std::string> PlaceRanks(const std::vector<MachineSlots>& machines, int world);
+
+// Each machine's speed as `profile` has it, relative to the fastest of `machines` (1): the
+// fastest one's forward and backward of every segment at the largest profiled micro-batch over
+// its own; 0 for a machine without figures. In list order.
+std::vector<double> RelativeSpeeds(const Profile& profile,
+                                   const std::vector<MachineSlots>& machines);
+
+// The orders in which the planner lets ranks fill the machines, each a permutation of indices
+// into `machines`: list order first; where some machine's speed is under 0.95 of the fastest,
+// also fastest first (a shape that leaves slots idle leaves the slowest machines', a pipeline
+// of like machines becomes a replica that uneven shares weigh) and fastest and slowest
+// alternating (each pipeline takes a mix, which one partition balances). An order equal to
+// one before it is left out.
+std::vector<std::vector<int>> MachineOrders(const Profile& profile,
+                                            const std::vector<MachineSlots>& machines);
+
+// `machines` in `order` (MachineOrders); an empty order: as they are.
+std::vector<MachineSlots> InOrder(const std::vector<MachineSlots>& machines,
+                                  const std::vector<int>& order);
 
 }  // namespace mitra::planner

@@ -103,7 +103,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   if (!planned.ok()) return Status::Unavailable(planned.status().message());
   const PlannedShape& best = planned->candidates.front();
   GridRequest grid;
-  grid.slots_per_machine = SlotsOf(request.machines);
+  grid.slots_per_machine = SlotsOf(InOrder(request.machines, best.machine_order));
   grid.stages = best.candidate.stages;
   grid.replicas = best.candidate.replicas;
   grid.segments = request.segments;
@@ -111,6 +111,10 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   grid.chunk_size = static_cast<int>(best.candidate.chunk_size);
   Result<GridPlan> out = PlanGrid(grid);
   if (!out.ok()) return out.status();
+  // The grid filled the machines in the planner's order; the plan names them by list index.
+  if (!best.machine_order.empty()) {
+    for (RankPlacement& r : out->ranks) r.machine = best.machine_order[r.machine];
+  }
   out->schedule = best.candidate.schedule;
   out->recompute = best.candidate.recompute;
   out->zero = best.candidate.zero && out->replicas > 1;

@@ -70,7 +70,7 @@ class FixedStagesPolicy : public ShapePolicy {
 // The planner's fastest shape on the usable machines, re-planned at every launch, from the
 // profile as the request's corrections leave it; of `stages` stages when that is > 0 (--nstages
 // with --profile). The plan carries the schedule, partition, shares and prediction to the
-// workers and the records.
+// workers and the records, and places the ranks on the machines in the planner's order.
 class PlannedShapePolicy : public ShapePolicy {
  public:
   explicit PlannedShapePolicy(std::shared_ptr<const Profile> profile, int stages = 0)

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "planner/planner.h"
 #include "planner/profile.h"
+#include "planner/shape_policy.h"
 #include "tests/planner/uniform_profile.h"
 
 namespace mitra::planner {
@@ -191,9 +193,9 @@ TEST(Simulator, WritesAChromeTraceOfTheStep) {
 }
 
 // `p` with a machine "slow" whose every computation takes `factor` times m0's.
-Profile WithSlowMachine(Profile p, double factor) {
+Profile WithSlowMachine(Profile p, double factor, const std::string& address = "slow") {
   MachineProfile slow = p.machines[0];
-  slow.address = "slow";
+  slow.address = address;
   for (SegmentProfile& segment : slow.segments) {
     for (SegmentCost& c : segment.costs) {
       c.forward_s *= factor;
@@ -251,6 +253,84 @@ TEST(Planner, OnMachinesThatDifferTheReplicasShareTheBatchByTheirSpeed) {
   for (const PlannedShape& s : plan->candidates) {
     EXPECT_FALSE(Uneven(s.candidate.shares)) << s.candidate.ToString();
   }
+}
+
+// The planner also lets the ranks fill the machines fastest first, and fastest and slowest
+// alternating; on like machines (or unknown ones, costed as the first) only in list order.
+TEST(MachineOrders, FastestFirstAndAlternatingWhereMachinesDiffer) {
+  const Profile p =
+      WithSlowMachine(WithSlowMachine(Uniform(1, 0.01, 0.02), 2.5), 1.5, "mid");
+  const std::vector<MachineSlots> list = {{"slow", 1}, {"m0", 1}, {"mid", 2}, {"m1", 1}};
+  EXPECT_EQ(MachineOrders(p, list),
+            (std::vector<std::vector<int>>{{0, 1, 2, 3}, {1, 3, 2, 0}, {1, 0, 3, 2}}));
+  const std::vector<double> speeds = RelativeSpeeds(p, list);
+  ASSERT_EQ(speeds.size(), 4u);
+  EXPECT_NEAR(speeds[0], 0.4, 1e-12);
+  EXPECT_NEAR(speeds[2], 1 / 1.5, 1e-12);
+  EXPECT_EQ(MachineOrders(p, {{"m0", 1}, {"m1", 2}, {"m2", 1}}),
+            (std::vector<std::vector<int>>{{0, 1, 2}}));
+  // Two machines already fastest first: no other order.
+  EXPECT_EQ(MachineOrders(p, {{"m0", 1}, {"slow", 1}}), (std::vector<std::vector<int>>{{0, 1}}));
+  EXPECT_EQ(InOrder(list, {1, 3, 2, 0})[2].address, "mid");
+  EXPECT_EQ(InOrder(list, {}).front().address, "slow");
+}
+
+// A batch of one micro-batch has one replica: listed first, the slow machine would run it; the
+// plan runs it on the fast one and leaves the slow one idle, and the shape policy places it so.
+TEST(Planner, AShapeThatLeavesSlotsIdleLeavesTheSlowestMachines) {
+  const auto p = std::make_shared<const Profile>(WithSlowMachine(Uniform(1, 0.01, 0.02), 2.5));
+  PlanRequest request;
+  request.profile = p.get();
+  request.global_batch = 1;
+  request.chunk_size = 1;
+  request.machines = {{"slow", 1}, {"m0", 1}};
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_EQ(plan->candidates.size(), 2u);
+  EXPECT_EQ(plan->candidates[0].machine_order, (std::vector<int>{1, 0}));
+  EXPECT_NEAR(plan->candidates[0].prediction.step_s, 0.03, 1e-9);
+  EXPECT_TRUE(plan->candidates[1].machine_order.empty()) << "list order";
+  EXPECT_NEAR(plan->candidates[1].prediction.step_s, 0.075, 1e-9);
+
+  const PlannedShapePolicy policy(p);
+  ShapeRequest shape;
+  shape.machines = request.machines;
+  shape.segments = 1;
+  shape.global_batch = 1;
+  shape.chunk_size = 1;
+  Result<GridPlan> grid = policy.Plan(shape);
+  ASSERT_TRUE(grid.ok()) << grid.status().message();
+  ASSERT_EQ(grid->ranks.size(), 1u);
+  EXPECT_EQ(grid->ranks[0].machine, 1) << "m0, by its index in the list";
+  EXPECT_EQ(grid->ranks[0].local_rank, 0);
+  ASSERT_EQ(grid->expected_compute_s.size(), 1u);
+  EXPECT_NEAR(grid->expected_compute_s[0], 0.03, 1e-12);
+  EXPECT_NEAR(grid->predicted_step_s, 0.03, 1e-9);
+}
+
+// Four machines, two 2.5 times slower, listed slow first, two stages of two segments with one
+// micro-batch: in list order the pipeline runs on the slow pair; the plan puts it on the fast.
+TEST(Planner, APipelineRunsOnTheFastestMachinesWhenItLeavesOthersIdle) {
+  const Profile p = WithSlowMachine(WithSlowMachine(Uniform(2, 0.01, 0.02), 2.5), 2.5, "slow2");
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 1;
+  request.chunk_size = 1;
+  request.stages = 2;
+  request.machines = {{"slow", 1}, {"slow2", 1}, {"m0", 1}, {"m1", 1}};
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const PlannedShape& best = plan->candidates.front();
+  ASSERT_EQ(best.machine_order.size(), 4u) << best.candidate.ToString();
+  EXPECT_EQ(std::vector<int>(best.machine_order.begin(), best.machine_order.begin() + 2),
+            (std::vector<int>{2, 3}));
+  int in_list_order = 0;
+  for (const PlannedShape& s : plan->candidates) {
+    if (!s.machine_order.empty()) continue;
+    ++in_list_order;
+    EXPECT_GT(s.prediction.step_s, 2 * best.prediction.step_s) << s.candidate.ToString();
+  }
+  EXPECT_GT(in_list_order, 0);
 }
 
 TEST(Simulator, BadShapesAreRefusedWithTheReason) {
