@@ -55,11 +55,15 @@ Profile Corrected(const Profile& profile, const std::vector<SpeedCorrection>& co
 namespace {
 
 // Each rank's compute a step as `profile` predicts it: the forward and backward of its stage's
-// segments over its replica's samples, at its machine's speed with the plan's ranks there busy.
+// segments (under interleaved and ZB-V, of each virtual stage the rank runs) over its replica's
+// samples, at its machine's speed with the plan's ranks there busy. Empty when `partition` is
+// not a split into the schedule's ranges.
 std::vector<double> ExpectedCompute(const Profile& profile, const GridPlan& plan,
                                     const std::vector<int>& partition,
                                     const std::vector<MachineSlots>& machines) {
-  if (static_cast<int>(partition.size()) != plan.stages) return {};
+  const ChunkLayout layout = LayoutOf(plan.schedule.value_or(ScheduleKind::k1F1B), plan.stages,
+                                      static_cast<int>(partition.size()));
+  if (static_cast<int>(partition.size()) != layout.num_virtual_stages()) return {};
   std::vector<int> busy(machines.size(), 0);
   for (const RankPlacement& r : plan.ranks) ++busy[r.machine];
   std::vector<int> first_segment(partition.size() + 1, 0);
@@ -68,9 +72,12 @@ std::vector<double> ExpectedCompute(const Profile& profile, const GridPlan& plan
   for (const RankPlacement& r : plan.ranks) {
     const MachineProfile& machine = profile.Machine(machines[r.machine].address);
     double micro_batch_s = 0;
-    for (int s = first_segment[r.stage]; s < first_segment[r.stage + 1]; ++s) {
-      const SegmentCost c = profile.CostAt(machine, s, plan.chunk_size);
-      micro_batch_s += c.forward_s + c.backward_s;
+    for (int v = 0; v < layout.num_virtual_stages(); ++v) {
+      if (layout.StageOf(v) != r.stage) continue;
+      for (int s = first_segment[v]; s < first_segment[v + 1]; ++s) {
+        const SegmentCost c = profile.CostAt(machine, s, plan.chunk_size);
+        micro_batch_s += c.forward_s + c.backward_s;
+      }
     }
     const int64_t samples =
         ShareOf(plan.global_batch, plan.chunk_size, plan.shares, plan.replicas, r.replica).samples;

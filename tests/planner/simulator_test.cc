@@ -389,6 +389,28 @@ TEST(Planner, InterleavedWithMoreChunksPerRankWinsWhereMessagesAreFree) {
   }
 }
 
+// The straggler detector judges a rank against the compute its plan expects of it: under a
+// schedule of several chunks per rank, every chunk's segments count (each rank runs 12 of the
+// 24 segments, in 2 or more chunks, on 4 micro-batches).
+TEST(PlannedShapePolicy, EachRankIsExpectedToComputeEveryChunkItRuns) {
+  const auto p = std::make_shared<const Profile>(
+      Uniform(24, 0.01, 0.02, /*graph=*/1000, /*speed=*/{1.0, 1.0}));
+  const PlannedShapePolicy policy(p, /*stages=*/2);
+  ShapeRequest request;
+  request.machines = {{"m0", 2}};
+  request.segments = 24;
+  request.global_batch = 8;
+  request.chunk_size = 2;
+  Result<GridPlan> plan = policy.Plan(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  ASSERT_TRUE(plan->schedule == ScheduleKind::kInterleaved || plan->schedule == ScheduleKind::kZbV)
+      << plan->partition;
+  ASSERT_EQ(plan->expected_compute_s.size(), 2u) << plan->partition;
+  for (const double expected : plan->expected_compute_s) {
+    EXPECT_NEAR(expected, 4 * 12 * (0.01 + 0.02), 1e-9) << plan->partition;
+  }
+}
+
 TEST(Planner, EveryCandidateIsAShapeTheRuntimeAcceptsAndFitsMemory) {
   Profile p = Uniform(4, 0.01, 0.02);
   p.machines[0].slots = 4;
