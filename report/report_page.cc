@@ -135,7 +135,13 @@ json ChartData(const RunReport& r, size_t max_points) {
                              {"compute", s.compute_s}, {"wait", s.wait_s}});
     }
   }
+  json machine_shares = json::array();  // drawn with the machines' section only
+  for (const GenerationSpan& g : r.generations) {
+    machine_shares.push_back({{"generation", g.generation}, {"shape", g.Shape()},
+                              {"machines", g.share_machines}, {"fractions", g.ShareFractions()}});
+  }
   return {{"rate_unit", r.tokens ? "tokens/s" : "samples/s"}, {"steps", steps},
+          {"machine_shares", machine_shares},
           {"evals", evals}, {"generations", generations}, {"changes", changes},
           {"failures", failures}, {"checkpoints", checkpoints}, {"ranks", ranks},
           {"rank_series", rank_series}};
@@ -268,6 +274,7 @@ std::string MachinesSection(const RunReport& r) {
                                   [](const GenerationSpan& g) { return !g.shares.empty(); });
   if (!uneven && r.slow_machines.empty()) return "";
   std::string out = "<h2>Machines that differ</h2>\n";
+  out += "<div class=\"chart\"><canvas id=\"machine_shares\"></canvas></div>\n";
   if (uneven) {
     out += "<table class=\"shares\"><tr><th>generation</th><th>shape</th>"
            "<th>micro-batches a step, by replica (its first stage's machine)</th></tr>\n";

@@ -162,6 +162,27 @@
                options: { plugins: titled('Generation ' + newest + ': compute per step of each rank over steps'),
                           scales: { x: stepAxis(), y: axis('milliseconds per step') } } };
     });
+    // Where machines differ: each generation's micro-batches by machine (a replica counted on
+    // its first stage's machine), in percent of the step's.
+    draw('machine_shares', function () {
+      const machines = [];
+      data.machine_shares.forEach(function (g) {
+        g.machines.forEach(function (m) { if (machines.indexOf(m) < 0) machines.push(m); });
+      });
+      const sets = machines.map(function (m, k) {
+        return { label: m, backgroundColor: colors[k % 10], stack: 'batch',
+                 data: data.machine_shares.map(function (g) {
+                   let sum = 0;
+                   g.machines.forEach(function (x, d) { if (x === m) sum += g.fractions[d]; });
+                   return sum * 100;
+                 }) };
+      });
+      return { type: 'bar',
+               data: { labels: data.machine_shares.map(function (g) { return 'generation ' + g.generation + ' (' + g.shape + ')'; }),
+                       datasets: sets },
+               options: { plugins: titled("Each machine's part of a step's micro-batches"),
+                          scales: { x: { stacked: true }, y: axis('percent of the step', { stacked: true, max: 100 }) } } };
+    });
   } catch (e) {
     errors.push(e && e.stack ? e.stack : String(e));
   }

@@ -51,8 +51,8 @@ void ReadMetrics(const records::RunDirReader& reader, RunReport& report) {
   }
 }
 
-// A generation's span as its `launch` record starts it: its shape, and its shares by machine
-// where they were uneven.
+// A generation's span as its `launch` record starts it: its shape, each replica's machine, and
+// the shares where they were uneven.
 GenerationSpan Launched(const records::Launch& launch, double time) {
   GenerationSpan g;
   g.generation = launch.shape.generation;
@@ -61,11 +61,12 @@ GenerationSpan Launched(const records::Launch& launch, double time) {
   g.world_size = static_cast<int>(launch.shape.world_size);
   g.resume_step = launch.resume_step;
   g.launched = g.ended = time;
-  if (!launch.shares) return g;
-  g.shares = *launch.shares;
+  if (launch.shares) g.shares = *launch.shares;
   const Result<contract::StageMap> map = contract::StageMap::Parse(launch.shape.stage_to_rank_map);
-  for (size_t d = 0; d < g.shares.size(); ++d) {  // each replica's first-stage rank's machine
-    const int rank = map.ok() && d < map->RanksOfStage(0).size() ? map->RanksOfStage(0)[d] : -1;
+  for (int d = 0; d < g.replicas; ++d) {  // each replica's first-stage rank's machine
+    const int rank = map.ok() && d < static_cast<int>(map->RanksOfStage(0).size())
+                         ? map->RanksOfStage(0)[d]
+                         : -1;
     const bool known = rank >= 0 && rank < static_cast<int>(launch.machines.size());
     g.share_machines.push_back(known ? launch.machines[rank] : "?");
   }
@@ -203,6 +204,17 @@ void ReadTraces(const records::RunDirReader& reader, RunReport& report) {
 
 std::string GenerationSpan::Shape() const {
   return std::to_string(stages) + " x " + std::to_string(replicas);
+}
+
+std::vector<double> GenerationSpan::ShareFractions() const {
+  std::vector<double> out;
+  int64_t all = 0;
+  for (const int64_t share : shares) all += share;
+  for (int d = 0; d < replicas; ++d) {
+    const bool uneven = all > 0 && d < static_cast<int>(shares.size());
+    out.push_back(uneven ? static_cast<double>(shares[d]) / all : 1.0 / replicas);
+  }
+  return out;
 }
 
 int64_t RunReport::LastStep() const { return steps.empty() ? 0 : steps.back().step; }

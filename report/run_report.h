@@ -50,9 +50,12 @@ struct GenerationSpan {
   std::optional<double> ready;   // every rank ready
   int64_t first_step = 0, last_step = 0;  // steps it trained (0, 0: none)
   // Where the replicas' shares were uneven (machines that differ): each replica's micro-batches
-  // a step and the machine of its first stage; empty when even.
+  // a step; empty when even.
   std::vector<int64_t> shares;
+  // The machine of each replica's first stage ("?" where the launch record does not say).
   std::vector<std::string> share_machines;
+  // Each replica's fraction of the step's micro-batches: its share over all, 1 / D when even.
+  std::vector<double> ShareFractions() const;
   std::string Shape() const;     // "2 x 2"
 };
 

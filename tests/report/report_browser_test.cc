@@ -84,9 +84,10 @@ TEST_F(ReportBrowserTest, AReportOfARunningJobAndOfTheFinishedOneRenderInChromiu
   ExpectScreenshot(dir_, dir_.Path("final.html"), dir_.Path("final.png"), {"1f77b4", "ff7f0e"});
 }
 
-// rank_steps.jsonl and `straggler` events, as their contract (docs/mitra-run.md) says, added
-// to a real run directory: the page draws each rank's compute and wait and lists the straggler.
-TEST_F(ReportBrowserTest, PerRankStepTimesAndStragglersRenderWhenRecorded) {
+// rank_steps.jsonl, `straggler` and `slow_machine` events, as their contract
+// (docs/mitra-run.md) says, added to a real run directory: the page draws each rank's compute
+// and wait, lists the straggler, and draws each machine's part of the batch.
+TEST_F(ReportBrowserTest, PerRankStepTimesStragglersAndSlowMachinesRenderWhenRecorded) {
   const MitraResult run = RunProgram(MITRA_BINARY, RunArgs(10, {}), dir_.path(), 60);
   ASSERT_EQ(run.exit_code, 0) << run.output();
   // At the times of the run's last steps.
@@ -105,7 +106,10 @@ TEST_F(ReportBrowserTest, PerRankStepTimesAndStragglersRenderWhenRecorded) {
   Append(dir_.Path("run/events.jsonl"),
          "{\"time\":" + std::to_string(end) + ",\"event\":\"straggler\",\"generation\":0,\"rank\":1,"
          "\"machine\":\"localhost\",\"stage\":0,\"compute_s\":0.05,\"peer_median_s\":0.02,"
-         "\"ratio\":2.5,\"steps\":20}\n");
+         "\"ratio\":2.5,\"steps\":20}\n"
+         "{\"time\":" + std::to_string(end) + ",\"event\":\"slow_machine\",\"machine\":"
+         "\"localhost\",\"ratio\":2.5,\"busy\":2,\"factor\":2.5,\"plan\":\"1 x 2\","
+         "\"action\":\"keep\",\"generation\":0}\n");
   const MitraResult report = Report();
   ASSERT_EQ(report.exit_code, 0) << report.output();
   const std::string page = ReadFileOrEmpty(dir_.Path("run/report.html"));
@@ -113,8 +117,10 @@ TEST_F(ReportBrowserTest, PerRankStepTimesAndStragglersRenderWhenRecorded) {
   EXPECT_TRUE(Contains(page, "<tr><td>rank 1</td><td>0</td><td>localhost</td><td>0</td>"
                              "<td>50.0 ms</td><td>20.0 ms</td><td>2.50</td><td>20</td></tr>"))
       << page.substr(page.find("Per-rank"), 3000);
-  // The six charts of any run, the ranks' compute and wait, and their compute over steps.
-  EXPECT_EQ(ExpectPageRendered(dir_, dir_.Path("run/report.html")), 8);
+  EXPECT_TRUE(Contains(page, "<h2>Machines that differ</h2>"));
+  // The six charts of any run, the ranks' compute and wait, their compute over steps, and the
+  // machines' parts of the batch.
+  EXPECT_EQ(ExpectPageRendered(dir_, dir_.Path("run/report.html")), 9);
 }
 
 TEST_F(ReportBrowserTest, BadInputExitsTwoAndWritesNothing) {

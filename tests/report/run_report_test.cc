@@ -189,6 +189,9 @@ TEST_F(RunReportTest, UnevenSharesAndMachinesSlowerThanPlannedAreShown) {
   EXPECT_EQ(r.slow_machines[0].action, "replan");
   const std::string page = Page(r);
   EXPECT_TRUE(Contains(page, "<h2>Machines that differ</h2>")) << page;
+  EXPECT_TRUE(Contains(page, "<canvas id=\"machine_shares\">")) << page;
+  EXPECT_TRUE(Contains(page, R"("fractions":[0.75,0.25],"generation":1,"machines":["10.0.0.6","10.0.0.7"])"))
+      << page;
   EXPECT_TRUE(Contains(page, "<td>0</td><td>1 x 2</td><td>10.0.0.6 5, 10.0.0.7 3</td>")) << page;
   EXPECT_TRUE(Contains(page, "<td>10.0.0.7</td><td>0</td><td>2.50</td><td>re-planned: 1 x 2, "
                              "shares 6,2</td>"))
