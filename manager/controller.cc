@@ -181,6 +181,7 @@ void Controller::OnReport(const RankReport& in) {
       }
       return;
     case RankReport::Kind::kHeartbeat:
+      if (in.compute_s >= 0) r.compute_s = in.compute_s;
       if (!r.heartbeats) {
         r.heartbeats = true;
         WatchSilence(r);  // its bound just shrank to the heartbeat timeout
@@ -290,28 +291,70 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
   return std::make_pair(std::move(*plan), std::move(machines));
 }
 
+namespace {
+
+struct MachineFactor {
+  int busy = 0;       // the generation's ranks on the machine
+  double factor = 1;  // its steps over what the plan expected of it
+};
+
+// What each machine of `gen` (by index) took against its plan, its steps having taken
+// `step_ratio` times the prediction: the median over its ranks of their latest compute over what
+// the plan expected of them, times the part of the step's ratio that no machine's compute
+// explains (the step's ratio over the slowest machine's). A machine that computes at its
+// planned pace next to one that does not is left as it is; every machine `step_ratio` where a
+// rank has not said its compute or the plan expected none.
+std::map<int, MachineFactor> MachineFactors(const Generation& gen, double step_ratio) {
+  std::map<int, std::vector<double>> ratios;  // machine -> its ranks' compute over the expected
+  const std::vector<double>& expected = gen.plan.expected_compute_s;
+  bool measured = expected.size() == gen.ranks.size();
+  for (size_t r = 0; measured && r < gen.ranks.size(); ++r) {
+    measured = gen.ranks[r].compute_s > 0 && expected[r] > 0;
+    if (measured) ratios[gen.ranks[r].machine].push_back(gen.ranks[r].compute_s / expected[r]);
+  }
+  std::map<int, MachineFactor> out;
+  for (const RankState& r : gen.ranks) ++out[r.machine].busy;
+  if (!measured) {
+    for (auto& [machine, f] : out) f.factor = step_ratio;
+    return out;
+  }
+  double slowest = 0;
+  for (auto& [machine, f] : out) {
+    std::vector<double>& mine = ratios[machine];
+    std::nth_element(mine.begin(), mine.begin() + mine.size() / 2, mine.end());
+    f.factor = mine[mine.size() / 2];
+    slowest = std::max(slowest, f.factor);
+  }
+  for (auto& [machine, f] : out) f.factor *= step_ratio / slowest;
+  return out;
+}
+
+}  // namespace
+
 void Controller::CheckProfile(double step_s) {
   const std::optional<ProfileCheck::Verdict> v = gen_.profile_check.Observe(step_s);
   if (!v) return;
   ProfileCheckFact fact{gen_.number, gen_.ShapeText(), v->predicted_s, v->measured_s, v->ratio, {}};
   if (v->disagrees) {
-    std::map<int, int> busy;  // machine index -> the generation's ranks on it
-    for (const RankState& r : gen_.ranks) ++busy[r.machine];
-    for (const auto& [machine, ranks] : busy) {
-      fact.corrections.push_back(Correct(gen_.machines[machine].Address(), ranks, v->ratio));
+    for (const auto& [machine, f] : MachineFactors(gen_, v->ratio)) {
+      fact.corrections.push_back(Correct(gen_.machines[machine].Address(), f.busy, f.factor));
     }
+    gen_.profile_corrected = true;
   }
   Tell(fact);
 }
 
 planner::SpeedCorrection Controller::Correct(const std::string& address, int busy, double factor) {
-  auto same = std::find_if(
-      corrections_.begin(), corrections_.end(),
-      [&](const planner::SpeedCorrection& c) { return c.address == address && c.busy == busy; });
-  // The plan that was measured was made with the earlier correction: the two compound.
-  if (same == corrections_.end()) return corrections_.emplace_back(
-      planner::SpeedCorrection{address, busy, factor});
-  same->factor *= factor;
+  const auto same_as = [&](const planner::SpeedCorrection& c) {
+    return c.address == address && c.busy == busy;
+  };
+  const auto planned = std::find_if(gen_.planned_with.begin(), gen_.planned_with.end(), same_as);
+  const double corrected = (planned == gen_.planned_with.end() ? 1.0 : planned->factor) * factor;
+  const auto same = std::find_if(corrections_.begin(), corrections_.end(), same_as);
+  if (same == corrections_.end()) {
+    return corrections_.emplace_back(planner::SpeedCorrection{address, busy, corrected});
+  }
+  same->factor = corrected;
   return *same;
 }
 
@@ -356,6 +399,7 @@ void Controller::TryLaunch() {
   gen_ = Generation::Launched(gen_.number + 1, std::move(desired->first),
                               std::move(desired->second), now_);
   gen_.kept = static_cast<int>(kept.size());
+  gen_.planned_with = corrections_;
   gen_.deadlines.starting_note = now_ + options_.starting_note_after_s;
   gen_.held_step = held_step;
   // Trained state, that is: before the job's first step every worker holds step 0's, which a
@@ -371,6 +415,9 @@ void Controller::TryLaunch() {
   ending_.Launched();
   actions_.push_back(
       LaunchAction{gen_.number, gen_.plan, gen_.machines, expected, std::move(kept), held_step});
+  for (const std::string& machine : gen_.plan.unmeasured) {
+    if (told_unmeasured_.insert(machine).second) Tell(UnmeasuredMachineFact{machine});
+  }
 }
 
 // ---- A generation's end ------------------------------------------------------------------

@@ -181,6 +181,8 @@ struct RankReport {
   // per rank: `"hold":false`).
   bool can_hold = true;
   double seconds = 0;     // kRestored: how long loading the state took; kStep: the step's time
+  // kHeartbeat: the mean compute of the rank's steps since its last heartbeat; < 0: not said.
+  double compute_s = -1;
   // kRestored: where the ranks' state came from (how many ranks kept theirs, took it from a
   // peer, read the checkpoint) and the bytes sent between ranks; absent for a plain restore.
   std::optional<StateSources> sources = {};
@@ -357,8 +359,9 @@ class Controller {
   std::optional<std::pair<GridPlan, std::vector<Machine>>> DesiredPlan(std::string* why) const;
   // Whether `desired` differs from what runs now (shape, the replicas' shares, or machines).
   bool DiffersFromCurrent(const GridPlan& desired, const std::vector<Machine>& machines) const;
-  // Records that on `address`, with `busy` of the job's processes, steps take `factor` times
-  // what the plans took: compounded with an earlier correction of the same, which it returns.
+  // Records that on `address`, with `busy` of the job's processes, the running generation's
+  // steps take `factor` times what its plan expected: the correction its plan was made with
+  // (Generation::planned_with) times `factor`, in place of any since; returns it.
   planner::SpeedCorrection Correct(const std::string& address, int busy, double factor);
   void BeginMorph(const std::string& why);
   // The running generation, every rank ready, against the machine list as it is now: morphs
@@ -468,6 +471,8 @@ class Controller {
   double slowest_start_s_ = 0;  // the longest a generation of this job took to be all ready
   // What running generations measured against the profile (ProfileCheck), for every plan.
   std::vector<planner::SpeedCorrection> corrections_;
+  // Machines told to be planned without figures of their own (UnmeasuredMachineFact).
+  std::set<std::string> told_unmeasured_;
   bool trained_ = false;        // some generation of this manager trained a step
   bool training_done_ = false;  // every rank reported `stopped` at the last step
   RestartBudget budget_;

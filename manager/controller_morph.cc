@@ -124,7 +124,17 @@ void Controller::OnSlowMachine(const SlowMachine& in) {
     Tell(fact);
     return;
   }
-  fact.correction = Correct(in.address, busy, in.ratio);
+  // Its steps against its peers': where the generation's profile check corrected every machine
+  // from the same steps already, that correction stands (the two would count it twice).
+  if (gen_.profile_corrected) {
+    const auto current = std::find_if(
+        corrections_.begin(), corrections_.end(), [&](const planner::SpeedCorrection& c) {
+          return c.address == in.address && c.busy == busy;
+        });
+    if (current != corrections_.end()) fact.correction = *current;
+  } else {
+    fact.correction = Correct(in.address, busy, in.ratio);
+  }
   if (phase_ != Phase::kRunning) {
     fact.action = Action::kFolded;
     Tell(fact);

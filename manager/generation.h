@@ -35,6 +35,8 @@ struct RankState {
   bool killed = false;      // sent SIGKILL: a `parked` that crosses the signal keeps nothing
   bool finished = false;    // ... at the job's last step
   double last_heard = 0;    // since started: the start, else the last record
+  // Its latest heartbeat's mean compute per step (RankReport::compute_s); < 0: none yet.
+  double compute_s = -1;
 };
 
 // What a generation waits for, and until when; each is set by the step that starts waiting for
@@ -74,6 +76,10 @@ struct Generation {
   bool first_step_seen = false;
   bool starting_said = false;  // the reason says which ranks are still starting
   ProfileCheck profile_check;  // its steps against the plan's prediction
+  // The speed corrections its plan was made with: what it measures corrects these, however
+  // many findings it makes (a straggler and the profile check measure the same steps).
+  std::vector<planner::SpeedCorrection> planned_with;
+  bool profile_corrected = false;  // its profile check corrected every machine it runs on
   int64_t stopped_step = -1;  // the step every rank reported in `stopped`, if they agree
   bool stopped_steps_agree = true;
   bool exit_noted = false;  // the time its last rank exited has been noted

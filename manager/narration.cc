@@ -149,10 +149,13 @@ Narration ProfileChecked(const ProfileCheckFact& f) {
                 f.shape.c_str(), f.measured_s, f.ratio, f.predicted_s);
   std::vector<std::string> machines;
   for (const planner::SpeedCorrection& c : f.corrections) {
-    machines.push_back(c.address + " with " + std::to_string(c.busy) + " busy");
+    char factor[32];
+    std::snprintf(factor, sizeof factor, "%.2f", c.factor);
+    machines.push_back(c.address + " with " + std::to_string(c.busy) + " busy takes " + factor +
+                       " times the profile's time");
   }
   return Told("profile_check", fields,
-              "mitra: " + std::string(figures) + ": the next plans correct its speed of " +
+              "mitra: " + std::string(figures) + ": the next plans correct its speeds: " +
                   Join(machines, ", "));
 }
 
@@ -433,6 +436,12 @@ Narration Narrate(const Fact& fact) {
           [](const FailureFact& f) { return Failure(f); },
           [](const ProfileCheckFact& f) { return ProfileChecked(f); },
           [](const SlowMachineFact& f) { return SlowMachineTold(f); },
+          [](const UnmeasuredMachineFact& f) {
+            return Told("unmeasured_machine", JsonObject().SetString("machine", f.machine),
+                        "mitra: " + f.machine + " is not in the profile: planned like the "
+                        "profile's first machine until its steps measure it (slower than "
+                        "planned, it gets less work)");
+          },
       },
       fact);
 }

@@ -253,6 +253,12 @@ struct ProfileCheckFact {
   std::vector<planner::SpeedCorrection> corrections;
 };
 
+// A machine the plan runs ranks on that the profile has no figures of: planned like the
+// profile's first until its steps measure it (told once per machine).
+struct UnmeasuredMachineFact {
+  std::string machine;
+};
+
 // A planned morph resumes from an older checkpoint than the step every rank stopped after.
 struct StepLostFact {
   int64_t expected_step = 0;
@@ -264,7 +270,7 @@ using Fact = std::variant<LaunchedFact, StepLostFact, ListChangedFact, DrainFact
                           StopRequestedFact, StoppingFact, TimeoutFact, KillFact, TerminateFact,
                           AbandonFact, WaitingFact, StartingFact, WarmUpFact, StandbyFailedFact,
                           MorphFact,
-                          FailureFact, ProfileCheckFact, SlowMachineFact>;
+                          FailureFact, ProfileCheckFact, SlowMachineFact, UnmeasuredMachineFact>;
 
 // A fact as told: the event and its fields for events.jsonl, and the terminal's line ("": none;
 // on stderr when `error`).

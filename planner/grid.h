@@ -79,6 +79,9 @@ struct GridPlan {
   // replica's share, at its machine's speed); empty when not planned from a profile. The
   // straggler detector judges each rank against it.
   std::vector<double> expected_compute_s;
+  // The machines the plan runs ranks on that its profile has no figures of (addresses), each
+  // costed as the profile's first until the job's steps measure it (a speed correction).
+  std::vector<std::string> unmeasured;
 
   int world_size() const { return stages * replicas; }
 };

@@ -87,6 +87,19 @@ std::vector<double> ExpectedCompute(const Profile& profile, const GridPlan& plan
   return out;
 }
 
+// The machines `plan` runs ranks on that `profile` has no figures of, once each, in rank order.
+std::vector<std::string> Unmeasured(const Profile& profile, const GridPlan& plan,
+                                    const std::vector<MachineSlots>& machines) {
+  std::vector<std::string> out;
+  for (const RankPlacement& r : plan.ranks) {
+    const std::string& address = machines[r.machine].address;
+    const bool known = std::any_of(profile.machines.begin(), profile.machines.end(),
+                                   [&](const MachineProfile& m) { return m.address == address; });
+    if (!known && std::find(out.begin(), out.end(), address) == out.end()) out.push_back(address);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
@@ -131,6 +144,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   out->predicted_memory_bytes = best.prediction.max_memory_bytes;
   out->expected_compute_s = ExpectedCompute(*plan.profile, *out, best.candidate.partition,
                                             request.machines);
+  out->unmeasured = Unmeasured(*plan.profile, *out, request.machines);
   if (out->idle_slots > 0 && out->idle_reason.empty()) {
     out->idle_reason = "the planner predicts " + std::to_string(out->replicas) +
                        (out->replicas == 1 ? " replica" : " replicas") + " to be fastest";

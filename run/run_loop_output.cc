@@ -85,7 +85,9 @@ void RunLoop::Receive(const From& from, const contract::message::Parked& parked,
 void RunLoop::Receive(const From& from, const contract::message::Heartbeat& beat,
                       const JsonObject&) {
   if (beat.steps) OnStepTimes(from, beat);
-  Handle(ReportOf(from, manager::RankReport::Kind::kHeartbeat, 0));
+  manager::RankReport report = ReportOf(from, manager::RankReport::Kind::kHeartbeat, 0);
+  if (beat.steps.value_or(0) > 0) report.compute_s = beat.compute_s.value_or(-1);
+  Handle(report);
 }
 
 void RunLoop::Receive(const From& from, const contract::message::Step& step,

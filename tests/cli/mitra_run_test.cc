@@ -145,7 +145,7 @@ TEST_F(MitraRunTest, WithoutNstagesThePlannerChoosesEveryShapeFromAProfileKeptIn
   EXPECT_NEAR(checks[0].GetNumber("measured_step_s").value_or(0), 0.02, 1e-9);
   EXPECT_TRUE(Contains(checks[0].ToJson(), "\"machine\":\"localhost\",\"busy\":4"))
       << checks[0].ToJson();
-  EXPECT_TRUE(Contains(again.out, "the next plans correct its speed of localhost with 4 busy"))
+  EXPECT_TRUE(Contains(again.out, "the next plans correct its speeds: localhost with 4 busy takes "))
       << again.out;
 }
 

@@ -141,6 +141,7 @@ TEST(SpeedCorrection, AMachineFoundSlowerGetsLessOfTheBatchAndThePlanExpectsItsP
   ASSERT_EQ(even->expected_compute_s.size(), 2u);
   EXPECT_NEAR(even->expected_compute_s[0], 7 * 0.03, 1e-12);
   EXPECT_NEAR(even->expected_compute_s[1], 7 * 0.03, 1e-12);
+  EXPECT_EQ(even->unmeasured, (std::vector<std::string>{"joined"})) << "costed as m0";
   request.corrections = {{"joined", 1, 2.5}};
   Result<GridPlan> weighed = policy.Plan(request);
   ASSERT_TRUE(weighed.ok()) << weighed.status().message();
@@ -148,6 +149,7 @@ TEST(SpeedCorrection, AMachineFoundSlowerGetsLessOfTheBatchAndThePlanExpectsItsP
   ASSERT_EQ(weighed->expected_compute_s.size(), 2u);
   EXPECT_NEAR(weighed->expected_compute_s[0], 10 * 0.03, 1e-12);
   EXPECT_NEAR(weighed->expected_compute_s[1], 4 * 0.03 * 2.5, 1e-12);
+  EXPECT_TRUE(weighed->unmeasured.empty()) << "its steps measured it";
   EXPECT_EQ(profile->machines.size(), 1u);  // the profile itself is unchanged
 }
 

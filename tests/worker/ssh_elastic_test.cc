@@ -647,5 +647,59 @@ TEST_F(SshElastic, AMachineThatSlowsMidRunIsReplannedWithLessWorkNotDrained) {
   ExpectNoWorkerLeft();
 }
 
+// A machine the profile never measured joins a running job: B, at 0.4 of a core, is added to
+// the list of A, the one profiled machine. The planner takes B for A (the terminal says so) and
+// grows the job into even shares; B's first steps measure it (its rank computes about 2.5
+// times what its plan expected) and the job re-plans with it that much slower: B gets less of
+// the batch (or, where the plan finds A alone faster, none); nothing is drained, and every loss
+// and every step's samples are the uninterrupted job's.
+TEST_F(SshElastic, AMachineThatJoinsIsMeasuredByItsFirstStepsAndGivenLessWork) {
+  MITRA_SKIP_WITHOUT(testing::CpuQuota::UnavailableReason());
+  const ElasticJob job{256, 100, testing::GptArgs(), 32};
+  ASSERT_FALSE(testing::Uninterrupted(job).losses.empty());
+  machines_ = tmp_.Write("machines.txt", Line(kHostA, 1));
+  const std::string profile_dir = tmp_.Path("profile");
+  const MitraResult profiled = Profile(profile_dir, job.batch_size, "32,64", 5);
+  ASSERT_EQ(profiled.exit_code, 0) << profiled.output();
+  const Status limited = sshd_->LimitCpu(kHostB, 0.4);
+  ASSERT_TRUE(limited.ok()) << limited.message();
+  auto mitra = MitraProcess::Start(MITRA_BINARY, PlannedOneStageRun(job, profile_dir), tmp_.path(),
+                                   {{"MITRA_TRACE_SAMPLES", trace_}});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 5/", 120)) << mitra->Stdout() << mitra->Stderr();
+  testing::RewriteFile(tmp_, "machines.txt", Line(kHostA, 1) + Line(kHostB, 1));
+  const MitraResult r = mitra->Wait(300);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_TRUE(Contains(r.out, "mitra: " + Address(kHostB) +
+                                  " is not in the profile: planned like the profile's first "
+                                  "machine until its steps measure it"))
+      << r.out;
+  const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_GE(launches.size(), 3u) << r.output();
+  const records::Launch grown = records::FromJson<records::Launch>(launches[1]);
+  EXPECT_EQ(grown.machines, (std::vector<std::string>{Address(kHostA), Address(kHostB)}))
+      << launches[1].ToJson();
+  EXPECT_FALSE(grown.shares) << "B taken for A: even shares";
+  bool replanned = false;
+  for (const JsonObject& slow : testing::EventsNamed(run_dir_, "slow_machine")) {
+    std::cout << "slow_machine: " << slow.ToJson() << "\n";
+    replanned |= slow.GetString("machine") == Address(kHostB) && slow.GetString("action") == "replan";
+  }
+  EXPECT_TRUE(replanned) << r.output();
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "drain").empty()) << r.output();
+  EXPECT_TRUE(testing::EventsNamed(run_dir_, "failure").empty()) << r.output();
+  const records::Launch last = records::FromJson<records::Launch>(launches.back());
+  std::cout << "last launch: " << launches.back().ToJson() << "\n";
+  if (last.machines.size() == 1) {
+    EXPECT_EQ(last.machines[0], Address(kHostA));
+  } else {
+    ASSERT_TRUE(last.shares && last.shares->size() == 2u) << launches.back().ToJson();
+    const int b = last.machines[0] == Address(kHostB) ? 0 : 1;
+    EXPECT_LT((*last.shares)[b], (*last.shares)[1 - b]) << launches.back().ToJson();
+  }
+  testing::ExpectSameTraining(job, run_dir_, trace_, /*consecutive=*/true);
+  ExpectNoWorkerLeft();
+}
+
 }  // namespace
 }  // namespace mitra
