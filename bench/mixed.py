@@ -20,7 +20,9 @@ even). Every process a host's sshd starts is born in its group.
 3. Prints one JSON line per candidate, then a summary: planned_over_equal (tokens/s), the
    planned shape against the best measured, and the median and worst prediction error.
 
-  bench/mixed.py [--build build] [--steps 16] [--rounds 2] [--quota 0.4]
+  bench/mixed.py [--build build] [--steps 16] [--rounds 2] [--quota 0.4] [--keep]
+
+--keep leaves the profile and the runs in the temporary directory it names at the end.
 
 Needs root (cgroups, sshd) and sshd; everything it starts is stopped at the end.
 """
@@ -116,6 +118,7 @@ def main():
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--quota", type=float, default=0.4, help="B's and C's CPUs")
+    parser.add_argument("--keep", action="store_true", help="keep the profile and the runs")
     args = parser.parse_args()
     args.build = os.path.abspath(args.build)
     program = [f"{args.build}/bin/gpt_train", "--model", "bench"]
@@ -176,7 +179,10 @@ def main():
             "worst_error": round(max(errors), 3)}), flush=True)
     finally:
         mix.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        if args.keep:
+            print(json.dumps({"kept": tmp}), flush=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -105,7 +105,9 @@ struct Profile {
   std::vector<MachineProfile> machines;
   std::vector<LinkProfile> links;
   std::vector<AllreduceProfile> allreduce;  // by group size, ascending
-  double step_sync_s = 0;  // the step's small all-reduce (loss, norm, stop) over every process
+  // The step's small all-reduce (loss, norm, stop) over every process, as the last process to
+  // finish computing sees it (the others' times include their wait for it).
+  double step_sync_s = 0;
 
   // JSON as written by `mitra profile` (profile.json). InvalidArgument names what is wrong.
   static Result<Profile> FromJson(const std::string& text, const std::string& where);

@@ -300,7 +300,9 @@ Result<Prediction> Simulate(const SimulationInput& in) {
 
   // The data-parallel all-reduces, then the step's all-reduce and every rank's update.
   const std::vector<double> ready = ReadyForSync(in, ranks, replicas, timeline);
-  const double synced = *std::max_element(ready.begin(), ready.end()) + p.step_sync_s;
+  // One process has no one to sync with.
+  const double sync_s = c.stages * c.replicas > 1 ? p.step_sync_s : 0;
+  const double synced = *std::max_element(ready.begin(), ready.end()) + sync_s;
   const RankSpec& rank0 = ranks.specs[ranks.index[0]];
 
   Prediction out;

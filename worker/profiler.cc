@@ -460,6 +460,9 @@ class Protocol {
   }
 
   // The step's small all-reduce (24 bytes) right after every process computed (`work`).
+  // The step's small all-reduce right after every process did `work`: as the last process to
+  // finish its work sees it, which waits for no one (every other one's time includes its wait
+  // for the slowest, on machines that differ most of it). The median over `repeats`.
   double SyncAfterWork(int repeats, const std::function<void()>& work) {
     std::vector<double> times;
     std::vector<torch::Tensor> data{torch::zeros({3}, torch::kFloat64)};
@@ -470,7 +473,12 @@ class Protocol {
       comm_.Wait(comm_.global().allreduce(data), "the profile's all-reduce");
       if (r > 0) times.push_back(Seconds(start));
     }
-    return Median(times);
+    std::vector<double> last;
+    for (const double mine : times) {
+      const std::vector<double> all = Gather(mine);
+      last.push_back(*std::min_element(all.begin(), all.end()));
+    }
+    return Median(last);
   }
 
   double Allreduce(int64_t bytes, int repeats) {
