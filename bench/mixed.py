@@ -16,11 +16,13 @@ even). Every process a host's sshd starts is born in its group.
    - the other 1-stage shapes a user could pick by hand: 1 x 1 on A, 1 x 2 on A and B, 1 x 3
      on all, each with even shares.
    Each one's measured step is the median of its rounds' medians (steps 3 on); its prediction
-   `mitra plan --validate` of its run with the profile.
+   the median of `mitra plan --validate` of its run with each of --profiles profiles (the
+   first, which planned, and more made after the rounds): a profile on a CPU quota varies by
+   several percent from one to the next, as the planner bench's do.
 3. Prints one JSON line per candidate, then a summary: planned_over_equal (tokens/s), the
    planned shape against the best measured, and the median and worst prediction error.
 
-  bench/mixed.py [--build build] [--steps 16] [--rounds 2] [--quota 0.4] [--keep]
+  bench/mixed.py [--build build] [--steps 16] [--rounds 2] [--profiles 3] [--quota 0.4] [--keep]
 
 --keep leaves the profile and the runs in the temporary directory it names at the end.
 
@@ -117,6 +119,7 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--profiles", type=int, default=3, help="profiles the predictions use")
     parser.add_argument("--quota", type=float, default=0.4, help="B's and C's CPUs")
     parser.add_argument("--keep", action="store_true", help="keep the profile and the runs")
     args = parser.parse_args()
@@ -126,9 +129,14 @@ def main():
     mix = Mix(tmp, args.quota)
     try:
         everyone = mix.machines(HOSTS, "machines-abc.txt")
-        profile = os.path.join(tmp, "profile")
-        run([f"{args.build}/bin/mitra", "profile", "--machines", everyone, "--batch-size",
-             str(BATCH), "--out", profile, *mix.ssh_flags(), "--", *program])
+
+        def profile_into(name):
+            out = os.path.join(tmp, name)
+            run([f"{args.build}/bin/mitra", "profile", "--machines", everyone, "--batch-size",
+                 str(BATCH), "--out", out, *mix.ssh_flags(), "--", *program])
+            return out
+
+        profile = profile_into("profile")
         equal_plan = json.loads(run([f"{args.build}/bin/mitra", "plan", "--profile", profile,
                                      "--batch-size", str(BATCH), "--slots", "3", "--nstages",
                                      "1", "--json"]))["best"]
@@ -153,11 +161,12 @@ def main():
                      "--run-dir", run_dir, "--", *program])
                 measured[name].append(statistics.median(step_times(run_dir)[2:]))
                 runs[name] = run_dir
+        profiles = [profile] + [profile_into(f"profile-{i}") for i in range(1, args.profiles)]
         rows = []
         for name, medians in measured.items():
             launch = launch_of(runs[name])
             step = statistics.median(medians)
-            predicted = predict_run(args, runs[name], profile)
+            predicted = statistics.median(predict_run(args, runs[name], p) for p in profiles)
             row = {"candidate": name, "shape": f"{launch['stages']} x {launch['replicas']}",
                    "chunk_size": launch["chunk_size"], "shares": ",".join(map(str, launch.get("shares", []))) or "even",
                    "machines": len(launch["machines"]), "measured_step_s": round(step, 4),
