@@ -358,6 +358,16 @@ planner::SpeedCorrection Controller::Correct(const std::string& address, int bus
   return *same;
 }
 
+double Controller::FoundAgainstPlan(const std::string& address, int busy) const {
+  const auto factor_in = [&](const std::vector<planner::SpeedCorrection>& corrections) {
+    for (const planner::SpeedCorrection& c : corrections) {
+      if (c.address == address && c.busy == busy) return c.factor;
+    }
+    return 1.0;
+  };
+  return factor_in(corrections_) / factor_in(gen_.planned_with);
+}
+
 bool Controller::DiffersFromCurrent(const GridPlan& desired,
                                     const std::vector<Machine>& machines) const {
   if (!gen_.live) return true;

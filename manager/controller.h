@@ -363,6 +363,9 @@ class Controller {
   // steps take `factor` times what its plan expected: the correction its plan was made with
   // (Generation::planned_with) times `factor`, in place of any since; returns it.
   planner::SpeedCorrection Correct(const std::string& address, int busy, double factor);
+  // What the running generation's findings so far say of `address` with `busy` busy: its
+  // correction now over the one its plan was made with (1: nothing found).
+  double FoundAgainstPlan(const std::string& address, int busy) const;
   void BeginMorph(const std::string& why);
   // The running generation, every rank ready, against the machine list as it is now: morphs
   // when the list changed its shape or machines. Tells `fact` (when not null) with what it does.

@@ -124,17 +124,23 @@ void Controller::OnSlowMachine(const SlowMachine& in) {
     Tell(fact);
     return;
   }
-  // Its steps against its peers': where the generation's profile check corrected every machine
-  // from the same steps already, that correction stands (the two would count it twice).
+  // Its steps against its peers'. Where the generation's profile check corrected every machine
+  // from the same steps already, the two do not compound: the machine is found at least `ratio`
+  // times slower than its peers were, and no less slow than the check found it.
+  double factor = in.ratio;
   if (gen_.profile_corrected) {
-    const auto current = std::find_if(
-        corrections_.begin(), corrections_.end(), [&](const planner::SpeedCorrection& c) {
-          return c.address == in.address && c.busy == busy;
-        });
-    if (current != corrections_.end()) fact.correction = *current;
-  } else {
-    fact.correction = Correct(in.address, busy, in.ratio);
+    std::map<int, int> ranks_on;  // machine index -> the generation's ranks there
+    for (const RankState& r : gen_.ranks) ++ranks_on[r.machine];
+    std::vector<double> peers;  // what the check found of every other machine
+    for (const auto& [machine, ranks] : ranks_on) {
+      const std::string address = gen_.machines[machine].Address();
+      if (address != in.address) peers.push_back(FoundAgainstPlan(address, ranks));
+    }
+    std::nth_element(peers.begin(), peers.begin() + peers.size() / 2, peers.end());
+    const double peer = peers.empty() ? 1.0 : peers[peers.size() / 2];
+    factor = std::max(FoundAgainstPlan(in.address, busy), peer * in.ratio);
   }
+  fact.correction = Correct(in.address, busy, factor);
   if (phase_ != Phase::kRunning) {
     fact.action = Action::kFolded;
     Tell(fact);

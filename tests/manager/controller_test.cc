@@ -269,7 +269,9 @@ class PredictingPolicy : public ShapePolicy {
     }
     return plan;
   }
+  bool WeighsSpeeds() const override { return weighs; }
   double expected_compute_s = 0;
+  bool weighs = false;
   std::shared_ptr<std::vector<planner::SpeedCorrection>> asked_with =
       std::make_shared<std::vector<planner::SpeedCorrection>>();
 };
@@ -355,6 +357,36 @@ TEST_F(ControllerProfileCheckTest, EachMachineIsCorrectedByWhatItsRanksComputedA
     EXPECT_EQ(c.busy, 1);
     EXPECT_NEAR(c.factor, c.address == "127.0.0.2" ? 1.04 : 2.6, 1e-12) << c.address;
   }
+}
+
+// After the check, a straggler on B measured against its peers on the same steps: B is at least
+// that many times slower than A was found (1.04 x 3 = 3.12 over the check's 2.6), and a finding
+// below what the check found (1.04 x 2 = 2.08) leaves it; neither compounds with the check.
+TEST_F(ControllerProfileCheckTest, AStragglerAfterTheCheckIsFoundAgainstWhatItsPeersWereFound) {
+  policy_->expected_compute_s = 0.08;
+  policy_->weighs = true;
+  ControllerOptions o = Options();
+  o.policy = policy_;
+  Make(o);
+  Feed(StartInput{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n"), {}});
+  for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
+  for (int r = 0; r < 2; ++r) Feed(RankReport{0, r, RankReport::Kind::kReady, 0});
+  for (const auto& [rank, compute_s] : {std::pair{0, 0.08}, std::pair{1, 0.2}}) {
+    RankReport beat{0, rank, RankReport::Kind::kHeartbeat, 0};
+    beat.compute_s = compute_s;
+    Feed(beat);
+  }
+  ASSERT_TRUE(Steps(ProfileCheck::kWarmUpSteps + ProfileCheck::kMeasuredSteps, 0.26));
+  const auto b_factor = [&] {
+    for (const planner::SpeedCorrection& c : *policy_->asked_with) {
+      if (c.address == "127.0.0.3") return c.factor;
+    }
+    return 0.0;
+  };
+  Feed(SlowMachine{"127.0.0.3", 2.0});
+  EXPECT_NEAR(b_factor(), 2.6, 1e-12);
+  Feed(SlowMachine{"127.0.0.3", 3.0});
+  EXPECT_NEAR(b_factor(), 1.04 * 3.0, 1e-12);
 }
 
 // One stage over the machines, each replica even, but 5,3 of the 8 micro-batches where the
