@@ -300,10 +300,11 @@ struct MachineFactor {
 
 // What each machine of `gen` (by index) took against its plan, its steps having taken
 // `step_ratio` times the prediction: the median over its ranks of their latest compute over what
-// the plan expected of them, times the part of the step's ratio that no machine's compute
-// explains (the step's ratio over the slowest machine's). A machine that computes at its
-// planned pace next to one that does not is left as it is; every machine `step_ratio` where a
-// rank has not said its compute or the plan expected none.
+// the plan expected of them; the machines the step waits for (within kAlongside of the slowest)
+// also take the part of the step's ratio that no computation explains (the step's ratio over
+// the slowest machine's: their messages, their waits). A machine that computes at its planned
+// pace next to one that does not is left as it is; every machine is `step_ratio` where a rank
+// has not said its compute or the plan expected none.
 std::map<int, MachineFactor> MachineFactors(const Generation& gen, double step_ratio) {
   std::map<int, std::vector<double>> ratios;  // machine -> its ranks' compute over the expected
   const std::vector<double>& expected = gen.plan.expected_compute_s;
@@ -325,7 +326,10 @@ std::map<int, MachineFactor> MachineFactors(const Generation& gen, double step_r
     f.factor = mine[mine.size() / 2];
     slowest = std::max(slowest, f.factor);
   }
-  for (auto& [machine, f] : out) f.factor *= step_ratio / slowest;
+  constexpr double kAlongside = 1.1;
+  for (auto& [machine, f] : out) {
+    if (f.factor * kAlongside >= slowest) f.factor *= step_ratio / slowest;
+  }
   return out;
 }
 

@@ -299,6 +299,30 @@ class ControllerProfileCheckTest : public ControllerTest {
     }
     return check;
   }
+  // A new job on A and B (one slot each) whose plan expects 0.08 s of compute of each rank;
+  // their first heartbeats say `a_s` and `b_s`, and its first steps take `step_s` each.
+  void TwoMachinesComputing(double a_s, double b_s, double step_s) {
+    policy_->expected_compute_s = 0.08;
+    ControllerOptions o = Options();
+    o.policy = policy_;
+    Make(o);
+    Feed(StartInput{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n"), {}});
+    for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
+    for (int r = 0; r < 2; ++r) Feed(RankReport{0, r, RankReport::Kind::kReady, 0});
+    for (const auto& [rank, compute_s] : {std::pair{0, a_s}, std::pair{1, b_s}}) {
+      RankReport beat{0, rank, RankReport::Kind::kHeartbeat, 0};
+      beat.compute_s = compute_s;
+      Feed(beat);
+    }
+    ASSERT_TRUE(Steps(ProfileCheck::kWarmUpSteps + ProfileCheck::kMeasuredSteps, step_s));
+  }
+  // The correction of `address` the policy was last asked with (0: none).
+  double FactorOf(const std::string& address) const {
+    for (const planner::SpeedCorrection& c : *policy_->asked_with) {
+      if (c.address == address) return c.factor;
+    }
+    return 0;
+  }
   std::shared_ptr<PredictingPolicy> policy_ = std::make_shared<PredictingPolicy>();
   int64_t step_ = 0;
 };
@@ -335,58 +359,36 @@ TEST_F(ControllerProfileCheckTest, SlowerStepsCorrectTheSpeedTheNextPlansUse) {
 }
 
 // Rank 0 on A computes as its plan expected, rank 1 on B 2.5 times that, and the steps take 2.6
-// times the prediction: B is corrected by its 2.5 and both by the 1.04 no computation explains
-// (B's share of the communication, say); A is not taken for slow.
+// times the prediction: B, which the steps wait for, is corrected by its 2.5 and the 1.04 no
+// computation explains (its messages, say), 2.6; A is not taken for slow.
 TEST_F(ControllerProfileCheckTest, EachMachineIsCorrectedByWhatItsRanksComputedAgainstThePlan) {
-  policy_->expected_compute_s = 0.08;
-  ControllerOptions o = Options();
-  o.policy = policy_;
-  Make(o);
-  Feed(StartInput{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n"), {}});
-  for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
-  for (int r = 0; r < 2; ++r) Feed(RankReport{0, r, RankReport::Kind::kReady, 0});
-  for (const auto& [rank, compute_s] : {std::pair{0, 0.08}, std::pair{1, 0.2}}) {
-    RankReport beat{0, rank, RankReport::Kind::kHeartbeat, 0};
-    beat.compute_s = compute_s;
-    Feed(beat);
-  }
-  ASSERT_TRUE(Steps(ProfileCheck::kWarmUpSteps + ProfileCheck::kMeasuredSteps, 0.26));
+  TwoMachinesComputing(0.08, 0.2, 0.26);
   Feed(MachinesChanged{List("127.0.0.2 slots=1\n")});
   ASSERT_EQ(policy_->asked_with->size(), 2u);
-  for (const planner::SpeedCorrection& c : *policy_->asked_with) {
-    EXPECT_EQ(c.busy, 1);
-    EXPECT_NEAR(c.factor, c.address == "127.0.0.2" ? 1.04 : 2.6, 1e-12) << c.address;
-  }
+  for (const planner::SpeedCorrection& c : *policy_->asked_with) EXPECT_EQ(c.busy, 1);
+  EXPECT_NEAR(FactorOf("127.0.0.2"), 1.0, 1e-12);
+  EXPECT_NEAR(FactorOf("127.0.0.3"), 2.6, 1e-12);
+}
+
+// Both compute 1.5 times what the plan expected and the steps take 1.6 times: the step waits
+// for both, and each is corrected by the steps' 1.6.
+TEST_F(ControllerProfileCheckTest, MachinesSlowAlikeAreEachCorrectedByTheSteps) {
+  TwoMachinesComputing(0.12, 0.121, 0.16);
+  Feed(MachinesChanged{List("127.0.0.2 slots=1\n")});
+  EXPECT_NEAR(FactorOf("127.0.0.2"), 1.6 * 0.12 / 0.121, 1e-12);
+  EXPECT_NEAR(FactorOf("127.0.0.3"), 1.6, 1e-12);
 }
 
 // After the check, a straggler on B measured against its peers on the same steps: B is at least
-// that many times slower than A was found (1.04 x 3 = 3.12 over the check's 2.6), and a finding
-// below what the check found (1.04 x 2 = 2.08) leaves it; neither compounds with the check.
+// that many times slower than A was found (1.0 x 3 over the check's 2.6), and a finding below
+// what the check found (1.0 x 2) leaves it; neither compounds with the check.
 TEST_F(ControllerProfileCheckTest, AStragglerAfterTheCheckIsFoundAgainstWhatItsPeersWereFound) {
-  policy_->expected_compute_s = 0.08;
   policy_->weighs = true;
-  ControllerOptions o = Options();
-  o.policy = policy_;
-  Make(o);
-  Feed(StartInput{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n"), {}});
-  for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
-  for (int r = 0; r < 2; ++r) Feed(RankReport{0, r, RankReport::Kind::kReady, 0});
-  for (const auto& [rank, compute_s] : {std::pair{0, 0.08}, std::pair{1, 0.2}}) {
-    RankReport beat{0, rank, RankReport::Kind::kHeartbeat, 0};
-    beat.compute_s = compute_s;
-    Feed(beat);
-  }
-  ASSERT_TRUE(Steps(ProfileCheck::kWarmUpSteps + ProfileCheck::kMeasuredSteps, 0.26));
-  const auto b_factor = [&] {
-    for (const planner::SpeedCorrection& c : *policy_->asked_with) {
-      if (c.address == "127.0.0.3") return c.factor;
-    }
-    return 0.0;
-  };
+  TwoMachinesComputing(0.08, 0.2, 0.26);
   Feed(SlowMachine{"127.0.0.3", 2.0});
-  EXPECT_NEAR(b_factor(), 2.6, 1e-12);
+  EXPECT_NEAR(FactorOf("127.0.0.3"), 2.6, 1e-12);
   Feed(SlowMachine{"127.0.0.3", 3.0});
-  EXPECT_NEAR(b_factor(), 1.04 * 3.0, 1e-12);
+  EXPECT_NEAR(FactorOf("127.0.0.3"), 3.0, 1e-12);
 }
 
 // One stage over the machines, each replica even, but 5,3 of the 8 micro-batches where the
