@@ -68,12 +68,14 @@ std::string CandidateJson(const planner::PlannedShape& s,
       << ",\"recompute\":" << (c.recompute ? "true" : "false")
       << ",\"zero\":" << (c.zero && c.replicas > 1 ? 1 : 0)
       << ",\"partition\":" << Quote(c.PartitionText())
-      << ",\"shares\":" << Quote(planner::Uneven(c.shares) ? planner::SharesText(c.shares) : "")
-      << ",\"machine_order\":[";
-  const std::vector<std::string> order = MachineOrder(s, machines);
-  for (size_t i = 0; i < order.size(); ++i) out << (i ? "," : "") << Quote(order[i]);
-  out << "]"
-      << ",\"idle_slots\":" << s.idle_slots
+      << ",\"shares\":" << Quote(planner::Uneven(c.shares) ? planner::SharesText(c.shares) : "");
+  if (!s.machine_order.empty()) {  // not the list's order
+    const std::vector<std::string> order = MachineOrder(s, machines);
+    out << ",\"machine_order\":[";
+    for (size_t i = 0; i < order.size(); ++i) out << (i ? "," : "") << Quote(order[i]);
+    out << "]";
+  }
+  out << ",\"idle_slots\":" << s.idle_slots
       << ",\"predicted_step_s\":" << s.prediction.step_s
       << ",\"predicted_memory_bytes\":" << s.prediction.max_memory_bytes
       << ",\"bubble_fraction\":" << s.prediction.bubble_fraction << "}";
@@ -358,8 +360,8 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
                   s.prediction.bubble_fraction);
     *c.out << line << (planner::Uneven(k.shares) ? planner::SharesText(k.shares) : "even") << "\n";
     if (!s.machine_order.empty()) {
-      *c.out << "     its ranks fill the machines in the order " << Join(MachineOrder(s, request.machines), ", ")
-             << "\n";
+      *c.out << "     its ranks fill the machines in the order "
+             << Join(MachineOrder(s, request.machines), ", ") << "\n";
     }
   }
   c.out->flush();
