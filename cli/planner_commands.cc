@@ -82,6 +82,33 @@ std::string CandidateJson(const planner::PlannedShape& s,
   return out.str();
 }
 
+// The table of the `shown` best shapes of `plan` for a batch of `batch` on `machines`, each
+// followed by its machine order where that is not the list's.
+void PrintShapes(std::ostream& out, const planner::PlanResult& plan, size_t shown, int64_t batch,
+                 const std::vector<planner::MachineSlots>& machines) {
+  out << "  #  shape      micro-batch  schedule          partition             idle  step s    "
+         "samples/s  memory MB  bubble  shares\n";
+  for (size_t i = 0; i < shown; ++i) {
+    const planner::PlannedShape& s = plan.candidates[i];
+    const planner::Candidate& k = s.candidate;
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  "%3zu  %-9s  %-11lld  %-16s  %-20s  %4d  %-8s  %-9s  %-9s  %.2f    ",
+                  i + 1, (std::to_string(k.stages) + " x " + std::to_string(k.replicas)).c_str(),
+                  static_cast<long long>(k.chunk_size),
+                  k.ScheduleText().c_str(),
+                  k.PartitionText().c_str(), s.idle_slots, Fixed(s.prediction.step_s, 4).c_str(),
+                  Fixed(static_cast<double>(batch) / s.prediction.step_s, 1).c_str(),
+                  Fixed(static_cast<double>(s.prediction.max_memory_bytes) / 1e6, 1).c_str(),
+                  s.prediction.bubble_fraction);
+    out << line << (planner::Uneven(k.shares) ? planner::SharesText(k.shares) : "even") << "\n";
+    if (!s.machine_order.empty()) {
+      out << "     its ranks fill the machines in the order " << Join(MachineOrder(s, machines), ", ")
+          << "\n";
+    }
+  }
+}
+
 }  // namespace
 
 std::string ProfileUsage() {
@@ -343,27 +370,7 @@ int PlanCommand(const PlanCommandOptions& o, CommandContext& c) {
     }
     *c.out << "\n";
   }
-  *c.out << "  #  shape      micro-batch  schedule          partition             idle  step s    "
-            "samples/s  memory MB  bubble  shares\n";
-  for (size_t i = 0; i < shown; ++i) {
-    const planner::PlannedShape& s = plan->candidates[i];
-    const planner::Candidate& k = s.candidate;
-    char line[256];
-    std::snprintf(line, sizeof(line),
-                  "%3zu  %-9s  %-11lld  %-16s  %-20s  %4d  %-8s  %-9s  %-9s  %.2f    ",
-                  i + 1, (std::to_string(k.stages) + " x " + std::to_string(k.replicas)).c_str(),
-                  static_cast<long long>(k.chunk_size),
-                  k.ScheduleText().c_str(),
-                  k.PartitionText().c_str(), s.idle_slots, Fixed(s.prediction.step_s, 4).c_str(),
-                  Fixed(static_cast<double>(o.batch_size) / s.prediction.step_s, 1).c_str(),
-                  Fixed(static_cast<double>(s.prediction.max_memory_bytes) / 1e6, 1).c_str(),
-                  s.prediction.bubble_fraction);
-    *c.out << line << (planner::Uneven(k.shares) ? planner::SharesText(k.shares) : "even") << "\n";
-    if (!s.machine_order.empty()) {
-      *c.out << "     its ranks fill the machines in the order "
-             << Join(MachineOrder(s, request.machines), ", ") << "\n";
-    }
-  }
+  PrintShapes(*c.out, *plan, shown, o.batch_size, request.machines);
   c.out->flush();
   return kExitOk;
 }

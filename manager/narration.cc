@@ -126,6 +126,12 @@ Narration HostKeptOut(const HostKeptOutFact& f) {
   return Told("host_failed", fields, line, true);
 }
 
+Narration UnmeasuredTold(const UnmeasuredMachineFact& f) {
+  return Told("unmeasured_machine", JsonObject().SetString("machine", f.machine),
+              "mitra: " + f.machine + " is not in the profile: planned like the profile's first "
+              "machine until its steps measure it (slower than planned, it gets less work)");
+}
+
 Narration ProfileChecked(const ProfileCheckFact& f) {
   std::string corrections = "[";
   for (const planner::SpeedCorrection& c : f.corrections) {
@@ -436,12 +442,7 @@ Narration Narrate(const Fact& fact) {
           [](const FailureFact& f) { return Failure(f); },
           [](const ProfileCheckFact& f) { return ProfileChecked(f); },
           [](const SlowMachineFact& f) { return SlowMachineTold(f); },
-          [](const UnmeasuredMachineFact& f) {
-            return Told("unmeasured_machine", JsonObject().SetString("machine", f.machine),
-                        "mitra: " + f.machine + " is not in the profile: planned like the "
-                        "profile's first machine until its steps measure it (slower than "
-                        "planned, it gets less work)");
-          },
+          [](const UnmeasuredMachineFact& f) { return UnmeasuredTold(f); },
       },
       fact);
 }

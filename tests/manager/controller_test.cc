@@ -278,11 +278,13 @@ class PredictingPolicy : public ShapePolicy {
 
 class ControllerProfileCheckTest : public ControllerTest {
  protected:
-  void SetUp() override {
+  void SetUp() override { Launch("127.0.0.2 slots=2\n"); }
+  // A new job on `list` (two slots), both ranks started and ready.
+  void Launch(const std::string& list) {
     ControllerOptions o = Options();
     o.policy = policy_;
     Make(o);
-    Feed(StartInput{List("127.0.0.2 slots=2\n"), {}});
+    Feed(StartInput{List(list), {}});
     for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
     for (int r = 0; r < 2; ++r) Feed(RankReport{0, r, RankReport::Kind::kReady, 0});
   }
@@ -303,12 +305,8 @@ class ControllerProfileCheckTest : public ControllerTest {
   // their first heartbeats say `a_s` and `b_s`, and its first steps take `step_s` each.
   void TwoMachinesComputing(double a_s, double b_s, double step_s) {
     policy_->expected_compute_s = 0.08;
-    ControllerOptions o = Options();
-    o.policy = policy_;
-    Make(o);
-    Feed(StartInput{List("127.0.0.2 slots=1\n127.0.0.3 slots=1\n"), {}});
-    for (int r = 0; r < 2; ++r) Feed(RankStarted{0, r, 100 + r});
-    for (int r = 0; r < 2; ++r) Feed(RankReport{0, r, RankReport::Kind::kReady, 0});
+    step_ = 0;
+    Launch("127.0.0.2 slots=1\n127.0.0.3 slots=1\n");
     for (const auto& [rank, compute_s] : {std::pair{0, a_s}, std::pair{1, b_s}}) {
       RankReport beat{0, rank, RankReport::Kind::kHeartbeat, 0};
       beat.compute_s = compute_s;
