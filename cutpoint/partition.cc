@@ -99,28 +99,65 @@ Result<Partition> Explicit(const std::vector<int>& counts, int num_segments, int
 
 }  // namespace
 
-Result<PartitionMethod> ParsePartitionMethod(const std::string& text) {
-  if (text == "uniform") return PartitionMethod{};
-  if (text == "params") return PartitionMethod{PartitionMethod::Kind::kParams, {}};
-  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) {
-    return Status::InvalidArgument("unknown partition method '" + text +
-                                   "' (expected uniform, params, or counts like 1,4,4,3)");
-  }
-  PartitionMethod method{PartitionMethod::Kind::kExplicit, {}};
+namespace {
+
+// "1,4,4,3": one pipeline's counts; `whole` is the text the user gave, for the message.
+Result<std::vector<int>> ParseCounts(const std::string& text, const std::string& whole) {
+  std::vector<int> counts;
   for (size_t pos = 0;;) {
     const size_t comma = text.find(',', pos);
     const std::string item =
         text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
         item.size() > 6) {
-      return Status::InvalidArgument("partition '" + text + "': '" + item +
+      return Status::InvalidArgument("partition '" + whole + "': '" + item +
                                      "' is not a segment count (expected e.g. 1,4,4,3)");
     }
-    method.counts.push_back(std::stoi(item));
+    counts.push_back(std::stoi(item));
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }
+  return counts;
+}
+
+}  // namespace
+
+Result<PartitionMethod> ParsePartitionMethod(const std::string& text) {
+  if (text == "uniform") return PartitionMethod{};
+  if (text == "params") return PartitionMethod{PartitionMethod::Kind::kParams, {}, {}};
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) {
+    return Status::InvalidArgument("unknown partition method '" + text +
+                                   "' (expected uniform, params, counts like 1,4,4,3, or "
+                                   "counts per pipeline like 1,3/3,1)");
+  }
+  if (text.find('/') == std::string::npos) {
+    Result<std::vector<int>> counts = ParseCounts(text, text);
+    if (!counts.ok()) return counts.status();
+    return PartitionMethod{PartitionMethod::Kind::kExplicit, *counts, {}};
+  }
+  PartitionMethod method{PartitionMethod::Kind::kPerPipeline, {}, {}};
+  for (size_t pos = 0;;) {
+    const size_t slash = text.find('/', pos);
+    Result<std::vector<int>> counts = ParseCounts(
+        text.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos), text);
+    if (!counts.ok()) return counts.status();
+    method.pipelines.push_back(*counts);
+    if (slash == std::string::npos) break;
+    pos = slash + 1;
+  }
   return method;
+}
+
+Result<PartitionMethod> PipelineMethod(const PartitionMethod& method, int replica, int replicas) {
+  if (method.kind != PartitionMethod::Kind::kPerPipeline) return method;
+  const int given = static_cast<int>(method.pipelines.size());
+  if (given != replicas) {
+    return Status::InvalidArgument(
+        "partition '" + PartitionMethodName(method) + "' gives " + std::to_string(given) +
+        " pipelines' counts and the job has " + std::to_string(replicas) +
+        " data-parallel replicas: give one list of counts per replica, '/' between them");
+  }
+  return PartitionMethod{PartitionMethod::Kind::kExplicit, method.pipelines.at(replica), {}};
 }
 
 std::string PartitionMethodName(const PartitionMethod& method) {
@@ -128,6 +165,13 @@ std::string PartitionMethodName(const PartitionMethod& method) {
     case PartitionMethod::Kind::kUniform: return "uniform";
     case PartitionMethod::Kind::kParams: return "params";
     case PartitionMethod::Kind::kExplicit: return Partition{method.counts}.ToString();
+    case PartitionMethod::Kind::kPerPipeline: {
+      std::string text;
+      for (const std::vector<int>& counts : method.pipelines) {
+        text += (text.empty() ? "" : "/") + Partition{counts}.ToString();
+      }
+      return text;
+    }
   }
   return "?";
 }
@@ -151,6 +195,9 @@ Result<Partition> MakePartition(const PartitionMethod& method, int num_segments,
       return ByParams(segment_params, num_stages);
     case PartitionMethod::Kind::kExplicit:
       break;
+    case PartitionMethod::Kind::kPerPipeline:
+      return Status::Internal("partition '" + PartitionMethodName(method) +
+                              "' gives each pipeline its own counts: take one with PipelineMethod");
   }
   return Explicit(method.counts, num_segments, num_stages);
 }

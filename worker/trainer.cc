@@ -29,6 +29,7 @@
 #include "worker/state/staging_pool.h"
 #include "worker/state/state_exchange.h"
 #include "worker/step/held_state.h"
+#include "worker/step/pipeline_partitions.h"
 
 namespace mitra::worker {
 namespace {
@@ -332,7 +333,7 @@ void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
                "partition {}, schedule {}{}, {} micro-batches of <= {}",
                placement.rank, placement.stage(), placement.replica(), placement.num_stages(),
                placement.num_replicas(), segments, spec_.num_segments(),
-               rt.stage().ParameterCount(), rt.partition().ToString(),
+               rt.stage().ParameterCount(), rt.pipelines().ToString(),
                planner::ScheduleName(opts.schedule), opts.recompute ? "+recompute" : "",
                rt.num_micro_batches(), opts.chunk_size);
   contract::message::Ready ready;

@@ -99,14 +99,33 @@ TEST(PartitionMethod, NamesReadBackAndExplicitCountsKeepTheirOrder) {
   EXPECT_EQ(ParsePartitionMethod("params")->kind, PartitionMethod::Kind::kParams);
   EXPECT_TRUE(*ParsePartitionMethod("uniform") == PartitionMethod{});
   EXPECT_EQ(ParsePartitionMethod("balanced").status().message(),
-            "unknown partition method 'balanced' (expected uniform, params, or counts like "
-            "1,4,4,3)");
+            "unknown partition method 'balanced' (expected uniform, params, counts like 1,4,4,3, "
+            "or counts per pipeline like 1,3/3,1)");
   EXPECT_EQ(ParsePartitionMethod("1,,2").status().message(),
             "partition '1,,2': '' is not a segment count (expected e.g. 1,4,4,3)");
   // What fits the job is MakePartition's to say: the counts are checked against it there.
   EXPECT_TRUE(ParsePartitionMethod("6,6").ok());
   EXPECT_NE(MakePartition(*ParsePartitionMethod("6,6"), 12, 4).status().message().find(
                 "one count per stage"),
+            std::string::npos);
+}
+
+// "1,3/3,1": each pipeline's counts; each replica takes its own, and a job with another number
+// of replicas is told how many lists to give.
+TEST(PartitionMethod, EachPipelineTakesItsOwnCounts) {
+  Result<PartitionMethod> method = ParsePartitionMethod("1,3/3,1");
+  ASSERT_TRUE(method.ok()) << method.status().message();
+  EXPECT_EQ(method->kind, PartitionMethod::Kind::kPerPipeline);
+  EXPECT_EQ(PartitionMethodName(*method), "1,3/3,1");
+  EXPECT_EQ(PipelineMethod(*method, 1, 2)->counts, (std::vector<int>{3, 1}));
+  EXPECT_EQ(PipelineMethod(*method, 0, 2)->kind, PartitionMethod::Kind::kExplicit);
+  EXPECT_EQ(PipelineMethod(*method, 0, 3).status().message(),
+            "partition '1,3/3,1' gives 2 pipelines' counts and the job has 3 data-parallel "
+            "replicas: give one list of counts per replica, '/' between them");
+  EXPECT_TRUE(*PipelineMethod(PartitionMethod{}, 2, 3) == PartitionMethod{});
+  EXPECT_EQ(ParsePartitionMethod("1,3/").status().message(),
+            "partition '1,3/': '' is not a segment count (expected e.g. 1,4,4,3)");
+  EXPECT_NE(MakePartition(*method, 4, 2).status().message().find("PipelineMethod"),
             std::string::npos);
 }
 

@@ -236,7 +236,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // speeds): the same samples, the same update.
                       Shape{1, 2, "1f1b", {}, "3,1"}, Shape{2, 2, "1f1b", {}, "1,3"},
                       Shape{1, 3, "1f1b", {}, "1,1,2"}, Shape{2, 2, "gpipe", {"--recompute"}, "3,1"},
-                      Shape{2, 2, "zb-v", {"--zero", "1"}, "3,1"}),
+                      Shape{2, 2, "zb-v", {"--zero", "1"}, "3,1"},
+                      // Each pipeline cut its own way (a fast and a slow machine in each, or
+                      // pipelines of different machines): segments reduced by their holders.
+                      Shape{2, 2, "1f1b", {"--partition", "1,3/3,1"}},
+                      Shape{2, 2, "gpipe", {"--partition", "3,1/2,2"}, "3,1"}),
     Name);
 
 // Interleaved with v = 3 chunks on each of 2 ranks (6 ranges of the bench GPT's 10 segments, the
@@ -257,6 +261,27 @@ TEST(Fidelity, InterleavedWithThreeChunksPerRankMatchesOneProcess) {
   ASSERT_EQ(one.losses.size(), 3u);
   for (size_t k = 0; k < one.losses.size(); ++k) {
     EXPECT_NEAR(two.losses[k], one.losses[k], kLossTolerance) << "step " << k + 1;
+  }
+}
+
+// Each pipeline with its own partition under zb-v (two chunks a rank, the V's turn on the last
+// rank): the bench GPT's 10 segments cut 3,2,2,3 and 1,4,4,1, against the same job in 1 x 1.
+TEST(Fidelity, ZbVWithAPartitionPerPipelineMatchesOneProcess) {
+  const std::vector<std::string> args{"--model", "bench", "--seed", std::to_string(kSeed),
+                                      "--batch-size", "16", "--chunk-size", "4", "--steps", "3"};
+  auto cut = args;
+  cut.insert(cut.end(), {"--schedule", "zb-v", "--partition", "3,2,2,3/1,4,4,1"});
+  const testing::JobResult one = testing::RunJob(MITRA_GPT_TRAIN, 1, 1, args);
+  const testing::JobResult four = testing::RunJob(MITRA_GPT_TRAIN, 2, 2, cut);
+  ASSERT_TRUE(one.ok()) << one.rank_output[0];
+  ASSERT_TRUE(four.ok()) << four.rank_output[0] << four.rank_output[2];
+  EXPECT_NE(four.rank_output[0].find("partition 3,2,2,3/1,4,4,1"),
+            std::string::npos)
+      << four.rank_output[0];
+  ASSERT_EQ(four.losses.size(), 3u);
+  ASSERT_EQ(one.losses.size(), 3u);
+  for (size_t k = 0; k < one.losses.size(); ++k) {
+    EXPECT_NEAR(four.losses[k], one.losses[k], kLossTolerance) << "step " << k + 1;
   }
 }
 

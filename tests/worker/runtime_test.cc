@@ -19,6 +19,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -109,8 +110,10 @@ struct JobRun {
   std::vector<int> micro_batches = std::vector<int>(4);
 };
 
-// `zero`: RuntimeOptions::zero; `shares`: the placement's (MITRA_SHARES).
-JobRun RunJob(int zero = 0, const std::vector<int64_t>& shares = {}) {
+// `zero`: RuntimeOptions::zero; `shares` and `partition`: the placement's (MITRA_SHARES,
+// MITRA_PARTITION).
+JobRun RunJob(int zero = 0, const std::vector<int64_t>& shares = {},
+              const std::string& partition = "") {
   JobRun run;
   auto port = PickFreeTcpPort("127.0.0.1");
   EXPECT_TRUE(port.ok()) << port.status().message();
@@ -128,6 +131,7 @@ JobRun RunJob(int zero = 0, const std::vector<int64_t>& shares = {}) {
     };
     contract::Placement placement = testing::LoopbackPlacement(2, 2, rank, *port);
     placement.shares = shares;
+    placement.partition = partition;
     auto runtime = Runtime::Create(Spec(), dataset, placement, options);
     ASSERT_TRUE(runtime.ok()) << runtime.status().message();
     for (int step = 0; step < kSteps; ++step) {
@@ -222,6 +226,53 @@ TEST(Runtime, UnevenSharesOfTheBatchTrainAsOneThread) {
       EXPECT_LE(before, kBeforeUpdate);
       EXPECT_LE(after, kAfterUpdate);
     }
+  }
+}
+
+// Each pipeline cuts the model where its machines are balanced: in "1,3/3,1" replica 0's stage
+// 0 holds segment 0 and replica 1's holds segments 0-2, so segment 0's gradients are reduced by
+// ranks 0 and 2, segments 1-2's by ranks 1 and 2, segment 3's by ranks 1 and 3. The same update
+// as one thread, alone and with uneven shares of the batch.
+TEST(Runtime, EachPipelineWithItsOwnPartitionTrainsAsOneThread) {
+  const Trajectory expected = PlainLoop();
+  for (const auto& [partition, shares] :
+       std::vector<std::pair<std::string, std::vector<int64_t>>>{
+           {"1,3/3,1", {}}, {"3,1/2,2", {}}, {"1,3/3,1", {1, 3}}}) {
+    const JobRun run = RunJob(0, shares, partition);
+    std::set<std::string> replica_one;
+    for (int rank = 0; rank < 4; ++rank) {
+      SCOPED_TRACE("partition " + partition + ", rank " + std::to_string(rank));
+      const auto [before, after] = Differences(run.ranks[rank], expected);
+      EXPECT_LE(before, kBeforeUpdate);
+      EXPECT_LE(after, kAfterUpdate);
+      if (rank >= 2) {
+        for (const auto& [name, param] : run.ranks[rank][0].params) replica_one.insert(name);
+      }
+    }
+    // Replica 1 holds the whole model too, cut its own way.
+    EXPECT_EQ(replica_one.size(), expected[0].params.size()) << partition;
+  }
+  // Cut its own way indeed: replica 1's first stage holds more than replica 0's.
+  const JobRun run = RunJob(0, {}, "1,3/3,1");
+  EXPECT_LT(run.ranks[0][0].params.size(), run.ranks[2][0].params.size());
+}
+
+TEST(Runtime, APartitionPerPipelineNeedsOneForEachReplicaAndNoZeroOne) {
+  auto dataset = std::make_shared<testing::TinyDataset>(64);
+  for (const auto& [partition, zero, words] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"1,3/3,1/2,2", 0, "gives 3 pipelines' counts and the job has 2"},
+           {"1,3/4,1", 0, "replica 1's partition"},
+           {"1,3/3,1", 1, "use --zero 0 with it"}}) {
+    RuntimeOptions options;
+    options.global_batch = kBatch;
+    options.chunk_size = 2;
+    options.zero = zero;
+    contract::Placement placement = testing::LoopbackPlacement(2, 2, 0, 1);
+    placement.partition = partition;
+    auto runtime = Runtime::Create(Spec(), dataset, placement, options);
+    ASSERT_FALSE(runtime.ok()) << partition;
+    EXPECT_NE(runtime.status().message().find(words), std::string::npos)
+        << runtime.status().message();
   }
 }
 

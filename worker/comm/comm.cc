@@ -1,5 +1,6 @@
 #include "worker/comm/comm.h"
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -109,6 +110,7 @@ c10::intrusive_ptr<c10d::Work> Posted(
 
 Comm::Comm(const Placement& placement, c10::Device device, Backend backend)
     : placement_(placement),
+      backend_(backend),
       timeout_(static_cast<int64_t>(placement.timeout_s * 1000)),
       device_(device),
       through_host_(!device.is_cpu() && backend == Backend::kGloo) {}
@@ -130,6 +132,30 @@ void Comm::CreateGroups(Backend backend, const JobStore* proof) {
       ProvePairs(*dp_, placement_.replica(), placement_.num_replicas(), *dp_store, *proof,
                  "the replicas of stage " + std::to_string(placement_.stage()));
     }
+  }
+}
+
+c10d::ProcessGroup* Comm::ReductionGroup(const std::vector<int>& ranks) {
+  if (dp_ && ranks == placement_.stage_map.RanksOfStage(placement_.stage())) return dp_.get();
+  if (auto it = reduction_.find(ranks); it != reduction_.end()) return it->second.get();
+  const auto me = std::find(ranks.begin(), ranks.end(), placement_.rank);
+  TORCH_CHECK(me != ranks.end(), "rank ", placement_.rank, " is not in the reduction group");
+  std::string members;  // "1-2"
+  for (int r : ranks) members += (members.empty() ? "" : "-") + std::to_string(r);
+  const std::string what = "the gradient group of ranks " + members;
+  try {
+    auto store = c10::make_intrusive<c10d::PrefixStore>("reduce-" + members, store_);
+    const int index = static_cast<int>(me - ranks.begin()), size = static_cast<int>(ranks.size());
+    auto group = CreateProcessGroup(store, index, size, {backend_, placement_.host, timeout_});
+    if (const JobStore* proof = JobStoreBehind(store_); proof && backend_ == Backend::kGloo) {
+      ProvePairs(*group, index, size, *store, *proof, what);
+    }
+    return (reduction_[ranks] = group).get();
+  } catch (const PeerError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw PeerError(what + " was not complete within " + SecondsText(placement_.timeout_s) +
+                    " s: " + e.what());
   }
 }
 

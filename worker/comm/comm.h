@@ -54,6 +54,13 @@ class Comm {
   c10d::ProcessGroup& global() { return *global_; }
   // The replicas of this rank's stage; null when there is one replica.
   c10d::ProcessGroup* data_parallel() { return dp_.get(); }
+  // The group of `ranks` (the holder in each replica, by replica; this rank one of them) that
+  // reduces the gradients of the segments they hold alike when each pipeline has its own
+  // partition (worker/step/pipeline_partitions.h): the stage's data-parallel group when `ranks`
+  // are its replicas, else one made now and kept. Every member calls it, and each rank for its
+  // groups in one order that all ranks share (PipelinePartitions::GroupsOf). Blocks until every
+  // member has joined; PeerError when the timeout passes first.
+  c10d::ProcessGroup* ReductionGroup(const std::vector<int>& ranks);
 
   // Sends named tensors to `dst` (asynchronous: the tensors are kept alive until WaitSends).
   // The receiver learns names, dtypes and shapes from a small header message.
@@ -114,12 +121,14 @@ class Comm {
                   const JobStore& proof, const std::string& what);
 
   Placement placement_;
+  Backend backend_ = Backend::kGloo;
   std::chrono::milliseconds timeout_{30000};
   c10::Device device_{c10::DeviceType::CPU};
   bool through_host_ = false;  // a CUDA stage over Gloo: copy messages to and from the host
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroup> global_;
   c10::intrusive_ptr<c10d::ProcessGroup> dp_;
+  std::map<std::vector<int>, c10::intrusive_ptr<c10d::ProcessGroup>> reduction_;  // by ranks
   struct PendingSend {
     c10::intrusive_ptr<c10d::Work> work;
     std::vector<torch::Tensor> keep_alive;

@@ -18,6 +18,7 @@
 #include "worker/comm/job_store.h"
 #include "worker/comm/report.h"
 #include "worker/state/staging_pool.h"
+#include "worker/step/pipeline_partitions.h"
 
 namespace mitra::worker {
 // A file's tensors in the order they are written.
@@ -350,7 +351,7 @@ Status Checkpointer::CommitAsRankZero(int64_t step, double started) {
   m.step = step;
   m.stages = p.num_stages();
   m.replicas = p.num_replicas();
-  m.partition = runtime_.partition().ToString();
+  m.partition = runtime_.pipelines().ToString();
   m.schedule = planner::ScheduleName(o.schedule);
   m.global_batch = o.global_batch;
   m.seed = o.seed;

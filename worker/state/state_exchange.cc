@@ -19,6 +19,7 @@
 #include "worker/state/checkpointer.h"
 #include "worker/state/peer_memory.h"
 #include "worker/step/held_state.h"
+#include "worker/step/pipeline_partitions.h"
 
 namespace mitra::worker {
 namespace {
@@ -584,16 +585,7 @@ ResumePlan PlanForJob(Runtime& rt, const HeldState* held, bool* checkpoint_compl
   const std::vector<Holding> holdings =
       GatherHoldings(rt.comm(), mine, placement.world_size(), checkpoint_complete, processes);
   std::vector<std::vector<int>> needs(placement.world_size());
-  const planner::ChunkLayout& layout = rt.layout();
-  for (int r = 0; r < placement.world_size(); ++r) {
-    const int stage = placement.stage_map.PositionOf(r).stage;
-    for (int c = 0; c < layout.chunks; ++c) {
-      const int j = layout.VirtualStage(stage, c);
-      for (int i = rt.partition().FirstSegment(j); i < rt.partition().EndSegment(j); ++i) {
-        needs[r].push_back(i);
-      }
-    }
-  }
+  for (int r = 0; r < placement.world_size(); ++r) needs[r] = rt.pipelines().SegmentsOf(r);
   return PlanResume(holdings, needs, step);
 }
 

@@ -2,11 +2,27 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+
 namespace mitra::worker {
+
+namespace {
+
+std::vector<GradReducer::Reduction> AllBy(c10d::ProcessGroup* group, size_t count) {
+  GradReducer::Reduction all{group, {}};
+  for (size_t i = 0; i < count; ++i) all.params.push_back(static_cast<int>(i));
+  return {all};
+}
+
+}  // namespace
 
 GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::ProcessGroup* group,
                          Comm* comm, int64_t bucket_elements)
-    : group_(group), comm_(comm) {
+    : GradReducer(parameters, AllBy(group, parameters.size()), comm, bucket_elements) {}
+
+GradReducer::GradReducer(const std::vector<NamedTensor>& parameters,
+                         std::vector<Reduction> reductions, Comm* comm, int64_t bucket_elements)
+    : comm_(comm) {
   for (const auto& p : parameters) {
     index_[p.tensor.unsafeGetTensorImpl()] = static_cast<int>(params_.size());
     params_.push_back(p.tensor);
@@ -14,6 +30,21 @@ GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::Proce
   slot_.resize(params_.size());
   filled_.assign(params_.size(), false);
   armed_.assign(params_.size(), false);
+  // The group whose parameters backward reaches first fills the first buckets.
+  for (Reduction& r : reductions) std::sort(r.params.begin(), r.params.end());
+  std::sort(reductions.begin(), reductions.end(), [](const Reduction& a, const Reduction& b) {
+    return !a.params.empty() && (b.params.empty() || a.params.back() > b.params.back());
+  });
+  for (const Reduction& r : reductions) AddBuckets(r.group, r.params, bucket_elements);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    hooks_.push_back(params_[i].register_hook([this, i](const torch::Tensor& grad) {
+      if (armed_[i]) OnGradient(static_cast<int>(i), grad);
+    }));
+  }
+}
+
+void GradReducer::AddBuckets(c10d::ProcessGroup* group, const std::vector<int>& members,
+                             int64_t bucket_elements) {
   Bucket current;
   int64_t size = 0;
   auto close = [&] {
@@ -22,11 +53,13 @@ GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::Proce
     // to zero. Zeroing it here cost a new process 0.57 s for the large GPT's stage of 200 MB
     // on two busy cores, all of it on the path of a grow.
     current.flat = torch::empty({size}, params_[current.members[0]].options());
+    current.group = group;
     buckets_.push_back(std::move(current));
     current = Bucket();
     size = 0;
   };
-  for (int i = static_cast<int>(params_.size()) - 1; i >= 0; --i) {
+  for (auto it = members.rbegin(); it != members.rend(); ++it) {
+    const int i = *it;
     if (!current.members.empty() &&
         params_[i].scalar_type() != params_[current.members[0]].scalar_type()) {
       close();
@@ -38,11 +71,6 @@ GradReducer::GradReducer(const std::vector<NamedTensor>& parameters, c10d::Proce
     if (size >= bucket_elements) close();
   }
   close();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    hooks_.push_back(params_[i].register_hook([this, i](const torch::Tensor& grad) {
-      if (armed_[i]) OnGradient(static_cast<int>(i), grad);
-    }));
-  }
 }
 
 GradReducer::~GradReducer() {
@@ -98,7 +126,7 @@ void GradReducer::LaunchReadyBuckets() {
                       std::to_string(next_launch_) + " could not start: " + why;
     };
     try {
-      buckets_[next_launch_].work = group_->allreduce(tensors);
+      buckets_[next_launch_].work = buckets_[next_launch_].group->allreduce(tensors);
     } catch (const c10::Error& e) {
       return failed(e.what_without_backtrace());
     } catch (const std::exception& e) {

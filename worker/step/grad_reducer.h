@@ -8,6 +8,10 @@
 // collectives in the same order. The all-reduce is a SUM: the loss is already normalised by the
 // global batch.
 //
+// When each pipeline has its own partition, a rank's parameters are reduced over several groups
+// (worker/step/pipeline_partitions.h): each group's parameters fill buckets of their own, built
+// alike on every member, and a group's buckets start in the same order on every member.
+//
 // With several chunks per rank (interleaved, zb-v) each chunk's parameters have their own final
 // backward: the runtime arms a chunk's parameters only (Arm(params)).
 //
@@ -37,8 +41,18 @@ namespace mitra::worker {
 
 class GradReducer {
  public:
+  // The parameters (indices into `parameters`) that one group reduces.
+  struct Reduction {
+    c10d::ProcessGroup* group = nullptr;
+    std::vector<int> params;
+  };
+
+  // `group` reduces every parameter.
   GradReducer(const std::vector<NamedTensor>& parameters, c10d::ProcessGroup* group, Comm* comm,
               int64_t bucket_elements);
+  // Each reduction's group reduces its parameters; every parameter is in one reduction.
+  GradReducer(const std::vector<NamedTensor>& parameters, std::vector<Reduction> reductions,
+              Comm* comm, int64_t bucket_elements);
   // Removes its hooks from the parameters: they may outlive it (a Python module a program
   // keeps, or builds once, is trained again by the next generation's runtime).
   ~GradReducer();
@@ -67,8 +81,13 @@ class GradReducer {
     std::vector<int> members;  // parameter indices
     std::vector<int64_t> offsets;
     int ready = 0;
+    c10d::ProcessGroup* group = nullptr;
     c10::intrusive_ptr<c10d::Work> work;
   };
+
+  // Buckets of `members` (ascending parameter indices), filled in reverse order.
+  void AddBuckets(c10d::ProcessGroup* group, const std::vector<int>& members,
+                  int64_t bucket_elements);
 
   void OnGradient(int param, const torch::Tensor& grad);
   // Copies parameter `param`'s .grad (zeros when it has none) into its bucket, once.
@@ -83,7 +102,6 @@ class GradReducer {
   std::vector<std::pair<int, int>> slot_;  // param -> (bucket, member index)
   std::vector<bool> filled_;
   std::vector<Bucket> buckets_;
-  c10d::ProcessGroup* group_;
   Comm* comm_;
   std::vector<bool> armed_;  // by parameter: its hook feeds its bucket
   int next_launch_ = 0;

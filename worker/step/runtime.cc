@@ -21,6 +21,7 @@
 #include "worker/step/held_state.h"
 #include "worker/step/kernel_trace.h"
 #include "worker/step/pipeline.h"
+#include "worker/step/pipeline_partitions.h"
 #include "worker/step/precision.h"
 #include "worker/step/tied_weights.h"
 
@@ -58,6 +59,24 @@ std::unique_ptr<KernelTrace> StartKernelTrace() {
     return nullptr;
   }
   return std::move(started).value();
+}
+
+// Under a partition per pipeline: the stage's parameters by the group that reduces them. Joins
+// the groups (blocks like Comm::Connect).
+std::vector<GradReducer::Reduction> Reductions(const PipelinePartitions& pipelines, int rank,
+                                               const Stage& stage, Comm& comm) {
+  std::vector<GradReducer::Reduction> reductions;
+  for (const ReductionGroup& group : pipelines.GroupsOf(rank)) {
+    GradReducer::Reduction r{comm.ReductionGroup(group.ranks), {}};
+    for (size_t i = 0; i < stage.parameters().size(); ++i) {
+      const int segment = stage.SegmentOfParameter(i);
+      if (std::binary_search(group.segments.begin(), group.segments.end(), segment)) {
+        r.params.push_back(static_cast<int>(i));
+      }
+    }
+    reductions.push_back(std::move(r));
+  }
+  return reductions;
 }
 
 // The program's options with what the manager set in the placement instead: its plan (schedule,
@@ -153,7 +172,10 @@ Status Runtime::PlanSteps() {
   }
   if (dataset_->Size() < 1) return Status::InvalidArgument("the dataset is empty");
 
-  if (Status s = PlanChunks(); !s.ok()) return s;
+  const Result<cutpoint::PartitionMethod> own =
+      cutpoint::PipelineMethod(opts.partition, placement_.replica(), replicas);
+  if (!own.ok()) return own.status();
+  if (Status s = PlanChunks(*own); !s.ok()) return s;
   if (Status s = planner::CheckShares(placement_.shares, micro_batches, replicas); !s.ok()) {
     return Status::InvalidArgument("MITRA_SHARES: " + s.message());
   }
@@ -168,10 +190,7 @@ Status Runtime::PlanSteps() {
         std::to_string(stages) + " (--batch-size, --chunk-size), or use --schedule zb-v or 1f1b");
   }
   // Under interleaved and zb-v the partition cuts the model into the chunks of every stage.
-  const int ranges = layout_.num_virtual_stages();
-  auto partition = cutpoint::PartitionModel(spec_, opts.partition, ranges);
-  if (!partition.ok()) return partition.status();
-  partition_ = *partition;
+  if (Status s = PartitionPipelines(); !s.ok()) return s;
 
   schedule_ = planner::BuildSchedule(opts.schedule, layout_, placement_.stage(),
                                      static_cast<int>(share_.micro_batches), opts.recompute);
@@ -182,11 +201,41 @@ Status Runtime::PlanSteps() {
   return Status::Ok();
 }
 
-Status Runtime::PlanChunks() {
+Status Runtime::PartitionPipelines() {
+  const int ranges = layout_.num_virtual_stages(), replicas = placement_.num_replicas();
+  std::vector<cutpoint::Partition> by_replica;
+  for (int d = 0; d < replicas; ++d) {
+    const Result<cutpoint::PartitionMethod> method =
+        cutpoint::PipelineMethod(options_.partition, d, replicas);
+    Result<cutpoint::Partition> partition =
+        method.ok() ? cutpoint::PartitionModel(spec_, *method, ranges) : method.status();
+    if (!partition.ok()) {
+      if (options_.partition.kind != cutpoint::PartitionMethod::Kind::kPerPipeline) {
+        return partition.status();
+      }
+      return Status::InvalidArgument("replica " + std::to_string(d) + "'s partition: " +
+                                     partition.status().message());
+    }
+    by_replica.push_back(*partition);
+  }
+  partition_ = by_replica.at(placement_.replica());
+  pipelines_ = std::make_unique<PipelinePartitions>(std::move(by_replica), layout_,
+                                                    placement_.stage_map);
+  if (pipelines_->Alike()) return Status::Ok();
+  if (options_.zero == 1) {
+    return Status::InvalidArgument(
+        "partition '" + pipelines_->ToString() + "' cuts each pipeline differently, and ZeRO-1 "
+        "shards a stage's optimizer state over the replicas of that stage: use --zero 0 with it, "
+        "or one partition for every pipeline");
+  }
+  return Status::Ok();
+}
+
+Status Runtime::PlanChunks(const cutpoint::PartitionMethod& own) {
   const RuntimeOptions& opts = options_;
   const int stages = placement_.num_stages();
-  const bool explicit_counts = opts.partition.kind == cutpoint::PartitionMethod::Kind::kExplicit;
-  const int counts = explicit_counts ? static_cast<int>(opts.partition.counts.size()) : 0;
+  const bool explicit_counts = own.kind == cutpoint::PartitionMethod::Kind::kExplicit;
+  const int counts = explicit_counts ? static_cast<int>(own.counts.size()) : 0;
   const std::string name = planner::ScheduleName(opts.schedule);
   if (opts.schedule == planner::ScheduleKind::kInterleaved && explicit_counts &&
       !planner::InterleavedRanges(stages, counts)) {
@@ -232,6 +281,12 @@ Status Runtime::BuildStage(HeldState* held) {
       return s;
     }
   }
+  if (!pipelines_->Alike() && !stage_->buffers().empty()) {
+    return Status::InvalidArgument(
+        "partition '" + pipelines_->ToString() + "' cuts each pipeline differently, and the "
+        "model's buffers (" + stage_->buffers().front().name + ") are kept equal over the "
+        "replicas of a stage: use one partition for every pipeline");
+  }
   auto tied = TiedWeights::Create(spec_, partition_, layout_, placement_, *stage_);
   if (!tied.ok()) return tied.status();
   tied_ = std::make_unique<TiedWeights>(std::move(*tied));
@@ -258,7 +313,11 @@ Status Runtime::SetUpOptimizer(HeldState* held) {
 
 void Runtime::Connect() {
   comm_ = Comm::Connect(placement_, options_.backend, device_);
-  if (comm_->data_parallel()) {
+  if (!pipelines_->Alike()) {
+    reducer_ = std::make_unique<GradReducer>(
+        stage_->parameters(), Reductions(*pipelines_, placement_.rank, *stage_, *comm_),
+        comm_.get(), options_.bucket_elements);
+  } else if (comm_->data_parallel()) {
     reducer_ = std::make_unique<GradReducer>(stage_->parameters(), comm_->data_parallel(),
                                              comm_.get(), options_.bucket_elements);
   }
@@ -268,6 +327,7 @@ void Runtime::Connect() {
   // copy may be a new process's initial values until then.
   if (placement_.resume_step == 0) tied_->SyncInitialValues(*comm_);
 }
+
 
 std::vector<int64_t> Runtime::Indices(int64_t step, int64_t offset, int64_t count) {
   std::vector<int64_t> out;
@@ -362,6 +422,9 @@ Status Runtime::AdoptOptimizerState(HeldState& held) {
 }
 
 int Runtime::ReplicaOwning(int segment) const {
+  // Pipelines cut alike: the stage's segments in turn. Cut differently, the segments of a stage
+  // differ by replica, and the model's segments go in turn.
+  if (!pipelines_->Alike()) return planner::ReplicaOwningSegment(segment, 0, placement_.num_replicas());
   return planner::ReplicaOwningSegment(stage_->IndexOf(segment), 0, placement_.num_replicas());
 }
 

@@ -42,6 +42,7 @@ class Comm;
 struct HeldState;
 class LossScaler;
 class GradReducer;
+class PipelinePartitions;
 class Stage;
 class ArrivingState;
 class TiedWeights;
@@ -189,7 +190,8 @@ class Runtime {
   const Placement& placement() const { return placement_; }
   const cutpoint::ModelSpec& spec() const { return spec_; }
   const Stage& stage() const { return *stage_; }  // mitra/worker/stage.h
-  const cutpoint::Partition& partition() const { return partition_; }
+  const cutpoint::Partition& partition() const { return partition_; }  // this replica's
+  const PipelinePartitions& pipelines() const { return *pipelines_; }  // every replica's
   const RuntimeOptions& options() const { return options_; }
   int num_micro_batches() const { return static_cast<int>(share_.micro_batches); }
   // The instructions this rank runs in every step (mitra/planner/schedule.h).
@@ -250,7 +252,11 @@ class Runtime {
   // PlanSteps' first step: the layout of the schedule's chunks (interleaved's v from the counts
   // of an explicit partition), refusing a partition or a model that does not give each chunk
   // a range.
-  Status PlanChunks();
+  Status PlanChunks(const cutpoint::PartitionMethod& own);
+  // PlanSteps' partition of every pipeline (one for all, or each replica's own), refusing what
+  // a partition per pipeline cannot do yet (ZeRO-1).
+  Status PartitionPipelines();
+
   Status BuildStage(HeldState* held);
   Status SetUpOptimizer(HeldState* held);
   void Connect();
@@ -282,7 +288,8 @@ class Runtime {
   std::shared_ptr<const Dataset> dataset_;
   Placement placement_;
   RuntimeOptions options_;
-  cutpoint::Partition partition_;  // of the layout's virtual stages
+  cutpoint::Partition partition_;  // this replica's, of the layout's virtual stages
+  std::unique_ptr<PipelinePartitions> pipelines_;  // every replica's
   planner::ChunkLayout layout_;
   std::vector<planner::Instruction> schedule_;
   planner::BatchShare share_;
