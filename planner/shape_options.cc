@@ -5,6 +5,7 @@
 #include <map>
 
 #include "mitra/planner/batch_split.h"
+#include "planner/grid.h"
 
 namespace mitra::planner::detail {
 namespace {
@@ -158,6 +159,53 @@ std::vector<int> StagePartition(const Profile& profile,
   return BalancedPartition(cost, speed);
 }
 
+// The pipelines of a P x D grid by kind: the profiles of their stages' machines, in stage order.
+// Pipelines of one kind take one partition.
+struct PipelineKinds {
+  std::vector<std::vector<const MachineProfile*>> kinds;
+  std::vector<int> kind_of;  // by replica
+};
+
+PipelineKinds KindsOf(const std::vector<const MachineProfile*>& machine_profiles,
+                      const std::vector<MachineSlots>& machines, int p, int d) {
+  PipelineKinds out;
+  std::map<std::vector<const MachineProfile*>, int> index;
+  const std::vector<int> rank_machines = RankMachines(SlotsOf(machines), p * d);
+  for (int replica = 0; replica < d; ++replica) {
+    std::vector<const MachineProfile*> stages;
+    for (int s = 0; s < p; ++s) stages.push_back(machine_profiles[rank_machines[replica * p + s]]);
+    auto [it, added] = index.try_emplace(stages, static_cast<int>(out.kinds.size()));
+    if (added) out.kinds.push_back(stages);
+    out.kind_of.push_back(it->second);
+  }
+  return out;
+}
+
+// Each pipeline's partition: the virtual stages of `layout` balanced for the machines that run
+// them; empty where every pipeline takes the first's.
+std::vector<std::vector<int>> EachPipelinesPartition(const Profile& profile,
+                                                     const PipelineKinds& pipelines,
+                                                     const ChunkLayout& layout, int64_t chunk,
+                                                     int64_t per_replica,
+                                                     std::vector<int>* first) {
+  std::vector<std::vector<int>> by_kind;
+  for (const std::vector<const MachineProfile*>& kind : pipelines.kinds) {
+    std::vector<std::string> range_machines;
+    for (int j = 0; j < layout.num_virtual_stages(); ++j) {
+      range_machines.push_back(kind[layout.StageOf(j)]->address);
+    }
+    by_kind.push_back(
+        StagePartition(profile, range_machines, layout.num_virtual_stages(), chunk, per_replica));
+  }
+  *first = by_kind[pipelines.kind_of.front()];
+  if (std::all_of(by_kind.begin(), by_kind.end(), [&](const auto& q) { return q == *first; })) {
+    return {};
+  }
+  std::vector<std::vector<int>> out;
+  for (int kind : pipelines.kind_of) out.push_back(by_kind[kind]);
+  return out;
+}
+
 // ZeRO-1 with `d` replicas: as the request fixes it, else without and then with (an option with
 // it is simulated only when the shape does not fit without: SearchShapes).
 std::vector<bool> ZeroChoices(const PlanRequest& request, int d) {
@@ -171,11 +219,13 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
   const int64_t batch = request.global_batch;
   const double fastest = FastestSpeed(profile);
   FastestSegments fastest_segments(profile);
+  std::vector<const MachineProfile*> machine_profiles;  // by machine of the request
+  for (const MachineSlots& m : request.machines) machine_profiles.push_back(&profile.Machine(m.address));
   std::vector<ShapeOption> options;
   for (int p : Depths(request, slots)) {
     if (p > slots) continue;
-    const std::vector<std::string> first_machines = PlaceRanks(request.machines, p);
     for (int d : ReplicaCounts(slots / p)) {
+      const PipelineKinds kinds = KindsOf(machine_profiles, request.machines, p, d);
       for (int64_t chunk : MicroBatchSizes(request, p, d)) {
         if (chunk > batch || NumMicroBatches(batch, chunk) < d) continue;
         const int64_t per_replica = (NumMicroBatches(batch, chunk) + d - 1) / d;
@@ -184,27 +234,35 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
             p == 1 ? std::vector<ScheduleKind>{ScheduleKind::k1F1B} : request.schedules;
         for (const auto& [schedule, layout] :
              RunnableLayouts(schedules, p, d, profile.num_segments(), batch, chunk)) {
-          // Each virtual stage balanced for the machine of the rank that runs it.
-          std::vector<std::string> range_machines;
-          for (int j = 0; j < layout.num_virtual_stages(); ++j) {
-            range_machines.push_back(first_machines[layout.StageOf(j)]);
-          }
-          const std::vector<int> partition = StagePartition(
-              profile, range_machines, layout.num_virtual_stages(), chunk, per_replica);
+          std::vector<int> partition;  // the first pipeline's
+          const std::vector<std::vector<int>> pipelines =
+              EachPipelinesPartition(profile, kinds, layout, chunk, per_replica, &partition);
           for (bool recompute : {false, true}) {
             const bool varuna = schedule == ScheduleKind::kVaruna;
             if (recompute && (p == 1 || varuna)) continue;
             const bool discards = recompute || varuna;
             for (bool zero : ZeroChoices(request, d)) {
-              ShapeOption& option = options.emplace_back();
-              option.candidate.stages = p;
-              option.candidate.replicas = d;
-              option.candidate.chunk_size = chunk;
-              option.candidate.schedule = schedule;
-              option.candidate.recompute = recompute;
-              option.candidate.zero = zero;
-              option.candidate.partition = partition;
-              option.bound = LowerBound(best, partition, layout, discards, per_replica, fastest);
+              // Replica 0's partition for every pipeline, and where the pipelines' machines
+              // differ, each its own (not under ZeRO-1, which shards a stage's state over its
+              // replicas).
+              for (bool own : {false, true}) {
+                if (own && (pipelines.empty() || zero)) continue;
+                ShapeOption& option = options.emplace_back();
+                option.candidate.stages = p;
+                option.candidate.replicas = d;
+                option.candidate.chunk_size = chunk;
+                option.candidate.schedule = schedule;
+                option.candidate.recompute = recompute;
+                option.candidate.zero = zero;
+                option.candidate.partition = partition;
+                if (own) option.candidate.pipelines = pipelines;
+                // The replica whose pipeline is least loaded bounds the step.
+                option.bound = LowerBound(best, partition, layout, discards, per_replica, fastest);
+                for (const std::vector<int>& q : option.candidate.pipelines) {
+                  option.bound = std::min(
+                      option.bound, LowerBound(best, q, layout, discards, per_replica, fastest));
+                }
+              }
             }
           }
         }

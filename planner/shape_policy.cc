@@ -56,20 +56,21 @@ namespace {
 
 // Each rank's compute a step as `profile` predicts it: the forward and backward of its stage's
 // segments (under interleaved and ZB-V, of each virtual stage the rank runs) over its replica's
-// samples, at its machine's speed with the plan's ranks there busy. Empty when `partition` is
-// not a split into the schedule's ranges.
+// samples (its pipeline's partition), at its machine's speed with the plan's ranks there busy.
+// Empty when the candidate's partition is not a split into the schedule's ranges.
 std::vector<double> ExpectedCompute(const Profile& profile, const GridPlan& plan,
-                                    const std::vector<int>& partition,
+                                    const Candidate& candidate,
                                     const std::vector<MachineSlots>& machines) {
   const ChunkLayout layout = LayoutOf(plan.schedule.value_or(ScheduleKind::k1F1B), plan.stages,
-                                      static_cast<int>(partition.size()));
-  if (static_cast<int>(partition.size()) != layout.num_virtual_stages()) return {};
+                                      static_cast<int>(candidate.partition.size()));
+  if (static_cast<int>(candidate.partition.size()) != layout.num_virtual_stages()) return {};
   std::vector<int> busy(machines.size(), 0);
   for (const RankPlacement& r : plan.ranks) ++busy[r.machine];
-  std::vector<int> first_segment(partition.size() + 1, 0);
-  std::partial_sum(partition.begin(), partition.end(), first_segment.begin() + 1);
   std::vector<double> out;
   for (const RankPlacement& r : plan.ranks) {
+    const std::vector<int>& partition = candidate.PartitionOf(r.replica);
+    std::vector<int> first_segment(partition.size() + 1, 0);
+    std::partial_sum(partition.begin(), partition.end(), first_segment.begin() + 1);
     const MachineProfile& machine = profile.Machine(machines[r.machine].address);
     double micro_batch_s = 0;
     for (int v = 0; v < layout.num_virtual_stages(); ++v) {
@@ -142,7 +143,7 @@ Result<GridPlan> PlannedShapePolicy::Plan(const ShapeRequest& request) const {
   if (Uneven(best.candidate.shares)) out->shares = best.candidate.shares;
   out->predicted_step_s = best.prediction.step_s;
   out->predicted_memory_bytes = best.prediction.max_memory_bytes;
-  out->expected_compute_s = ExpectedCompute(*plan.profile, *out, best.candidate.partition,
+  out->expected_compute_s = ExpectedCompute(*plan.profile, *out, best.candidate,
                                             request.machines);
   out->unmeasured = Unmeasured(*plan.profile, *out, request.machines);
   if (out->idle_slots > 0 && out->idle_reason.empty()) {

@@ -18,6 +18,7 @@
 namespace mitra::planner {
 namespace {
 
+using detail::ChunkSpec;
 using detail::RankSet;
 using detail::RankSpec;
 using detail::StageCosts;
@@ -35,13 +36,21 @@ Status CheckInput(const SimulationInput& in) {
   }
   const int ranges =
       LayoutOf(c.schedule, P, static_cast<int>(c.partition.size())).num_virtual_stages();
-  if (static_cast<int>(c.partition.size()) != ranges ||
-      std::accumulate(c.partition.begin(), c.partition.end(), 0) != p.num_segments() ||
-      *std::min_element(c.partition.begin(), c.partition.end()) < 1) {
-    return Status::InvalidArgument("partition " + c.PartitionText() + " does not split the " +
-                                   std::to_string(p.num_segments()) + " segments into " +
-                                   std::to_string(ranges) + " ranges (" + std::to_string(P) +
-                                   " stages under " + ScheduleName(c.schedule) + ")");
+  if (!c.pipelines.empty() && (static_cast<int>(c.pipelines.size()) != D || c.zero)) {
+    return Status::InvalidArgument("partition " + c.PartitionText() + " needs one list of counts "
+                                   "for each of the " + std::to_string(D) +
+                                   " replicas, and no ZeRO-1");
+  }
+  for (int d = 0; d < D; ++d) {
+    const std::vector<int>& counts = c.PartitionOf(d);
+    if (static_cast<int>(counts.size()) != ranges ||
+        std::accumulate(counts.begin(), counts.end(), 0) != p.num_segments() ||
+        *std::min_element(counts.begin(), counts.end()) < 1) {
+      return Status::InvalidArgument("partition " + c.PartitionText() + " does not split the " +
+                                     std::to_string(p.num_segments()) + " segments into " +
+                                     std::to_string(ranges) + " ranges (" + std::to_string(P) +
+                                     " stages under " + ScheduleName(c.schedule) + ")");
+    }
   }
   if (NumMicroBatches(in.global_batch, c.chunk_size) < D) {
     return Status::InvalidArgument("a batch of " + std::to_string(in.global_batch) +
@@ -69,8 +78,9 @@ Status CheckInput(const SimulationInput& in) {
   return Status::Ok();
 }
 
-// What identifies a group's pipeline phase: its ranks' stages, machines (by order of first use
-// in the group), machine profiles and loads, starts and micro-batches. Groups alike run alike.
+// What identifies a group's pipeline phase: its ranks' stages, segments, machines (by order of
+// first use in the group), machine profiles and loads, starts and micro-batches. Groups alike
+// run alike.
 std::string GroupSignature(const RankSet& ranks, const std::vector<int>& members) {
   std::ostringstream key;
   std::map<int, int> relative;  // machine -> order of first use in the group
@@ -79,6 +89,7 @@ std::string GroupSignature(const RankSet& ranks, const std::vector<int>& members
     auto [it, added] = relative.emplace(s.machine, static_cast<int>(relative.size()));
     key << s.stage << ':' << it->second << ':' << s.profile << ':' << ranks.machine_load[s.machine]
         << ':' << s.start << ':';
+    for (const ChunkSpec& c : s.chunks) key << c.first_segment << '-' << c.end_segment << ',';
     for (int64_t size : s.sizes) key << size << ',';
     key << ';';
   }
@@ -134,11 +145,47 @@ double StageReduced(const Profile& p, int D, int64_t bucket_bytes, int64_t gradi
   return reduced + p.AllreduceSeconds(D, buffer_bytes);
 }
 
+// ReadyForSync when each pipeline has its own partition: a rank's gradients are reduced with
+// the ranks that hold any of its segments in the other replicas (several groups, one per
+// holder set), taken here as one reduction of its gradients that waits for all of them.
+std::vector<double> ReadyForSyncPerPipeline(const SimulationInput& in, const RankSet& ranks,
+                                            const std::vector<Timeline>& timeline) {
+  const auto overlap = [](const RankSpec& a, const RankSpec& b) {
+    for (const ChunkSpec& x : a.chunks) {
+      for (const ChunkSpec& y : b.chunks) {
+        if (x.first_segment < y.end_segment && y.first_segment < x.end_segment) return true;
+      }
+    }
+    return false;
+  };
+  std::vector<double> ready(ranks.specs.size());
+  for (size_t i = 0; i < ranks.specs.size(); ++i) {
+    const RankSpec& mine = ranks.specs[i];
+    int64_t gradient_bytes = 0, buffer_bytes = 0;
+    for (int seg : mine.segments) {
+      gradient_bytes += mine.profile->segments[seg].parameter_bytes;
+      buffer_bytes += mine.profile->segments[seg].buffer_bytes;
+    }
+    double last_start = 0, last_end = 0, done = 0;
+    for (size_t j = 0; j < ranks.specs.size(); ++j) {
+      if (j != i && !overlap(mine, ranks.specs[j])) continue;
+      last_start = std::max(last_start, timeline[j].final_backward_start);
+      last_end = std::max(last_end, timeline[j].final_backward_end);
+      done = std::max(done, timeline[j].done);
+    }
+    const double reduced = StageReduced(*in.profile, in.candidate.replicas, in.bucket_bytes,
+                                        gradient_bytes, buffer_bytes, last_start, last_end, done);
+    ready[i] = std::max(timeline[i].done, reduced);
+  }
+  return ready;
+}
+
 // When each simulated rank (by spec) is ready for the step's all-reduce: at the end of its
 // pipeline phase and of its stage's data-parallel all-reduce.
 std::vector<double> ReadyForSync(const SimulationInput& in, const RankSet& ranks,
                                  const std::vector<int>& replicas,
                                  const std::vector<Timeline>& timeline) {
+  if (!in.candidate.pipelines.empty()) return ReadyForSyncPerPipeline(in, ranks, timeline);
   const int P = in.candidate.stages, D = in.candidate.replicas;
   std::vector<double> ready(ranks.specs.size());
   for (int s = 0; s < P; ++s) {
@@ -262,8 +309,14 @@ void RecordTrace(const RankSet& ranks, const std::vector<Timeline>& timeline,
 }  // namespace
 
 std::string Candidate::PartitionText() const {
+  const auto counts = [](const std::vector<int>& p) {
+    std::string out;
+    for (int c : p) out += (out.empty() ? "" : ",") + std::to_string(c);
+    return out;
+  };
+  if (pipelines.empty()) return counts(partition);
   std::string out;
-  for (int c : partition) out += (out.empty() ? "" : ",") + std::to_string(c);
+  for (const std::vector<int>& p : pipelines) out += (out.empty() ? "" : "/") + counts(p);
   return out;
 }
 

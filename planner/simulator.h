@@ -48,11 +48,17 @@ struct Candidate {
   // stage's segments (i mod D), then broadcasts its share's parameters (docs/runtime.md).
   bool zero = false;
   std::vector<int> partition;     // segments per stage, as --partition takes them
+  // Each replica's partition where the pipelines' machines differ (--partition 1,3/3,1);
+  // empty: `partition` for every replica.
+  std::vector<std::vector<int>> pipelines;
   // Each replica's micro-batches (mitra/planner/batch_split.h); empty: even. Uneven shares give the
   // replicas on faster machines more of the batch, with the same update.
   Shares shares;
 
-  std::string PartitionText() const;  // "1,4,4,3"
+  const std::vector<int>& PartitionOf(int replica) const {
+    return pipelines.empty() ? partition : pipelines.at(replica);
+  }
+  std::string PartitionText() const;  // "1,4,4,3", or "1,3/3,1" per pipeline
   std::string ScheduleText() const;   // "1f1b", "gpipe+recompute"
   std::string ToString() const;       // "2 x 1, micro-batch 4, 1f1b, partition 5,5[, shares 5,3]"
 };

@@ -62,10 +62,10 @@ RankSet BuildRanks(const SimulationInput& in, const std::vector<int>& replicas) 
   std::map<std::string, int> machine_index;
   const ChunkLayout layout = LayoutOf(c.schedule, P, static_cast<int>(c.partition.size()));
   const int ranges = layout.num_virtual_stages();
-  std::vector<int> first_segment(ranges + 1, 0);
-  for (int j = 0; j < ranges; ++j) first_segment[j + 1] = first_segment[j] + c.partition[j];
   std::map<std::tuple<int, int64_t>, std::vector<Instruction>> lists;  // (stage, M) -> list
   for (int d : replicas) {
+    std::vector<int> first_segment(ranges + 1, 0);
+    for (int j = 0; j < ranges; ++j) first_segment[j + 1] = first_segment[j] + c.PartitionOf(d)[j];
     const BatchShare share = ShareOf(in.global_batch, c.chunk_size, c.shares, D, d);
     for (int stage = 0; stage < P; ++stage) {
       const int r = d * P + stage;

@@ -333,6 +333,80 @@ TEST(Planner, APipelineRunsOnTheFastestMachinesWhenItLeavesOthersIdle) {
   EXPECT_GT(in_list_order, 0);
 }
 
+// Two pipelines of two stages over eight segments, the second on a fast machine and one three
+// times slower (the fourth of four machines). Cut 4,4 like the first, its slow stage takes
+// 4 x 3 x 30 ms a micro-batch; cut 6,2 for its machines, 6 x 30 = 2 x 3 x 30 ms: the replica
+// runs its micro-batches twice as fast, and the first replica is unchanged.
+TEST(Simulator, APipelineCutForItsMachinesRunsAsFastAsTheyAllow) {
+  const Profile p = WithSlowMachine(Uniform(8, 0.01, 0.02), 3);
+  auto in = Input(p, 2, 2, 8, 1, ScheduleKind::kGPipe, {"m1", "m2", "m3", "slow"});
+  const Result<Prediction> alike = Simulate(in);
+  ASSERT_TRUE(alike.ok()) << alike.status().message();
+  in.candidate.pipelines = {{4, 4}, {6, 2}};
+  EXPECT_EQ(in.candidate.PartitionText(), "4,4/6,2");
+  const Result<Prediction> cut = Simulate(in);
+  ASSERT_TRUE(cut.ok()) << cut.status().message();
+  // GPipe over M = 4 micro-batches: the fast stage's first forward (4 x 10 ms), the slow
+  // stage's 4 forwards and backwards (4 x 4 x 3 x 30 ms), the fast stage's last backward
+  // (4 x 20 ms); cut for the machines, (M + P - 1) x each stage's 6 x 30 ms.
+  EXPECT_NEAR(alike->replica_phase_s[1], 0.04 + 4 * 4 * 3 * 0.03 + 0.08, 1e-9);
+  EXPECT_NEAR(cut->replica_phase_s[1], 5 * 6 * 0.03, 1e-9);
+  EXPECT_NEAR(cut->replica_phase_s[0], alike->replica_phase_s[0], 1e-12);
+  EXPECT_LT(cut->step_s, 0.6 * alike->step_s);
+  // A list of counts per replica, each a split of the segments.
+  in.candidate.pipelines = {{4, 4}};
+  EXPECT_NE(Simulate(in).status().message().find("one list of counts for each of the 2 replicas"),
+            std::string::npos);
+  in.candidate.pipelines = {{4, 4}, {6, 3}};
+  EXPECT_NE(Simulate(in).status().message().find("does not split the 8 segments"),
+            std::string::npos);
+}
+
+// The planner cuts each pipeline for its machines where they differ: with one slow machine of
+// four and two stages (under 1F1B: interleaved's chunks of one segment each cannot be cut
+// another way), the pipeline that has it gives its fast stage more segments.
+TEST(Planner, EachPipelineIsCutForItsMachines) {
+  const Profile p = WithSlowMachine(Uniform(8, 0.01, 0.02), 3);
+  PlanRequest request;
+  request.profile = &p;
+  request.global_batch = 8;
+  request.chunk_size = 1;
+  request.stages = 2;
+  request.schedules = {ScheduleKind::k1F1B};
+  request.machines = {{"m0", 1}, {"m1", 1}, {"m2", 1}, {"slow", 1}};
+  Result<PlanResult> plan = PlanShapes(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  const PlannedShape& best = plan->candidates.front();
+  ASSERT_EQ(best.candidate.replicas, 2) << best.candidate.ToString();
+  ASSERT_EQ(best.candidate.pipelines.size(), 2u) << best.candidate.ToString();
+  // The slow machine runs the last rank (list order) or a first stage (another order): in its
+  // pipeline, its stage holds fewer segments than the fast one's.
+  const std::vector<std::string> machines = PlaceRanks(InOrder(request.machines, best.machine_order), 4);
+  for (int d = 0; d < 2; ++d) {
+    for (int s = 0; s < 2; ++s) {
+      if (machines[2 * d + s] != "slow") continue;
+      EXPECT_LT(best.candidate.pipelines[d][s], best.candidate.pipelines[d][1 - s])
+          << best.candidate.ToString();
+    }
+  }
+  // One partition for both would be slower.
+  SimulationInput in;
+  in.profile = &p;
+  in.global_batch = 8;
+  in.candidate = best.candidate;
+  in.candidate.pipelines.clear();
+  in.rank_machines = machines;
+  for (const std::vector<int>& one : best.candidate.pipelines) {
+    in.candidate.partition = one;
+    for (bool even : {false, true}) {
+      if (even) in.candidate.shares.clear();
+      const Result<Prediction> alike = Simulate(in);
+      ASSERT_TRUE(alike.ok()) << alike.status().message();
+      EXPECT_GT(alike->step_s, 1.1 * best.prediction.step_s) << in.candidate.ToString();
+    }
+  }
+}
+
 TEST(Simulator, BadShapesAreRefusedWithTheReason) {
   const Profile p = Uniform(4, 0.01, 0.02);
   auto in = Input(p, 2, 1, 8, 1, ScheduleKind::k1F1B);
