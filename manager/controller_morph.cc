@@ -282,8 +282,9 @@ void Controller::Morph(const std::string& why, const GridPlan& desired,
   for (const planner::RankPlacement* p : new_ranks) {
     const Machine& machine = machines[p->machine];
     StartStandbyAction start = standby_.Start(machine, p->local_rank);
-    start.stage = contract::StandbyStage{placed.stage_map.PositionOf(p->rank).stage,
-                                         placed.stages, placed.partition};
+    const contract::GridPosition at = placed.stage_map.PositionOf(p->rank);
+    start.stage = contract::StandbyStage{at.stage, placed.stages,
+                                         planner::ReplicaPartition(placed.partition, at.replica)};
     ids.insert(start.id);
     fact.machines.push_back(machine.Address());
     actions_.push_back(std::move(start));

@@ -25,7 +25,9 @@ std::vector<StartStandbyAction> StandbyWorkers::KeepSpares(const std::vector<Mac
                                          covered.begin());
       ++covered[stage];
       meant_for_[start.id] = stage;
-      start.stage = contract::StandbyStage{stage, plan.stages, plan.partition};
+      // A spare may take the stage in any pipeline: the first's cut is the hint.
+      start.stage = contract::StandbyStage{stage, plan.stages,
+                                           planner::ReplicaPartition(plan.partition, 0)};
     }
   }
   return started;

@@ -48,12 +48,13 @@ std::optional<std::vector<HeldSegments>> SegmentsByRank(const planner::GridPlan&
   if (!plan.schedule || planner::LayoutOf(*plan.schedule, plan.stages).chunks != 1) {
     return std::nullopt;
   }
-  const std::optional<std::vector<int>> counts = StageCounts(plan.partition, plan.stages, segments);
-  if (!counts) return std::nullopt;
-  std::vector<int> first(counts->size() + 1, 0);
-  std::partial_sum(counts->begin(), counts->end(), first.begin() + 1);
   std::vector<HeldSegments> out;
   for (const planner::RankPlacement& p : plan.ranks) {
+    const std::optional<std::vector<int>> counts =
+        StageCounts(planner::ReplicaPartition(plan.partition, p.replica), plan.stages, segments);
+    if (!counts) return std::nullopt;
+    std::vector<int> first(counts->size() + 1, 0);
+    std::partial_sum(counts->begin(), counts->end(), first.begin() + 1);
     out.push_back(HeldSegments{0, first[p.stage], first[p.stage + 1]});
   }
   return out;

@@ -13,6 +13,18 @@ std::vector<int> SlotsOf(const std::vector<MachineSlots>& machines) {
   return slots;
 }
 
+std::string ReplicaPartition(const std::string& partition, int replica) {
+  if (partition.find('/') == std::string::npos) return partition;
+  size_t begin = 0;
+  for (int d = 0; d < replica; ++d) {
+    begin = partition.find('/', begin);
+    if (begin == std::string::npos) return "";
+    ++begin;
+  }
+  const size_t end = partition.find('/', begin);
+  return partition.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
 std::vector<int> RankMachines(const std::vector<int>& slots_per_machine, int world) {
   std::vector<int> out;
   for (size_t m = 0; m < slots_per_machine.size(); ++m) {

@@ -33,6 +33,10 @@ std::vector<int> SlotsOf(const std::vector<MachineSlots>& machines);
 
 // The machine (index into `slots_per_machine`) of each of `world` ranks: machines filled slot
 // by slot in list order.
+// Replica `replica`'s partition in a plan's partition text: its counts in "1,3/3,1" (each
+// pipeline cut its own way), else the text itself; "" when the text names fewer pipelines.
+std::string ReplicaPartition(const std::string& partition, int replica);
+
 std::vector<int> RankMachines(const std::vector<int>& slots_per_machine, int world);
 
 struct GridRequest {
@@ -71,7 +75,8 @@ struct GridPlan {
   std::optional<ScheduleKind> schedule;
   bool recompute = false;
   bool zero = false;  // ZeRO-1 (a planned shape: MITRA_ZERO)
-  std::string partition;  // segments per stage, "1,4,4,3"
+  // Segments per stage, "1,4,4,3"; or per pipeline, "1,3/3,1" (ReplicaPartition).
+  std::string partition;
   Shares shares;  // each replica's micro-batches when a planner made them uneven; empty: even
   double predicted_step_s = 0;  // 0: not predicted
   int64_t predicted_memory_bytes = 0;

@@ -189,7 +189,8 @@ void AddPipeline(std::vector<TrainerOption>& t) {
                      "recompute activations in the backward; varuna always does", "",
                      MITRA_FIELD(runtime.recompute)));
   t.push_back(Named("partition", "--partition",
-                    "uniform | params (balances the parameters) | counts such as 1,4,4,3",
+                    "uniform | params (balances the parameters) | counts such as 1,4,4,3 | "
+                    "counts per pipeline such as 1,3/3,1",
                     MITRA_FIELD(runtime.partition), &cutpoint::ParsePartitionMethod,
                     &cutpoint::PartitionMethodName));
   t.push_back(Named("backend", "--backend", "gloo | nccl (nccl: a CUDA build, scripts/gpu-build)",

@@ -142,8 +142,8 @@ class Trainer:
         seed: initial weights, sample order and random numbers (default 1234)
         schedule: gpipe | 1f1b | varuna | zb-h1 | interleaved | zb-v (default 1f1b)
         recompute: recompute activations in the backward; varuna always does (default False)
-        partition: uniform | params (balances the parameters) | counts such as 1,4,4,3 (default
-            uniform)
+        partition: uniform | params (balances the parameters) | counts such as 1,4,4,3 | counts per
+            pipeline such as 1,3/3,1 (default uniform)
         backend: gloo | nccl (nccl: a CUDA build, scripts/gpu-build; default gloo)
         precision: fp32 | bf16 | fp16 (fp16: a GPU only; default fp32)
         device: cpu | cuda (the local rank's GPU; a CUDA build; default cpu)

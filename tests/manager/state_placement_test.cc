@@ -84,6 +84,35 @@ std::vector<int> LocalRanks(const planner::GridPlan& plan) {
   return out;
 }
 
+// Each pipeline cut its own way: each rank holds its replica's stage's range.
+TEST(SegmentsByRank, AreTheirOwnPipelinesRangesWhereEachIsCutItsWay) {
+  planner::GridRequest request;
+  request.slots_per_machine = {4};
+  request.stages = 2;
+  request.replicas = 2;
+  request.segments = 4;
+  request.global_batch = 16;
+  Result<planner::GridPlan> plan = planner::PlanGrid(request);
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  plan->schedule = planner::ScheduleKind::k1F1B;
+  plan->partition = "1,3/3,1";
+  const auto held = SegmentsByRank(*plan, 4);
+  ASSERT_TRUE(held.has_value());
+  std::vector<std::pair<int, int>> ranges;
+  for (const planner::RankPlacement& p : plan->ranks) {
+    ranges.emplace_back((*held)[p.rank].first, (*held)[p.rank].end);
+    EXPECT_EQ(ranges.back(), p.replica == 0 ? (p.stage == 0 ? std::pair{0, 1} : std::pair{1, 4})
+                                            : (p.stage == 0 ? std::pair{0, 3} : std::pair{3, 4}))
+        << "rank " << p.rank;
+  }
+  EXPECT_EQ(planner::ReplicaPartition("1,3/3,1", 1), "3,1");
+  EXPECT_EQ(planner::ReplicaPartition("2,2", 1), "2,2");
+  EXPECT_EQ(planner::ReplicaPartition("1,3/3,1", 2), "");
+  plan->partition = "1,3";  // a replica without its counts: not known
+  plan->partition += "/";
+  EXPECT_FALSE(SegmentsByRank(*plan, 4).has_value());
+}
+
 TEST(SegmentsByRank, AreTheStagesRangesOfOneChunkSchedulesOnly) {
   planner::GridPlan plan = Pipeline(4, "2,2,3,3", 10, 4);
   const auto held = SegmentsByRank(plan, 10);

@@ -191,6 +191,60 @@ class SshElastic : public ::testing::Test {
   const std::string trace_ = tmp_.Path("trace");
 };
 
+// A made-up profile of the tiny GPT's 4 segments on machines `a` and `b`, b `slower` times
+// slower than a, with quick all-reduces: what a planner needs to see two kinds of machine.
+std::string TwoSpeedProfile(const std::string& a, const std::string& b, double slower) {
+  const auto machine = [](const std::string& address, double factor) {
+    std::string segments;
+    for (const char* name : {"embed", "block0", "block1", "head"}) {
+      std::string costs;
+      for (int mb : {1, 2, 4, 8, 16}) {
+        costs += std::string(costs.empty() ? "" : ",") + "{\"micro_batch\":" +
+                 std::to_string(mb) + ",\"forward_s\":" + std::to_string(0.002 * mb * factor) +
+                 ",\"forward_nograd_s\":" + std::to_string(0.002 * mb * factor) +
+                 ",\"backward_s\":" + std::to_string(0.004 * mb * factor) +
+                 ",\"output_bytes\":" + std::to_string(16384 * mb) +
+                 ",\"graph_bytes\":" + std::to_string(65536 * mb) + "}";
+      }
+      segments += std::string(segments.empty() ? "" : ",") + "{\"name\":\"" + name +
+                  "\",\"parameters\":10000,\"parameter_bytes\":40000,\"buffer_bytes\":0,"
+                  "\"optimizer_bytes\":80000,\"update_s\":0,\"costs\":[" + costs + "]}";
+    }
+    return "{\"address\":\"" + address + "\",\"slots\":4,\"memory_bytes\":0,\"sample_s\":0,"
+           "\"speed\":[1,1,1,1],\"segments\":[" + segments + "]}";
+  };
+  return "{\"format\":1,\"program\":\"gpt_train\",\"program_args\":[],"
+         "\"micro_batches\":[1,2,4,8,16],\"machines\":[" + machine(a, 1) + "," +
+         machine(b, slower) + "],\"comm\":{\"step_sync_s\":0,\"links\":[],\"allreduce\":"
+         "[{\"group\":2,\"latency_s\":0.0001,\"bytes_per_s\":1e9,\"samples\":[]}]}}";
+}
+
+// Two pipelines of two stages, one of them with B's slot, which a made-up profile says is three
+// times slower (the machines are alike: the plan is what is tested, not the speed): the
+// planner cuts that pipeline for its machines (3 segments on A, 1 on B) and the other evenly;
+// the job trains with each pipeline's own partition, and a shrink to A morphs it into one
+// pipeline. Every loss and every step's samples are the uninterrupted job's.
+TEST_F(SshElastic, EachPipelineCutForItsMachinesTrainsTheSameAndMorphs) {
+  std::filesystem::create_directories(tmp_.Path("profile"));
+  tmp_.Write("profile/profile.json", TwoSpeedProfile(Address(kHostA), Address(kHostB), 3));
+  auto mitra = Start(Line(kHostA, 3) + Line(kHostB, 1), {"--profile", tmp_.Path("profile")});
+  ASSERT_TRUE(mitra);
+  ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();
+  testing::RewriteFile(tmp_, "machines.txt", Line(kHostA, 2));
+  const MitraResult r = mitra->Wait(240);
+  ASSERT_EQ(r.exit_code, 0) << r.output();
+  const std::vector<JsonObject> launches = testing::EventsNamed(run_dir_, "launch");
+  ASSERT_GE(launches.size(), 2u) << r.output();
+  EXPECT_EQ(launches[0].GetString("partition"), "2,2/3,1") << launches[0].ToJson();
+  EXPECT_EQ(launches.back().GetNumber("replicas"), 1) << launches.back().ToJson();
+  // The kept workers' state went to its new holders from memory, each replica's own segments.
+  const std::vector<JsonObject> morphs = testing::EventsNamed(run_dir_, "morph");
+  ASSERT_FALSE(morphs.empty()) << r.output();
+  EXPECT_EQ(morphs[0].GetString("state"), "memory") << morphs[0].ToJson();
+  testing::ExpectSameTraining(kJob, run_dir_, trace_, /*consecutive=*/false);
+  ExpectNoWorkerLeft();
+}
+
 TEST_F(SshElastic, RemovingAHostShrinksTheJobWithoutLosingAStep) {
   auto mitra = Start(Line(kHostA, 2) + Line(kHostB, 2));
   ASSERT_TRUE(mitra);
