@@ -338,9 +338,10 @@ Result<Prediction> Simulate(const SimulationInput& in) {
   const Candidate& c = in.candidate;
 
   const int64_t micro_batches = NumMicroBatches(in.global_batch, c.chunk_size);
-  // Uneven shares are for machines that differ, where every replica is simulated anyway.
+  // Uneven shares and a partition per pipeline are for machines that differ, where every
+  // replica is simulated anyway.
   std::vector<int> replicas;
-  if (Uneven(c.shares)) {
+  if (Uneven(c.shares) || !c.pipelines.empty()) {
     replicas.resize(c.replicas);
     std::iota(replicas.begin(), replicas.end(), 0);
   } else {

@@ -73,10 +73,16 @@ Result<planner::SimulationInput> SimulationOf(const RecordedRun& run,
   in.candidate.schedule = *schedule;
   in.candidate.recompute = run.settings.recompute.value_or(false);
   in.candidate.zero = run.settings.zero.value_or(false);
-  std::string partition = *run.settings.partition;
-  std::replace(partition.begin(), partition.end(), ',', ' ');
-  std::istringstream counts(partition);
-  for (int n; counts >> n;) in.candidate.partition.push_back(n);
+  // "5,5", or one list per pipeline: "3,7/5,5".
+  std::istringstream pipelines(*run.settings.partition);
+  for (std::string one; std::getline(pipelines, one, '/');) {
+    std::replace(one.begin(), one.end(), ',', ' ');
+    std::istringstream counts(one);
+    std::vector<int>& partition = in.candidate.pipelines.emplace_back();
+    for (int n; counts >> n;) partition.push_back(n);
+  }
+  if (!in.candidate.pipelines.empty()) in.candidate.partition = in.candidate.pipelines.front();
+  if (in.candidate.pipelines.size() < 2) in.candidate.pipelines.clear();
   in.candidate.shares = launch.shares.value_or(planner::Shares{});
   in.rank_machines = launch.machines;
   return in;

@@ -90,6 +90,34 @@ TEST_F(PlanValidationTest, ComparesTheStepAndEachStagesComputeWithThePrediction)
   EXPECT_NE(text.find(" ms  measured 120.0 ms  "), std::string::npos) << text;
 }
 
+// A run whose pipelines were cut each its own way is predicted with each one's partition: on
+// like machines "2,2/1,3" waits for the second pipeline's stage of 3 segments (4 micro-batches
+// of 3 x 30 ms), "2,2" does not (5 x 2 x 30 ms).
+TEST_F(PlanValidationTest, EachPipelinesOwnPartitionIsPredicted) {
+  const auto predicted = [&](const std::string& partition) {
+    records::Launch launch;
+    launch.shape.stages = 2;
+    launch.shape.replicas = 2;
+    launch.shape.world_size = 4;
+    launch.shape.global_batch = 16;
+    launch.shape.chunk_size = 2;
+    launch.machines = {"m0", "m1", "m2", "m3"};
+    records::Settings settings;
+    settings.text = "1f1b";
+    settings.schedule = "1f1b";
+    settings.partition = partition;
+    fs_.AddFile("run/events.jsonl", Event(records::Launch::kEvent, records::ToJson(launch)) +
+                                        Event(records::Settings::kEvent, records::ToJson(settings)));
+    Result<PlanValidation> v = ValidatePlan(fs_, "run", 0, "run/profile");
+    EXPECT_TRUE(v.ok()) << v.status().message();
+    return v.ok() ? v->predicted_step_s : 0.0;
+  };
+  const double alike = predicted("2,2"), cut = predicted("2,2/1,3");
+  EXPECT_GT(alike, 0);
+  EXPECT_GT(cut, 1.2 * alike);
+  EXPECT_DOUBLE_EQ(predicted("1,3/2,2"), cut);
+}
+
 TEST_F(PlanValidationTest, WithoutTracesTheStepAloneIsCompared) {
   Result<PlanValidation> v = ValidatePlan(fs_, "run", 0, "run/profile/profile.json");
   ASSERT_TRUE(v.ok()) << v.status().message();
