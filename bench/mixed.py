@@ -82,14 +82,17 @@ class CpuGroup:
 
 
 class Mix:
-    """The three hosts: sshds started, B's and C's in their CPU groups."""
+    """Loopback hosts, an sshd each, started; `cpus` maps each host to the CPUs its group may
+    use (None: the whole machine, no group)."""
 
-    def __init__(self, tmp, quota):
+    def __init__(self, tmp, cpus):
         self.tmp, self.daemons, self.groups = tmp, {}, []
         sshd = shutil.which("sshd") or "/usr/sbin/sshd"
-        self.port, self.known, self.key = elastic.start_sshds(sshd, tmp, HOSTS, self.daemons)
-        for host in HOSTS[1:]:
-            group = CpuGroup("mitra-bench-" + host, quota)
+        self.port, self.known, self.key = elastic.start_sshds(sshd, tmp, list(cpus), self.daemons)
+        for host, limit in cpus.items():
+            if limit is None:
+                continue
+            group = CpuGroup("mitra-bench-" + host, limit)
             group.add(self.daemons[host].pid)
             self.groups.append(group)
 
@@ -126,7 +129,7 @@ def main():
     args.build = os.path.abspath(args.build)
     program = [f"{args.build}/bin/gpt_train", "--model", "bench"]
     tmp = tempfile.mkdtemp(prefix="mitra-mixed-")
-    mix = Mix(tmp, args.quota)
+    mix = Mix(tmp, {HOSTS[0]: None, HOSTS[1]: args.quota, HOSTS[2]: args.quota})
     try:
         everyone = mix.machines(HOSTS, "machines-abc.txt")
 

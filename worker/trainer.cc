@@ -352,7 +352,7 @@ void Trainer::Announce(const Placement& placement, const Runtime& rt) const {
   told.schedule = planner::ScheduleName(opts.schedule);
   told.recompute = opts.recompute;
   told.zero = rt.ShardsOptimizerState();
-  told.partition = rt.partition().ToString();
+  told.partition = rt.pipelines().ToString();
   told.chunk_size = opts.chunk_size;
   Emit(told);
 }

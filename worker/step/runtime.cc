@@ -328,7 +328,6 @@ void Runtime::Connect() {
   if (placement_.resume_step == 0) tied_->SyncInitialValues(*comm_);
 }
 
-
 std::vector<int64_t> Runtime::Indices(int64_t step, int64_t offset, int64_t count) {
   std::vector<int64_t> out;
   out.reserve(count);
@@ -424,8 +423,9 @@ Status Runtime::AdoptOptimizerState(HeldState& held) {
 int Runtime::ReplicaOwning(int segment) const {
   // Pipelines cut alike: the stage's segments in turn. Cut differently, the segments of a stage
   // differ by replica, and the model's segments go in turn.
-  if (!pipelines_->Alike()) return planner::ReplicaOwningSegment(segment, 0, placement_.num_replicas());
-  return planner::ReplicaOwningSegment(stage_->IndexOf(segment), 0, placement_.num_replicas());
+  const int replicas = placement_.num_replicas();
+  if (!pipelines_->Alike()) return planner::ReplicaOwningSegment(segment, 0, replicas);
+  return planner::ReplicaOwningSegment(stage_->IndexOf(segment), 0, replicas);
 }
 
 bool Runtime::KeepsOptimizerStateOf(int segment) const {

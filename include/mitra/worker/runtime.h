@@ -170,7 +170,8 @@ class Runtime {
   bool HoldsWholeState() const { return !sharded_ && layout_.chunks == 1; }
   // Under ZeRO-1 with several replicas: each keeps the optimizer state of its share.
   bool ShardsOptimizerState() const { return sharded_; }
-  // The replica that owns `segment` (one of the stage's): planner::ReplicaOwningSegment.
+  // The replica that owns `segment` (one of the stage's): planner::ReplicaOwningSegment of its
+  // place in the stage, or of the segment itself where each pipeline has its own partition.
   int ReplicaOwning(int segment) const;
   // Whether this rank keeps the optimizer state of `segment` (one of its stage's): always,
   // except under ZeRO-1 with several replicas, where it keeps its share's only.
