@@ -293,6 +293,22 @@ std::optional<std::pair<GridPlan, std::vector<Machine>>> Controller::DesiredPlan
 
 namespace {
 
+// Where `corrections` hold the correction of `address` with `busy` ranks; -1 where they do not.
+int IndexOf(const std::vector<planner::SpeedCorrection>& corrections, const std::string& address,
+            int busy) {
+  for (size_t i = 0; i < corrections.size(); ++i) {
+    if (corrections[i].address == address && corrections[i].busy == busy) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// Its factor; 1 where there is none.
+double FactorOf(const std::vector<planner::SpeedCorrection>& corrections,
+                const std::string& address, int busy) {
+  const int i = IndexOf(corrections, address, busy);
+  return i >= 0 ? corrections[i].factor : 1.0;
+}
+
 struct MachineFactor {
   int busy = 0;       // the generation's ranks on the machine
   double factor = 1;  // its steps over what the plan expected of it
@@ -349,27 +365,15 @@ void Controller::CheckProfile(double step_s) {
 }
 
 planner::SpeedCorrection Controller::Correct(const std::string& address, int busy, double factor) {
-  const auto same_as = [&](const planner::SpeedCorrection& c) {
-    return c.address == address && c.busy == busy;
-  };
-  const auto planned = std::find_if(gen_.planned_with.begin(), gen_.planned_with.end(), same_as);
-  const double corrected = (planned == gen_.planned_with.end() ? 1.0 : planned->factor) * factor;
-  const auto same = std::find_if(corrections_.begin(), corrections_.end(), same_as);
-  if (same == corrections_.end()) {
-    return corrections_.emplace_back(planner::SpeedCorrection{address, busy, corrected});
-  }
-  same->factor = corrected;
-  return *same;
+  const double corrected = FactorOf(gen_.planned_with, address, busy) * factor;
+  const int same = IndexOf(corrections_, address, busy);
+  if (same < 0) return corrections_.emplace_back(planner::SpeedCorrection{address, busy, corrected});
+  corrections_[same].factor = corrected;
+  return corrections_[same];
 }
 
 double Controller::FoundAgainstPlan(const std::string& address, int busy) const {
-  const auto factor_in = [&](const std::vector<planner::SpeedCorrection>& corrections) {
-    for (const planner::SpeedCorrection& c : corrections) {
-      if (c.address == address && c.busy == busy) return c.factor;
-    }
-    return 1.0;
-  };
-  return factor_in(corrections_) / factor_in(gen_.planned_with);
+  return FactorOf(corrections_, address, busy) / FactorOf(gen_.planned_with, address, busy);
 }
 
 bool Controller::DiffersFromCurrent(const GridPlan& desired,
