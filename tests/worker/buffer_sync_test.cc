@@ -18,6 +18,7 @@
 
 #include "tests/worker/thread_ranks.h"
 #include "tests/worker/tiny_model.h"
+#include "worker/step/pipeline_partitions.h"
 
 namespace mitra::worker {
 namespace {
@@ -82,7 +83,7 @@ std::map<std::string, torch::Tensor> Buffers(const Stage& stage) {
 // The statistics of one copy of the model that ran `micro_batches` in this order.
 std::map<std::string, torch::Tensor> RunInOrder(const cutpoint::ModelSpec& spec,
                                                 const std::vector<int64_t>& micro_batches) {
-  Stage stage(spec, cutpoint::Partition{{1}}, 0, 1);
+  Stage stage(spec, cutpoint::Partition{{spec.num_segments()}}, 0, 1);
   for (int64_t j : micro_batches) stage.Forward(MicroBatch(j), {});
   return Buffers(stage);
 }
@@ -117,6 +118,58 @@ TEST(BufferSync, RunningStatisticsAreThoseOfAllMicroBatchesInGlobalOrder) {
       }
     }
   }
+}
+
+// Three BatchNorm segments in a 2 x 2 job whose pipelines are cut 1,2 and 2,1: segment 0 is
+// held by ranks 0 and 2, segment 1 by ranks 1 and 2, segment 2 by ranks 1 and 3. Each group
+// keeps its segments' statistics those of all the step's micro-batches in global order (replica
+// 0 runs the first two of each step's four, replica 1 the last two).
+TEST(BufferSync, EachPipelineCutItsWayKeepsEverySegmentEqualOverItsHolders) {
+  cutpoint::ModelSpec spec = NormModel(0.1);
+  spec.segments.clear();
+  for (const char* name : {"bn0", "bn1", "bn2"}) {
+    spec.AddSegment(name, [] { return std::make_shared<NormSegment>(0.1); });
+  }
+  const auto expected = RunInOrder(spec, {0, 1, 2, 3, 4, 5, 6, 7});
+  const std::vector<cutpoint::Partition> cuts = {cutpoint::Partition{{1, 2}},
+                                                 cutpoint::Partition{{2, 1}}};
+  std::vector<std::map<std::string, torch::Tensor>> got(4);
+  testing::RunWithComms(2, 2, [&](const Placement& p, Comm& comm) {
+    const cutpoint::Partition& mine = cuts[p.replica()];
+    Stage stage(spec, mine, p.stage(), 1);
+    // What the stage before gives this one: the same segments' forward (BatchNorm in training
+    // normalises by the micro-batch, whatever its statistics).
+    const int first = mine.FirstSegment(p.stage());
+    std::optional<Stage> before;
+    if (first > 0) before.emplace(spec, cutpoint::Partition{{first, 3 - first}}, 0, 1);
+    const PipelinePartitions pipelines(cuts, planner::ChunkLayout{2, 1, false}, p.stage_map);
+    std::vector<std::unique_ptr<BufferSync>> syncs;
+    for (const ReductionGroup& group : pipelines.GroupsOf(p.rank)) {
+      syncs.push_back(
+          BufferSync::Create(stage, &comm, comm.ReductionGroup(group.ranks), group.segments));
+      ASSERT_NE(syncs.back(), nullptr);
+    }
+    for (int step = 0; step < 2; ++step) {
+      for (auto& sync : syncs) sync->BeginStep();
+      for (int64_t j = 4 * step + 2 * p.replica(); j < 4 * step + 2 * p.replica() + 2; ++j) {
+        const cutpoint::Activations batch = MicroBatch(j);
+        stage.Forward(before ? before->Forward(batch, {}) : batch, {});
+      }
+      for (auto& sync : syncs) sync->EndStep();
+    }
+    got[p.rank] = Buffers(stage);
+  });
+  int compared = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    for (const auto& [name, value] : got[rank]) {
+      if (name.find("running_") == std::string::npos) continue;
+      EXPECT_LE(RelativeDifference(value, expected.at(name)), kTolerance)
+          << name << " of rank " << rank;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 2 * 2 * 3) << "every segment's mean and variance in both replicas";
+  EXPECT_EQ(got[2]["bn1.norm.num_batches_tracked"].item<int64_t>(), 8);
 }
 
 // The comparison above sees the micro-batches of replicas 1 and 2 left out: replica 0's own

@@ -1,5 +1,6 @@
 #include "worker/step/buffer_sync.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -32,15 +33,30 @@ bool KeepsRunningStatistics(const torch::nn::Module& m, c10::optional<double>* m
 
 std::unique_ptr<BufferSync> BufferSync::Create(const Stage& stage, Comm* comm) {
   if (stage.buffers().empty() || comm->data_parallel() == nullptr) return nullptr;
-  std::unique_ptr<BufferSync> sync(new BufferSync(stage, comm));
+  return Create(stage, comm, comm->data_parallel(), stage.segment_ids());
+}
+
+std::unique_ptr<BufferSync> BufferSync::Create(const Stage& stage, Comm* comm,
+                                               c10d::ProcessGroup* group,
+                                               const std::vector<int>& segments) {
+  if (group == nullptr || group->getSize() < 2) return nullptr;
+  std::unique_ptr<BufferSync> sync(new BufferSync(stage, comm, group));
+  const auto mine = [&](int segment) {
+    return std::find(segments.begin(), segments.end(), segment) != segments.end();
+  };
+  for (size_t i = 0; i < stage.buffers().size(); ++i) {
+    if (mine(stage.SegmentOfBuffer(i))) sync->members_.push_back(i);
+  }
+  if (sync->members_.empty()) return nullptr;
   auto index_of = [&](const torch::Tensor& t) -> int64_t {
-    for (size_t i = 0; i < stage.buffers().size(); ++i) {
-      if (stage.buffers()[i].tensor.is_same(t)) return static_cast<int64_t>(i);
+    for (size_t m = 0; m < sync->members_.size(); ++m) {
+      if (stage.buffers()[sync->members_[m]].tensor.is_same(t)) return static_cast<int64_t>(m);
     }
     return -1;
   };
-  for (const auto& segment : stage.segments()) {
-    for (const auto& item : segment->modules(/*include_self=*/true)) {
+  for (size_t k = 0; k < stage.segments().size(); ++k) {
+    if (!mine(stage.segment_ids()[k])) continue;
+    for (const auto& item : stage.segments()[k]->modules(/*include_self=*/true)) {
       c10::optional<double> momentum;
       const torch::nn::Module& m = *item;
       if (!KeepsRunningStatistics(m, &momentum)) continue;
@@ -59,9 +75,9 @@ std::unique_ptr<BufferSync> BufferSync::Create(const Stage& stage, Comm* comm) {
     }
   }
   int64_t offset = 0;
-  for (const auto& b : stage.buffers()) {
+  for (size_t m : sync->members_) {
     sync->offsets_.push_back(offset);
-    offset += b.tensor.numel();
+    offset += stage.buffers()[m].tensor.numel();
   }
   sync->offsets_.push_back(offset);
   return sync;
@@ -69,8 +85,8 @@ std::unique_ptr<BufferSync> BufferSync::Create(const Stage& stage, Comm* comm) {
 
 torch::Tensor BufferSync::Flatten() const {
   std::vector<torch::Tensor> parts;
-  for (const auto& b : stage_.buffers()) {
-    parts.push_back(b.tensor.detach().reshape({-1}).to(torch::kFloat64));
+  for (size_t m : members_) {
+    parts.push_back(stage_.buffers()[m].tensor.detach().reshape({-1}).to(torch::kFloat64));
   }
   return torch::cat(parts);
 }
@@ -80,10 +96,10 @@ void BufferSync::BeginStep() { start_ = Flatten(); }
 void BufferSync::EndStep() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> input{Flatten()};
-  const int replicas = comm_->data_parallel()->getSize();
+  const int replicas = group_->getSize();
   std::vector<std::vector<torch::Tensor>> output(1);
   for (int d = 0; d < replicas; ++d) output[0].push_back(torch::empty_like(input[0]));
-  comm_->Wait(comm_->data_parallel()->allgather(output, input),
+  comm_->Wait(group_->allgather(output, input),
               "exchanging buffers with the other replicas");
   const std::vector<torch::Tensor>& got = output[0];
 
@@ -118,10 +134,9 @@ void BufferSync::EndStep() {
     }
     slice(result, s.count).fill_(t0 + total);
   }
-  const auto& buffers = stage_.buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) {
-    const torch::Tensor& b = buffers[i].tensor;
-    b.copy_(slice(result, i).to(b.scalar_type()).view(b.sizes()));
+  for (size_t m = 0; m < members_.size(); ++m) {
+    const torch::Tensor& b = stage_.buffers()[members_[m]].tensor;
+    b.copy_(slice(result, m).to(b.scalar_type()).view(b.sizes()));
   }
 }
 

@@ -15,6 +15,10 @@
 //  - every other buffer: replica 0's value, as DDP's broadcast_buffers does; nothing else is
 //    known about how such a buffer changes.
 //
+// With a partition per pipeline the replicas of a stage hold different segments: a BufferSync per
+// reduction group (worker/step/pipeline_partitions.h) then keeps the buffers of its segments
+// equal over its ranks, one in each replica, combined in replica order the same way.
+//
 // Not thread-safe; the training thread calls BeginStep and EndStep around each step.
 #pragma once
 
@@ -30,6 +34,11 @@ class BufferSync {
  public:
   // Null when there is nothing to keep equal: one replica, or a stage without buffers.
   static std::unique_ptr<BufferSync> Create(const Stage& stage, Comm* comm);
+  // The buffers of `segments` (of the stage) over `group`, whose rank d is replica d's holder;
+  // null where those segments have no buffers or the group has one rank.
+  static std::unique_ptr<BufferSync> Create(const Stage& stage, Comm* comm,
+                                            c10d::ProcessGroup* group,
+                                            const std::vector<int>& segments);
 
   // Remembers the buffers' values at the start of a step.
   void BeginStep();
@@ -37,19 +46,22 @@ class BufferSync {
   void EndStep();
 
  private:
-  // A BatchNorm module's running statistics: indices into the stage's buffers.
+  // A BatchNorm module's running statistics: indices into members_.
   struct RunningStats {
     size_t mean = 0, var = 0, count = 0;
     bool cumulative = false;  // momentum unset: a cumulative average
     double momentum = 0;
   };
 
-  BufferSync(const Stage& stage, Comm* comm) : stage_(stage), comm_(comm) {}
-  torch::Tensor Flatten() const;  // every buffer, float64, concatenated
+  BufferSync(const Stage& stage, Comm* comm, c10d::ProcessGroup* group)
+      : stage_(stage), comm_(comm), group_(group) {}
+  torch::Tensor Flatten() const;  // every member, float64, concatenated
 
   const Stage& stage_;
   Comm* comm_;
-  std::vector<int64_t> offsets_;  // of each buffer in the flat vector, plus the end
+  c10d::ProcessGroup* group_;
+  std::vector<size_t> members_;   // the buffers kept equal: indices into the stage's
+  std::vector<int64_t> offsets_;  // of each member in the flat vector, plus the end
   std::vector<RunningStats> stats_;
   torch::Tensor start_;         // Flatten() at BeginStep
 };

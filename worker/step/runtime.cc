@@ -61,22 +61,15 @@ std::unique_ptr<KernelTrace> StartKernelTrace() {
   return std::move(started).value();
 }
 
-// Under a partition per pipeline: the stage's parameters by the group that reduces them. Joins
-// the groups (blocks like Comm::Connect).
-std::vector<GradReducer::Reduction> Reductions(const PipelinePartitions& pipelines, int rank,
-                                               const Stage& stage, Comm& comm) {
-  std::vector<GradReducer::Reduction> reductions;
-  for (const ReductionGroup& group : pipelines.GroupsOf(rank)) {
-    GradReducer::Reduction r{comm.ReductionGroup(group.ranks), {}};
-    for (size_t i = 0; i < stage.parameters().size(); ++i) {
-      const int segment = stage.SegmentOfParameter(i);
-      if (std::binary_search(group.segments.begin(), group.segments.end(), segment)) {
-        r.params.push_back(static_cast<int>(i));
-      }
+// The parameters of `stage` (indices into its parameters()) in `segments` (ascending).
+std::vector<int> ParametersOf(const Stage& stage, const std::vector<int>& segments) {
+  std::vector<int> out;
+  for (size_t i = 0; i < stage.parameters().size(); ++i) {
+    if (std::binary_search(segments.begin(), segments.end(), stage.SegmentOfParameter(i))) {
+      out.push_back(static_cast<int>(i));
     }
-    reductions.push_back(std::move(r));
   }
-  return reductions;
+  return out;
 }
 
 // The program's options with what the manager set in the placement instead: its plan (schedule,
@@ -281,12 +274,6 @@ Status Runtime::BuildStage(HeldState* held) {
       return s;
     }
   }
-  if (!pipelines_->Alike() && !stage_->buffers().empty()) {
-    return Status::InvalidArgument(
-        "partition '" + pipelines_->ToString() + "' cuts each pipeline differently, and the "
-        "model's buffers (" + stage_->buffers().front().name + ") are kept equal over the "
-        "replicas of a stage: use one partition for every pipeline");
-  }
   auto tied = TiedWeights::Create(spec_, partition_, layout_, placement_, *stage_);
   if (!tied.ok()) return tied.status();
   tied_ = std::make_unique<TiedWeights>(std::move(*tied));
@@ -313,15 +300,28 @@ Status Runtime::SetUpOptimizer(HeldState* held) {
 
 void Runtime::Connect() {
   comm_ = Comm::Connect(placement_, options_.backend, device_);
-  if (!pipelines_->Alike()) {
-    reducer_ = std::make_unique<GradReducer>(
-        stage_->parameters(), Reductions(*pipelines_, placement_.rank, *stage_, *comm_),
-        comm_.get(), options_.bucket_elements);
-  } else if (comm_->data_parallel()) {
-    reducer_ = std::make_unique<GradReducer>(stage_->parameters(), comm_->data_parallel(),
+  if (pipelines_->Alike()) {
+    if (comm_->data_parallel()) {
+      reducer_ = std::make_unique<GradReducer>(stage_->parameters(), comm_->data_parallel(),
+                                               comm_.get(), options_.bucket_elements);
+    }
+    if (auto sync = BufferSync::Create(*stage_, comm_.get())) {
+      buffer_syncs_.push_back(std::move(sync));
+    }
+  } else {
+    // Each pipeline cut its own way: the groups of the ranks that hold the same segments, joined
+    // (and later used) in the order every rank shares.
+    std::vector<GradReducer::Reduction> reductions;
+    for (const ReductionGroup& group : pipelines_->GroupsOf(placement_.rank)) {
+      c10d::ProcessGroup* joined = comm_->ReductionGroup(group.ranks);
+      reductions.push_back({joined, ParametersOf(*stage_, group.segments)});
+      if (auto sync = BufferSync::Create(*stage_, comm_.get(), joined, group.segments)) {
+        buffer_syncs_.push_back(std::move(sync));
+      }
+    }
+    reducer_ = std::make_unique<GradReducer>(stage_->parameters(), std::move(reductions),
                                              comm_.get(), options_.bucket_elements);
   }
-  buffer_sync_ = BufferSync::Create(*stage_, comm_.get());
   // A fresh start makes the copies of a tied weight equal. A resume must not: every copy gets
   // its own state of the resume step (kept, from a peer, from the checkpoint), and the first
   // copy may be a new process's initial values until then.
@@ -622,7 +622,7 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
     wait_s += std::chrono::duration<double>(end - start).count();
     if (trace) trace->Add(name, start, end);
   };
-  if (buffer_sync_) buffer_sync_->BeginStep();
+  for (auto& sync : buffer_syncs_) sync->BeginStep();
   PipelineContext ctx = Context(step, share_.first_micro_batch);
   ctx.reducer = reducer_.get();
   ctx.loss_scale = 1.0 / static_cast<double>(options_.global_batch);
@@ -637,7 +637,11 @@ StepResult Runtime::TrainStep(int64_t step, const std::function<StopWish()>& sto
     if (reducer_) reducer_->Finish();
   });
   phase("tied", [&] { tied_->SumGradients(*comm_); });
-  if (buffer_sync_) phase("buffers", [&] { buffer_sync_->EndStep(); });
+  if (!buffer_syncs_.empty()) {
+    phase("buffers", [&] {
+      for (auto& sync : buffer_syncs_) sync->EndStep();
+    });
+  }
   // The first step after a resume: the state still arriving from peers, before anything is
   // reduced or updated (a failed transfer fails the step on every rank alike).
   const bool first_after_resume = in_flight_ != nullptr;

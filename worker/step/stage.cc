@@ -112,6 +112,7 @@ Stage::Stage(const cutpoint::ModelSpec& spec, const cutpoint::Partition& partiti
     for (const auto& item : segments_.back()->named_buffers(/*recurse=*/true)) {
       if (!item.value().defined()) continue;  // e.g. BatchNorm without running statistics
       buffers_.push_back({spec.segments[i].name + "." + item.key(), item.value()});
+      buffer_segments_.push_back(i);
     }
   }
 }

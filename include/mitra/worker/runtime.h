@@ -303,7 +303,7 @@ class Runtime {
   std::unique_ptr<Stage> stage_;
   std::unique_ptr<GradReducer> reducer_;
   std::unique_ptr<TiedWeights> tied_;
-  std::unique_ptr<BufferSync> buffer_sync_;
+  std::vector<std::unique_ptr<BufferSync>> buffer_syncs_;  // one per group with buffers
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LossScaler> scaler_;   // see loss_scaler()
   c10::Device device_{c10::DeviceType::CPU};

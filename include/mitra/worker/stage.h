@@ -81,6 +81,8 @@ class Stage {
   // The segment parameter i of parameters() belongs to.
   int SegmentOfParameter(size_t i) const { return parameter_segments_[i]; }
   const std::vector<NamedTensor>& buffers() const { return buffers_; }
+  // The segment buffer i of buffers() belongs to.
+  int SegmentOfBuffer(size_t i) const { return buffer_segments_[i]; }
   const std::vector<std::shared_ptr<cutpoint::Segment>>& segments() const { return segments_; }
   // The parameter with this qualified name, or an undefined tensor if this stage lacks it.
   torch::Tensor Find(const std::string& qualified_name) const;
@@ -119,6 +121,7 @@ class Stage {
   std::vector<bool> adopted_;
   std::vector<NamedTensor> parameters_;
   std::vector<int> parameter_segments_;
+  std::vector<int> buffer_segments_;  // by buffer
   std::vector<NamedTensor> buffers_;
 };
 
