@@ -83,7 +83,8 @@ std::string CandidateJson(const planner::PlannedShape& s,
 }
 
 // The table of the `shown` best shapes of `plan` for a batch of `batch` on `machines`, each
-// followed by its machine order where that is not the list's.
+// followed by its pipelines' partitions where each has its own, and by its machine order where
+// that is not the list's.
 void PrintShapes(std::ostream& out, const planner::PlanResult& plan, size_t shown, int64_t batch,
                  const std::vector<planner::MachineSlots>& machines) {
   out << "  #  shape      micro-batch  schedule          partition             idle  step s    "
@@ -97,11 +98,15 @@ void PrintShapes(std::ostream& out, const planner::PlanResult& plan, size_t show
                   i + 1, (std::to_string(k.stages) + " x " + std::to_string(k.replicas)).c_str(),
                   static_cast<long long>(k.chunk_size),
                   k.ScheduleText().c_str(),
-                  k.PartitionText().c_str(), s.idle_slots, Fixed(s.prediction.step_s, 4).c_str(),
+                  k.pipelines.empty() ? k.PartitionText().c_str() : "per pipeline", s.idle_slots,
+                  Fixed(s.prediction.step_s, 4).c_str(),
                   Fixed(static_cast<double>(batch) / s.prediction.step_s, 1).c_str(),
                   Fixed(static_cast<double>(s.prediction.max_memory_bytes) / 1e6, 1).c_str(),
                   s.prediction.bubble_fraction);
     out << line << (planner::Uneven(k.shares) ? planner::SharesText(k.shares) : "even") << "\n";
+    if (!k.pipelines.empty()) {
+      out << "     each pipeline cut for its machines: " << k.PartitionText() << "\n";
+    }
     if (!s.machine_order.empty()) {
       out << "     its ranks fill the machines in the order " << Join(MachineOrder(s, machines), ", ")
           << "\n";

@@ -297,7 +297,8 @@ namespace {
 int IndexOf(const std::vector<planner::SpeedCorrection>& corrections, const std::string& address,
             int busy) {
   for (size_t i = 0; i < corrections.size(); ++i) {
-    if (corrections[i].address == address && corrections[i].busy == busy) return static_cast<int>(i);
+    const planner::SpeedCorrection& c = corrections[i];
+    if (c.address == address && c.busy == busy) return static_cast<int>(i);
   }
   return -1;
 }
@@ -367,7 +368,9 @@ void Controller::CheckProfile(double step_s) {
 planner::SpeedCorrection Controller::Correct(const std::string& address, int busy, double factor) {
   const double corrected = FactorOf(gen_.planned_with, address, busy) * factor;
   const int same = IndexOf(corrections_, address, busy);
-  if (same < 0) return corrections_.emplace_back(planner::SpeedCorrection{address, busy, corrected});
+  if (same < 0) {
+    return corrections_.emplace_back(planner::SpeedCorrection{address, busy, corrected});
+  }
   corrections_[same].factor = corrected;
   return corrections_[same];
 }

@@ -220,7 +220,9 @@ std::vector<ShapeOption> EnumerateShapeOptions(const PlanRequest& request, int s
   const double fastest = FastestSpeed(profile);
   FastestSegments fastest_segments(profile);
   std::vector<const MachineProfile*> machine_profiles;  // by machine of the request
-  for (const MachineSlots& m : request.machines) machine_profiles.push_back(&profile.Machine(m.address));
+  for (const MachineSlots& m : request.machines) {
+    machine_profiles.push_back(&profile.Machine(m.address));
+  }
   std::vector<ShapeOption> options;
   for (int p : Depths(request, slots)) {
     if (p > slots) continue;

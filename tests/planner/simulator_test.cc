@@ -381,7 +381,8 @@ TEST(Planner, EachPipelineIsCutForItsMachines) {
   ASSERT_EQ(best.candidate.pipelines.size(), 2u) << best.candidate.ToString();
   // The slow machine runs the last rank (list order) or a first stage (another order): in its
   // pipeline, its stage holds fewer segments than the fast one's.
-  const std::vector<std::string> machines = PlaceRanks(InOrder(request.machines, best.machine_order), 4);
+  const std::vector<std::string> machines =
+      PlaceRanks(InOrder(request.machines, best.machine_order), 4);
   for (int d = 0; d < 2; ++d) {
     for (int s = 0; s < 2; ++s) {
       if (machines[2 * d + s] != "slow") continue;

@@ -106,8 +106,9 @@ TEST_F(PlanValidationTest, EachPipelinesOwnPartitionIsPredicted) {
     settings.text = "1f1b";
     settings.schedule = "1f1b";
     settings.partition = partition;
-    fs_.AddFile("run/events.jsonl", Event(records::Launch::kEvent, records::ToJson(launch)) +
-                                        Event(records::Settings::kEvent, records::ToJson(settings)));
+    fs_.AddFile("run/events.jsonl",
+                Event(records::Launch::kEvent, records::ToJson(launch)) +
+                    Event(records::Settings::kEvent, records::ToJson(settings)));
     Result<PlanValidation> v = ValidatePlan(fs_, "run", 0, "run/profile");
     EXPECT_TRUE(v.ok()) << v.status().message();
     return v.ok() ? v->predicted_step_s : 0.0;

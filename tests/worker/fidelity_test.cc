@@ -243,46 +243,41 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{2, 2, "gpipe", {"--partition", "3,1/2,2"}, "3,1"}),
     Name);
 
-// Interleaved with v = 3 chunks on each of 2 ranks (6 ranges of the bench GPT's 10 segments, the
-// partition's counts giving v), against the same job in 1 x 1: the tiny GPT above has only 4
-// segments. The 1 x 1 job is itself the reference's twin (1x1_1f1b above).
-TEST(Fidelity, InterleavedWithThreeChunksPerRankMatchesOneProcess) {
+// The bench GPT (10 segments: more than the tiny one's 4) trained 3 steps in `stages` x
+// `replicas` with `extra` arguments has the losses of the same job in 1 x 1, itself the
+// reference's twin (1x1_1f1b above); rank 0 says `announced`.
+void ExpectTheBenchGptsLossesInOneProcess(int stages, int replicas,
+                                          const std::vector<std::string>& extra,
+                                          const std::string& announced) {
   const std::vector<std::string> args{"--model", "bench", "--seed", std::to_string(kSeed),
                                       "--batch-size", "16", "--chunk-size", "4", "--steps", "3"};
-  auto three = args;
-  three.insert(three.end(), {"--schedule", "interleaved", "--partition", "2,2,2,1,1,2"});
+  auto shaped = args;
+  shaped.insert(shaped.end(), extra.begin(), extra.end());
   const testing::JobResult one = testing::RunJob(MITRA_GPT_TRAIN, 1, 1, args);
-  const testing::JobResult two = testing::RunJob(MITRA_GPT_TRAIN, 2, 1, three);
+  const testing::JobResult many = testing::RunJob(MITRA_GPT_TRAIN, stages, replicas, shaped);
   ASSERT_TRUE(one.ok()) << one.rank_output[0];
-  ASSERT_TRUE(two.ok()) << two.rank_output[0] << two.rank_output[1];
-  EXPECT_NE(two.rank_output[0].find("segments [0, 2) [4, 6) [7, 8)"), std::string::npos)
-      << two.rank_output[0];
-  ASSERT_EQ(two.losses.size(), 3u);
+  ASSERT_TRUE(many.ok()) << many.rank_output[0] << many.rank_output.back();
+  EXPECT_NE(many.rank_output[0].find(announced), std::string::npos) << many.rank_output[0];
+  ASSERT_EQ(many.losses.size(), 3u);
   ASSERT_EQ(one.losses.size(), 3u);
   for (size_t k = 0; k < one.losses.size(); ++k) {
-    EXPECT_NEAR(two.losses[k], one.losses[k], kLossTolerance) << "step " << k + 1;
+    EXPECT_NEAR(many.losses[k], one.losses[k], kLossTolerance) << "step " << k + 1;
   }
 }
 
+// Interleaved with v = 3 chunks on each of 2 ranks: 6 ranges of the 10 segments, the
+// partition's counts giving v.
+TEST(Fidelity, InterleavedWithThreeChunksPerRankMatchesOneProcess) {
+  ExpectTheBenchGptsLossesInOneProcess(
+      2, 1, {"--schedule", "interleaved", "--partition", "2,2,2,1,1,2"},
+      "segments [0, 2) [4, 6) [7, 8)");
+}
+
 // Each pipeline with its own partition under zb-v (two chunks a rank, the V's turn on the last
-// rank): the bench GPT's 10 segments cut 3,2,2,3 and 1,4,4,1, against the same job in 1 x 1.
+// rank): the 10 segments cut 3,2,2,3 and 1,4,4,1.
 TEST(Fidelity, ZbVWithAPartitionPerPipelineMatchesOneProcess) {
-  const std::vector<std::string> args{"--model", "bench", "--seed", std::to_string(kSeed),
-                                      "--batch-size", "16", "--chunk-size", "4", "--steps", "3"};
-  auto cut = args;
-  cut.insert(cut.end(), {"--schedule", "zb-v", "--partition", "3,2,2,3/1,4,4,1"});
-  const testing::JobResult one = testing::RunJob(MITRA_GPT_TRAIN, 1, 1, args);
-  const testing::JobResult four = testing::RunJob(MITRA_GPT_TRAIN, 2, 2, cut);
-  ASSERT_TRUE(one.ok()) << one.rank_output[0];
-  ASSERT_TRUE(four.ok()) << four.rank_output[0] << four.rank_output[2];
-  EXPECT_NE(four.rank_output[0].find("partition 3,2,2,3/1,4,4,1"),
-            std::string::npos)
-      << four.rank_output[0];
-  ASSERT_EQ(four.losses.size(), 3u);
-  ASSERT_EQ(one.losses.size(), 3u);
-  for (size_t k = 0; k < one.losses.size(); ++k) {
-    EXPECT_NEAR(four.losses[k], one.losses[k], kLossTolerance) << "step " << k + 1;
-  }
+  ExpectTheBenchGptsLossesInOneProcess(
+      2, 2, {"--schedule", "zb-v", "--partition", "3,2,2,3/1,4,4,1"}, "partition 3,2,2,3/1,4,4,1");
 }
 
 }  // namespace

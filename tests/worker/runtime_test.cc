@@ -259,7 +259,8 @@ TEST(Runtime, EachPipelineWithItsOwnPartitionTrainsAsOneThread) {
 
 TEST(Runtime, APartitionPerPipelineNeedsOneForEachReplicaAndNoZeroOne) {
   auto dataset = std::make_shared<testing::TinyDataset>(64);
-  for (const auto& [partition, zero, words] : std::vector<std::tuple<std::string, int, std::string>>{
+  using Case = std::tuple<std::string, int, std::string>;  // partition, --zero, the message
+  for (const auto& [partition, zero, words] : std::vector<Case>{
            {"1,3/3,1/2,2", 0, "gives 3 pipelines' counts and the job has 2"},
            {"1,3/4,1", 0, "replica 1's partition"},
            {"1,3/3,1", 1, "use --zero 0 with it"}}) {

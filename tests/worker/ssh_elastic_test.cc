@@ -227,6 +227,17 @@ std::string TwoSpeedProfile(const std::string& a, const std::string& b, double s
 TEST_F(SshElastic, EachPipelineCutForItsMachinesTrainsTheSameAndMorphs) {
   std::filesystem::create_directories(tmp_.Path("profile"));
   tmp_.Write("profile/profile.json", TwoSpeedProfile(Address(kHostA), Address(kHostB), 3));
+  machines_ = tmp_.Write("machines.txt", Line(kHostA, 3) + Line(kHostB, 1));
+  // `mitra plan` shows the cut under its shape.
+  const MitraResult plan = testing::RunProgram(
+      MITRA_BINARY, {"plan", "--profile", tmp_.Path("profile"), "--batch-size",
+                     std::to_string(kJob.batch_size), "--chunk-size", "4", "--nstages", "2",
+                     "--machines", machines_},
+      tmp_.path(), 60);
+  ASSERT_EQ(plan.exit_code, 0) << plan.output();
+  EXPECT_TRUE(Contains(plan.out, "  1  2 x 2 ")) << plan.out;
+  EXPECT_TRUE(Contains(plan.out, " per pipeline ")) << plan.out;
+  EXPECT_TRUE(Contains(plan.out, "     each pipeline cut for its machines: 2,2/3,1\n")) << plan.out;
   auto mitra = Start(Line(kHostA, 3) + Line(kHostB, 1), {"--profile", tmp_.Path("profile")});
   ASSERT_TRUE(mitra);
   ASSERT_TRUE(mitra->WaitForStdout("step 4/", 120)) << mitra->Stdout() << mitra->Stderr();

@@ -12,6 +12,7 @@
 // groups.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "mitra/contract/stage_map.h"
@@ -28,8 +29,8 @@ struct ReductionGroup {
 class PipelinePartitions {
  public:
   // `by_replica`: each replica's partition of `layout`'s virtual stages (same number of ranges).
-  PipelinePartitions(std::vector<cutpoint::Partition> by_replica, const planner::ChunkLayout& layout,
-                     contract::StageMap map);
+  PipelinePartitions(std::vector<cutpoint::Partition> by_replica,
+                     const planner::ChunkLayout& layout, contract::StageMap map);
 
   // Whether every replica cuts the model alike (the stages' groups reduce every gradient).
   bool Alike() const;

@@ -7,8 +7,9 @@
 //   params    contiguous split minimising the largest per-stage parameter count
 //   1,4,4,3   explicit counts (non-uniform allowed)
 //   1,3/3,1   explicit counts per pipeline (data-parallel replica), '/' between them: each
-//             pipeline cuts the model where its machines are balanced, and the ranks that hold
-//             a segment in the replicas reduce its gradients together (worker/comm/segment_groups.h)
+//             pipeline cuts the model where its machines are balanced, and the ranks that
+//             hold a segment in the replicas reduce its gradients together
+//             (worker/step/pipeline_partitions.h)
 #pragma once
 
 #include <cstdint>
@@ -55,8 +56,8 @@ std::string PartitionMethodName(const PartitionMethod& method);
 Result<PartitionMethod> PipelineMethod(const PartitionMethod& method, int replica, int replicas);
 
 // Builds the partition of `num_segments` segments into `num_stages` stages by `method` (not
-// kPerPipeline: PipelineMethod first). `segment_params` is needed for kParams only. Explicit counts must give one count >= 1 per
-// stage and add up to the segments.
+// kPerPipeline: PipelineMethod first). `segment_params` is needed for kParams only. Explicit
+// counts must give one count >= 1 per stage and add up to the segments.
 Result<Partition> MakePartition(const PartitionMethod& method, int num_segments, int num_stages,
                                 const std::vector<int64_t>& segment_params = {});
 // The same for a method given as text (ParsePartitionMethod).
